@@ -1,0 +1,79 @@
+//! The `storage.transfer.k8s.io` API: its group, versions and resources, and the
+//! error vocabulary every layer speaks.
+//!
+//! This layer is pure: no I/O, no tokio. Everything above it (storage, registry,
+//! endpoints, discovery) reads the resource table here instead of restating it, so
+//! that adding a resource starts with one entry in [`RESOURCES`].
+
+pub mod errors;
+
+/// The API group this server owns.
+pub const GROUP: &str = "storage.transfer.k8s.io";
+/// The one version served in this release.
+pub const VERSION: &str = "v1alpha1";
+/// `group/version`, as it appears in `apiVersion`.
+pub const GROUP_VERSION: &str = "storage.transfer.k8s.io/v1alpha1";
+/// The category that `kubectl get storage-transfer` expands to.
+pub const CATEGORY: &str = "storage-transfer";
+
+/// The verbs every resource of this group supports (DESIGN §2).
+pub const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// The verbs of a `/status` subresource, as kube-apiserver lists them.
+pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
+
+/// Static facts about one served resource, the single source for discovery,
+/// routing and OpenAPI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceInfo {
+    /// The URL path segment, e.g. `namespacetransfers`.
+    pub plural: &'static str,
+    /// The lower-case singular, e.g. `namespacetransfer`.
+    pub singular: &'static str,
+    /// The `kind`, e.g. `NamespaceTransfer`.
+    pub kind: &'static str,
+    pub short_names: &'static [&'static str],
+    pub namespaced: bool,
+    /// Whether a `/status` subresource is served.
+    pub has_status: bool,
+}
+
+/// NamespaceTransfer: moves a PVC's volume to another namespace (DESIGN §2.1).
+pub const NAMESPACE_TRANSFERS: ResourceInfo = ResourceInfo {
+    plural: "namespacetransfers",
+    singular: "namespacetransfer",
+    kind: "NamespaceTransfer",
+    short_names: &["nst"],
+    namespaced: true,
+    has_status: true,
+};
+
+/// EphemeralClaim: a claim tied to an owner pod's life (DESIGN §2.2).
+pub const EPHEMERAL_CLAIMS: ResourceInfo = ResourceInfo {
+    plural: "ephemeralclaims",
+    singular: "ephemeralclaim",
+    kind: "EphemeralClaim",
+    short_names: &["ec"],
+    namespaced: true,
+    has_status: true,
+};
+
+/// Every resource this server serves, in discovery order.
+pub const RESOURCES: &[ResourceInfo] = &[NAMESPACE_TRANSFERS, EPHEMERAL_CLAIMS];
+
+/// Finds a served resource by its plural name.
+pub fn resource_by_plural(plural: &str) -> Option<&'static ResourceInfo> {
+    RESOURCES.iter().find(|r| r.plural == plural)
+}
+
+#[cfg(test)]
+mod tests;

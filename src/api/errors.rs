@@ -1,0 +1,198 @@
+//! The closed set of API errors, and the one function that turns them into a
+//! `metav1.Status`.
+//!
+//! Every layer above `api` returns [`ApiError`]; nothing else is allowed to build a
+//! Status body. The reasons and codes follow k8s.io/apimachinery's `api/errors`, so
+//! that clients (kubectl, client-go, kube-rs) recognise them.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    ListMeta, Status, StatusCause, StatusDetails,
+};
+
+/// A `group/resource` pair, the way Status details name what an error is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupResource {
+    pub group: String,
+    pub resource: String,
+}
+
+impl GroupResource {
+    pub fn new(group: &str, resource: &str) -> Self {
+        Self {
+            group: group.to_owned(),
+            resource: resource.to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for GroupResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.group.is_empty() {
+            f.write_str(&self.resource)
+        } else {
+            write!(f, "{}.{}", self.resource, self.group)
+        }
+    }
+}
+
+/// One invalid field of an `Invalid` error: `details.causes[]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldCause {
+    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, …
+    pub reason: String,
+    /// The JSON path of the field, e.g. `spec.source.name`.
+    pub field: String,
+    pub message: String,
+}
+
+/// Every error the API can answer with. Closed on purpose: a new failure must pick
+/// (or add) a variant here, and so gets a code and reason in [`ApiError::to_status`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    #[error("{resource} \"{name}\" not found")]
+    NotFound {
+        resource: GroupResource,
+        name: String,
+    },
+    /// A path this server does not serve.
+    #[error("the server could not find the requested resource")]
+    PathNotFound,
+    #[error("{resource} \"{name}\" already exists")]
+    AlreadyExists {
+        resource: GroupResource,
+        name: String,
+    },
+    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {message}")]
+    Conflict {
+        resource: GroupResource,
+        name: String,
+        message: String,
+    },
+    #[error("{kind} \"{name}\" is invalid: {}", join_causes(.causes))]
+    Invalid {
+        group: String,
+        kind: String,
+        name: String,
+        causes: Vec<FieldCause>,
+    },
+    #[error("{message}")]
+    Forbidden { message: String },
+    #[error("Unauthorized")]
+    Unauthorized,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Expired(String),
+    #[error("the request entity is too large: {0}")]
+    TooLarge(String),
+    #[error("the body of the request was in an unknown format: {0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    NotAcceptable(String),
+    #[error("the server does not allow this method on the requested resource")]
+    MethodNotAllowed,
+    #[error("Internal error occurred: {0}")]
+    Internal(String),
+    #[error("{0}")]
+    ServiceUnavailable(String),
+}
+
+fn join_causes(causes: &[FieldCause]) -> String {
+    let parts: Vec<String> = causes
+        .iter()
+        .map(|c| format!("{}: {}", c.field, c.message))
+        .collect();
+    if parts.len() == 1 {
+        parts.into_iter().next().unwrap_or_default()
+    } else {
+        format!("[{}]", parts.join(", "))
+    }
+}
+
+impl ApiError {
+    /// The HTTP status code of this error.
+    pub fn code(&self) -> u16 {
+        match self {
+            ApiError::NotFound { .. } | ApiError::PathNotFound => 404,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::Invalid { .. } => 422,
+            ApiError::Forbidden { .. } => 403,
+            ApiError::Unauthorized => 401,
+            ApiError::BadRequest(_) => 400,
+            ApiError::Expired(_) => 410,
+            ApiError::TooLarge(_) => 413,
+            ApiError::UnsupportedMediaType(_) => 415,
+            ApiError::NotAcceptable(_) => 406,
+            ApiError::MethodNotAllowed => 405,
+            ApiError::Internal(_) => 500,
+            ApiError::ServiceUnavailable(_) => 503,
+        }
+    }
+
+    /// The `metav1.StatusReason` of this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApiError::NotFound { .. } | ApiError::PathNotFound => "NotFound",
+            ApiError::AlreadyExists { .. } => "AlreadyExists",
+            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Invalid { .. } => "Invalid",
+            ApiError::Forbidden { .. } => "Forbidden",
+            ApiError::Unauthorized => "Unauthorized",
+            ApiError::BadRequest(_) => "BadRequest",
+            ApiError::Expired(_) => "Expired",
+            ApiError::TooLarge(_) => "RequestEntityTooLarge",
+            ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            ApiError::NotAcceptable(_) => "NotAcceptable",
+            ApiError::MethodNotAllowed => "MethodNotAllowed",
+            ApiError::Internal(_) => "InternalError",
+            ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
+        }
+    }
+
+    /// The one mapping from an error to the `metav1.Status` a client receives.
+    pub fn to_status(&self) -> Status {
+        let details = match self {
+            ApiError::NotFound { resource, name }
+            | ApiError::AlreadyExists { resource, name }
+            | ApiError::Conflict { resource, name, .. } => Some(StatusDetails {
+                group: Some(resource.group.clone()),
+                kind: Some(resource.resource.clone()),
+                name: Some(name.clone()),
+                ..Default::default()
+            }),
+            ApiError::Invalid {
+                group,
+                kind,
+                name,
+                causes,
+            } => Some(StatusDetails {
+                group: Some(group.clone()),
+                kind: Some(kind.clone()),
+                name: Some(name.clone()),
+                causes: Some(
+                    causes
+                        .iter()
+                        .map(|c| StatusCause {
+                            field: Some(c.field.clone()),
+                            message: Some(c.message.clone()),
+                            reason: Some(c.reason.clone()),
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            _ => None,
+        };
+        Status {
+            code: Some(i32::from(self.code())),
+            details,
+            message: Some(self.to_string()),
+            metadata: ListMeta::default(),
+            reason: Some(self.reason().to_owned()),
+            status: Some("Failure".to_owned()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,22 @@
+//! storage-transfer-apiserver: a Kubernetes aggregated API server for the API group
+//! `storage.transfer.k8s.io`, serving NamespaceTransfer and EphemeralClaim.
+//!
+//! The crate is layered, and layers depend downward only:
+//!
+//! ```text
+//! api ← storage ← registry ← endpoints ← server
+//! ```
+//!
+//! `discovery` (built from `api`), `authn`, `authz` and `controller` sit beside the
+//! request path. `api` is pure: no I/O and no tokio. See `DESIGN.md` §3.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod authn;
+pub mod authz;
+pub mod controller;
+pub mod discovery;
+pub mod endpoints;
+pub mod registry;
+pub mod server;
+pub mod storage;

@@ -1,0 +1,109 @@
+//! Command-line options, and their completion into a config the server can run.
+//!
+//! As in k8s.io/apiserver, [`Options`] are what the operator typed, and a
+//! [`CompletedConfig`] exists only once they are validated and every file they
+//! name has been read. Bad configuration is an error that names the flag, never a
+//! panic.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::tls::{self, TlsError};
+
+/// The flags of `storage-transfer-apiserver`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "storage-transfer-apiserver",
+    version,
+    about = "Kubernetes aggregated API server for storage.transfer.k8s.io"
+)]
+pub struct Options {
+    /// The address to listen on for HTTPS.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+
+    /// The port to listen on for HTTPS. 0 picks a free port.
+    #[arg(long, default_value_t = 8443)]
+    pub secure_port: u16,
+
+    /// PEM serving certificate (chain). Without it, a self-signed certificate is
+    /// generated at start-up and its fingerprint is logged.
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key matching --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// How long to drain open connections after SIGTERM before closing them.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_grace_period: Duration,
+
+    /// Log format: `text` or `json`.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+/// A validated configuration, ready to serve.
+#[derive(Debug, Clone)]
+pub struct CompletedConfig {
+    pub bind: SocketAddr,
+    pub tls: Arc<rustls::ServerConfig>,
+    pub shutdown_grace: Duration,
+}
+
+/// Why the options could not be completed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--tls-cert-file/--tls-private-key-file: {0}")]
+    Tls(#[from] TlsError),
+}
+
+impl Options {
+    /// Validates the options and loads every file they name.
+    pub fn complete(&self) -> Result<CompletedConfig, ConfigError> {
+        let identity = match (&self.tls_cert_file, &self.tls_private_key_file) {
+            (Some(cert), Some(key)) => {
+                let identity = tls::Identity::from_files(cert, key)?;
+                tracing::info!(sha256 = %identity.fingerprint(), "serving certificate");
+                identity
+            }
+            _ => {
+                let identity = tls::Identity::self_signed()?;
+                tracing::warn!(
+                    sha256 = %identity.fingerprint(),
+                    "no --tls-cert-file given: serving a self-signed certificate"
+                );
+                identity
+            }
+        };
+        Ok(CompletedConfig {
+            bind: SocketAddr::new(self.bind_address, self.secure_port),
+            tls: Arc::new(identity.server_config()?),
+            shutdown_grace: self.shutdown_grace_period,
+        })
+    }
+}
+
+/// Parses `30s`, `500ms`, `2m` or a bare number of seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration like 30s, 500ms or 2m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("'{s}' has an unknown unit; use ms, s or m")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,44 @@
+use super::*;
+use clap::Parser;
+
+#[test]
+fn durations_accept_kube_style_units() {
+    assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+    assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+    assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+    assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+    assert!(parse_duration("soon").is_err());
+    assert!(parse_duration("3h").is_err());
+}
+
+#[test]
+fn a_cert_without_a_key_is_rejected_by_the_flag_parser() {
+    let err = Options::try_parse_from(["x", "--tls-cert-file", "/a.crt"]).unwrap_err();
+    assert!(err.to_string().contains("--tls-private-key-file"), "{err}");
+}
+
+#[test]
+fn a_missing_cert_file_is_an_error_naming_the_flag() {
+    let opts = Options::try_parse_from([
+        "x",
+        "--tls-cert-file",
+        "/nonexistent/a.crt",
+        "--tls-private-key-file",
+        "/nonexistent/a.key",
+    ])
+    .unwrap();
+    let err = opts.complete().unwrap_err().to_string();
+    assert!(err.starts_with("--tls-cert-file"), "{err}");
+    assert!(err.contains("/nonexistent/a.crt"), "{err}");
+}
+
+#[test]
+fn without_cert_flags_a_self_signed_identity_is_generated() {
+    let opts = Options::try_parse_from(["x", "--secure-port", "0"]).unwrap();
+    let config = opts.complete().unwrap();
+    assert_eq!(config.bind.port(), 0);
+    assert_eq!(
+        config.tls.alpn_protocols,
+        [b"h2".to_vec(), b"http/1.1".to_vec()]
+    );
+}
