@@ -2,6 +2,7 @@
 //! runs the server until SIGTERM.
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -47,6 +48,7 @@ fn init_logging(format: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();

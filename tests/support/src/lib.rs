@@ -1,1 +1,910 @@
-//! placeholder
+//! The test environment: a real control plane on loopback, envtest style.
+//!
+//! [`ControlPlane::start`] brings up, on free 127.0.0.1 ports:
+//!
+//! 1. etcd (Debian's `etcd-server`), with a fresh data dir;
+//! 2. kube-apiserver, with RBAC, ServiceAccount keys, a client CA, and the
+//!    aggregation flags (requestheader CA and names, proxy client certificate);
+//! 3. kube-controller-manager, with the PV binder, pvc-protection, garbage
+//!    collector, ServiceAccount, namespace and quota controllers;
+//! 4. our server, with a serving certificate for
+//!    `storage-transfer-apiserver.storage-transfer-system.svc`;
+//!
+//! then applies `apiservice/` (an ExternalName Service to `localhost` and the
+//! APIService with the matching `caBundle`) and waits until the APIService is
+//! `Available` and our group is in discovery.
+//!
+//! Kubernetes binaries come from `hack/build-kube.sh` (pinned, cached outside the
+//! tree). Tests share one control plane per test binary through [`shared`]; it is
+//! torn down by a watchdog when the binary exits, however it exits. `make dev`
+//! runs the same start-up in detached mode through the `devenv` binary.
+
+pub mod kubectl;
+pub mod pki;
+pub mod process;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use kubectl::{Kubectl, Run};
+use pki::{Pki, Usage};
+use process::{Process, Watchdog};
+
+/// The namespace and name of the Service the APIService points at.
+pub const SERVICE_NAMESPACE: &str = "storage-transfer-system";
+pub const SERVICE_NAME: &str = "storage-transfer-apiserver";
+/// The APIService this server registers.
+pub const APISERVICE: &str = "v1alpha1.storage.transfer.k8s.io";
+/// Our API group.
+pub const GROUP: &str = "storage.transfer.k8s.io";
+
+const CONTROLLERS: &[&str] = &[
+    "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
+    "garbage-collector-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "namespace-controller",
+    "endpointslice-controller",
+    "resourcequota-controller",
+    "clusterrole-aggregation-controller",
+    "root-ca-certificate-publisher-controller",
+];
+
+/// Why the control plane could not be started or used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{tool} is missing: {hint}")]
+    MissingTool { tool: String, hint: String },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    #[error("generating certificates: {0}")]
+    Pki(String),
+    #[error("cannot start {component} ({}): {message}", program.display())]
+    Spawn {
+        component: String,
+        program: PathBuf,
+        message: String,
+    },
+    #[error("{component} exited during start-up; its log is {}\n--- last lines ---\n{tail}", log.display())]
+    Exited {
+        component: String,
+        log: PathBuf,
+        tail: String,
+    },
+    #[error("timed out after {timeout:?} waiting for {what}; log: {}\n--- last lines ---\n{tail}", log.display())]
+    Timeout {
+        what: String,
+        timeout: Duration,
+        log: PathBuf,
+        tail: String,
+    },
+    #[error("kubectl {args} failed: {stderr}")]
+    Kubectl { args: String, stderr: String },
+    #[error("hack/build-kube.sh failed:\n{0}")]
+    BuildKube(String),
+}
+
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        context: path.display().to_string(),
+        source,
+    }
+}
+
+/// The repository root, where `hack/`, `apiservice/` and `target/` live.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+}
+
+/// How to start a control plane.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where PKI, logs, kubeconfigs and pid files go.
+    pub dir: PathBuf,
+    /// The `storage-transfer-apiserver` binary.
+    pub server_bin: PathBuf,
+    /// Extra flags for our server.
+    pub server_args: Vec<String>,
+    /// Leave the processes running when this process exits (`make dev`).
+    pub detached: bool,
+}
+
+impl Options {
+    /// Options for a test binary: a fresh run directory under `target/testenv`.
+    pub fn for_tests(server_bin: impl Into<PathBuf>) -> Self {
+        let stem = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "test".to_owned());
+        let stamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join("target"));
+        Self {
+            dir: target
+                .join("testenv")
+                .join(format!("{stem}-{stamp}-{}", std::process::id())),
+            server_bin: server_bin.into(),
+            server_args: Vec::new(),
+            detached: false,
+        }
+    }
+}
+
+/// The binaries a control plane runs.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    pub etcd: PathBuf,
+    pub kube_apiserver: PathBuf,
+    pub kube_controller_manager: PathBuf,
+    pub kubectl: PathBuf,
+}
+
+impl Binaries {
+    /// Finds etcd on PATH (or `$ETCD_BIN`) and the pinned Kubernetes binaries
+    /// through `hack/build-kube.sh`, which builds them on first use.
+    pub fn locate() -> Result<Self, Error> {
+        let etcd = match std::env::var_os("ETCD_BIN") {
+            Some(p) => PathBuf::from(p),
+            None => which("etcd").ok_or_else(|| Error::MissingTool {
+                tool: "etcd".to_owned(),
+                hint: "install Debian's etcd-server package (apt-get install etcd-server), or set ETCD_BIN".to_owned(),
+            })?,
+        };
+        let script = repo_root().join("hack/build-kube.sh");
+        let out = std::process::Command::new("bash")
+            .arg(&script)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .map_err(io_err(&script))?;
+        if !out.status.success() {
+            return Err(Error::BuildKube(
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ));
+        }
+        let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        Ok(Self {
+            etcd,
+            kube_apiserver: bin.join("kube-apiserver"),
+            kube_controller_manager: bin.join("kube-controller-manager"),
+            kubectl: bin.join("kubectl"),
+        })
+    }
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// A free TCP port on 127.0.0.1, at the moment of asking.
+pub fn free_port() -> Result<u16, Error> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|source| Error::Io {
+        context: "finding a free port".to_owned(),
+        source,
+    })?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|source| Error::Io {
+            context: "finding a free port".to_owned(),
+            source,
+        })
+}
+
+/// A running control plane.
+#[derive(Debug)]
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub bins: Binaries,
+    pub pki: Pki,
+    pub etcd_url: String,
+    pub apiserver_url: String,
+    /// Our server, directly (not through the aggregator).
+    pub server_url: String,
+    pub server_port: u16,
+    admin: Kubectl,
+    direct: Kubectl,
+    etcd_data: PathBuf,
+    processes: Mutex<Vec<Process>>,
+    watchdog: Mutex<Option<Watchdog>>,
+    detached: bool,
+}
+
+impl ControlPlane {
+    /// Starts every component and registers our server. On failure, whatever
+    /// was started is stopped again and the error carries the failing
+    /// component's log tail.
+    pub fn start(opts: Options) -> Result<Self, Error> {
+        let bins = Binaries::locate()?;
+        if !opts.server_bin.is_file() {
+            return Err(Error::MissingTool {
+                tool: opts.server_bin.display().to_string(),
+                hint: "build it first: cargo build --bin storage-transfer-apiserver".to_owned(),
+            });
+        }
+        let dir = opts.dir.clone();
+        for sub in ["logs", "pids", "kube-cache"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(io_err(&dir))?;
+        }
+        let server_dns = format!("{SERVICE_NAME}.{SERVICE_NAMESPACE}.svc");
+        let pki = Pki::generate(&dir.join("pki"), &server_dns)?;
+        // A detached etcd keeps its data under `dir`, so that its command line
+        // names `dir` and `make down` can recognise it as ours.
+        let etcd_data = if opts.detached {
+            dir.join("etcd-data")
+        } else {
+            etcd_data_dir(&dir)
+        };
+        let record = dir.join("etcd-data.path");
+        std::fs::write(&record, etcd_data.display().to_string()).map_err(io_err(&record))?;
+
+        let mut cp = Self {
+            admin: Kubectl::new(
+                &bins.kubectl,
+                &dir.join("kubeconfig"),
+                &dir.join("kube-cache"),
+            ),
+            direct: Kubectl::new(
+                &bins.kubectl,
+                &dir.join("direct.kubeconfig"),
+                &dir.join("kube-cache"),
+            ),
+            dir,
+            bins,
+            pki,
+            etcd_url: String::new(),
+            apiserver_url: String::new(),
+            server_url: String::new(),
+            server_port: 0,
+            etcd_data,
+            processes: Mutex::new(Vec::new()),
+            watchdog: Mutex::new(None),
+            detached: opts.detached,
+        };
+        if !opts.detached {
+            let mut dog = Watchdog::start()?;
+            dog.guard_path(&cp.etcd_data);
+            *lock(&cp.watchdog) = Some(dog);
+        }
+        // On error `cp` is dropped, which stops what was started (detached too:
+        // a half-started dev environment is of no use).
+        let result = cp.boot(&opts);
+        match result {
+            Ok(()) => {
+                if opts.detached {
+                    for p in lock(&cp.processes).iter_mut() {
+                        p.detach();
+                    }
+                }
+                Ok(cp)
+            }
+            Err(e) => {
+                cp.detached = false;
+                Err(e)
+            }
+        }
+    }
+
+    fn boot(&mut self, opts: &Options) -> Result<(), Error> {
+        self.start_etcd()?;
+        self.start_apiserver()?;
+        self.start_controller_manager()?;
+        self.start_server(opts)?;
+        self.register_apiservice()
+    }
+
+    fn track(&self, p: Process) {
+        if let Some(dog) = lock(&self.watchdog).as_mut() {
+            dog.guard_pid(p.pid);
+        }
+        let pid_file = self.dir.join("pids").join(format!("{}.pid", p.name));
+        let _ = std::fs::write(pid_file, format!("{}\n", p.pid));
+        lock(&self.processes).push(p);
+    }
+
+    fn log_path(&self, name: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{name}.log"))
+    }
+
+    /// Starts a component, retrying on fresh ports if it lost a port race.
+    fn start_component(
+        &self,
+        name: &str,
+        program: &Path,
+        mut args_for: impl FnMut() -> Result<Vec<String>, Error>,
+        env: &[(&str, &str)],
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<(), Error> {
+        let log = self.log_path(name);
+        for attempt in 1..=3 {
+            let args = args_for()?;
+            let mut p = Process::spawn(name, program, &args, &log, env)?;
+            match wait_ready(&mut p, name, timeout, &mut ready) {
+                Ok(()) => {
+                    self.track(p);
+                    return Ok(());
+                }
+                Err(e) => {
+                    let retry = attempt < 3 && p.lost_port_race();
+                    p.stop(Duration::from_secs(2));
+                    if !retry {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    fn start_etcd(&mut self) -> Result<(), Error> {
+        let _ = std::fs::remove_dir_all(&self.etcd_data);
+        let data = self.etcd_data.clone();
+        let client = std::cell::Cell::new(0u16);
+        let etcd = self.bins.etcd.clone();
+        self.start_component(
+            "etcd",
+            &etcd,
+            || {
+                let c = free_port()?;
+                let p = free_port()?;
+                client.set(c);
+                Ok(vec![
+                    "--name=testenv".to_owned(),
+                    format!("--data-dir={}", data.display()),
+                    format!("--listen-client-urls=http://127.0.0.1:{c}"),
+                    format!("--advertise-client-urls=http://127.0.0.1:{c}"),
+                    format!("--listen-peer-urls=http://127.0.0.1:{p}"),
+                    format!("--initial-advertise-peer-urls=http://127.0.0.1:{p}"),
+                    format!("--initial-cluster=testenv=http://127.0.0.1:{p}"),
+                    "--initial-cluster-state=new".to_owned(),
+                    "--log-level=warn".to_owned(),
+                ])
+            },
+            &[],
+            Duration::from_secs(30),
+            || etcd_healthy(client.get()),
+        )?;
+        self.etcd_url = format!("http://127.0.0.1:{}", client.get());
+        Ok(())
+    }
+
+    fn start_apiserver(&mut self) -> Result<(), Error> {
+        let pki = self.pki.clone();
+        let etcd_url = self.etcd_url.clone();
+        let port = std::cell::Cell::new(0u16);
+        let admin_kubeconfig = self.dir.join("kubeconfig");
+        let bin = self.bins.kube_apiserver.clone();
+        let admin = self.admin.clone();
+        let this = &*self;
+        this.start_component(
+            "kube-apiserver",
+            &bin,
+            || {
+                let p = free_port()?;
+                port.set(p);
+                write_kubeconfig(
+                    &admin_kubeconfig,
+                    &format!("https://127.0.0.1:{p}"),
+                    &pki.cluster_ca.cert,
+                    Some((&pki.admin.cert, &pki.admin.key)),
+                )?;
+                Ok(apiserver_args(&pki, &etcd_url, p))
+            },
+            &[],
+            Duration::from_secs(120),
+            || admin.run(&["get", "--raw=/readyz"]).success,
+        )?;
+        self.apiserver_url = format!("https://127.0.0.1:{}", port.get());
+        Ok(())
+    }
+
+    fn start_controller_manager(&mut self) -> Result<(), Error> {
+        let kubeconfig = self.dir.join("kube-controller-manager.kubeconfig");
+        write_kubeconfig(
+            &kubeconfig,
+            &self.apiserver_url,
+            &self.pki.cluster_ca.cert,
+            Some((
+                &self.pki.controller_manager.cert,
+                &self.pki.controller_manager.key,
+            )),
+        )?;
+        let health_kubeconfig = self.dir.join("kcm-health.kubeconfig");
+        let health = Kubectl::new(
+            &self.bins.kubectl,
+            &health_kubeconfig,
+            &self.dir.join("kube-cache"),
+        );
+        let port = std::cell::Cell::new(0u16);
+        let pki = self.pki.clone();
+        let cert_dir = self.dir.join("kcm-certs");
+        self.start_component(
+            "kube-controller-manager",
+            &self.bins.kube_controller_manager,
+            || {
+                let p = free_port()?;
+                port.set(p);
+                write_insecure_kubeconfig(
+                    &health_kubeconfig,
+                    &format!("https://127.0.0.1:{p}"),
+                    &pki.admin,
+                )?;
+                Ok(vec![
+                    format!("--kubeconfig={}", kubeconfig.display()),
+                    format!("--authentication-kubeconfig={}", kubeconfig.display()),
+                    format!("--authorization-kubeconfig={}", kubeconfig.display()),
+                    "--bind-address=127.0.0.1".to_owned(),
+                    format!("--secure-port={p}"),
+                    format!("--cert-dir={}", cert_dir.display()),
+                    "--leader-elect=false".to_owned(),
+                    format!("--controllers={}", CONTROLLERS.join(",")),
+                    "--use-service-account-credentials=false".to_owned(),
+                    format!(
+                        "--service-account-private-key-file={}",
+                        pki.service_account_key.display()
+                    ),
+                    format!("--root-ca-file={}", pki.cluster_ca.cert.display()),
+                    "--pvclaimbinder-sync-period=5s".to_owned(),
+                    "--v=1".to_owned(),
+                ])
+            },
+            &[],
+            Duration::from_secs(60),
+            || health.run(&["get", "--raw=/healthz"]).success,
+        )
+    }
+
+    fn start_server(&mut self, opts: &Options) -> Result<(), Error> {
+        let direct_kubeconfig = self.dir.join("direct.kubeconfig");
+        let port = std::cell::Cell::new(0u16);
+        let pki = self.pki.clone();
+        let direct = self.direct.clone();
+        self.start_component(
+            "storage-transfer-apiserver",
+            &opts.server_bin,
+            || {
+                let p = free_port()?;
+                port.set(p);
+                write_kubeconfig(
+                    &direct_kubeconfig,
+                    &format!("https://127.0.0.1:{p}"),
+                    &pki.serving_ca.cert,
+                    Some((&pki.admin.cert, &pki.admin.key)),
+                )?;
+                let mut args = vec![
+                    "--bind-address=127.0.0.1".to_owned(),
+                    format!("--secure-port={p}"),
+                    format!("--tls-cert-file={}", pki.server_serving.cert.display()),
+                    format!(
+                        "--tls-private-key-file={}",
+                        pki.server_serving.key.display()
+                    ),
+                    "--shutdown-grace-period=5s".to_owned(),
+                ];
+                args.extend(opts.server_args.iter().cloned());
+                Ok(args)
+            },
+            &[("RUST_LOG", "info")],
+            Duration::from_secs(30),
+            || direct.run(&["get", "--raw=/readyz"]).success,
+        )?;
+        self.server_port = port.get();
+        self.server_url = format!("https://127.0.0.1:{}", port.get());
+        Ok(())
+    }
+
+    /// Applies `apiservice/local` and `apiservice/apiservice.yaml`, points the
+    /// APIService at our port with our CA, and waits for `Available=True` and
+    /// for our group to appear in discovery.
+    fn register_apiservice(&self) -> Result<(), Error> {
+        let root = repo_root();
+        let local = root.join("apiservice/local/service.yaml");
+        let apiservice = root.join("apiservice/apiservice.yaml");
+        self.admin
+            .eventually(
+                &["apply", "-f", &local.display().to_string()],
+                Duration::from_secs(30),
+            )
+            .into_result()?;
+        self.admin
+            .try_ok(&["apply", "-f", &apiservice.display().to_string()])?;
+        let ca = base64(self.pki.serving_ca.pem()?.as_bytes());
+        let patch = format!(
+            r#"{{"spec":{{"caBundle":"{ca}","service":{{"port":{}}}}}}}"#,
+            self.server_port
+        );
+        self.admin.try_ok(&[
+            "patch",
+            "apiservice",
+            APISERVICE,
+            "--type=merge",
+            &format!("--patch={patch}"),
+        ])?;
+        let log = self.log_path("kube-apiserver");
+        let timeout = Duration::from_secs(90);
+        let wait = self.admin.run(&[
+            "wait",
+            "--for=condition=Available",
+            &format!("apiservice/{APISERVICE}"),
+            &format!("--timeout={}s", timeout.as_secs()),
+        ]);
+        if !wait.success {
+            let status = self.admin.run(&[
+                "get",
+                "apiservice",
+                APISERVICE,
+                "-o",
+                "jsonpath={.status.conditions}",
+            ]);
+            return Err(Error::Timeout {
+                what: format!(
+                    "APIService {APISERVICE} to be Available (conditions: {})",
+                    status.stdout
+                ),
+                timeout,
+                tail: process::log_tail(&log, 30),
+                log,
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let run = self.admin.run(&[
+                "api-resources",
+                &format!("--api-group={GROUP}"),
+                "-o",
+                "name",
+            ]);
+            if run.success && run.stdout.contains("namespacetransfers") {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: format!("{GROUP} to appear in discovery ({})", run.stderr.trim()),
+                    timeout: Duration::from_secs(60),
+                    tail: process::log_tail(&log, 30),
+                    log,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// kubectl as cluster admin (`system:masters`).
+    pub fn kubectl(&self) -> &Kubectl {
+        &self.admin
+    }
+
+    /// kubectl talking straight to our server, bypassing the aggregator.
+    pub fn direct(&self) -> &Kubectl {
+        &self.direct
+    }
+
+    /// The admin kubeconfig.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    /// Where every component's log is.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+
+    /// A kubectl authenticated by a fresh client certificate (CN `user`, O
+    /// `group`) from the cluster CA. For several groups use
+    /// [`Kubectl::impersonating`].
+    pub fn user(&self, user: &str, group: Option<&str>) -> Result<Kubectl, Error> {
+        let dir = self.dir.join("users");
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let file = sanitize(user);
+        let groups: Vec<&str> = group.into_iter().collect();
+        let pair = self
+            .pki
+            .cluster_ca
+            .issue(&dir, &file, user, &groups, &[], Usage::Client)?;
+        let kubeconfig = dir.join(format!("{file}.kubeconfig"));
+        write_kubeconfig(
+            &kubeconfig,
+            &self.apiserver_url,
+            &self.pki.cluster_ca.cert,
+            Some((&pair.cert, &pair.key)),
+        )?;
+        Ok(Kubectl::new(
+            &self.bins.kubectl,
+            &kubeconfig,
+            &self.dir.join("kube-cache"),
+        ))
+    }
+
+    /// A fresh namespace `<prefix>-<n>`, deleted when the guard drops.
+    pub fn namespace(&self, prefix: &str) -> Result<Namespace, Error> {
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{}-{}-{n}", sanitize(prefix), std::process::id() % 100_000);
+        self.admin.try_ok(&["create", "namespace", &name])?;
+        Ok(Namespace {
+            name,
+            kubectl: self.admin.clone(),
+        })
+    }
+
+    /// Stops every component, newest first.
+    pub fn stop(&self) {
+        let mut procs = lock(&self.processes);
+        while let Some(mut p) = procs.pop() {
+            p.stop(Duration::from_secs(5));
+            let _ = std::fs::remove_file(self.dir.join("pids").join(format!("{}.pid", p.name)));
+        }
+        let _ = std::fs::remove_dir_all(&self.etcd_data);
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if !self.detached {
+            self.stop();
+        }
+    }
+}
+
+/// A namespace that is deleted (without waiting) when dropped.
+#[derive(Debug)]
+pub struct Namespace {
+    pub name: String,
+    kubectl: Kubectl,
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = self.kubectl.run(&[
+            "delete",
+            "namespace",
+            &self.name,
+            "--wait=false",
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+
+/// The control plane shared by every test of this test binary, started on first
+/// use. `server_bin` is `env!("CARGO_BIN_EXE_storage-transfer-apiserver")`.
+///
+/// A failing test names the directory holding every component's log.
+#[track_caller]
+pub fn shared(server_bin: &str) -> &'static ControlPlane {
+    let result = SHARED.get_or_init(|| {
+        let opts = Options::for_tests(server_bin);
+        let logs = opts.dir.join("logs");
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            previous(info);
+            eprintln!("testenv: component logs are in {}", logs.display());
+        }));
+        ControlPlane::start(opts).map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(cp) => cp,
+        Err(e) => panic!("the test control plane did not start: {e}"),
+    }
+}
+
+fn wait_ready(
+    p: &mut Process,
+    name: &str,
+    timeout: Duration,
+    ready: &mut impl FnMut() -> bool,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if !p.is_running() {
+            return Err(Error::Exited {
+                component: name.to_owned(),
+                log: p.log.clone(),
+                tail: p.log_tail(),
+            });
+        }
+        if ready() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what: format!("{name} to become ready"),
+                timeout,
+                log: p.log.clone(),
+                tail: p.log_tail(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn apiserver_args(pki: &Pki, etcd_url: &str, port: u16) -> Vec<String> {
+    let p = |path: &Path| path.display().to_string();
+    vec![
+        format!("--etcd-servers={etcd_url}"),
+        "--bind-address=127.0.0.1".to_owned(),
+        "--advertise-address=127.0.0.1".to_owned(),
+        format!("--secure-port={port}"),
+        format!("--tls-cert-file={}", p(&pki.apiserver_serving.cert)),
+        format!("--tls-private-key-file={}", p(&pki.apiserver_serving.key)),
+        format!("--cert-dir={}", p(&pki.dir.join("apiserver-generated"))),
+        format!("--client-ca-file={}", p(&pki.cluster_ca.cert)),
+        "--authorization-mode=RBAC".to_owned(),
+        "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+        "--allow-privileged=true".to_owned(),
+        // Endpoints may not hold loopback addresses, so the kubernetes Service
+        // endpoint reconciler has nothing valid to write.
+        "--endpoint-reconciler-type=none".to_owned(),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
+        format!("--service-account-key-file={}", p(&pki.service_account_pub)),
+        format!(
+            "--service-account-signing-key-file={}",
+            p(&pki.service_account_key)
+        ),
+        // Aggregation: who may send X-Remote-* headers, and our proxy identity.
+        format!(
+            "--requestheader-client-ca-file={}",
+            p(&pki.front_proxy_ca.cert)
+        ),
+        format!(
+            "--requestheader-allowed-names={}",
+            pki::FRONT_PROXY_CLIENT_CN
+        ),
+        "--requestheader-username-headers=X-Remote-User".to_owned(),
+        "--requestheader-uid-headers=X-Remote-Uid".to_owned(),
+        "--requestheader-group-headers=X-Remote-Group".to_owned(),
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+        format!(
+            "--proxy-client-cert-file={}",
+            p(&pki.front_proxy_client.cert)
+        ),
+        format!("--proxy-client-key-file={}", p(&pki.front_proxy_client.key)),
+        "--profiling=false".to_owned(),
+        "--v=1".to_owned(),
+    ]
+}
+
+/// etcd's data dir: on tmpfs when there is one, since etcd fsyncs every write.
+fn etcd_data_dir(run: &Path) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let name = run
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".to_owned());
+    if shm.is_dir() {
+        shm.join(format!(
+            "sta-testenv-{}-{}",
+            sanitize(&name),
+            std::process::id()
+        ))
+    } else {
+        run.join("etcd-data")
+    }
+}
+
+fn etcd_healthy(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.contains("\"health\":\"true\"")
+}
+
+/// Writes a kubeconfig with one cluster, one user and one context.
+pub fn write_kubeconfig(
+    path: &Path,
+    server: &str,
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+) -> Result<(), Error> {
+    let user = match client {
+        Some((cert, key)) => format!(
+            "    client-certificate: {}\n    client-key: {}\n",
+            cert.display(),
+            key.display()
+        ),
+        None => "    {}\n".to_owned(),
+    };
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: testenv\n  user:\n{user}contexts:\n- name: testenv\n  context:\n    cluster: testenv\n    user: testenv\ncurrent-context: testenv\n",
+        ca.display()
+    );
+    std::fs::write(path, text).map_err(io_err(path))
+}
+
+/// A kubeconfig for a component's own self-signed serving certificate (the
+/// controller-manager's health port), authenticating with a client certificate
+/// so that kubectl never prompts for a password.
+fn write_insecure_kubeconfig(
+    path: &Path,
+    server: &str,
+    client: &pki::CertPair,
+) -> Result<(), Error> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n",
+        client.cert.display(),
+        client.key.display()
+    );
+    std::fs::write(path, text).map_err(io_err(path))
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Standard base64, for the APIService `caBundle`.
+pub fn base64(data: &[u8]) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(TABLE[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard_alphabet_and_padding() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+
+    #[test]
+    fn sanitize_makes_names_dns_friendly() {
+        assert_eq!(sanitize("Alice@Example"), "alice-example");
+    }
+}

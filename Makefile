@@ -1,0 +1,33 @@
+# The two commands that matter:
+#   make dev    a local control plane with the extension registered (.dev/kubeconfig)
+#   make test   every test, against real etcd, kube-apiserver, kube-controller-manager and kubectl
+# and:
+#   make down   stop what `make dev` started
+#   make lint   rustfmt and clippy, as CI runs them
+#   make kube   only build the pinned Kubernetes binaries (cached outside the tree)
+
+CARGO ?= cargo
+DEV_DIR ?= $(CURDIR)/.dev
+
+.PHONY: dev down test lint kube prereqs
+
+prereqs:
+	@hack/prereqs.sh
+
+kube: prereqs
+	@hack/build-kube.sh >/dev/null
+
+dev: kube
+	$(CARGO) build --locked --bin storage-transfer-apiserver --bin devenv
+	target/debug/devenv up --dir $(DEV_DIR) --server-bin target/debug/storage-transfer-apiserver
+
+down:
+	@$(CARGO) build --quiet --locked --bin devenv
+	@target/debug/devenv down --dir $(DEV_DIR)
+
+test: kube
+	hack/test.sh
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings

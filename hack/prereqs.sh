@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Checks (and where it can, installs) what `make dev` and `make test` need:
+# Rust's cargo, Go >= the version the pinned Kubernetes release asks for, and
+# etcd from Debian's etcd-server package.
+#
+# Missing Debian packages are installed with apt-get when running as root (as
+# CI does); otherwise the exact command to run is printed and we exit non-zero.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+missing=()
+apt_packages=()
+
+need_go="1.26"
+
+if ! command -v cargo >/dev/null 2>&1; then
+  missing+=("cargo (Rust toolchain): install it with rustup, https://rustup.rs")
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+  missing+=("go $need_go or newer: https://go.dev/doc/install (Debian's golang package is too old)")
+else
+  have_go="$(go env GOVERSION | sed 's/^go//')"
+  if [[ "$(printf '%s\n%s\n' "$need_go" "$have_go" | sort -V | head -n1)" != "$need_go" ]]; then
+    missing+=("go $need_go or newer (found $have_go): https://go.dev/doc/install")
+  fi
+fi
+
+if ! command -v etcd >/dev/null 2>&1 && [[ -z "${ETCD_BIN:-}" ]]; then
+  apt_packages+=(etcd-server)
+fi
+
+if ((${#apt_packages[@]})); then
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "prereqs: installing ${apt_packages[*]} with apt-get" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq --no-install-recommends "${apt_packages[@]}" >&2
+  else
+    missing+=("Debian packages ${apt_packages[*]}: sudo apt-get update && sudo apt-get install -y ${apt_packages[*]}")
+  fi
+fi
+
+if ((${#missing[@]})); then
+  echo "prereqs: missing:" >&2
+  for m in "${missing[@]}"; do echo "  - $m" >&2; done
+  exit 1
+fi
+

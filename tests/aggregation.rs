@@ -1,0 +1,175 @@
+//! End to end through kube-apiserver's aggregation layer, with the real kubectl:
+//! kubectl → kube-apiserver (aggregator) → APIService → storage-transfer-apiserver.
+
+#![allow(clippy::unwrap_used)] // Tests fail by panicking.
+
+use std::time::Duration;
+
+use sta_testenv::{shared, ControlPlane, APISERVICE};
+
+fn cp() -> &'static ControlPlane {
+    shared(env!("CARGO_BIN_EXE_storage-transfer-apiserver"))
+}
+
+#[test]
+fn apiservice_reports_available_true() {
+    let status = cp().kubectl().ok(&[
+        "get",
+        "apiservice",
+        APISERVICE,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+    ]);
+    assert_eq!(status, "True");
+}
+
+#[test]
+fn apiservice_trusts_our_ca_and_does_not_skip_tls_verification() {
+    let spec: serde_json::Value = serde_json::from_str(&cp().kubectl().ok(&[
+        "get",
+        "apiservice",
+        APISERVICE,
+        "-o",
+        "jsonpath={.spec}",
+    ]))
+    .unwrap();
+    assert_ne!(spec["insecureSkipTLSVerify"], true);
+    assert!(!spec["caBundle"].as_str().unwrap_or_default().is_empty());
+    assert_eq!(spec["service"]["namespace"], "storage-transfer-system");
+}
+
+#[test]
+fn kubectl_api_resources_lists_both_resources_with_short_names() {
+    let out = cp().kubectl().ok(&[
+        "api-resources",
+        "--api-group=storage.transfer.k8s.io",
+        "--no-headers",
+    ]);
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            vec![
+                "ephemeralclaims",
+                "ec",
+                "storage.transfer.k8s.io/v1alpha1",
+                "true",
+                "EphemeralClaim"
+            ],
+            vec![
+                "namespacetransfers",
+                "nst",
+                "storage.transfer.k8s.io/v1alpha1",
+                "true",
+                "NamespaceTransfer"
+            ],
+        ],
+        "{out}"
+    );
+}
+
+#[test]
+fn kubectl_api_resources_shows_verbs_and_categories() {
+    let out = cp().kubectl().ok(&[
+        "api-resources",
+        "--api-group=storage.transfer.k8s.io",
+        "-o",
+        "wide",
+        "--no-headers",
+    ]);
+    for line in out.lines() {
+        assert!(
+            line.contains("create,delete,deletecollection,get,list,patch,update,watch"),
+            "{line}"
+        );
+        assert!(line.contains("storage-transfer"), "{line}");
+    }
+}
+
+#[test]
+fn raw_get_of_the_group_version_returns_the_resource_list_through_the_aggregator() {
+    let body = cp()
+        .kubectl()
+        .ok(&["get", "--raw", "/apis/storage.transfer.k8s.io/v1alpha1"]);
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["kind"], "APIResourceList");
+    assert_eq!(list["groupVersion"], "storage.transfer.k8s.io/v1alpha1");
+    let names: Vec<&str> = list["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "namespacetransfers",
+            "namespacetransfers/status",
+            "ephemeralclaims",
+            "ephemeralclaims/status"
+        ]
+    );
+}
+
+#[test]
+fn our_server_answers_readyz_directly_with_its_serving_certificate() {
+    let out = cp().direct().ok(&["get", "--raw", "/readyz?verbose"]);
+    assert!(out.contains("[+]shutdown ok"), "{out}");
+    assert!(out.ends_with("readyz check passed\n"), "{out}");
+}
+
+#[test]
+fn demo_pvc_is_bound_by_kube_controller_manager() {
+    let k = cp().kubectl();
+    let demo = sta_testenv::repo_root().join("hack/dev/demo.yaml");
+    k.eventually(
+        &["apply", "-f", &demo.display().to_string()],
+        Duration::from_secs(30),
+    )
+    .into_result()
+    .unwrap();
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=Bound",
+        "pvc/db",
+        "-n",
+        "prod",
+        "--timeout=60s",
+    ]);
+    let volume = k.ok(&[
+        "get",
+        "pvc",
+        "db",
+        "-n",
+        "prod",
+        "-o",
+        "jsonpath={.spec.volumeName}",
+    ]);
+    assert_eq!(volume, "demo-db");
+    let claim = k.ok(&[
+        "get",
+        "pv",
+        "demo-db",
+        "-o",
+        "jsonpath={.spec.claimRef.namespace}/{.spec.claimRef.name}",
+    ]);
+    assert_eq!(claim, "prod/db");
+    // StorageObjectInUseProtection admission puts pvc-protection on the claim,
+    // as in a real cluster.
+    let finalizers = k.ok(&[
+        "get",
+        "pvc",
+        "db",
+        "-n",
+        "prod",
+        "-o",
+        "jsonpath={.metadata.finalizers}",
+    ]);
+    assert!(
+        finalizers.contains("kubernetes.io/pvc-protection"),
+        "{finalizers}"
+    );
+}

@@ -1,0 +1,235 @@
+//! Starting, watching and stopping the component processes.
+//!
+//! Every component writes stdout and stderr to `<run>/logs/<name>.log`. In
+//! attached mode (tests) a watchdog process outlives the test binary just long
+//! enough to kill every component, so a panic, an abort or a SIGKILL of the test
+//! binary still tears the control plane down. In detached mode (`make dev`) the
+//! components outlive us and their pids are recorded under `<run>/pids/`.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::{io_err, Error};
+
+/// One running component.
+#[derive(Debug)]
+pub struct Process {
+    pub name: String,
+    pub pid: u32,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Process {
+    /// Starts `program` in its own process group with output to `log`.
+    pub fn spawn(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<Self, Error> {
+        let out = File::create(log).map_err(io_err(log))?;
+        let err = out.try_clone().map_err(io_err(log))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().map_err(|e| Error::Spawn {
+            component: name.to_owned(),
+            program: program.to_owned(),
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            name: name.to_owned(),
+            pid: child.id(),
+            log: log.to_owned(),
+            child: Some(child),
+        })
+    }
+
+    /// Whether the process is still running; reaps it if it exited.
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => pid_is_running(self.pid),
+        }
+    }
+
+    /// The exit code, once the process has exited (attached processes only).
+    pub fn exit_code(&mut self) -> Option<i32> {
+        self.child.as_mut()?.try_wait().ok()??.code()
+    }
+
+    /// The last lines of its log, for error messages.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log, 30)
+    }
+
+    /// Whether its log says a port was already taken.
+    pub fn lost_port_race(&self) -> bool {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        log.contains("address already in use")
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; waits for the exit.
+    pub fn stop(&mut self, grace: Duration) {
+        terminate(self.pid, grace);
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Forgets the child handle: the process keeps running after we exit.
+    pub fn detach(&mut self) {
+        self.child = None;
+    }
+}
+
+/// SIGTERM to `pid`, SIGKILL if it is still alive after `grace`.
+pub fn terminate(pid: u32, grace: Duration) {
+    let Ok(raw) = i32::try_from(pid) else { return };
+    let pid_t = Pid::from_raw(raw);
+    if kill(pid_t, Signal::SIGTERM).is_err() {
+        return;
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if !pid_is_running(pid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = kill(pid_t, Signal::SIGKILL);
+}
+
+/// Whether `pid` is a live process (not a zombie).
+pub fn pid_is_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the parenthesised command name.
+        Ok(stat) => match stat.rsplit_once(')') {
+            Some((_, rest)) => !rest.trim_start().starts_with(['Z', 'X']),
+            None => false,
+        },
+        Err(_) => false,
+    }
+}
+
+/// The command line of `pid`, with arguments joined by spaces.
+pub fn cmdline(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(
+        raw.split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+/// Every live pid whose command line mentions `needle`, except our own.
+pub fn pids_mentioning(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| cmdline(*pid).is_some_and(|c| c.contains(needle)))
+        .filter(|pid| pid_is_running(*pid))
+        .collect()
+}
+
+/// The last `lines` lines of a log file, read from its end.
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let Ok(mut f) = File::open(path) else {
+        return format!("(no log at {})", path.display());
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(64 * 1024);
+    let mut buf = String::new();
+    if f.seek(SeekFrom::Start(start)).is_err() || f.read_to_string(&mut buf).is_err() {
+        return format!("(unreadable log at {})", path.display());
+    }
+    let all: Vec<&str> = buf.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A shell process that kills the registered pids and removes the registered
+/// paths when its stdin closes, which happens when the test binary exits in any
+/// way, including a panic or SIGKILL.
+#[derive(Debug)]
+pub struct Watchdog {
+    stdin: ChildStdin,
+    _child: Child,
+}
+
+const WATCHDOG_SCRIPT: &str = r#"
+pids=""; paths=""
+while read -r kind value; do
+  case "$kind" in
+    pid) pids="$pids $value" ;;
+    path) paths="$paths $value" ;;
+  esac
+done
+[ -n "$pids" ] && kill -TERM $pids 2>/dev/null
+i=0
+while [ $i -lt 20 ]; do
+  alive=""
+  for p in $pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+  [ -z "$alive" ] && break
+  sleep 0.1; i=$((i+1))
+done
+[ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+for p in $paths; do rm -rf "$p"; done
+exit 0
+"#;
+
+impl Watchdog {
+    pub fn start() -> Result<Self, Error> {
+        let mut child = Command::new("sh")
+            .args(["-c", WATCHDOG_SCRIPT, "sta-testenv-watchdog"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| Error::Spawn {
+                component: "watchdog".to_owned(),
+                program: PathBuf::from("sh"),
+                message: e.to_string(),
+            })?;
+        let stdin = child.stdin.take().ok_or_else(|| Error::Spawn {
+            component: "watchdog".to_owned(),
+            program: PathBuf::from("sh"),
+            message: "no stdin pipe".to_owned(),
+        })?;
+        Ok(Self {
+            stdin,
+            _child: child,
+        })
+    }
+
+    /// Kill `pid` when the test binary exits.
+    pub fn guard_pid(&mut self, pid: u32) {
+        let _ = writeln!(self.stdin, "pid {pid}");
+    }
+
+    /// Remove `path` (no spaces) when the test binary exits.
+    pub fn guard_path(&mut self, path: &Path) {
+        let _ = writeln!(self.stdin, "path {}", path.display());
+    }
+}
