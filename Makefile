@@ -18,11 +18,12 @@ kube: prereqs
 	@hack/build-kube.sh >/dev/null
 
 dev: kube
-	$(CARGO) build --locked --bin storage-transfer-apiserver --bin devenv
+	$(CARGO) build --locked --bin storage-transfer-apiserver
+	$(CARGO) build --locked -p sta-testenv --bin devenv
 	target/debug/devenv up --dir $(DEV_DIR) --server-bin target/debug/storage-transfer-apiserver
 
 down:
-	@$(CARGO) build --quiet --locked --bin devenv
+	@$(CARGO) build --quiet --locked -p sta-testenv --bin devenv
 	@target/debug/devenv down --dir $(DEV_DIR)
 
 test: kube

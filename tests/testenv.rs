@@ -72,11 +72,11 @@ fn impersonation_carries_user_and_groups() {
 
 #[test]
 fn a_component_that_fails_to_start_reports_its_log_tail_and_leaves_nothing_running() {
-    let mut opts = sta_testenv::Options::for_tests(env!("CARGO_BIN_EXE_storage-transfer-apiserver"));
-    opts.dir = opts.dir.with_file_name(format!(
-        "failing-start-{}",
-        std::process::id()
-    ));
+    let mut opts =
+        sta_testenv::Options::for_tests(env!("CARGO_BIN_EXE_storage-transfer-apiserver"));
+    opts.dir = opts
+        .dir
+        .with_file_name(format!("failing-start-{}", std::process::id()));
     opts.server_args = vec!["--no-such-flag".to_owned()];
     let err = sta_testenv::ControlPlane::start(opts.clone())
         .unwrap_err()
@@ -85,7 +85,10 @@ fn a_component_that_fails_to_start_reports_its_log_tail_and_leaves_nothing_runni
         err.contains("storage-transfer-apiserver exited during start-up"),
         "{err}"
     );
-    assert!(err.contains("--no-such-flag"), "the log tail is missing: {err}");
+    assert!(
+        err.contains("--no-such-flag"),
+        "the log tail is missing: {err}"
+    );
     let leftovers = sta_testenv::process::pids_mentioning(&opts.dir.display().to_string());
     assert!(leftovers.is_empty(), "still running: {leftovers:?}");
 }

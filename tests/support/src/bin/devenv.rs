@@ -197,9 +197,13 @@ fn down(dir: &Path) {
 
 fn print_next_steps(dir: &Path) {
     let kubeconfig = dir.join("kubeconfig");
+    let kubectl = sta_testenv::Binaries::locate()
+        .map(|b| b.kubectl.display().to_string())
+        .unwrap_or_else(|_| "kubectl".to_owned());
     println!(
         "\nstorage-transfer-apiserver is registered and Available.\n\
          \n  export KUBECONFIG={kc}\n\
+         \x20 alias kubectl={kubectl}   # the client built from the pinned release\n\
          \nTry:\n\
          \x20 kubectl api-resources --api-group=storage.transfer.k8s.io\n\
          \x20 kubectl get namespacetransfers -A\n\
