@@ -3,8 +3,6 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-use std::time::Duration;
-
 use sta_testenv::{shared, ControlPlane, APISERVICE};
 
 fn cp() -> &'static ControlPlane {
@@ -124,31 +122,19 @@ fn our_server_answers_readyz_directly_with_its_serving_certificate() {
 #[test]
 fn demo_pvc_is_bound_by_kube_controller_manager() {
     let k = cp().kubectl();
-    let demo = sta_testenv::repo_root().join("hack/dev/demo.yaml");
-    k.eventually(
-        &["apply", "-f", &demo.display().to_string()],
-        Duration::from_secs(30),
-    )
-    .into_result()
-    .unwrap();
-    k.ok(&[
-        "wait",
-        "--for=jsonpath={.status.phase}=Bound",
-        "pvc/db",
-        "-n",
-        "prod",
-        "--timeout=60s",
-    ]);
-    let volume = k.ok(&[
-        "get",
-        "pvc",
-        "db",
-        "-n",
-        "prod",
-        "-o",
-        "jsonpath={.spec.volumeName}",
-    ]);
-    assert_eq!(volume, "demo-db");
+    sta_testenv::create_demo(k).unwrap();
+    let pvc = |path: &str| {
+        k.ok(&[
+            "get",
+            "pvc",
+            "db",
+            "-n",
+            "prod",
+            "-o",
+            &format!("jsonpath={path}"),
+        ])
+    };
+    assert_eq!(pvc("{.spec.volumeName}"), "demo-db");
     let claim = k.ok(&[
         "get",
         "pv",
@@ -159,15 +145,7 @@ fn demo_pvc_is_bound_by_kube_controller_manager() {
     assert_eq!(claim, "prod/db");
     // StorageObjectInUseProtection admission puts pvc-protection on the claim,
     // as in a real cluster.
-    let finalizers = k.ok(&[
-        "get",
-        "pvc",
-        "db",
-        "-n",
-        "prod",
-        "-o",
-        "jsonpath={.metadata.finalizers}",
-    ]);
+    let finalizers = pvc("{.metadata.finalizers}");
     assert!(
         finalizers.contains("kubernetes.io/pvc-protection"),
         "{finalizers}"

@@ -3,10 +3,16 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-use sta_testenv::{shared, ControlPlane};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use sta_testenv::{process::pids_of_run, shared, ControlPlane, Options};
+
+const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
+const PROBE_DIR_ENV: &str = "STA_TESTENV_WATCHDOG_PROBE_DIR";
 
 fn cp() -> &'static ControlPlane {
-    shared(env!("CARGO_BIN_EXE_storage-transfer-apiserver"))
+    shared(BIN)
 }
 
 #[test]
@@ -72,8 +78,7 @@ fn impersonation_carries_user_and_groups() {
 
 #[test]
 fn a_component_that_fails_to_start_reports_its_log_tail_and_leaves_nothing_running() {
-    let mut opts =
-        sta_testenv::Options::for_tests(env!("CARGO_BIN_EXE_storage-transfer-apiserver"));
+    let mut opts = Options::for_tests(BIN);
     opts.dir = opts
         .dir
         .with_file_name(format!("failing-start-{}", std::process::id()));
@@ -89,6 +94,83 @@ fn a_component_that_fails_to_start_reports_its_log_tail_and_leaves_nothing_runni
         err.contains("--no-such-flag"),
         "the log tail is missing: {err}"
     );
-    let leftovers = sta_testenv::process::pids_mentioning(&opts.dir.display().to_string());
+    let leftovers = sta_testenv::process::pids_of_run(&opts.dir);
     assert!(leftovers.is_empty(), "still running: {leftovers:?}");
+}
+
+/// Run in a child process by the test below: starts its own control plane, says
+/// so, and hangs until it is killed.
+#[test]
+#[ignore = "helper, run in a child process by killing_the_test_binary_still_tears_the_control_plane_down"]
+fn helper_starts_a_control_plane_and_hangs_until_killed() {
+    let Some(dir) = std::env::var_os(PROBE_DIR_ENV) else {
+        return;
+    };
+    let mut opts = Options::for_tests(BIN);
+    opts.dir = PathBuf::from(dir);
+    let cp = ControlPlane::start(opts).unwrap();
+    std::fs::write(cp.dir.join("ready"), "").unwrap();
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn killing_the_test_binary_still_tears_the_control_plane_down() {
+    let dir = Options::for_tests(BIN)
+        .dir
+        .with_file_name(format!("watchdog-probe-{}", std::process::id()));
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "helper_starts_a_control_plane_and_hangs_until_killed",
+            "--exact",
+            "--ignored",
+        ])
+        .env(PROBE_DIR_ENV, &dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !dir.join("ready").exists() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the helper exited early"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the helper's control plane never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let running = pids_of_run(&dir);
+    assert!(
+        running.len() >= 4,
+        "expected 4 components, found {running:?}"
+    );
+
+    child.kill().unwrap(); // SIGKILL: no destructor, no panic hook runs.
+    child.wait().unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = pids_of_run(&dir);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after SIGKILL: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let etcd_data = std::fs::read_to_string(dir.join("etcd-data.path")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::path::Path::new(etcd_data.trim()).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "etcd data {etcd_data} was not removed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

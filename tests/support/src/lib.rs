@@ -682,6 +682,29 @@ impl Drop for Namespace {
     }
 }
 
+/// Applies the `make dev` demo (`hack/dev/demo.yaml`: namespaces `prod` and
+/// `dev`, a StorageClass that allows transfers, a hostPath PV) and waits until
+/// kube-controller-manager has bound `prod/db`.
+pub fn create_demo(k: &Kubectl) -> Result<(), Error> {
+    let demo = repo_root().join("hack/dev/demo.yaml");
+    // Namespace and ServiceAccount set-up take a moment on a fresh cluster, and
+    // apply is idempotent: retry it.
+    k.eventually(
+        &["apply", "-f", &demo.display().to_string()],
+        Duration::from_secs(30),
+    )
+    .into_result()?;
+    k.try_ok(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=Bound",
+        "pvc/db",
+        "-n",
+        "prod",
+        "--timeout=60s",
+    ])?;
+    Ok(())
+}
+
 static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
 
 /// The control plane shared by every test of this test binary, started on first
@@ -692,6 +715,9 @@ static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
 pub fn shared(server_bin: &str) -> &'static ControlPlane {
     let result = SHARED.get_or_init(|| {
         let opts = Options::for_tests(server_bin);
+        if let Some(parent) = opts.dir.parent() {
+            prune_old_runs(parent, 30);
+        }
         let logs = opts.dir.join("logs");
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
@@ -703,6 +729,23 @@ pub fn shared(server_bin: &str) -> &'static ControlPlane {
     match result {
         Ok(cp) => cp,
         Err(e) => panic!("the test control plane did not start: {e}"),
+    }
+}
+
+/// Keeps the `keep` newest run directories under `parent` and removes the rest,
+/// so that `target/testenv` does not grow without bound.
+fn prune_old_runs(parent: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let mut runs: Vec<(SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .filter(|(_, p)| p.is_dir())
+        .collect();
+    runs.sort_by(|a, b| b.0.cmp(&a.0));
+    for (_, old) in runs.into_iter().skip(keep) {
+        let _ = std::fs::remove_dir_all(old);
     }
 }
 

@@ -153,6 +153,22 @@ pub fn pids_mentioning(needle: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Every live process of the control plane whose run directory is `dir`: those
+/// whose command line names `dir`, or the etcd data dir recorded in it (which
+/// may live on tmpfs, outside `dir`).
+pub fn pids_of_run(dir: &Path) -> Vec<u32> {
+    let mut pids = pids_mentioning(&format!("{}/", dir.display()));
+    if let Ok(data) = std::fs::read_to_string(dir.join("etcd-data.path")) {
+        let data = data.trim();
+        if !data.is_empty() {
+            pids.extend(pids_mentioning(&format!("--data-dir={data}")));
+        }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
 /// The last `lines` lines of a log file, read from its end.
 pub fn log_tail(path: &Path, lines: usize) -> String {
     let Ok(mut f) = File::open(path) else {

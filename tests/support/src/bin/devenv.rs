@@ -94,7 +94,7 @@ fn up(dir: &Path, server_bin: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = create_demo(cp.kubectl()) {
+    if let Err(e) = sta_testenv::create_demo(cp.kubectl()) {
         eprintln!(
             "devenv: creating the demo failed: {e}\nlogs: {}",
             cp.logs_dir().display()
@@ -105,26 +105,6 @@ fn up(dir: &Path, server_bin: &Path) -> ExitCode {
     }
     print_next_steps(dir);
     ExitCode::SUCCESS
-}
-
-fn create_demo(k: &Kubectl) -> Result<(), sta_testenv::Error> {
-    let demo = repo_root().join("hack/dev/demo.yaml");
-    // The namespace controller and ServiceAccount admission need a moment on a
-    // fresh cluster; apply is idempotent, so retry it.
-    k.eventually(
-        &["apply", "-f", &demo.display().to_string()],
-        Duration::from_secs(30),
-    )
-    .into_result()?;
-    k.try_ok(&[
-        "wait",
-        "--for=jsonpath={.status.phase}=Bound",
-        "pvc/db",
-        "-n",
-        "prod",
-        "--timeout=60s",
-    ])?;
-    Ok(())
 }
 
 fn healthy(dir: &Path) -> bool {
@@ -185,8 +165,7 @@ fn down(dir: &Path) {
         let _ = std::fs::remove_file(file);
     }
     // Anything left over from a crash before its pid file was written.
-    let needle = format!("{}/", dir.display());
-    for pid in process::pids_mentioning(&needle) {
+    for pid in process::pids_of_run(dir) {
         process::terminate(pid, Duration::from_secs(10));
     }
     // etcd's data dir may be on tmpfs, outside `dir`: its path is recorded.
