@@ -743,7 +743,7 @@ fn prune_old_runs(parent: &Path, keep: usize) {
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .filter(|(_, p)| p.is_dir())
         .collect();
-    runs.sort_by(|a, b| b.0.cmp(&a.0));
+    runs.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
     for (_, old) in runs.into_iter().skip(keep) {
         let _ = std::fs::remove_dir_all(old);
     }
