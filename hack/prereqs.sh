@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks (and where it can, installs) what `make dev` and `make test` need:
-# Rust's cargo, Go >= the version the pinned Kubernetes release asks for, and
-# etcd from Debian's etcd-server package.
+# Rust's cargo, Go >= the version the pinned Kubernetes release asks for, etcd
+# from Debian's etcd-server package, and protoc (protobuf-compiler) for etcd-client.
 #
 # Missing Debian packages are installed with apt-get when running as root (as
 # CI does); otherwise the exact command to run is printed and we exit non-zero.
@@ -28,6 +28,11 @@ fi
 
 if ! command -v etcd >/dev/null 2>&1 && [[ -z "${ETCD_BIN:-}" ]]; then
   apt_packages+=(etcd-server)
+fi
+
+# etcd-client compiles etcd's protobuf definitions at build time.
+if ! command -v protoc >/dev/null 2>&1 && [[ -z "${PROTOC:-}" ]]; then
+  apt_packages+=(protobuf-compiler)
 fi
 
 if ((${#apt_packages[@]})); then

@@ -1,8 +1,171 @@
-//! Persistence of our objects in etcd: the `Storage` trait and its etcd backend.
+//! Persistence of our objects in etcd: the [`Storage`] trait, its etcd backend,
+//! and the watch cache that serves lists and watches without a round trip per
+//! client.
 //!
-//! Owns the key layout (`<prefix>/storage.transfer.k8s.io/<resource>/<ns>/<name>`),
-//! transactions on `mod_revision`, consistent lists, watches and the watch cache
-//! (DESIGN §3 "etcd layout"). It speaks its own error type; nothing above
-//! `registry` ever sees it. It knows nothing of HTTP, users or strategies.
-//!
-//! Empty in the walking skeleton: the API machinery arrives with the core issue.
+//! Owns the key layout (`<prefix>/storage.transfer.k8s.io/<resource>/<ns>/<name>`,
+//! built by [`key_for`]), transactions on `mod_revision`, consistent lists at one
+//! revision, and watches from a revision (DESIGN §3 "etcd layout"). Values are
+//! opaque bytes here. It speaks its own error type, [`StorageError`]; nothing
+//! above `registry` ever sees it. It knows nothing of HTTP, users or strategies.
+
+pub mod cache;
+pub mod etcd;
+#[cfg(test)]
+pub(crate) mod memory;
+
+use bytes::Bytes;
+
+/// An etcd revision; the `resourceVersion` of everything stored.
+pub type Revision = i64;
+
+/// Why a storage operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    #[error("key {key} not found")]
+    NotFound { key: String },
+    #[error("key {key} already exists")]
+    AlreadyExists { key: String },
+    #[error("key {key} was modified: expected revision {expected}, found {actual}")]
+    Conflict {
+        key: String,
+        expected: Revision,
+        actual: Revision,
+    },
+    #[error("revision {requested} has been compacted")]
+    Compacted { requested: Revision },
+    #[error("revision {requested} is newer than the store's current revision")]
+    FutureRevision { requested: Revision },
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    #[error("storage error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// One stored value with its revisions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyValue {
+    pub key: String,
+    pub value: Bytes,
+    pub create_revision: Revision,
+    pub mod_revision: Revision,
+}
+
+/// A change seen by a watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Created (`prev` is `None`) or modified.
+    Put {
+        kv: KeyValue,
+        prev: Option<KeyValue>,
+    },
+    /// Deleted at `revision`; `prev` is the last value.
+    Delete { prev: KeyValue, revision: Revision },
+}
+
+impl Event {
+    pub fn revision(&self) -> Revision {
+        match self {
+            Event::Put { kv, .. } => kv.mod_revision,
+            Event::Delete { revision, .. } => *revision,
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        match self {
+            Event::Put { kv, .. } => &kv.key,
+            Event::Delete { prev, .. } => &prev.key,
+        }
+    }
+}
+
+/// What a watch stream delivers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchMessage {
+    /// Events in revision order.
+    Events(Vec<Event>),
+    /// Every event up to this revision has been delivered.
+    Progress(Revision),
+}
+
+/// A range read: `[start_after, end of prefix)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListOptions {
+    /// Read at this revision; `None` reads the latest.
+    pub revision: Option<Revision>,
+    /// Continue after this key (exclusive).
+    pub start_after: Option<String>,
+    /// At most this many items; `None` for all.
+    pub limit: Option<i64>,
+}
+
+/// One page of a list, read at one revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    pub items: Vec<KeyValue>,
+    /// The revision the read was made at.
+    pub revision: Revision,
+    /// Whether keys remain after the last item.
+    pub more: bool,
+    /// How many keys remain after this page (when `more`).
+    pub remaining: i64,
+}
+
+/// A live watch.
+#[async_trait::async_trait]
+pub trait WatchStream: Send + std::fmt::Debug {
+    /// The next message; `Ok(None)` when the stream ended.
+    async fn next(&mut self) -> Result<Option<WatchMessage>>;
+    /// Asks for a [`WatchMessage::Progress`] as soon as possible.
+    async fn request_progress(&mut self) -> Result<()>;
+}
+
+/// The storage interface the registry is written against.
+#[async_trait::async_trait]
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// Creates `key` if it does not exist (`create_revision == 0`).
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue>;
+    /// A linearizable read of `key`.
+    async fn get(&self, key: &str) -> Result<KeyValue>;
+    /// Replaces `key` if its `mod_revision` is still `expected`.
+    async fn update(&self, key: &str, expected: Revision, value: Bytes) -> Result<KeyValue>;
+    /// Deletes `key` if its `mod_revision` is still `expected`; returns the
+    /// deleted value and the revision of the deletion.
+    async fn delete(&self, key: &str, expected: Revision) -> Result<(KeyValue, Revision)>;
+    /// Reads keys under `prefix` at one revision.
+    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListPage>;
+    /// The store's current revision (a linearizable read).
+    async fn current_revision(&self) -> Result<Revision>;
+    /// Watches `prefix` for changes after revision `after`.
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<Box<dyn WatchStream>>;
+}
+
+/// The etcd key of an object.
+pub fn key_for(prefix: &str, group: &str, resource: &str, namespace: &str, name: &str) -> String {
+    format!(
+        "{}/{namespace}/{name}",
+        resource_prefix(prefix, group, resource)
+    )
+}
+
+/// The key prefix of a resource (without a trailing slash).
+pub fn resource_prefix(prefix: &str, group: &str, resource: &str) -> String {
+    format!("{}/{group}/{resource}", prefix.trim_end_matches('/'))
+}
+
+/// The first key after every key that starts with `prefix`.
+pub fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte was 0xff: the range is open-ended.
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests;

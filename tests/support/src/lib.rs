@@ -365,17 +365,7 @@ impl ControlPlane {
                 let c = free_port()?;
                 let p = free_port()?;
                 client.set(c);
-                Ok(vec![
-                    "--name=testenv".to_owned(),
-                    format!("--data-dir={}", data.display()),
-                    format!("--listen-client-urls=http://127.0.0.1:{c}"),
-                    format!("--advertise-client-urls=http://127.0.0.1:{c}"),
-                    format!("--listen-peer-urls=http://127.0.0.1:{p}"),
-                    format!("--initial-advertise-peer-urls=http://127.0.0.1:{p}"),
-                    format!("--initial-cluster=testenv=http://127.0.0.1:{p}"),
-                    "--initial-cluster-state=new".to_owned(),
-                    "--log-level=warn".to_owned(),
-                ])
+                Ok(etcd_args(&data, c, p))
             },
             &[],
             Duration::from_secs(30),
@@ -776,6 +766,76 @@ fn wait_ready(
             });
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn etcd_args(data: &Path, client: u16, peer: u16) -> Vec<String> {
+    vec![
+        "--name=testenv".to_owned(),
+        format!("--data-dir={}", data.display()),
+        format!("--listen-client-urls=http://127.0.0.1:{client}"),
+        format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+        format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+        format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+        format!("--initial-cluster=testenv=http://127.0.0.1:{peer}"),
+        "--initial-cluster-state=new".to_owned(),
+        "--log-level=warn".to_owned(),
+    ]
+}
+
+/// etcd alone, for storage tests: stopped and its data removed on drop.
+#[derive(Debug)]
+pub struct Etcd {
+    pub url: String,
+    process: Process,
+    data: PathBuf,
+}
+
+impl Etcd {
+    /// Starts etcd on free ports with a fresh data dir; its log goes to
+    /// `<dir>/etcd.log`.
+    pub fn start(dir: &Path) -> Result<Self, Error> {
+        let bin = match std::env::var_os("ETCD_BIN") {
+            Some(p) => PathBuf::from(p),
+            None => which("etcd").ok_or_else(|| Error::MissingTool {
+                tool: "etcd".to_owned(),
+                hint: "install Debian's etcd-server package (apt-get install etcd-server), or set ETCD_BIN".to_owned(),
+            })?,
+        };
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let data = etcd_data_dir(dir);
+        let log = dir.join("etcd.log");
+        for attempt in 1..=3 {
+            let _ = std::fs::remove_dir_all(&data);
+            let (client, peer) = (free_port()?, free_port()?);
+            let mut p = Process::spawn("etcd", &bin, &etcd_args(&data, client, peer), &log, &[])?;
+            match wait_ready(&mut p, "etcd", Duration::from_secs(30), &mut || {
+                etcd_healthy(client)
+            }) {
+                Ok(()) => {
+                    return Ok(Self {
+                        url: format!("http://127.0.0.1:{client}"),
+                        process: p,
+                        data,
+                    })
+                }
+                Err(e) => {
+                    let retry = attempt < 3 && p.lost_port_race();
+                    p.stop(Duration::from_secs(2));
+                    if !retry {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.process.stop(Duration::from_secs(2));
+        let _ = std::fs::remove_dir_all(&self.data);
     }
 }
 

@@ -1,0 +1,409 @@
+//! The watch cache: one etcd watch per resource, feeding an in-memory copy of
+//! every object and a bounded buffer of recent events.
+//!
+//! Lists are served from the copy and watches from the buffer, so N clients cost
+//! one etcd watch, not N. The cache is level-triggered: whenever its etcd watch
+//! breaks (compaction, a lost connection) it lists again and closes the watches
+//! it was serving, exactly as kube-apiserver's cacher does, so that clients
+//! re-list instead of silently missing events.
+//!
+//! Consistency: [`WatchCache::wait_for_revision`] lets a reader demand a
+//! revision it learned from etcd (a consistent read, like kube's
+//! ConsistentListFromCache); the cache asks etcd for a progress notification
+//! when no event would otherwise carry it there.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch, Notify};
+
+use super::{Event, KeyValue, ListOptions, Revision, Storage, StorageError, WatchMessage};
+
+/// How many recent events a cache keeps for watches that resume from a
+/// resourceVersion; older ones answer 410 Expired.
+pub const DEFAULT_CAPACITY: usize = 10_000;
+
+/// How many events may queue for one slow watcher before it is closed.
+const FANOUT_BUFFER: usize = 4_096;
+
+/// What kind of change a cached event is, in watch terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One change, shared by every watcher that receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheEvent {
+    pub kind: EventKind,
+    pub revision: Revision,
+    /// The object after the change; for `Deleted`, the last value, with
+    /// `mod_revision` set to the revision of the deletion.
+    pub object: Arc<KeyValue>,
+    /// The object before the change (`Modified`, `Deleted`).
+    pub prev: Option<Arc<KeyValue>>,
+}
+
+/// Why a watch could not start from the cache.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CacheError {
+    #[error("too old resource version: {requested} ({oldest})")]
+    TooOld {
+        requested: Revision,
+        oldest: Revision,
+    },
+    #[error("the watch cache is not ready")]
+    NotReady,
+    #[error("timed out waiting for the watch cache to reach revision {0}")]
+    Stale(Revision),
+}
+
+#[derive(Debug)]
+struct State {
+    objects: BTreeMap<String, Arc<KeyValue>>,
+    events: VecDeque<Arc<CacheEvent>>,
+    /// Every event after this revision is in `events`.
+    complete_after: Revision,
+    revision: Revision,
+    sender: broadcast::Sender<Arc<CacheEvent>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    prefix: String,
+    capacity: usize,
+    state: RwLock<State>,
+    revision: watch::Sender<Revision>,
+    want_progress: Notify,
+    ready: AtomicBool,
+}
+
+/// The read handle of a watch cache; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct WatchCache {
+    inner: Arc<Inner>,
+}
+
+/// A watch served from the cache: first the buffered events after the
+/// requested revision, then live ones.
+#[derive(Debug)]
+pub struct CacheWatch {
+    pub backlog: Vec<Arc<CacheEvent>>,
+    pub live: broadcast::Receiver<Arc<CacheEvent>>,
+}
+
+/// A snapshot of the objects under a prefix, with the revision it is at, and a
+/// watch that continues exactly after it.
+#[derive(Debug)]
+pub struct SnapshotWatch {
+    pub objects: Vec<Arc<KeyValue>>,
+    pub revision: Revision,
+    pub live: broadcast::Receiver<Arc<CacheEvent>>,
+}
+
+impl WatchCache {
+    /// Creates a cache of every key under `prefix` and starts feeding it from
+    /// `storage` in a background task, until `shutdown` is notified.
+    pub fn start(
+        storage: Arc<dyn Storage>,
+        prefix: String,
+        capacity: usize,
+        shutdown: Arc<Notify>,
+    ) -> Self {
+        let (sender, _) = broadcast::channel(FANOUT_BUFFER);
+        let (revision, _) = watch::channel(0);
+        let inner = Arc::new(Inner {
+            prefix,
+            capacity: capacity.max(1),
+            state: RwLock::new(State {
+                objects: BTreeMap::new(),
+                events: VecDeque::new(),
+                complete_after: 0,
+                revision: 0,
+                sender,
+            }),
+            revision,
+            want_progress: Notify::new(),
+            ready: AtomicBool::new(false),
+        });
+        let feeder = inner.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = feed_forever(&feeder, storage) => {}
+                () = shutdown.notified() => {}
+            }
+            feeder.ready.store(false, Ordering::Relaxed);
+        });
+        Self { inner }
+    }
+
+    /// Whether the cache has listed and is watching.
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready.load(Ordering::Relaxed)
+    }
+
+    /// The prefix this cache holds.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The newest revision the cache has caught up with.
+    pub fn revision(&self) -> Revision {
+        *self.inner.revision.borrow()
+    }
+
+    /// Waits until the cache has seen everything up to `revision`.
+    pub async fn wait_for_revision(
+        &self,
+        revision: Revision,
+        timeout: Duration,
+    ) -> Result<(), CacheError> {
+        let mut rx = self.inner.revision.subscribe();
+        if *rx.borrow_and_update() >= revision && self.is_ready() {
+            return Ok(());
+        }
+        self.inner.want_progress.notify_one();
+        let wait = async {
+            loop {
+                if *rx.borrow_and_update() >= revision && self.is_ready() {
+                    return Ok(());
+                }
+                // Keep asking: a progress request sent while the watch was
+                // being re-established is lost.
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() {
+                        return Err(CacheError::NotReady);
+                    },
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {
+                        self.inner.want_progress.notify_one();
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait)
+            .await
+            .unwrap_or(Err(CacheError::Stale(revision)))
+    }
+
+    /// The objects whose keys start with `prefix`, and the revision they are at.
+    pub fn snapshot(&self, prefix: &str) -> Result<(Vec<Arc<KeyValue>>, Revision), CacheError> {
+        if !self.is_ready() {
+            return Err(CacheError::NotReady);
+        }
+        let state = read(&self.inner.state);
+        Ok((range(&state.objects, prefix), state.revision))
+    }
+
+    /// One object by key, and the revision the cache is at.
+    pub fn get(&self, key: &str) -> Result<(Option<Arc<KeyValue>>, Revision), CacheError> {
+        if !self.is_ready() {
+            return Err(CacheError::NotReady);
+        }
+        let state = read(&self.inner.state);
+        Ok((state.objects.get(key).cloned(), state.revision))
+    }
+
+    /// A watch of every change after `after`.
+    pub fn watch_from(&self, after: Revision) -> Result<CacheWatch, CacheError> {
+        if !self.is_ready() {
+            return Err(CacheError::NotReady);
+        }
+        let state = read(&self.inner.state);
+        if after < state.complete_after {
+            return Err(CacheError::TooOld {
+                requested: after,
+                oldest: state.complete_after,
+            });
+        }
+        let backlog = state
+            .events
+            .iter()
+            .filter(|e| e.revision > after)
+            .cloned()
+            .collect();
+        Ok(CacheWatch {
+            backlog,
+            live: state.sender.subscribe(),
+        })
+    }
+
+    /// The current objects under `prefix` plus a watch of every later change,
+    /// taken atomically (for `sendInitialEvents` and watches without a
+    /// resourceVersion).
+    pub fn snapshot_and_watch(&self, prefix: &str) -> Result<SnapshotWatch, CacheError> {
+        if !self.is_ready() {
+            return Err(CacheError::NotReady);
+        }
+        let state = read(&self.inner.state);
+        Ok(SnapshotWatch {
+            objects: range(&state.objects, prefix),
+            revision: state.revision,
+            live: state.sender.subscribe(),
+        })
+    }
+}
+
+fn range(objects: &BTreeMap<String, Arc<KeyValue>>, prefix: &str) -> Vec<Arc<KeyValue>> {
+    objects
+        .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+        .take_while(|(k, _)| k.starts_with(prefix))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+fn read(lock: &RwLock<State>) -> std::sync::RwLockReadGuard<'_, State> {
+    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write(lock: &RwLock<State>) -> std::sync::RwLockWriteGuard<'_, State> {
+    lock.write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// List, watch, apply; on any failure, start again after a short pause.
+async fn feed_forever(inner: &Inner, storage: Arc<dyn Storage>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match feed_once(inner, storage.as_ref()).await {
+            Ok(()) => backoff = Duration::from_millis(100),
+            Err(err) => {
+                tracing::warn!(prefix = %inner.prefix, error = %err, "watch cache lost its watch; re-listing");
+                inner.ready.store(false, Ordering::Relaxed);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+async fn feed_once(inner: &Inner, storage: &dyn Storage) -> Result<(), StorageError> {
+    let (objects, revision) = list_all(storage, &inner.prefix).await?;
+    let mut watch = storage.watch(&inner.prefix, revision).await?;
+    {
+        let mut state = write(&inner.state);
+        state.objects = objects;
+        state.events.clear();
+        state.complete_after = revision;
+        state.revision = revision;
+        // Watchers of the previous generation may have missed events: close
+        // them by replacing the sender, so their clients re-list.
+        let (sender, _) = broadcast::channel(FANOUT_BUFFER);
+        state.sender = sender;
+    }
+    inner.revision.send_replace(revision);
+    inner.ready.store(true, Ordering::Relaxed);
+    tracing::debug!(prefix = %inner.prefix, revision, "watch cache synced");
+
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            message = watch.next() => match message? {
+                None => return Err(StorageError::Unavailable("watch stream ended".to_owned())),
+                Some(WatchMessage::Events(events)) => apply(inner, events),
+                Some(WatchMessage::Progress(revision)) => advance(inner, revision),
+            },
+            () = inner.want_progress.notified() => watch.request_progress().await?,
+            // Keep the revision fresh for bookmarks even when nothing changes.
+            _ = tick.tick() => watch.request_progress().await?,
+        }
+    }
+}
+
+async fn list_all(
+    storage: &dyn Storage,
+    prefix: &str,
+) -> Result<(BTreeMap<String, Arc<KeyValue>>, Revision), StorageError> {
+    let mut objects = BTreeMap::new();
+    let mut opts = ListOptions {
+        limit: Some(10_000),
+        ..ListOptions::default()
+    };
+    loop {
+        let page = storage.list(&format!("{prefix}/"), opts.clone()).await?;
+        opts.revision = Some(page.revision);
+        opts.start_after = page.items.last().map(|kv| kv.key.clone());
+        for kv in page.items {
+            objects.insert(kv.key.clone(), Arc::new(kv));
+        }
+        if !page.more {
+            return Ok((objects, page.revision));
+        }
+    }
+}
+
+fn apply(inner: &Inner, events: Vec<Event>) {
+    let mut last = None;
+    {
+        let mut state = write(&inner.state);
+        for event in events {
+            let revision = event.revision();
+            if revision <= state.revision {
+                continue;
+            }
+            let cached = match event {
+                Event::Put { kv, prev } => {
+                    let object = Arc::new(kv);
+                    let old = state.objects.insert(object.key.clone(), object.clone());
+                    let prev = old.or_else(|| prev.map(Arc::new));
+                    CacheEvent {
+                        kind: if prev.is_some() {
+                            EventKind::Modified
+                        } else {
+                            EventKind::Added
+                        },
+                        revision,
+                        object,
+                        prev,
+                    }
+                }
+                Event::Delete { prev, revision } => {
+                    let old = state.objects.remove(&prev.key);
+                    let last_value = old.as_deref().cloned().unwrap_or(prev);
+                    let object = Arc::new(KeyValue {
+                        mod_revision: revision,
+                        ..last_value.clone()
+                    });
+                    CacheEvent {
+                        kind: EventKind::Deleted,
+                        revision,
+                        object,
+                        prev: Some(Arc::new(last_value)),
+                    }
+                }
+            };
+            let cached = Arc::new(cached);
+            state.events.push_back(cached.clone());
+            while state.events.len() > inner.capacity {
+                if let Some(dropped) = state.events.pop_front() {
+                    state.complete_after = dropped.revision;
+                }
+            }
+            state.revision = revision;
+            // No receivers is fine.
+            let _ = state.sender.send(cached);
+            last = Some(revision);
+        }
+    }
+    if let Some(revision) = last {
+        inner.revision.send_replace(revision);
+    }
+}
+
+fn advance(inner: &Inner, revision: Revision) {
+    {
+        let mut state = write(&inner.state);
+        if revision <= state.revision {
+            return;
+        }
+        state.revision = revision;
+    }
+    inner.revision.send_replace(revision);
+}
+
+#[cfg(test)]
+mod tests;

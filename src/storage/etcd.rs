@@ -1,0 +1,381 @@
+//! The etcd v3 backend of [`Storage`].
+//!
+//! Every write is one transaction guarded on the key's revision, so optimistic
+//! concurrency holds across any number of server replicas sharing the cluster.
+
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions,
+    Identity, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+
+use super::{
+    prefix_end, Event, KeyValue, ListOptions, ListPage, Result, Revision, Storage, StorageError,
+    WatchMessage, WatchStream,
+};
+
+/// How to reach etcd: `--etcd-servers` and the client TLS flags.
+#[derive(Debug, Clone, Default)]
+pub struct EtcdConfig {
+    pub endpoints: Vec<String>,
+    pub ca_file: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+}
+
+/// [`Storage`] on an etcd cluster.
+#[derive(Clone)]
+pub struct EtcdStorage {
+    client: Client,
+}
+
+impl std::fmt::Debug for EtcdStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStorage").finish_non_exhaustive()
+    }
+}
+
+impl EtcdStorage {
+    /// Connects to the endpoints in `config`. The connection is lazy and
+    /// reconnects by itself; a wrong flag (unreadable file) fails here.
+    pub async fn connect(config: &EtcdConfig) -> Result<Self> {
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(std::time::Duration::from_secs(5))
+            .with_timeout(std::time::Duration::from_secs(30))
+            .with_keep_alive(
+                std::time::Duration::from_secs(10),
+                std::time::Duration::from_secs(5),
+            );
+        if config.ca_file.is_some() || config.cert_file.is_some() {
+            let mut tls = TlsOptions::new();
+            if let Some(ca) = &config.ca_file {
+                tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+            }
+            match (&config.cert_file, &config.key_file) {
+                (Some(cert), Some(key)) => {
+                    tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+                }
+                (None, None) => {}
+                _ => {
+                    return Err(StorageError::Unavailable(
+                        "--etcd-certfile and --etcd-keyfile go together".to_owned(),
+                    ))
+                }
+            }
+            options = options.with_tls(tls);
+        }
+        let client = Client::connect(&config.endpoints, Some(options))
+            .await
+            .map_err(map_err)?;
+        Ok(Self { client })
+    }
+
+    /// The raw client, for tests and leader election.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+}
+
+fn read(path: &PathBuf) -> Result<Vec<u8>> {
+    std::fs::read(path)
+        .map_err(|e| StorageError::Unavailable(format!("reading {}: {e}", path.display())))
+}
+
+fn map_err(e: etcd_client::Error) -> StorageError {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            let message = status.message();
+            if message.contains("required revision has been compacted") {
+                StorageError::Compacted { requested: 0 }
+            } else if message.contains("required revision is a future revision") {
+                StorageError::FutureRevision { requested: 0 }
+            } else {
+                match status.code() {
+                    tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+                        StorageError::Unavailable(message.to_owned())
+                    }
+                    _ => StorageError::Internal(message.to_owned()),
+                }
+            }
+        }
+        etcd_client::Error::TransportError(e) => StorageError::Unavailable(e.to_string()),
+        etcd_client::Error::IoError(e) => StorageError::Unavailable(e.to_string()),
+        other => StorageError::Internal(other.to_string()),
+    }
+}
+
+fn convert(kv: &etcd_client::KeyValue) -> Result<KeyValue> {
+    Ok(KeyValue {
+        key: kv
+            .key_str()
+            .map_err(|e| StorageError::Internal(format!("non-UTF-8 key: {e}")))?
+            .to_owned(),
+        value: Bytes::copy_from_slice(kv.value()),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+    })
+}
+
+/// The current value of `key` from the else-branch `get` of a failed transaction.
+fn existing(responses: &[TxnOpResponse]) -> Result<Option<KeyValue>> {
+    for r in responses {
+        if let TxnOpResponse::Get(get) = r {
+            return get.kvs().first().map(convert).transpose();
+        }
+    }
+    Ok(None)
+}
+
+fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Revision {
+    header.map(|h| h.revision()).unwrap_or_default()
+}
+
+#[async_trait::async_trait]
+impl Storage for EtcdStorage {
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, value.to_vec(), None)])
+            .or_else([TxnOp::get(key, None)]);
+        let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
+        if !resp.succeeded() {
+            return Err(StorageError::AlreadyExists {
+                key: key.to_owned(),
+            });
+        }
+        let revision = header_revision(resp.header());
+        Ok(KeyValue {
+            key: key.to_owned(),
+            value,
+            create_revision: revision,
+            mod_revision: revision,
+        })
+    }
+
+    async fn get(&self, key: &str) -> Result<KeyValue> {
+        let resp = self
+            .client
+            .kv_client()
+            .get(key, None)
+            .await
+            .map_err(map_err)?;
+        match resp.kvs().first() {
+            Some(kv) => convert(kv),
+            None => Err(StorageError::NotFound {
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    async fn update(&self, key: &str, expected: Revision, value: Bytes) -> Result<KeyValue> {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
+            .and_then([TxnOp::put(key, value.to_vec(), None)])
+            .or_else([TxnOp::get(key, None)]);
+        let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
+        if !resp.succeeded() {
+            return Err(match existing(&resp.op_responses())? {
+                Some(current) => StorageError::Conflict {
+                    key: key.to_owned(),
+                    expected,
+                    actual: current.mod_revision,
+                },
+                None => StorageError::NotFound {
+                    key: key.to_owned(),
+                },
+            });
+        }
+        let revision = header_revision(resp.header());
+        // The create revision is unchanged by a put; the caller knows it, but
+        // return it right: read it back only if the caller ever needs it.
+        Ok(KeyValue {
+            key: key.to_owned(),
+            value,
+            create_revision: 0,
+            mod_revision: revision,
+        })
+    }
+
+    async fn delete(&self, key: &str, expected: Revision) -> Result<(KeyValue, Revision)> {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
+            .and_then([TxnOp::delete(
+                key,
+                Some(DeleteOptions::new().with_prev_key()),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
+        let responses = resp.op_responses();
+        if !resp.succeeded() {
+            return Err(match existing(&responses)? {
+                Some(current) => StorageError::Conflict {
+                    key: key.to_owned(),
+                    expected,
+                    actual: current.mod_revision,
+                },
+                None => StorageError::NotFound {
+                    key: key.to_owned(),
+                },
+            });
+        }
+        let revision = header_revision(resp.header());
+        for r in &responses {
+            if let TxnOpResponse::Delete(d) = r {
+                if let Some(prev) = d.prev_kvs().first() {
+                    return Ok((convert(prev)?, revision));
+                }
+            }
+        }
+        Err(StorageError::NotFound {
+            key: key.to_owned(),
+        })
+    }
+
+    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListPage> {
+        let start = match &opts.start_after {
+            // The smallest key after `after`.
+            Some(after) => {
+                let mut k = after.as_bytes().to_vec();
+                k.push(0);
+                k
+            }
+            None => prefix.as_bytes().to_vec(),
+        };
+        let mut get = GetOptions::new().with_range(prefix_end(prefix));
+        if let Some(rev) = opts.revision.filter(|r| *r > 0) {
+            get = get.with_revision(rev);
+        }
+        if let Some(limit) = opts.limit.filter(|l| *l > 0) {
+            get = get.with_limit(limit);
+        }
+        let resp = self
+            .client
+            .kv_client()
+            .get(start, Some(get))
+            .await
+            .map_err(|e| match map_err(e) {
+                StorageError::Compacted { .. } => StorageError::Compacted {
+                    requested: opts.revision.unwrap_or_default(),
+                },
+                StorageError::FutureRevision { .. } => StorageError::FutureRevision {
+                    requested: opts.revision.unwrap_or_default(),
+                },
+                other => other,
+            })?;
+        let items = resp.kvs().iter().map(convert).collect::<Result<Vec<_>>>()?;
+        let remaining = resp.count() - items.len() as i64;
+        Ok(ListPage {
+            revision: opts
+                .revision
+                .filter(|r| *r > 0)
+                .unwrap_or_else(|| header_revision(resp.header())),
+            more: resp.more(),
+            remaining: remaining.max(0),
+            items,
+        })
+    }
+
+    async fn current_revision(&self) -> Result<Revision> {
+        // A count-only range over an empty key range is the cheapest
+        // linearizable read that carries the header revision.
+        let resp = self
+            .client
+            .kv_client()
+            .get("\0", Some(GetOptions::new().with_count_only()))
+            .await
+            .map_err(map_err)?;
+        Ok(header_revision(resp.header()))
+    }
+
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<Box<dyn WatchStream>> {
+        let options = WatchOptions::new()
+            .with_range(prefix_end(prefix))
+            .with_start_revision(after + 1)
+            .with_prev_key()
+            .with_progress_notify();
+        let stream = self
+            .client
+            .watch_client()
+            .watch(prefix, Some(options))
+            .await
+            .map_err(map_err)?;
+        Ok(Box::new(EtcdWatch { stream, after }))
+    }
+}
+
+/// An etcd watch, translated into [`WatchMessage`]s.
+struct EtcdWatch {
+    stream: etcd_client::WatchStream,
+    after: Revision,
+}
+
+impl std::fmt::Debug for EtcdWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdWatch")
+            .field("after", &self.after)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl WatchStream for EtcdWatch {
+    async fn next(&mut self) -> Result<Option<WatchMessage>> {
+        loop {
+            let Some(resp) = self.stream.message().await.map_err(map_err)? else {
+                return Ok(None);
+            };
+            if resp.canceled() {
+                if resp.compact_revision() > 0 {
+                    return Err(StorageError::Compacted {
+                        requested: self.after,
+                    });
+                }
+                return Err(StorageError::Unavailable(format!(
+                    "watch canceled: {}",
+                    resp.cancel_reason()
+                )));
+            }
+            if resp.events().is_empty() {
+                // The creation response says nothing about delivered events;
+                // a later empty response is a progress notification.
+                if resp.created() {
+                    continue;
+                }
+                return Ok(Some(WatchMessage::Progress(header_revision(resp.header()))));
+            }
+            let mut events = Vec::with_capacity(resp.events().len());
+            for e in resp.events() {
+                let Some(kv) = e.kv() else { continue };
+                let prev = e.prev_kv().map(convert).transpose()?;
+                events.push(match e.event_type() {
+                    EventType::Put => Event::Put {
+                        kv: convert(kv)?,
+                        prev,
+                    },
+                    EventType::Delete => Event::Delete {
+                        revision: kv.mod_revision(),
+                        prev: match prev {
+                            Some(p) => p,
+                            None => KeyValue {
+                                key: convert(kv)?.key,
+                                value: Bytes::new(),
+                                create_revision: 0,
+                                mod_revision: kv.mod_revision(),
+                            },
+                        },
+                    },
+                });
+            }
+            if let Some(last) = events.last() {
+                self.after = last.revision();
+            }
+            return Ok(Some(WatchMessage::Events(events)));
+        }
+    }
+
+    async fn request_progress(&mut self) -> Result<()> {
+        self.stream.request_progress().await.map_err(map_err)
+    }
+}

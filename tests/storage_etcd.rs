@@ -1,0 +1,216 @@
+//! The etcd backend against a real etcd (Debian's etcd-server): transactions,
+//! preconditions, consistent paged lists, watch resume and compaction.
+
+#![allow(clippy::unwrap_used)] // Tests fail by panicking.
+
+use std::path::Path;
+
+use bytes::Bytes;
+use storage_transfer_apiserver::storage::etcd::{EtcdConfig, EtcdStorage};
+use storage_transfer_apiserver::storage::{
+    Event, ListOptions, Storage, StorageError, WatchMessage,
+};
+
+async fn etcd(name: &str) -> (sta_testenv::Etcd, EtcdStorage) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("storage-etcd-{name}-{}", std::process::id()));
+    let etcd = sta_testenv::Etcd::start(&dir).unwrap();
+    let storage = EtcdStorage::connect(&EtcdConfig {
+        endpoints: vec![etcd.url.clone()],
+        ..EtcdConfig::default()
+    })
+    .await
+    .unwrap();
+    (etcd, storage)
+}
+
+const P: &str = "/registry/storage.transfer.k8s.io/namespacetransfers";
+
+fn v(s: &'static str) -> Bytes {
+    Bytes::from_static(s.as_bytes())
+}
+
+#[tokio::test]
+async fn create_is_refused_for_an_existing_key() {
+    let (_etcd, s) = etcd("create").await;
+    let key = format!("{P}/ns/a");
+    let kv = s.create(&key, v("1")).await.unwrap();
+    assert_eq!(kv.create_revision, kv.mod_revision);
+    assert_eq!(
+        s.create(&key, v("2")).await.unwrap_err(),
+        StorageError::AlreadyExists { key: key.clone() }
+    );
+    assert_eq!(s.get(&key).await.unwrap().value, v("1"));
+}
+
+#[tokio::test]
+async fn update_and_delete_hold_to_the_expected_revision() {
+    let (_etcd, s) = etcd("update").await;
+    let key = format!("{P}/ns/a");
+    let first = s.create(&key, v("1")).await.unwrap();
+    let second = s.update(&key, first.mod_revision, v("2")).await.unwrap();
+    assert!(second.mod_revision > first.mod_revision);
+
+    let stale = s
+        .update(&key, first.mod_revision, v("3"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        stale,
+        StorageError::Conflict {
+            key: key.clone(),
+            expected: first.mod_revision,
+            actual: second.mod_revision
+        }
+    );
+    assert!(matches!(
+        s.delete(&key, first.mod_revision).await,
+        Err(StorageError::Conflict { .. })
+    ));
+    assert_eq!(s.get(&key).await.unwrap().value, v("2"));
+
+    let (gone, at) = s.delete(&key, second.mod_revision).await.unwrap();
+    assert_eq!(gone.value, v("2"));
+    assert!(at > second.mod_revision);
+    assert!(matches!(
+        s.get(&key).await,
+        Err(StorageError::NotFound { .. })
+    ));
+    assert!(matches!(
+        s.update(&key, at, v("4")).await,
+        Err(StorageError::NotFound { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_paged_list_stays_at_its_revision_under_concurrent_writes() {
+    let (_etcd, s) = etcd("paging").await;
+    for i in 0..10 {
+        s.create(&format!("{P}/ns/obj-{i:02}"), v("x"))
+            .await
+            .unwrap();
+    }
+    let first = s
+        .list(
+            &format!("{P}/"),
+            ListOptions {
+                limit: Some(4),
+                ..ListOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.items.len(), 4);
+    assert!(first.more);
+    assert_eq!(first.remaining, 6);
+
+    // Writes between pages must not show up in later pages.
+    s.create(&format!("{P}/ns/obj-05a"), v("new"))
+        .await
+        .unwrap();
+    let victim = s.get(&format!("{P}/ns/obj-09")).await.unwrap();
+    s.delete(&victim.key, victim.mod_revision).await.unwrap();
+
+    let mut keys: Vec<String> = first.items.iter().map(|kv| kv.key.clone()).collect();
+    let mut opts = ListOptions {
+        revision: Some(first.revision),
+        start_after: keys.last().cloned(),
+        limit: Some(4),
+    };
+    loop {
+        let page = s.list(&format!("{P}/"), opts.clone()).await.unwrap();
+        assert_eq!(page.revision, first.revision);
+        keys.extend(page.items.iter().map(|kv| kv.key.clone()));
+        if !page.more {
+            break;
+        }
+        opts.start_after = keys.last().cloned();
+    }
+    let expected: Vec<String> = (0..10).map(|i| format!("{P}/ns/obj-{i:02}")).collect();
+    assert_eq!(keys, expected);
+}
+
+#[tokio::test]
+async fn a_list_at_a_compacted_revision_is_refused() {
+    let (_etcd, s) = etcd("compact-list").await;
+    let a = s.create(&format!("{P}/ns/a"), v("1")).await.unwrap();
+    s.update(&a.key, a.mod_revision, v("2")).await.unwrap();
+    let now = s.current_revision().await.unwrap();
+    s.client().compact(now, None).await.unwrap();
+    let err = s
+        .list(
+            &format!("{P}/"),
+            ListOptions {
+                revision: Some(a.mod_revision),
+                ..ListOptions::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        StorageError::Compacted {
+            requested: a.mod_revision
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_watch_resumes_after_a_revision_and_sees_puts_and_deletes() {
+    let (_etcd, s) = etcd("watch").await;
+    let a = s.create(&format!("{P}/ns/a"), v("1")).await.unwrap();
+    let b = s.update(&a.key, a.mod_revision, v("2")).await.unwrap();
+    s.create("/registry/other/x", v("elsewhere")).await.unwrap();
+    let (_, deleted) = s.delete(&a.key, b.mod_revision).await.unwrap();
+
+    let mut w = s.watch(&format!("{P}/"), a.mod_revision).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match w.next().await.unwrap().unwrap() {
+            WatchMessage::Events(events) => seen.extend(events),
+            WatchMessage::Progress(_) => {}
+        }
+    }
+    match &seen[0] {
+        Event::Put { kv, prev } => {
+            assert_eq!(kv.value, v("2"));
+            assert_eq!(prev.as_ref().unwrap().value, v("1"));
+        }
+        other => panic!("expected a put, got {other:?}"),
+    }
+    match &seen[1] {
+        Event::Delete { prev, revision } => {
+            assert_eq!(*revision, deleted);
+            assert_eq!(prev.value, v("2"));
+        }
+        other => panic!("expected a delete, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_progress_request_reports_the_current_revision() {
+    let (_etcd, s) = etcd("progress").await;
+    s.create("/registry/other/x", v("1")).await.unwrap();
+    let now = s.current_revision().await.unwrap();
+    let mut w = s.watch(&format!("{P}/"), now).await.unwrap();
+    w.request_progress().await.unwrap();
+    loop {
+        if let WatchMessage::Progress(rev) = w.next().await.unwrap().unwrap() {
+            assert!(rev >= now);
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_watch_from_a_compacted_revision_fails_as_compacted() {
+    let (_etcd, s) = etcd("compact-watch").await;
+    let a = s.create(&format!("{P}/ns/a"), v("1")).await.unwrap();
+    let b = s.update(&a.key, a.mod_revision, v("2")).await.unwrap();
+    s.update(&a.key, b.mod_revision, v("3")).await.unwrap();
+    let now = s.current_revision().await.unwrap();
+    s.client().compact(now, None).await.unwrap();
+    let mut w = s.watch(&format!("{P}/"), a.mod_revision - 1).await.unwrap();
+    let err = w.next().await.unwrap_err();
+    assert!(matches!(err, StorageError::Compacted { .. }), "{err:?}");
+}
