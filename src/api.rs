@@ -1,11 +1,20 @@
-//! The `storage.transfer.k8s.io` API: its group, versions and resources, and the
-//! error vocabulary every layer speaks.
+//! The `storage.transfer.k8s.io` API: its group, versions and resources, the types,
+//! defaulting and validation of its two kinds, and the error vocabulary every layer
+//! speaks.
 //!
 //! This layer is pure: no I/O, no tokio. Everything above it (storage, registry,
 //! endpoints, discovery) reads the resource table here instead of restating it, so
 //! that adding a resource starts with one entry in [`RESOURCES`].
 
+pub mod ephemeral_claim;
 pub mod errors;
+pub mod meta;
+pub mod namespace_transfer;
+pub mod validation;
+
+pub use ephemeral_claim::EphemeralClaim;
+pub use meta::{Object, Requester};
+pub use namespace_transfer::NamespaceTransfer;
 
 /// The API group this server owns.
 pub const GROUP: &str = "storage.transfer.k8s.io";

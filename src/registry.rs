@@ -1,7 +1,63 @@
-//! The generic `Store<Strategy>` and the per-resource strategies: CRUD,
-//! preconditions, finalizers, generation, selectors, dry-run.
+//! The generic [`Store`] and the per-resource strategies: CRUD, preconditions,
+//! finalizers, generation, selectors, dry-run and watch.
 //!
-//! This is the one place where storage errors become [`crate::api::errors::ApiError`]s,
-//! with the resource and name added. It must not parse HTTP.
-//!
-//! Empty in the walking skeleton: the API machinery arrives with the core issue.
+//! As in k8s.io/apiserver, the store is written once and every resource brings
+//! only a [`Strategy`]: its object type (which carries defaulting and
+//! validation), its Table columns and its field selectors. This is the one place
+//! where [`StorageError`]s become [`ApiError`]s, with the resource and name
+//! added. It must not parse HTTP.
+
+pub mod ephemeral_claim;
+pub mod namespace_transfer;
+pub mod selectors;
+pub mod store;
+pub mod strategy;
+pub mod table;
+
+pub use selectors::{FieldSelector, LabelSelector};
+pub use store::{
+    DeleteOptions, DeleteOutcome, ListOptions, ObjectList, Store, Watch, WatchEvent, WatchOptions,
+};
+pub use strategy::Strategy;
+
+use crate::api::errors::{ApiError, GroupResource};
+use crate::api::meta::Requester;
+use crate::storage::StorageError;
+
+/// Who is asking, and how: what every write needs besides its object.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    /// The authenticated user; stamped into `spec.requester` on create.
+    pub user: Requester,
+    /// `dryRun=All`: run every step but the write.
+    pub dry_run: bool,
+}
+
+/// The one mapping from storage errors to API errors.
+pub(crate) fn storage_error(err: StorageError, resource: &GroupResource, name: &str) -> ApiError {
+    match err {
+        StorageError::NotFound { .. } => ApiError::NotFound {
+            resource: resource.clone(),
+            name: name.to_owned(),
+        },
+        StorageError::AlreadyExists { .. } => ApiError::AlreadyExists {
+            resource: resource.clone(),
+            name: name.to_owned(),
+        },
+        StorageError::Conflict { .. } => ApiError::Conflict {
+            resource: resource.clone(),
+            name: name.to_owned(),
+            message: "the object has been modified; please apply your changes to the latest version and try again".to_owned(),
+        },
+        StorageError::Compacted { requested } => ApiError::Expired(format!(
+            "The resourceVersion for the provided list is too old (resourceVersion {requested} has been compacted)."
+        )),
+        StorageError::FutureRevision { requested } => ApiError::Timeout(format!(
+            "Too large resource version: {requested}, the storage has not reached it yet"
+        )),
+        StorageError::Unavailable(message) => ApiError::ServiceUnavailable(format!(
+            "storage is unavailable: {message}"
+        )),
+        StorageError::Internal(message) => ApiError::Internal(message),
+    }
+}

@@ -21,8 +21,20 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::Notify;
+
 use crate::api::errors::ApiError;
-use crate::endpoints::{self, Body};
+use crate::authn::{Anonymous, Authenticator, UserInfo};
+use crate::authz::{self, AllowAll, Attributes, Authorizer, Decision, ResourceAttributes};
+use crate::endpoints::request::{self, Query};
+use crate::endpoints::{self, Api, Body};
+use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
+use crate::registry::namespace_transfer::NamespaceTransferStrategy;
+use crate::registry::{Context, Store};
+use crate::storage::etcd::EtcdStorage;
+use crate::storage::Storage;
 use health::Health;
 pub use options::{CompletedConfig, ConfigError, Options};
 
@@ -34,6 +46,8 @@ pub enum ServeError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("connecting to etcd: {0}")]
+    Etcd(#[from] crate::storage::StorageError),
 }
 
 /// Runs the server until `shutdown` resolves, then drains connections for at most
@@ -49,19 +63,75 @@ pub async fn run(
             source,
         })?;
     let local = listener.local_addr().unwrap_or(config.bind);
+    let storage: Arc<dyn Storage> = Arc::new(EtcdStorage::connect(&config.etcd).await?);
     tracing::info!(address = %local, "serving HTTPS");
-    serve(listener, config, shutdown).await;
+    serve(listener, config, storage, shutdown).await;
     Ok(())
+}
+
+/// Everything a request handler needs, shared by all connections.
+#[derive(Debug)]
+struct State {
+    health: Health,
+    api: Api,
+    authn: Arc<dyn Authenticator>,
+    authz: Arc<dyn Authorizer>,
 }
 
 /// The accept loop on an already bound listener.
 pub async fn serve(
     listener: TcpListener,
     config: CompletedConfig,
+    storage: Arc<dyn Storage>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    let stop = Arc::new(Notify::new());
+    let transfers = Arc::new(Store::new(
+        NamespaceTransferStrategy,
+        storage.clone(),
+        &config.etcd_prefix,
+        stop.clone(),
+    ));
+    let claims = Arc::new(Store::new(
+        EphemeralClaimStrategy,
+        storage.clone(),
+        &config.etcd_prefix,
+        stop.clone(),
+    ));
+    let mut health = Health::new();
+    let etcd_ok = Arc::new(AtomicBool::new(false));
+    tokio::spawn(probe_etcd(storage.clone(), etcd_ok.clone(), stop.clone()));
+    health.add_readyz("etcd", {
+        let etcd_ok = etcd_ok.clone();
+        move || {
+            if etcd_ok.load(Ordering::Relaxed) {
+                Ok(())
+            } else {
+                Err("etcd is not reachable".to_owned())
+            }
+        }
+    });
+    health.add_readyz("watch-cache-sync", {
+        let (t, c) = (transfers.clone(), claims.clone());
+        move || {
+            if t.is_ready() && c.is_ready() {
+                Ok(())
+            } else {
+                Err("the watch caches have not synced yet".to_owned())
+            }
+        }
+    });
+    tracing::warn!(
+        "running with --insecure-allow-all: every caller is anonymous and every request is allowed; never do this in a real cluster"
+    );
+    let state = Arc::new(State {
+        health,
+        api: Api::new(transfers, claims),
+        authn: Arc::new(Anonymous),
+        authz: Arc::new(AllowAll),
+    });
+
     let acceptor = TlsAcceptor::from(config.tls.clone());
-    let health = Arc::new(Health::new());
     let graceful = GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);
@@ -80,7 +150,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let acceptor = acceptor.clone();
-        let health = health.clone();
+        let state = state.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
@@ -92,8 +162,8 @@ pub async fn serve(
                 }
             };
             let service = service_fn(move |req| {
-                let health = health.clone();
-                async move { Ok::<_, std::convert::Infallible>(dispatch(&health, req)) }
+                let state = state.clone();
+                async move { Ok::<_, std::convert::Infallible>(dispatch(&state, req).await) }
             });
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
             if let Err(err) = watcher.watch(conn.into_owned()).await {
@@ -102,7 +172,7 @@ pub async fn serve(
         });
     }
 
-    health.begin_shutdown();
+    state.health.begin_shutdown();
     tracing::info!(
         grace = ?config.shutdown_grace,
         "shutting down: no longer accepting connections, draining"
@@ -113,24 +183,104 @@ pub async fn serve(
             tracing::warn!("grace period over with connections still open; closing them");
         }
     }
+    stop.notify_waiters();
 }
 
-fn dispatch(health: &Health, req: Request<Incoming>) -> Response<Body> {
-    let path = req.uri().path();
-    let resp = if let Some(resp) = health.serve(path, req.uri().query()) {
+/// Keeps the `etcd` readiness check current.
+async fn probe_etcd(storage: Arc<dyn Storage>, ok: Arc<AtomicBool>, stop: Arc<Notify>) {
+    loop {
+        let reachable = matches!(
+            tokio::time::timeout(Duration::from_secs(2), storage.current_revision()).await,
+            Ok(Ok(_))
+        );
+        if ok.swap(reachable, Ordering::Relaxed) != reachable {
+            tracing::info!(reachable, "etcd reachability changed");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(2)) => {}
+            () = stop.notified() => return,
+        }
+    }
+}
+
+/// The filter chain: health, then authentication, authorization and the API.
+async fn dispatch(state: &State, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let resp = if let Some(resp) = state.health.serve(&path, req.uri().query()) {
         resp
-    } else if path == "/apis" || path.starts_with("/apis/") {
-        endpoints::serve_api(&req)
     } else {
-        endpoints::error_response(&ApiError::PathNotFound)
+        match authorize(state, &req).await {
+            Err(err) => endpoints::error_response(&err),
+            Ok(user) if path == "/apis" || path.starts_with("/apis/") => {
+                let ctx = Context {
+                    user,
+                    dry_run: false,
+                };
+                endpoints::serve_api(&state.api, req, ctx).await
+            }
+            Ok(_) => endpoints::error_response(&ApiError::PathNotFound),
+        }
     };
-    tracing::debug!(
-        method = %req.method(),
-        path = %req.uri().path(),
-        code = resp.status().as_u16(),
-        "request"
-    );
+    tracing::debug!(%method, %path, code = resp.status().as_u16(), "request");
     resp
+}
+
+/// Authenticates the caller and asks the authorizer about the request.
+async fn authorize(state: &State, req: &Request<Incoming>) -> Result<UserInfo, ApiError> {
+    let (parts, ()) = clone_parts(req);
+    let user = state.authn.authenticate(&parts).await?;
+    let query = Query::parse(req.uri().query());
+    let resource = match request::parse(req.method(), req.uri().path(), &query) {
+        Ok(Some(r)) => Some(r),
+        // Malformed resource paths are answered by the router with the right
+        // error; authorize them as the non-resource path they are.
+        _ => None,
+    };
+    let attributes = match &resource {
+        Some(r) => Attributes {
+            user: user.clone(),
+            verb: r.verb.as_str().to_owned(),
+            resource: Some(ResourceAttributes {
+                group: crate::api::GROUP.to_owned(),
+                version: crate::api::VERSION.to_owned(),
+                resource: r.resource.plural.to_owned(),
+                subresource: if r.status {
+                    "status".to_owned()
+                } else {
+                    String::new()
+                },
+                namespace: r.namespace.clone().unwrap_or_default(),
+                name: r.name.clone().unwrap_or_default(),
+            }),
+            path: req.uri().path().to_owned(),
+        },
+        None => Attributes {
+            user: user.clone(),
+            verb: req.method().as_str().to_ascii_lowercase(),
+            resource: None,
+            path: req.uri().path().to_owned(),
+        },
+    };
+    match state.authz.authorize(&attributes).await? {
+        Decision::Allow => Ok(user),
+        Decision::Deny { reason } => Err(authz::forbidden(&attributes, &reason)),
+    }
+}
+
+/// The head of a request, without its body.
+fn clone_parts(req: &Request<Incoming>) -> (http::request::Parts, ()) {
+    let mut builder = Request::builder()
+        .method(req.method().clone())
+        .uri(req.uri().clone())
+        .version(req.version());
+    if let Some(headers) = builder.headers_mut() {
+        *headers = req.headers().clone();
+    }
+    match builder.body(()) {
+        Ok(r) => r.into_parts(),
+        Err(_) => Request::new(()).into_parts(),
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).

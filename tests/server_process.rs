@@ -23,6 +23,7 @@ fn scratch(name: &str) -> PathBuf {
 
 struct Server {
     process: Process,
+    _etcd: sta_testenv::Etcd,
     port: u16,
     pki: Pki,
     dir: PathBuf,
@@ -42,9 +43,12 @@ fn start(name: &str, with_certs: bool) -> Server {
     )
     .unwrap();
     let port = free_port().unwrap();
+    let etcd = sta_testenv::Etcd::start(&dir.join("etcd")).unwrap();
     let mut args = vec![
         "--bind-address=127.0.0.1".to_owned(),
         format!("--secure-port={port}"),
+        format!("--etcd-servers={}", etcd.url),
+        "--insecure-allow-all".to_owned(),
         "--shutdown-grace-period=5s".to_owned(),
     ];
     if with_certs {
@@ -62,6 +66,7 @@ fn start(name: &str, with_certs: bool) -> Server {
         Process::spawn(name, Path::new(BIN), &args, &log, &[("RUST_LOG", "info")]).unwrap();
     let mut server = Server {
         process,
+        _etcd: etcd,
         port,
         pki,
         dir,
@@ -169,7 +174,8 @@ fn server_exits_zero_on_sigterm_after_draining_connections() {
     .unwrap();
     let kubectl_bin = sta_testenv::Binaries::locate().unwrap().kubectl;
     let k = Kubectl::new(&kubectl_bin, &kubeconfig, &server.dir.join("cache"));
-    assert_eq!(k.ok(&["get", "--raw", "/readyz"]), "ok");
+    let ready = k.eventually(&["get", "--raw", "/readyz"], Duration::from_secs(10));
+    assert_eq!(ready.stdout, "ok", "{}", ready.stderr);
 
     let pid = server.process.pid;
     nix_term(pid);

@@ -95,6 +95,10 @@ pub enum ApiError {
     Internal(String),
     #[error("{0}")]
     ServiceUnavailable(String),
+    /// The server could not answer in time (for example, a resourceVersion the
+    /// storage has not reached yet).
+    #[error("{0}")]
+    Timeout(String),
 }
 
 fn join_causes(causes: &[FieldCause]) -> String {
@@ -126,6 +130,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => 405,
             ApiError::Internal(_) => 500,
             ApiError::ServiceUnavailable(_) => 503,
+            ApiError::Timeout(_) => 504,
         }
     }
 
@@ -146,6 +151,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::Internal(_) => "InternalError",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
+            ApiError::Timeout(_) => "Timeout",
         }
     }
 

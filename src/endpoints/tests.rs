@@ -1,27 +1,22 @@
 use super::*;
 
-fn get(method: Method, path: &str) -> (StatusCode, serde_json::Value) {
-    let req = Request::builder()
-        .method(method)
-        .uri(path)
-        .body(())
-        .unwrap();
-    let resp = serve_api(&req);
+fn discover(method: Method, path: &str) -> Option<(StatusCode, serde_json::Value)> {
+    let resp = match discovery_document(&method, path) {
+        Ok(Some(resp)) => resp,
+        Ok(None) => return None,
+        Err(e) => error_response(&e),
+    };
     let status = resp.status();
-    let body = futures_body(resp);
-    (status, serde_json::from_slice(&body).unwrap())
-}
-
-fn futures_body(resp: Response<Body>) -> Bytes {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    rt.block_on(async { resp.into_body().collect().await.unwrap().to_bytes() })
+    let body = rt.block_on(async { resp.into_body().collect().await.unwrap().to_bytes() });
+    Some((status, serde_json::from_slice(&body).unwrap()))
 }
 
 #[test]
 fn version_path_serves_the_resource_list() {
-    let (code, v) = get(Method::GET, "/apis/storage.transfer.k8s.io/v1alpha1");
+    let (code, v) = discover(Method::GET, "/apis/storage.transfer.k8s.io/v1alpha1").unwrap();
     assert_eq!(code, StatusCode::OK);
     assert_eq!(v["kind"], "APIResourceList");
 }
@@ -29,30 +24,41 @@ fn version_path_serves_the_resource_list() {
 #[test]
 fn group_and_root_paths_serve_group_documents() {
     assert_eq!(
-        get(Method::GET, "/apis/storage.transfer.k8s.io").1["kind"],
+        discover(Method::GET, "/apis/storage.transfer.k8s.io")
+            .unwrap()
+            .1["kind"],
         "APIGroup"
     );
-    assert_eq!(get(Method::GET, "/apis").1["kind"], "APIGroupList");
-    assert_eq!(get(Method::GET, "/apis/").1["kind"], "APIGroupList");
+    assert_eq!(
+        discover(Method::GET, "/apis").unwrap().1["kind"],
+        "APIGroupList"
+    );
+    assert_eq!(
+        discover(Method::GET, "/apis/").unwrap().1["kind"],
+        "APIGroupList"
+    );
 }
 
 #[test]
-fn unknown_paths_answer_a_not_found_status() {
-    for path in [
-        "/apis/other.group",
-        "/apis/storage.transfer.k8s.io/v1",
-        "/apis/storage.transfer.k8s.io/v1alpha1/nope/x/y/z/w/v",
-    ] {
-        let (code, v) = get(Method::GET, path);
-        assert_eq!(code, StatusCode::NOT_FOUND, "{path}");
-        assert_eq!(v["kind"], "Status");
-        assert_eq!(v["reason"], "NotFound");
-    }
+fn resource_paths_are_not_discovery_documents() {
+    assert!(discover(
+        Method::GET,
+        "/apis/storage.transfer.k8s.io/v1alpha1/namespacetransfers"
+    )
+    .is_none());
+    assert!(discover(Method::GET, "/apis/other.group").is_none());
 }
 
 #[test]
 fn writes_to_discovery_documents_are_method_not_allowed() {
-    let (code, v) = get(Method::POST, "/apis/storage.transfer.k8s.io/v1alpha1");
+    let (code, v) = discover(Method::POST, "/apis/storage.transfer.k8s.io/v1alpha1").unwrap();
     assert_eq!(code, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(v["reason"], "MethodNotAllowed");
+}
+
+#[test]
+fn errors_are_status_bodies_with_the_error_code() {
+    let resp = error_response(&ApiError::TooLarge("x".to_owned()));
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
 }

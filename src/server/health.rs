@@ -68,6 +68,18 @@ impl Health {
         }
     }
 
+    /// Adds a named readiness check, run on every `/readyz`.
+    pub fn add_readyz(
+        &mut self,
+        name: &'static str,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) {
+        self.readyz.push(Check {
+            name,
+            run: Arc::new(check),
+        });
+    }
+
     /// From now on `/readyz` fails with `[-]shutdown`.
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::Relaxed);
@@ -152,7 +164,7 @@ fn run_checks(
 }
 
 fn text(status: StatusCode, body: String) -> Response<Body> {
-    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
+    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed_unsync());
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

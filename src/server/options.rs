@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::tls::{self, TlsError};
+use crate::storage::etcd::EtcdConfig;
 
 /// The flags of `storage-transfer-apiserver`.
 #[derive(Debug, Clone, clap::Parser)]
@@ -41,6 +42,32 @@ pub struct Options {
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace_period: Duration,
 
+    /// etcd endpoints, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    pub etcd_servers: Vec<String>,
+
+    /// The key prefix under which objects are stored.
+    #[arg(long, default_value = "/registry")]
+    pub etcd_prefix: String,
+
+    /// CA bundle to verify etcd's serving certificate.
+    #[arg(long)]
+    pub etcd_cafile: Option<PathBuf>,
+
+    /// Client certificate for etcd (with --etcd-keyfile).
+    #[arg(long, requires = "etcd_keyfile")]
+    pub etcd_certfile: Option<PathBuf>,
+
+    /// Client key for etcd (with --etcd-certfile).
+    #[arg(long, requires = "etcd_certfile")]
+    pub etcd_keyfile: Option<PathBuf>,
+
+    /// Treat every caller as anonymous and allow every request. For tests and
+    /// local experiments only: delegated authentication and authorization are
+    /// not wired in yet, so the server refuses to start without this flag.
+    #[arg(long)]
+    pub insecure_allow_all: bool,
+
     /// Log format: `text` or `json`.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -52,6 +79,8 @@ pub struct CompletedConfig {
     pub bind: SocketAddr,
     pub tls: Arc<rustls::ServerConfig>,
     pub shutdown_grace: Duration,
+    pub etcd: EtcdConfig,
+    pub etcd_prefix: String,
 }
 
 /// Why the options could not be completed.
@@ -59,11 +88,38 @@ pub struct CompletedConfig {
 pub enum ConfigError {
     #[error("--tls-cert-file/--tls-private-key-file: {0}")]
     Tls(#[from] TlsError),
+    #[error("--etcd-servers: {0}")]
+    Etcd(String),
+    #[error("--etcd-prefix: {0}")]
+    EtcdPrefix(String),
+    #[error("delegated authentication and authorization are not implemented yet: pass --insecure-allow-all to run without them (tests and local experiments only)")]
+    NoAuth,
 }
 
 impl Options {
     /// Validates the options and loads every file they name.
     pub fn complete(&self) -> Result<CompletedConfig, ConfigError> {
+        if !self.insecure_allow_all {
+            return Err(ConfigError::NoAuth);
+        }
+        if self.etcd_servers.iter().all(|s| s.trim().is_empty()) {
+            return Err(ConfigError::Etcd(
+                "at least one endpoint is required".to_owned(),
+            ));
+        }
+        for server in &self.etcd_servers {
+            if !(server.starts_with("http://") || server.starts_with("https://")) {
+                return Err(ConfigError::Etcd(format!(
+                    "{server:?} must be a URL such as https://127.0.0.1:2379"
+                )));
+            }
+        }
+        if !self.etcd_prefix.starts_with('/') {
+            return Err(ConfigError::EtcdPrefix(format!(
+                "{:?} must start with '/'",
+                self.etcd_prefix
+            )));
+        }
         let identity = match (&self.tls_cert_file, &self.tls_private_key_file) {
             (Some(cert), Some(key)) => {
                 let identity = tls::Identity::from_files(cert, key)?;
@@ -83,6 +139,13 @@ impl Options {
             bind: SocketAddr::new(self.bind_address, self.secure_port),
             tls: Arc::new(identity.server_config()?),
             shutdown_grace: self.shutdown_grace_period,
+            etcd: EtcdConfig {
+                endpoints: self.etcd_servers.clone(),
+                ca_file: self.etcd_cafile.clone(),
+                cert_file: self.etcd_certfile.clone(),
+                key_file: self.etcd_keyfile.clone(),
+            },
+            etcd_prefix: self.etcd_prefix.trim_end_matches('/').to_owned(),
         })
     }
 }

@@ -57,6 +57,7 @@ fn each_error_maps_to_the_code_and_reason_kube_apiserver_uses() {
             503,
             "ServiceUnavailable",
         ),
+        (ApiError::Timeout("x".into()), 504, "Timeout"),
     ];
     for (err, code, reason) in cases {
         let status = err.to_status();

@@ -21,6 +21,7 @@ fn a_cert_without_a_key_is_rejected_by_the_flag_parser() {
 fn a_missing_cert_file_is_an_error_naming_the_flag() {
     let opts = Options::try_parse_from([
         "x",
+        "--insecure-allow-all",
         "--tls-cert-file",
         "/nonexistent/a.crt",
         "--tls-private-key-file",
@@ -34,11 +35,48 @@ fn a_missing_cert_file_is_an_error_naming_the_flag() {
 
 #[test]
 fn without_cert_flags_a_self_signed_identity_is_generated() {
-    let opts = Options::try_parse_from(["x", "--secure-port", "0"]).unwrap();
+    let opts =
+        Options::try_parse_from(["x", "--secure-port", "0", "--insecure-allow-all"]).unwrap();
     let config = opts.complete().unwrap();
     assert_eq!(config.bind.port(), 0);
     assert_eq!(
         config.tls.alpn_protocols,
         [b"h2".to_vec(), b"http/1.1".to_vec()]
     );
+}
+
+#[test]
+fn without_auth_the_server_refuses_to_start_unless_told_it_is_insecure() {
+    let opts = Options::try_parse_from(["x"]).unwrap();
+    let err = opts.complete().unwrap_err().to_string();
+    assert!(err.contains("--insecure-allow-all"), "{err}");
+}
+
+#[test]
+fn etcd_flags_are_checked_and_name_the_flag() {
+    for (args, flag) in [
+        (vec!["--etcd-servers", "127.0.0.1:2379"], "--etcd-servers"),
+        (vec!["--etcd-prefix", "registry"], "--etcd-prefix"),
+    ] {
+        let mut all = vec!["x", "--insecure-allow-all"];
+        all.extend(args);
+        let err = Options::try_parse_from(all)
+            .unwrap()
+            .complete()
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with(flag), "{err}");
+    }
+    let opts = Options::try_parse_from([
+        "x",
+        "--insecure-allow-all",
+        "--etcd-servers",
+        "http://a:1,http://b:2",
+        "--etcd-prefix",
+        "/custom/",
+    ])
+    .unwrap();
+    let config = opts.complete().unwrap();
+    assert_eq!(config.etcd.endpoints, ["http://a:1", "http://b:2"]);
+    assert_eq!(config.etcd_prefix, "/custom");
 }

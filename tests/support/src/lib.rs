@@ -463,6 +463,7 @@ impl ControlPlane {
 
     fn start_server(&mut self, opts: &Options) -> Result<(), Error> {
         let direct_kubeconfig = self.dir.join("direct.kubeconfig");
+        let etcd_url = self.etcd_url.clone();
         let port = std::cell::Cell::new(0u16);
         let pki = self.pki.clone();
         let direct = self.direct.clone();
@@ -481,6 +482,8 @@ impl ControlPlane {
                 let mut args = vec![
                     "--bind-address=127.0.0.1".to_owned(),
                     format!("--secure-port={p}"),
+                    format!("--etcd-servers={etcd_url}"),
+                    "--insecure-allow-all".to_owned(),
                     format!("--tls-cert-file={}", pki.server_serving.cert.display()),
                     format!(
                         "--tls-private-key-file={}",
@@ -892,9 +895,11 @@ fn etcd_data_dir(run: &Path) -> PathBuf {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "run".to_owned());
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if shm.is_dir() {
         shm.join(format!(
-            "sta-testenv-{}-{}",
+            "sta-testenv-{}-{}-{n}",
             sanitize(&name),
             std::process::id()
         ))

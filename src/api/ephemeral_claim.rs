@@ -1,0 +1,547 @@
+//! The EphemeralClaim kind (DESIGN §2.2): its types, defaulting and validation, and
+//! the name of the claim it makes ([`EphemeralClaim::claim_name`]).
+//!
+//! This module owns only what can be decided from the object itself. Admission
+//! (SubjectAccessReview) and the claim's life cycle live in the registry and the
+//! controller.
+//!
+//! Enums (`releasePolicy`, `status.phase`) deserialize strictly: an unknown value is
+//! a serde error whose message names the allowed values. `spec.owner` keeps
+//! `apiVersion` and `kind` as strings, as an owner reference does, and validation
+//! limits them to `v1` `Pod`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaimSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use serde::{Deserialize, Serialize};
+
+use crate::api::errors::FieldCause;
+use crate::api::meta::{string_enum_schema, Object, Requester};
+use crate::api::validation::{self, BadValue, FieldErrors};
+use crate::api::{ResourceInfo, EPHEMERAL_CLAIMS, GROUP_VERSION};
+
+/// The only owner `apiVersion` of v1alpha1.
+pub const OWNER_API_VERSION_V1: &str = "v1";
+/// The only owner `kind` of v1alpha1.
+pub const OWNER_KIND_POD: &str = "Pod";
+
+/// Reason: a claim named `status.claimName` exists and is not controlled by this
+/// EphemeralClaim, so it is never touched.
+pub const REASON_CLAIM_CONFLICT: &str = "ClaimConflict";
+
+/// The access modes a PersistentVolumeClaim accepts, sorted as kube lists them.
+pub const SUPPORTED_ACCESS_MODES: &[&str] = &[
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOnce",
+    "ReadWriteOncePod",
+];
+
+/// The volume modes a PersistentVolumeClaim accepts.
+pub const SUPPORTED_VOLUME_MODES: &[&str] = &["Block", "Filesystem"];
+
+/// A PersistentVolumeClaim whose life is tied to an owner Pod: it is made from a
+/// template, left alone until the pod has used it, and destroyed once the pod is done
+/// with it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EphemeralClaim {
+    /// APIVersion defines the versioned schema of this representation of an object:
+    /// `storage.transfer.k8s.io/v1alpha1`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    /// Kind is the REST resource this object represents: `EphemeralClaim`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// Standard object metadata. The claim is made in the same namespace.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The claim to make and the pod that owns it. Immutable after create.
+    #[serde(default)]
+    pub spec: EphemeralClaimSpec,
+    /// The observed state of the claim, written by the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<EphemeralClaimStatus>,
+}
+
+/// The claim to make and the pod that owns it. Immutable after create.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EphemeralClaimSpec {
+    /// The Pod whose use of the claim decides its life. Required. The claim is named
+    /// `<owner.name>-<metadata.name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<ClaimOwner>,
+    /// The PersistentVolumeClaim to make. Required. Set `spec.dataSourceRef` (or
+    /// `spec.dataSource`) to start from a clone of a claim or snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_template: Option<ClaimTemplate>,
+    /// What happens to the claim once its pod is done: `Delete` (the default) deletes
+    /// it, and the volume follows its reclaim policy; `Retain` keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_policy: Option<ReleasePolicy>,
+    /// The user who created this EphemeralClaim. Set by the server from the
+    /// authenticated user; anything a client sends is replaced, and it never changes
+    /// afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester: Option<Requester>,
+}
+
+/// Names the owner of an EphemeralClaim. Only Pods (`apiVersion: v1`, `kind: Pod`) in
+/// the same namespace can own one in v1alpha1.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimOwner {
+    /// The owner's API version. Must be `v1`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    /// The owner's kind. Must be `Pod`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// The owner Pod's name, in the EphemeralClaim's namespace.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+}
+
+/// The template the claim is made from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimTemplate {
+    /// Labels and annotations copied onto the claim.
+    #[serde(default, skip_serializing_if = "ClaimTemplateMetadata::is_empty")]
+    pub metadata: ClaimTemplateMetadata,
+    /// The spec of the claim, as for a PersistentVolumeClaim. `accessModes` and
+    /// `resources.requests.storage` are required.
+    #[serde(default)]
+    pub spec: PersistentVolumeClaimSpec,
+}
+
+/// The metadata a claim template may set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimTemplateMetadata {
+    /// Labels put on the claim.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations put on the claim.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl ClaimTemplateMetadata {
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
+    }
+}
+
+/// What happens to the claim once its pod is done with it.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[schemars(transform = string_enum_schema)]
+pub enum ReleasePolicy {
+    /// The claim is deleted; its volume follows its reclaim policy.
+    #[default]
+    Delete,
+    /// The claim is kept, and the phase becomes `Released`.
+    Retain,
+}
+
+impl ReleasePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleasePolicy::Delete => "Delete",
+            ReleasePolicy::Retain => "Retain",
+        }
+    }
+}
+
+impl fmt::Display for ReleasePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where an EphemeralClaim is in its life (DESIGN §2.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(transform = string_enum_schema)]
+pub enum EphemeralClaimPhase {
+    /// The claim is being made, or waits to be bound.
+    Pending,
+    /// The claim is bound; its pod has not run yet. It is left alone however long
+    /// that takes.
+    Bound,
+    /// A pod using the claim has run.
+    InUse,
+    /// The pod is done and `releasePolicy` is `Retain`: the claim is kept. Final.
+    Released,
+    /// The pod is done and `releasePolicy` is `Delete`: the claim was deleted. Final.
+    Deleted,
+    /// The claim could not be made, e.g. reason `ClaimConflict`. Final.
+    Failed,
+}
+
+impl EphemeralClaimPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EphemeralClaimPhase::Pending => "Pending",
+            EphemeralClaimPhase::Bound => "Bound",
+            EphemeralClaimPhase::InUse => "InUse",
+            EphemeralClaimPhase::Released => "Released",
+            EphemeralClaimPhase::Deleted => "Deleted",
+            EphemeralClaimPhase::Failed => "Failed",
+        }
+    }
+
+    /// Released, Deleted or Failed: the claim will not move again.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            EphemeralClaimPhase::Released
+                | EphemeralClaimPhase::Deleted
+                | EphemeralClaimPhase::Failed
+        )
+    }
+}
+
+impl fmt::Display for EphemeralClaimPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The observed state of an EphemeralClaim. Written by the server through `/status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EphemeralClaimStatus {
+    /// Pending, Bound, InUse, Released, Deleted or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<EphemeralClaimPhase>,
+    /// The name of the PersistentVolumeClaim made for this EphemeralClaim:
+    /// `<spec.owner.name>-<metadata.name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_name: Option<String>,
+    /// The PersistentVolume bound to the claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_name: Option<String>,
+    /// When a pod using the claim was first seen running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_used_time: Option<Time>,
+    /// When the claim was released by its pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_time: Option<Time>,
+    /// The latest observations of the claim's state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// A CamelCase reason for the current phase, e.g. `ClaimConflict`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A human-readable explanation of the current phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+impl EphemeralClaim {
+    /// The name of the PersistentVolumeClaim this EphemeralClaim makes:
+    /// `<spec.owner.name>-<metadata.name>` (the generic-ephemeral-volume convention).
+    /// Meaningful only for an object that passed validation.
+    pub fn claim_name(&self) -> String {
+        let owner = self.spec.owner.as_ref().map_or("", |o| o.name.as_str());
+        let name = self.metadata.name.as_deref().unwrap_or_default();
+        format!("{owner}-{name}")
+    }
+
+    /// `spec.releasePolicy`, or its default, `Delete`.
+    pub fn release_policy(&self) -> ReleasePolicy {
+        self.spec.release_policy.unwrap_or_default()
+    }
+
+    fn validate_spec(&self, errs: &mut FieldErrors) {
+        match &self.spec.owner {
+            None => errs.required("spec.owner", ""),
+            Some(owner) => self.validate_owner(errs, owner),
+        }
+        match &self.spec.claim_template {
+            None => errs.required("spec.claimTemplate", ""),
+            Some(template) => validate_claim_template(errs, template),
+        }
+    }
+
+    fn validate_owner(&self, errs: &mut FieldErrors, owner: &ClaimOwner) {
+        match owner.api_version.as_str() {
+            "" => errs.required("spec.owner.apiVersion", ""),
+            OWNER_API_VERSION_V1 => {}
+            other => errs.not_supported("spec.owner.apiVersion", other, &[OWNER_API_VERSION_V1]),
+        }
+        match owner.kind.as_str() {
+            "" => errs.required("spec.owner.kind", ""),
+            OWNER_KIND_POD => {}
+            other => errs.not_supported("spec.owner.kind", other, &[OWNER_KIND_POD]),
+        }
+        if owner.name.is_empty() {
+            errs.required("spec.owner.name", "");
+            return;
+        }
+        let before = errs.len();
+        validation::validate_dns1123_subdomain(errs, "spec.owner.name", &owner.name);
+        let name = self.metadata.name.as_deref().unwrap_or_default();
+        // Only when both halves are valid on their own is the joined name worth a
+        // word; before generateName is resolved there is no name to join.
+        if errs.len() > before
+            || name.is_empty()
+            || !validation::is_dns1123_subdomain(name).is_empty()
+        {
+            return;
+        }
+        let claim_name = self.claim_name();
+        for problem in validation::is_dns1123_subdomain(&claim_name) {
+            errs.invalid(
+                "metadata.name",
+                name,
+                &format!(
+                    "the claim name {claim_name:?} (<spec.owner.name>-<metadata.name>) is not a \
+                     valid PersistentVolumeClaim name: {problem}"
+                ),
+            );
+        }
+    }
+}
+
+fn validate_claim_template(errs: &mut FieldErrors, template: &ClaimTemplate) {
+    validation::validate_labels(
+        errs,
+        "spec.claimTemplate.metadata.labels",
+        &template.metadata.labels,
+    );
+    validation::validate_annotations(
+        errs,
+        "spec.claimTemplate.metadata.annotations",
+        &template.metadata.annotations,
+    );
+    let spec = &template.spec;
+    let access_modes = spec.access_modes.as_deref().unwrap_or_default();
+    if access_modes.is_empty() {
+        errs.required(
+            "spec.claimTemplate.spec.accessModes",
+            "at least 1 access mode is required",
+        );
+    }
+    for mode in access_modes {
+        if !SUPPORTED_ACCESS_MODES.contains(&mode.as_str()) {
+            errs.not_supported(
+                "spec.claimTemplate.spec.accessModes",
+                mode,
+                SUPPORTED_ACCESS_MODES,
+            );
+        }
+    }
+    if let Some(volume_mode) = &spec.volume_mode {
+        if !SUPPORTED_VOLUME_MODES.contains(&volume_mode.as_str()) {
+            errs.not_supported(
+                "spec.claimTemplate.spec.volumeMode",
+                volume_mode,
+                SUPPORTED_VOLUME_MODES,
+            );
+        }
+    }
+    let storage = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|requests| requests.get("storage"));
+    const STORAGE_FIELD: &str = "spec.claimTemplate.spec.resources.requests[storage]";
+    match storage {
+        None => errs.required(STORAGE_FIELD, ""),
+        Some(quantity) => validation::validate_positive_quantity(errs, STORAGE_FIELD, quantity),
+    }
+}
+
+/// One `field is immutable` cause per spec field that differs, naming the leaf where
+/// it is a plain value and the smallest enclosing field otherwise.
+fn validate_spec_unchanged(
+    errs: &mut FieldErrors,
+    new: &EphemeralClaimSpec,
+    old: &EphemeralClaimSpec,
+) {
+    match (&new.owner, &old.owner) {
+        (Some(new_owner), Some(old_owner)) => {
+            let fields = [
+                (
+                    "spec.owner.apiVersion",
+                    &new_owner.api_version,
+                    &old_owner.api_version,
+                ),
+                ("spec.owner.kind", &new_owner.kind, &old_owner.kind),
+                ("spec.owner.name", &new_owner.name, &old_owner.name),
+            ];
+            for (field, new_value, old_value) in fields {
+                if new_value != old_value {
+                    errs.immutable(field, new_value);
+                }
+            }
+        }
+        (new_owner, old_owner) if new_owner != old_owner => {
+            errs.immutable("spec.owner", BadValue::Omitted);
+        }
+        _ => {}
+    }
+    match (&new.claim_template, &old.claim_template) {
+        (Some(new_template), Some(old_template)) => {
+            validate_template_unchanged(errs, new_template, old_template);
+        }
+        (new_template, old_template) if new_template != old_template => {
+            errs.immutable("spec.claimTemplate", BadValue::Omitted);
+        }
+        _ => {}
+    }
+    if new.release_policy != old.release_policy {
+        errs.immutable(
+            "spec.releasePolicy",
+            new.release_policy.map(ReleasePolicy::as_str),
+        );
+    }
+    if new.requester != old.requester {
+        errs.immutable("spec.requester", BadValue::Omitted);
+    }
+}
+
+fn validate_template_unchanged(errs: &mut FieldErrors, new: &ClaimTemplate, old: &ClaimTemplate) {
+    let before = errs.len();
+    if new.metadata.labels != old.metadata.labels {
+        errs.immutable("spec.claimTemplate.metadata.labels", BadValue::Omitted);
+    }
+    if new.metadata.annotations != old.metadata.annotations {
+        errs.immutable("spec.claimTemplate.metadata.annotations", BadValue::Omitted);
+    }
+    let (new, old) = (&new.spec, &old.spec);
+    let strings = [
+        (
+            "spec.claimTemplate.spec.storageClassName",
+            &new.storage_class_name,
+            &old.storage_class_name,
+        ),
+        (
+            "spec.claimTemplate.spec.volumeAttributesClassName",
+            &new.volume_attributes_class_name,
+            &old.volume_attributes_class_name,
+        ),
+        (
+            "spec.claimTemplate.spec.volumeMode",
+            &new.volume_mode,
+            &old.volume_mode,
+        ),
+        (
+            "spec.claimTemplate.spec.volumeName",
+            &new.volume_name,
+            &old.volume_name,
+        ),
+    ];
+    for (field, new_value, old_value) in strings {
+        if new_value != old_value {
+            errs.immutable(field, new_value.as_ref());
+        }
+    }
+    if new.access_modes != old.access_modes {
+        errs.immutable("spec.claimTemplate.spec.accessModes", BadValue::Omitted);
+    }
+    if new.resources != old.resources {
+        errs.immutable("spec.claimTemplate.spec.resources", BadValue::Omitted);
+    }
+    if new.selector != old.selector {
+        errs.immutable("spec.claimTemplate.spec.selector", BadValue::Omitted);
+    }
+    if new.data_source != old.data_source {
+        errs.immutable("spec.claimTemplate.spec.dataSource", BadValue::Omitted);
+    }
+    if new.data_source_ref != old.data_source_ref {
+        errs.immutable("spec.claimTemplate.spec.dataSourceRef", BadValue::Omitted);
+    }
+    // A field this list does not name yet (a newer k8s-openapi) still may not change.
+    if new != old && errs.len() == before {
+        errs.immutable("spec.claimTemplate.spec", BadValue::Omitted);
+    }
+}
+
+impl Object for EphemeralClaim {
+    fn resource() -> &'static ResourceInfo {
+        &EPHEMERAL_CLAIMS
+    }
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+
+    fn set_type_meta(&mut self) {
+        GROUP_VERSION.clone_into(&mut self.api_version);
+        EPHEMERAL_CLAIMS.kind.clone_into(&mut self.kind);
+    }
+
+    fn type_meta(&self) -> (&str, &str) {
+        (&self.api_version, &self.kind)
+    }
+
+    fn same_spec(&self, other: &Self) -> bool {
+        self.spec == other.spec
+    }
+
+    fn set_spec_from(&mut self, other: &Self) {
+        self.spec = other.spec.clone();
+    }
+
+    fn set_status_from(&mut self, other: &Self) {
+        self.status = other.status.clone();
+    }
+
+    fn clear_status(&mut self) {
+        self.status = None;
+    }
+
+    fn phase(&self) -> Option<&str> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .map(EphemeralClaimPhase::as_str)
+    }
+
+    fn requester(&self) -> Option<&Requester> {
+        self.spec.requester.as_ref()
+    }
+
+    fn set_requester(&mut self, requester: Requester) {
+        self.spec.requester = Some(requester);
+    }
+
+    /// §2.2: releasePolicy defaults to Delete. The claim template is left as written;
+    /// the PersistentVolumeClaim made from it is defaulted by kube-apiserver.
+    fn apply_defaults(&mut self) {
+        if self.spec.release_policy.is_none() {
+            self.spec.release_policy = Some(ReleasePolicy::Delete);
+        }
+    }
+
+    fn validate_create(&self) -> Vec<FieldCause> {
+        let mut errs = FieldErrors::new();
+        validation::validate_object_meta(&mut errs, &self.metadata);
+        self.validate_spec(&mut errs);
+        errs.into_causes()
+    }
+
+    fn validate_update(&self, old: &Self) -> Vec<FieldCause> {
+        let mut errs = FieldErrors::new();
+        errs.extend(self.validate_create());
+        validate_spec_unchanged(&mut errs, &self.spec, &old.spec);
+        errs.into_causes()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,624 @@
+//! The NamespaceTransfer kind (DESIGN §2.1): its types, its defaulting and role
+//! derivation (§2.1.1), and its validation.
+//!
+//! This module owns only what can be decided from the object itself. Admission
+//! (SubjectAccessReview, the one-active-transfer rule), matching and the rebind
+//! protocol live in the registry and the controller; they use [`NamespaceTransfer::role`]
+//! and the names defined here rather than restating them.
+//!
+//! Enums (`mode`, `status.phase`, `status.role`) deserialize strictly: an unknown
+//! value is a serde error whose message names the allowed values (for example
+//! ``unknown variant `Copy`, expected `Move` or `Clone` ``). `spec.source.kind` stays a
+//! string so that a later version can add kinds; validation limits it to
+//! `PersistentVolumeClaim`.
+
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use serde::{Deserialize, Serialize};
+
+use crate::api::errors::FieldCause;
+use crate::api::meta::{string_enum_schema, Object, Requester};
+use crate::api::validation::{self, BadValue, FieldErrors};
+use crate::api::{ResourceInfo, GROUP_VERSION, NAMESPACE_TRANSFERS};
+
+/// The only `spec.source.kind` of v1alpha1, and its default.
+pub const SOURCE_KIND_PERSISTENT_VOLUME_CLAIM: &str = "PersistentVolumeClaim";
+
+/// Condition: a peer transfer has been matched (§2.1.3).
+pub const CONDITION_PEER_MATCHED: &str = "PeerMatched";
+/// Condition: both parties' rights were re-checked just before the volume was touched.
+pub const CONDITION_AUTHORIZED: &str = "Authorized";
+/// Condition: no running pod uses the source claim any more.
+pub const CONDITION_SOURCE_RELEASED: &str = "SourceReleased";
+/// Condition: the volume's `claimRef` names the destination claim (R4 done).
+pub const CONDITION_REBOUND: &str = "Rebound";
+/// Condition: the transfer has completed and the destination claim is bound.
+pub const CONDITION_READY: &str = "Ready";
+
+/// Reason: another destination-side transfer already matched this source.
+pub const REASON_PEER_TAKEN: &str = "PeerTaken";
+/// Reason: the destination claim name is held by a claim this transfer did not create.
+pub const REASON_DESTINATION_EXISTS: &str = "DestinationExists";
+/// Reason: a party's rights were revoked between create and rebind.
+pub const REASON_FORBIDDEN: &str = "Forbidden";
+/// Reason: `spec.activeDeadlineSeconds` passed before the transfer finished.
+pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+
+/// StorageClass annotation that allows transfers of its volumes (§2.1.4).
+pub const ANNOTATION_ALLOW_NAMESPACE_TRANSFER: &str =
+    "storage.transfer.k8s.io/allow-namespace-transfer";
+/// Source-PVC annotation holding the uid of the transfer that locked it (R1).
+pub const ANNOTATION_TRANSFER_LOCK: &str = "storage.transfer.k8s.io/transfer";
+/// PV annotation recording the reclaim policy to restore (R2).
+pub const ANNOTATION_ORIGINAL_RECLAIM_POLICY: &str =
+    "storage.transfer.k8s.io/original-reclaim-policy";
+/// Destination-PVC annotation naming the source claim, `<namespace>/<name>` (R3).
+pub const ANNOTATION_TRANSFERRED_FROM: &str = "storage.transfer.k8s.io/transferred-from";
+/// Finalizer holding both transfer objects from R2 until completion or rollback.
+pub const FINALIZER_TRANSFER_PROTECTION: &str = "storage.transfer.k8s.io/transfer-protection";
+
+/// A request, made in one namespace, to give a PersistentVolumeClaim's volume to
+/// another namespace or to receive one from it. Each namespace consents by creating
+/// its own NamespaceTransfer; a transfer created in a namespace that is both the
+/// source and the destination renames the claim.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceTransfer {
+    /// APIVersion defines the versioned schema of this representation of an object:
+    /// `storage.transfer.k8s.io/v1alpha1`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    /// Kind is the REST resource this object represents: `NamespaceTransfer`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// Standard object metadata. The namespace is the namespace that consents: the
+    /// source namespace, the destination namespace, or both for a rename.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// What to transfer, from where, to where. Immutable after create: to change a
+    /// transfer, delete it and create another.
+    #[serde(default)]
+    pub spec: NamespaceTransferSpec,
+    /// The observed state of the transfer, written by the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<NamespaceTransferStatus>,
+}
+
+/// The desired transfer. Immutable after create.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceTransferSpec {
+    /// The claim whose volume is transferred.
+    #[serde(default)]
+    pub source: TransferSource,
+    /// Where the volume goes.
+    #[serde(default)]
+    pub destination: TransferDestination,
+    /// `Move` (the default) hands over the source claim's own volume. `Clone` first
+    /// clones the source claim in the source namespace and hands over the clone,
+    /// leaving the original in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<TransferMode>,
+    /// The user who created this transfer. Set by the server from the authenticated
+    /// user; anything a client sends is replaced, and it never changes afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester: Option<Requester>,
+    /// If set, the transfer is deleted this many seconds after it finishes (Completed,
+    /// Failed or Cancelled). Must be 0 or more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<i32>,
+    /// If set, a transfer still unmatched or waiting this many seconds after it was
+    /// created fails with reason `DeadlineExceeded`. Must be 1 or more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
+}
+
+/// The claim whose volume is transferred.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TransferSource {
+    /// The kind of the source object. Only `PersistentVolumeClaim` (the default) is
+    /// supported in v1alpha1.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// The namespace of the source claim. Defaults to the transfer's own namespace.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// The name of the source claim. Required.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+}
+
+/// Where the volume goes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TransferDestination {
+    /// The namespace that receives the volume. Defaults to the transfer's own
+    /// namespace.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// The name of the claim created in the destination namespace. On the source side
+    /// it may be left empty, meaning "whatever name the destination picks"; on the
+    /// destination side it defaults to `source.name`; for a rename within one
+    /// namespace it is required and must differ from `source.name`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+}
+
+/// How the volume is handed over.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[schemars(transform = string_enum_schema)]
+pub enum TransferMode {
+    /// The source claim's own volume is rebound to the destination claim; the source
+    /// claim is deleted. No data is copied.
+    #[default]
+    Move,
+    /// A clone of the source claim is made in the source namespace and moved; the
+    /// original claim stays where it is.
+    Clone,
+}
+
+impl TransferMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferMode::Move => "Move",
+            TransferMode::Clone => "Clone",
+        }
+    }
+}
+
+impl fmt::Display for TransferMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which side of a transfer an object speaks for, derived from its namespace
+/// (§2.1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(transform = string_enum_schema)]
+pub enum Role {
+    /// Created in the source namespace: it gives the claim away.
+    Source,
+    /// Created in the destination namespace: it receives the volume.
+    Destination,
+    /// Created in a namespace that is both source and destination: a rename. It is
+    /// its own peer.
+    Both,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Source => "Source",
+            Role::Destination => "Destination",
+            Role::Both => "Both",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a transfer is in its life (§2.1.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(transform = string_enum_schema)]
+pub enum NamespaceTransferPhase {
+    /// Accepted, not yet looked at by the controller, or waiting for a peer that
+    /// another transfer took.
+    Pending,
+    /// Waiting for the other namespace to create its matching transfer.
+    WaitingForPeer,
+    /// Matched, waiting until no running pod uses the source claim.
+    WaitingForRelease,
+    /// The volume is being rebound to the destination claim.
+    Rebinding,
+    /// The destination claim is bound to the volume. Final.
+    Completed,
+    /// The transfer was refused or rolled back; the source is as it was. Final.
+    Failed,
+    /// One side was deleted before the commit point; the source is as it was. Final.
+    Cancelled,
+}
+
+impl NamespaceTransferPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NamespaceTransferPhase::Pending => "Pending",
+            NamespaceTransferPhase::WaitingForPeer => "WaitingForPeer",
+            NamespaceTransferPhase::WaitingForRelease => "WaitingForRelease",
+            NamespaceTransferPhase::Rebinding => "Rebinding",
+            NamespaceTransferPhase::Completed => "Completed",
+            NamespaceTransferPhase::Failed => "Failed",
+            NamespaceTransferPhase::Cancelled => "Cancelled",
+        }
+    }
+
+    /// Completed, Failed or Cancelled: the transfer will not move again.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            NamespaceTransferPhase::Completed
+                | NamespaceTransferPhase::Failed
+                | NamespaceTransferPhase::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for NamespaceTransferPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The observed state of a transfer. Written by the server through `/status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceTransferStatus {
+    /// Pending, WaitingForPeer, WaitingForRelease, Rebinding, Completed, Failed or
+    /// Cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<NamespaceTransferPhase>,
+    /// Which side this object speaks for: Source, Destination or Both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// The matched transfer in the other namespace. Set only once matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<PeerReference>,
+    /// The phase of the matched transfer, so that each side sees how the other is
+    /// doing without being able to read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_phase: Option<NamespaceTransferPhase>,
+    /// The PersistentVolume that was transferred. Set when the transfer completes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_name: Option<String>,
+    /// A copy of the source claim taken when it was locked, so that the destination
+    /// claim can be made identical even after the source claim is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_claim: Option<SourceClaimSnapshot>,
+    /// When the transfer completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// The latest observations of the transfer's state: PeerMatched, Authorized,
+    /// SourceReleased, Rebound and Ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// A CamelCase reason for the current phase, e.g. `DestinationExists`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A human-readable explanation of the current phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Names the peer transfer in the other namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerReference {
+    /// The peer's namespace.
+    pub namespace: String,
+    /// The peer's name.
+    pub name: String,
+}
+
+/// What the rebind needs to know about the source claim, saved when the claim is
+/// locked (step R1) and used to create the destination claim (step R3) and to commit
+/// (step R4).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceClaimSnapshot {
+    /// The name of the claim being moved: `spec.source.name` in Move mode, the clone
+    /// in Clone mode.
+    pub name: String,
+    /// The uid of that claim, so that a claim recreated under the same name is never
+    /// mistaken for it.
+    pub uid: String,
+    /// The PersistentVolume bound to that claim.
+    pub volume_name: String,
+    /// The claim's `spec.resources.requests.storage`, given to the destination claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_request: Option<Quantity>,
+    /// The claim's `spec.storageClassName`, given to the destination claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// The claim's `spec.accessModes`, given to the destination claim.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access_modes: Vec<String>,
+    /// The claim's `spec.volumeMode`, given to the destination claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mode: Option<String>,
+}
+
+impl NamespaceTransfer {
+    /// The namespace the transfer lives in, or `""` before the server has set it.
+    pub fn own_namespace(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    /// `spec.source.namespace`, or its default, the transfer's own namespace.
+    pub fn source_namespace(&self) -> &str {
+        non_empty_or(&self.spec.source.namespace, self.own_namespace())
+    }
+
+    /// `spec.destination.namespace`, or its default, the transfer's own namespace.
+    pub fn destination_namespace(&self) -> &str {
+        non_empty_or(&self.spec.destination.namespace, self.own_namespace())
+    }
+
+    /// `spec.mode`, or its default, `Move`.
+    pub fn mode(&self) -> TransferMode {
+        self.spec.mode.unwrap_or_default()
+    }
+
+    /// Which side this object speaks for (§2.1.1), from its own namespace and the
+    /// (defaulted) source and destination namespaces. A transfer must be created in
+    /// its source namespace, its destination namespace, or both; anything else is an
+    /// error naming the namespace field to fix.
+    pub fn role(&self) -> Result<Role, FieldCause> {
+        let own = self.own_namespace();
+        if own.is_empty() {
+            return Err(validation::required("metadata.namespace", ""));
+        }
+        let source = self.source_namespace();
+        let destination = self.destination_namespace();
+        match (own == source, own == destination) {
+            (true, true) => Ok(Role::Both),
+            (true, false) => Ok(Role::Source),
+            (false, true) => Ok(Role::Destination),
+            (false, false) if source == destination => Err(validation::invalid(
+                "spec.source.namespace",
+                source,
+                &format!(
+                    "a rename within one namespace must be created in that namespace, not in \
+                     {own:?}"
+                ),
+            )),
+            (false, false) => Err(validation::invalid(
+                "spec.destination.namespace",
+                destination,
+                &format!(
+                    "neither spec.source.namespace nor spec.destination.namespace is this \
+                     transfer's namespace {own:?}; create the transfer in the namespace that \
+                     gives or receives the volume"
+                ),
+            )),
+        }
+    }
+
+    /// The spec rules of §2.1.1, on the object as defaulting leaves it; an empty
+    /// defaultable field is read as its default.
+    fn validate_spec(&self, errs: &mut FieldErrors) {
+        let spec = &self.spec;
+        let kind = spec.source.kind.as_str();
+        if !kind.is_empty() && kind != SOURCE_KIND_PERSISTENT_VOLUME_CLAIM {
+            errs.not_supported(
+                "spec.source.kind",
+                kind,
+                &[SOURCE_KIND_PERSISTENT_VOLUME_CLAIM],
+            );
+        }
+        if !spec.source.namespace.is_empty() {
+            validation::validate_dns1123_label(
+                errs,
+                "spec.source.namespace",
+                &spec.source.namespace,
+            );
+        }
+        if spec.source.name.is_empty() {
+            errs.required("spec.source.name", "");
+        } else {
+            validation::validate_dns1123_subdomain(errs, "spec.source.name", &spec.source.name);
+        }
+        if !spec.destination.namespace.is_empty() {
+            validation::validate_dns1123_label(
+                errs,
+                "spec.destination.namespace",
+                &spec.destination.namespace,
+            );
+        }
+        if !spec.destination.name.is_empty() {
+            validation::validate_dns1123_subdomain(
+                errs,
+                "spec.destination.name",
+                &spec.destination.name,
+            );
+        }
+        // Without a namespace there is no role; validate_object_meta reports it.
+        if !self.own_namespace().is_empty() {
+            match self.role() {
+                Err(cause) => errs.push(cause),
+                Ok(Role::Both) if spec.destination.name.is_empty() => errs.required(
+                    "spec.destination.name",
+                    "required when the source and destination namespaces are the same",
+                ),
+                Ok(Role::Both) if spec.destination.name == spec.source.name => errs.invalid(
+                    "spec.destination.name",
+                    &spec.destination.name,
+                    "must differ from spec.source.name when the source and destination \
+                     namespaces are the same",
+                ),
+                Ok(_) => {}
+            }
+        }
+        if let Some(ttl) = spec.ttl_seconds_after_finished {
+            if ttl < 0 {
+                errs.invalid(
+                    "spec.ttlSecondsAfterFinished",
+                    ttl,
+                    "must be greater than or equal to 0",
+                );
+            }
+        }
+        if let Some(deadline) = spec.active_deadline_seconds {
+            if deadline < 1 {
+                errs.invalid(
+                    "spec.activeDeadlineSeconds",
+                    deadline,
+                    "must be greater than or equal to 1",
+                );
+            }
+        }
+    }
+}
+
+fn non_empty_or<'a>(value: &'a str, default: &'a str) -> &'a str {
+    if value.is_empty() {
+        default
+    } else {
+        value
+    }
+}
+
+/// One `field is immutable` cause per spec field that differs, naming the leaf.
+fn validate_spec_unchanged(
+    errs: &mut FieldErrors,
+    new: &NamespaceTransferSpec,
+    old: &NamespaceTransferSpec,
+) {
+    let strings = [
+        ("spec.source.kind", &new.source.kind, &old.source.kind),
+        (
+            "spec.source.namespace",
+            &new.source.namespace,
+            &old.source.namespace,
+        ),
+        ("spec.source.name", &new.source.name, &old.source.name),
+        (
+            "spec.destination.namespace",
+            &new.destination.namespace,
+            &old.destination.namespace,
+        ),
+        (
+            "spec.destination.name",
+            &new.destination.name,
+            &old.destination.name,
+        ),
+    ];
+    for (field, new_value, old_value) in strings {
+        if new_value != old_value {
+            errs.immutable(field, new_value);
+        }
+    }
+    if new.mode != old.mode {
+        errs.immutable("spec.mode", new.mode.map(TransferMode::as_str));
+    }
+    if new.ttl_seconds_after_finished != old.ttl_seconds_after_finished {
+        errs.immutable(
+            "spec.ttlSecondsAfterFinished",
+            new.ttl_seconds_after_finished,
+        );
+    }
+    if new.active_deadline_seconds != old.active_deadline_seconds {
+        errs.immutable("spec.activeDeadlineSeconds", new.active_deadline_seconds);
+    }
+    if new.requester != old.requester {
+        errs.immutable("spec.requester", BadValue::Omitted);
+    }
+}
+
+impl Object for NamespaceTransfer {
+    fn resource() -> &'static ResourceInfo {
+        &NAMESPACE_TRANSFERS
+    }
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+
+    fn set_type_meta(&mut self) {
+        GROUP_VERSION.clone_into(&mut self.api_version);
+        NAMESPACE_TRANSFERS.kind.clone_into(&mut self.kind);
+    }
+
+    fn type_meta(&self) -> (&str, &str) {
+        (&self.api_version, &self.kind)
+    }
+
+    fn same_spec(&self, other: &Self) -> bool {
+        self.spec == other.spec
+    }
+
+    fn set_spec_from(&mut self, other: &Self) {
+        self.spec = other.spec.clone();
+    }
+
+    fn set_status_from(&mut self, other: &Self) {
+        self.status = other.status.clone();
+    }
+
+    fn clear_status(&mut self) {
+        self.status = None;
+    }
+
+    fn phase(&self) -> Option<&str> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .map(NamespaceTransferPhase::as_str)
+    }
+
+    fn requester(&self) -> Option<&Requester> {
+        self.spec.requester.as_ref()
+    }
+
+    fn set_requester(&mut self, requester: Requester) {
+        self.spec.requester = Some(requester);
+    }
+
+    /// §2.1.1: source.kind defaults to PersistentVolumeClaim; source.namespace and
+    /// then destination.namespace default to metadata.namespace; mode defaults to
+    /// Move; on the destination side only, destination.name defaults to source.name.
+    fn apply_defaults(&mut self) {
+        let own = self.own_namespace().to_owned();
+        let spec = &mut self.spec;
+        if spec.source.kind.is_empty() {
+            SOURCE_KIND_PERSISTENT_VOLUME_CLAIM.clone_into(&mut spec.source.kind);
+        }
+        if spec.source.namespace.is_empty() {
+            spec.source.namespace.clone_from(&own);
+        }
+        if spec.destination.namespace.is_empty() {
+            spec.destination.namespace = own;
+        }
+        if spec.mode.is_none() {
+            spec.mode = Some(TransferMode::Move);
+        }
+        if self.spec.destination.name.is_empty() && self.role() == Ok(Role::Destination) {
+            self.spec
+                .destination
+                .name
+                .clone_from(&self.spec.source.name);
+        }
+    }
+
+    fn validate_create(&self) -> Vec<FieldCause> {
+        let mut errs = FieldErrors::new();
+        validation::validate_object_meta(&mut errs, &self.metadata);
+        self.validate_spec(&mut errs);
+        errs.into_causes()
+    }
+
+    fn validate_update(&self, old: &Self) -> Vec<FieldCause> {
+        let mut errs = FieldErrors::new();
+        errs.extend(self.validate_create());
+        validate_spec_unchanged(&mut errs, &self.spec, &old.spec);
+        errs.into_causes()
+    }
+}
+
+#[cfg(test)]
+mod tests;

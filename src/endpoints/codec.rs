@@ -1,0 +1,251 @@
+//! Decoding request bodies into objects (with `fieldValidation`) and encoding
+//! objects, lists, Tables and metadata-only views into response bodies.
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::api::errors::ApiError;
+use crate::api::meta::Object;
+use crate::api::{self};
+use crate::registry::table::{Table, TableRow};
+use crate::registry::{ObjectList, Strategy};
+
+use super::negotiate::{IncludeObject, Output};
+
+/// `?fieldValidation=`: what to do with fields the schema does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+impl FieldValidation {
+    pub fn parse(value: Option<&str>) -> Result<Self, ApiError> {
+        match value {
+            None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some(other) => Err(ApiError::BadRequest(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+            ))),
+        }
+    }
+}
+
+/// Decodes a JSON object body. Unknown fields are never stored: they are
+/// dropped, reported as warnings, or (Strict) refused. Returns the warnings.
+pub fn decode<T: Object>(
+    body: &[u8],
+    validation: FieldValidation,
+) -> Result<(T, Vec<String>), ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "the body of the request could not be decoded as JSON: {e}"
+        ))
+    })?;
+    decode_value(value, validation)
+}
+
+/// Decodes an already-parsed JSON value (a patched object).
+pub fn decode_value<T: Object>(
+    value: Value,
+    validation: FieldValidation,
+) -> Result<(T, Vec<String>), ApiError> {
+    let info = T::resource();
+    let Value::Object(map) = &value else {
+        return Err(ApiError::BadRequest(format!(
+            "the body of the request must be a JSON object, not {}",
+            kind_of(&value)
+        )));
+    };
+    let kind = map.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let api_version = map
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if kind.is_empty() {
+        return Err(ApiError::BadRequest(
+            "Object 'Kind' is missing in the request body".to_owned(),
+        ));
+    }
+    if api_version != api::GROUP_VERSION {
+        return Err(ApiError::BadRequest(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({})",
+            api::GROUP_VERSION
+        )));
+    }
+    if kind != info.kind {
+        return Err(ApiError::BadRequest(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            info.kind
+        )));
+    }
+    let mut unknown = Vec::new();
+    let obj: T = serde_ignored::deserialize(value, |path| {
+        unknown.push(format!("unknown field \"{path}\""));
+    })
+    .map_err(|e| {
+        ApiError::BadRequest(format!(
+            "the body of the request is not a valid {}: {e}",
+            info.kind
+        ))
+    })?;
+    match validation {
+        FieldValidation::Strict if !unknown.is_empty() => Err(ApiError::BadRequest(format!(
+            "strict decoding error: {}",
+            unknown.join(", ")
+        ))),
+        FieldValidation::Warn => Ok((obj, unknown)),
+        _ => Ok((obj, Vec::new())),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn to_value<T: Serialize>(value: &T) -> Result<Value, ApiError> {
+    serde_json::to_value(value).map_err(|e| ApiError::Internal(format!("encoding response: {e}")))
+}
+
+pub fn to_bytes<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(value).map_err(|e| ApiError::Internal(format!("encoding response: {e}")))
+}
+
+/// `PartialObjectMetadata` of one object.
+pub fn partial_metadata<T: Object>(obj: &T) -> Result<Value, ApiError> {
+    Ok(json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": to_value(obj.metadata())?,
+    }))
+}
+
+fn row<S: Strategy>(
+    strategy: &S,
+    obj: &S::Object,
+    include: IncludeObject,
+) -> Result<TableRow, ApiError> {
+    Ok(TableRow {
+        cells: strategy.table_cells(obj),
+        object: match include {
+            IncludeObject::None => None,
+            IncludeObject::Metadata => Some(partial_metadata(obj)?),
+            IncludeObject::Object => Some(to_value(obj)?),
+        },
+    })
+}
+
+/// One object in the negotiated representation.
+pub fn encode_object<S: Strategy>(
+    strategy: &S,
+    obj: &S::Object,
+    output: Output,
+) -> Result<Value, ApiError> {
+    match output {
+        Output::Json => to_value(obj),
+        Output::Metadata => partial_metadata(obj),
+        Output::Table { v1beta1, include } => {
+            let metadata = json!({"resourceVersion": obj.metadata().resource_version});
+            table(
+                strategy,
+                vec![row(strategy, obj, include)?],
+                metadata,
+                v1beta1,
+            )
+        }
+    }
+}
+
+fn table<S: Strategy>(
+    strategy: &S,
+    rows: Vec<TableRow>,
+    metadata: Value,
+    v1beta1: bool,
+) -> Result<Value, ApiError> {
+    let mut t = Table::new(strategy.table_columns(), rows, metadata);
+    if v1beta1 {
+        t.api_version = "meta.k8s.io/v1beta1";
+    }
+    to_value(&t)
+}
+
+/// A list in the negotiated representation.
+pub fn encode_list<S: Strategy>(
+    strategy: &S,
+    list: &ObjectList<S::Object>,
+    output: Output,
+) -> Result<Value, ApiError> {
+    let mut metadata = serde_json::Map::new();
+    metadata.insert(
+        "resourceVersion".to_owned(),
+        Value::String(list.resource_version.clone()),
+    );
+    if let Some(token) = &list.continue_token {
+        metadata.insert("continue".to_owned(), Value::String(token.clone()));
+    }
+    if let Some(remaining) = list.remaining_item_count {
+        metadata.insert("remainingItemCount".to_owned(), json!(remaining));
+    }
+    let metadata = Value::Object(metadata);
+    match output {
+        Output::Json => {
+            let items = list
+                .items
+                .iter()
+                .map(to_value)
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(json!({
+                "apiVersion": api::GROUP_VERSION,
+                "kind": format!("{}List", S::Object::resource().kind),
+                "metadata": metadata,
+                "items": items,
+            }))
+        }
+        Output::Metadata => {
+            let items = list
+                .items
+                .iter()
+                .map(partial_metadata)
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(json!({
+                "apiVersion": "meta.k8s.io/v1",
+                "kind": "PartialObjectMetadataList",
+                "metadata": metadata,
+                "items": items,
+            }))
+        }
+        Output::Table { v1beta1, include } => {
+            let rows = list
+                .items
+                .iter()
+                .map(|o| row(strategy, o, include))
+                .collect::<Result<Vec<_>, _>>()?;
+            table(strategy, rows, metadata, v1beta1)
+        }
+    }
+}
+
+/// A bookmark's object: only kind, apiVersion and metadata.
+pub fn bookmark_object<T: Object>(resource_version: &str, initial_events_end: bool) -> Value {
+    let mut metadata = json!({"resourceVersion": resource_version});
+    if initial_events_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    json!({
+        "kind": T::resource().kind,
+        "apiVersion": api::GROUP_VERSION,
+        "metadata": metadata,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,448 @@
+//! The verbs of one resource, on top of its [`Store`]: decode, call the store,
+//! encode. Generic over the strategy, so every resource is served by the same
+//! code.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde_json::{json, Value};
+
+use crate::api::errors::ApiError;
+use crate::api::meta::Object;
+use crate::api::{self};
+use crate::registry::{
+    Context, DeleteOptions, DeleteOutcome, LabelSelector, ListOptions, Store, Strategy, WatchEvent,
+    WatchOptions,
+};
+
+use super::codec::{self, FieldValidation};
+use super::negotiate::{self, Output, PatchType};
+use super::request::{Query, ResourceRequest, Verb};
+use super::{json_response, Body};
+
+/// Everything a verb needs from the HTTP request, already read and checked.
+#[derive(Debug)]
+pub struct Call {
+    pub request: ResourceRequest,
+    pub query: Query,
+    pub output: Output,
+    pub content_type: Option<String>,
+    pub body: Bytes,
+    pub ctx: Context,
+}
+
+/// A served resource, behind a trait object so that routing needs no generics.
+#[async_trait::async_trait]
+pub trait Resource: Send + Sync + std::fmt::Debug {
+    async fn serve(&self, call: Call) -> Result<Response<Body>, ApiError>;
+}
+
+/// The generic handler of one resource.
+#[derive(Debug)]
+pub struct Handler<S: Strategy> {
+    store: Arc<Store<S>>,
+}
+
+impl<S: Strategy> Handler<S> {
+    pub fn new(store: Arc<Store<S>>) -> Self {
+        Self { store }
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: Strategy> Resource for Handler<S> {
+    async fn serve(&self, call: Call) -> Result<Response<Body>, ApiError> {
+        match call.request.verb {
+            Verb::Get => self.get(&call).await,
+            Verb::List => self.list(&call).await,
+            Verb::Watch => self.watch(&call).await,
+            Verb::Create => self.create(&call).await,
+            Verb::Update => self.update(&call).await,
+            Verb::Patch => self.patch(&call).await,
+            Verb::Delete => self.delete(&call).await,
+            Verb::DeleteCollection => self.delete_collection(&call).await,
+        }
+    }
+}
+
+fn namespace(call: &Call) -> &str {
+    call.request.namespace.as_deref().unwrap_or_default()
+}
+
+fn name(call: &Call) -> &str {
+    call.request.name.as_deref().unwrap_or_default()
+}
+
+/// Adds `Warning: 299 - "…"` headers, as kube-apiserver reports dropped fields.
+fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<Body> {
+    for w in warnings {
+        let text = format!("299 - \"{}\"", w.replace('"', "\\\""));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+fn respond(status: StatusCode, value: &Value) -> Result<Response<Body>, ApiError> {
+    Ok(json_response(status, codec::to_bytes(value)?))
+}
+
+impl<S: Strategy> Handler<S> {
+    fn encode(&self, obj: &S::Object, output: Output) -> Result<Value, ApiError> {
+        codec::encode_object(self.store.strategy(), obj, output)
+    }
+
+    fn list_options(&self, q: &Query) -> Result<ListOptions, ApiError> {
+        Ok(ListOptions {
+            label_selector: LabelSelector::parse(q.get("labelSelector").unwrap_or_default())?,
+            field_selector: self
+                .store
+                .parse_field_selector(q.get("fieldSelector").unwrap_or_default())?,
+            limit: q.int("limit")?,
+            continue_token: q
+                .get("continue")
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned),
+            resource_version: q.get("resourceVersion").map(str::to_owned),
+            resource_version_match: q
+                .get("resourceVersionMatch")
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned),
+        })
+    }
+
+    /// Decodes an object body and checks it against the URL.
+    fn decode_body(&self, call: &Call) -> Result<(S::Object, Vec<String>), ApiError> {
+        negotiate::require_json(call.content_type.as_deref())?;
+        let validation = FieldValidation::parse(call.query.get("fieldValidation"))?;
+        let (obj, warnings) = codec::decode::<S::Object>(&call.body, validation)?;
+        check_identity(&obj, call)?;
+        Ok((obj, warnings))
+    }
+
+    async fn get(&self, call: &Call) -> Result<Response<Body>, ApiError> {
+        let obj = self.store.get(namespace(call), name(call)).await?;
+        respond(StatusCode::OK, &self.encode(&obj, call.output)?)
+    }
+
+    async fn list(&self, call: &Call) -> Result<Response<Body>, ApiError> {
+        let opts = self.list_options(&call.query)?;
+        let list = self
+            .store
+            .list(call.request.namespace.as_deref(), &opts)
+            .await?;
+        respond(
+            StatusCode::OK,
+            &codec::encode_list(self.store.strategy(), &list, call.output)?,
+        )
+    }
+
+    async fn create(&self, call: &Call) -> Result<Response<Body>, ApiError> {
+        let (obj, warnings) = self.decode_body(call)?;
+        let created = self.store.create(&call.ctx, namespace(call), obj).await?;
+        let resp = respond(StatusCode::CREATED, &self.encode(&created, call.output)?)?;
+        Ok(with_warnings(resp, &warnings))
+    }
+
+    async fn update(&self, call: &Call) -> Result<Response<Body>, ApiError> {
+        let (obj, warnings) = self.decode_body(call)?;
+        let updated = self
+            .store
+            .update(
+                &call.ctx,
+                namespace(call),
+                name(call),
+                obj,
+                call.request.status,
+            )
+            .await?;
+        let resp = respond(StatusCode::OK, &self.encode(&updated, call.output)?)?;
+        Ok(with_warnings(resp, &warnings))
+    }
+
+    async fn patch(&self, call: &Call) -> Result<Response<Body>, ApiError> {
+        let patch_type = negotiate::patch_type(call.content_type.as_deref())?;
+        let validation = FieldValidation::parse(call.query.get("fieldValidation"))?;
+        let patch: Value = serde_json::from_slice(&call.body).map_err(|e| {
+            ApiError::BadRequest(format!("the patch could not be decoded as JSON: {e}"))
+        })?;
+        let json_patch = match patch_type {
+            PatchType::Json => Some(
+                serde_json::from_value::<json_patch::Patch>(patch.clone()).map_err(|e| {
+                    ApiError::BadRequest(format!("the JSON patch is malformed: {e}"))
+                })?,
+            ),
+            PatchType::Merge => {
+                if !patch.is_object() {
+                    return Err(ApiError::BadRequest(
+                        "a merge patch must be a JSON object".to_owned(),
+                    ));
+                }
+                None
+            }
+        };
+        let warnings = std::sync::Mutex::new(Vec::new());
+        let updated = self
+            .store
+            .guaranteed_update(
+                &call.ctx,
+                namespace(call),
+                name(call),
+                call.request.status,
+                |current| {
+                    let mut doc = serde_json::to_value(current)
+                        .map_err(|e| ApiError::Internal(format!("encoding for patch: {e}")))?;
+                    // A patch may pin the version it was made against; otherwise it
+                    // applies to whatever is current.
+                    let pinned_before = doc["metadata"]["resourceVersion"].clone();
+                    match &json_patch {
+                        Some(ops) => {
+                            json_patch::patch(&mut doc, ops).map_err(|e| ApiError::Invalid {
+                                group: api::GROUP.to_owned(),
+                                kind: S::Object::resource().kind.to_owned(),
+                                name: name(call).to_owned(),
+                                causes: vec![crate::api::errors::FieldCause {
+                                    reason: "FieldValueInvalid".to_owned(),
+                                    field: String::new(),
+                                    message: format!("the JSON patch could not be applied: {e}"),
+                                }],
+                            })?
+                        }
+                        None => json_patch::merge(&mut doc, &patch),
+                    }
+                    if doc["metadata"]["resourceVersion"] == pinned_before {
+                        doc["metadata"]["resourceVersion"] = Value::Null;
+                    }
+                    let (obj, w) = codec::decode_value::<S::Object>(doc, validation)?;
+                    if let Ok(mut all) = warnings.lock() {
+                        *all = w;
+                    }
+                    check_identity(&obj, call)?;
+                    Ok(obj)
+                },
+            )
+            .await?;
+        let resp = respond(StatusCode::OK, &self.encode(&updated, call.output)?)?;
+        let warnings = warnings.into_inner().unwrap_or_default();
+        Ok(with_warnings(resp, &warnings))
+    }
+
+    fn delete_options(&self, call: &Call) -> Result<(DeleteOptions, bool), ApiError> {
+        let mut opts = DeleteOptions::default();
+        let mut dry_run = false;
+        if !call.body.is_empty() {
+            let body: Value = serde_json::from_slice(&call.body).map_err(|e| {
+                ApiError::BadRequest(format!("the DeleteOptions body could not be decoded: {e}"))
+            })?;
+            if !body.is_object() {
+                return Err(ApiError::BadRequest(
+                    "DeleteOptions must be a JSON object".to_owned(),
+                ));
+            }
+            let text = |v: &Value, what: &str| -> Result<Option<String>, ApiError> {
+                match v {
+                    Value::Null => Ok(None),
+                    Value::String(s) => Ok(Some(s.clone())),
+                    _ => Err(ApiError::BadRequest(format!(
+                        "DeleteOptions {what} must be a string"
+                    ))),
+                }
+            };
+            opts.precondition_uid = text(&body["preconditions"]["uid"], "preconditions.uid")?;
+            opts.precondition_resource_version = text(
+                &body["preconditions"]["resourceVersion"],
+                "preconditions.resourceVersion",
+            )?;
+            match &body["dryRun"] {
+                Value::Null => {}
+                Value::Array(values) if values.iter().all(|v| v == "All") => {
+                    dry_run = !values.is_empty()
+                }
+                other => {
+                    return Err(ApiError::BadRequest(format!(
+                        "dryRun: Unsupported value: {other}: supported values: \"All\""
+                    )))
+                }
+            }
+        }
+        Ok((opts, dry_run))
+    }
+
+    async fn delete(&self, call: &Call) -> Result<Response<Body>, ApiError> {
+        let (opts, body_dry_run) = self.delete_options(call)?;
+        let mut ctx = call.ctx.clone();
+        ctx.dry_run |= body_dry_run;
+        match self
+            .store
+            .delete(&ctx, namespace(call), name(call), &opts)
+            .await?
+        {
+            DeleteOutcome::Pending(obj) => {
+                respond(StatusCode::OK, &self.encode(&obj, call.output)?)
+            }
+            DeleteOutcome::Deleted(obj) => {
+                let info = S::Object::resource();
+                respond(
+                    StatusCode::OK,
+                    &json!({
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Success",
+                        "details": {
+                            "name": obj.metadata().name,
+                            "group": api::GROUP,
+                            "kind": info.plural,
+                            "uid": obj.metadata().uid,
+                        }
+                    }),
+                )
+            }
+        }
+    }
+
+    async fn delete_collection(&self, call: &Call) -> Result<Response<Body>, ApiError> {
+        let (opts, body_dry_run) = self.delete_options(call)?;
+        let mut ctx = call.ctx.clone();
+        ctx.dry_run |= body_dry_run;
+        let list_opts = self.list_options(&call.query)?;
+        let deleted = self
+            .store
+            .delete_collection(&ctx, call.request.namespace.as_deref(), &list_opts, &opts)
+            .await?;
+        respond(
+            StatusCode::OK,
+            &codec::encode_list(self.store.strategy(), &deleted, call.output)?,
+        )
+    }
+
+    async fn watch(&self, call: &Call) -> Result<Response<Body>, ApiError> {
+        let q = &call.query;
+        let mut field_selector = q.get("fieldSelector").unwrap_or_default().to_owned();
+        // A watch on a named object is a watch with metadata.name=<name>.
+        if let Some(n) = &call.request.name {
+            if !field_selector.is_empty() {
+                field_selector.push(',');
+            }
+            field_selector.push_str(&format!("metadata.name={n}"));
+        }
+        let opts = WatchOptions {
+            label_selector: LabelSelector::parse(q.get("labelSelector").unwrap_or_default())?,
+            field_selector: self.store.parse_field_selector(&field_selector)?,
+            resource_version: q.get("resourceVersion").map(str::to_owned),
+            resource_version_match: q
+                .get("resourceVersionMatch")
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned),
+            send_initial_events: q.bool("sendInitialEvents")?,
+            allow_bookmarks: q.bool("allowWatchBookmarks")?.unwrap_or(false),
+        };
+        let timeout = match q.int("timeoutSeconds")? {
+            Some(t) if t < 0 => {
+                return Err(ApiError::BadRequest(
+                    "timeoutSeconds must not be negative".to_owned(),
+                ))
+            }
+            Some(t) if t > 0 => Duration::from_secs(t.unsigned_abs()),
+            // kube picks 30–60 minutes; clients re-watch either way.
+            _ => Duration::from_secs(30 * 60),
+        };
+        let watch = self
+            .store
+            .watch(call.request.namespace.as_deref(), opts)
+            .await?;
+        let strategy = self.store.strategy().clone();
+        let output = call.output;
+        let deadline = tokio::time::Instant::now() + timeout;
+
+        let events = futures::stream::unfold(Some(watch), move |state| {
+            let strategy = strategy.clone();
+            async move {
+                let mut watch = state?;
+                let next = tokio::time::timeout_at(deadline, watch.next())
+                    .await
+                    .ok()??;
+                let line = match next {
+                    Ok(event) => encode_event(&strategy, event, output),
+                    Err(e) => {
+                        let status = serde_json::to_value(e.to_status()).unwrap_or(Value::Null);
+                        let line = json!({"type": "ERROR", "object": status});
+                        let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+                        bytes.push(b'\n');
+                        return Some((Ok::<_, Infallible>(Frame::data(Bytes::from(bytes))), None));
+                    }
+                };
+                Some((Ok(Frame::data(line)), Some(watch)))
+            }
+        });
+        let mut resp = Response::new(BodyExt::boxed_unsync(StreamBody::new(StreamExt::boxed(
+            events,
+        ))));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        resp.headers_mut().insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache, private"),
+        );
+        Ok(resp)
+    }
+}
+
+/// One watch event as a JSON line.
+fn encode_event<S: Strategy>(strategy: &S, event: WatchEvent<S::Object>, output: Output) -> Bytes {
+    let (kind, object) = match event {
+        WatchEvent::Added(o) => ("ADDED", codec::encode_object(strategy, &o, output)),
+        WatchEvent::Modified(o) => ("MODIFIED", codec::encode_object(strategy, &o, output)),
+        WatchEvent::Deleted(o) => ("DELETED", codec::encode_object(strategy, &o, output)),
+        WatchEvent::Bookmark {
+            resource_version,
+            initial_events_end,
+        } => (
+            "BOOKMARK",
+            Ok(codec::bookmark_object::<S::Object>(
+                &resource_version,
+                initial_events_end,
+            )),
+        ),
+    };
+    let line = match object {
+        Ok(object) => json!({"type": kind, "object": object}),
+        Err(e) => {
+            json!({"type": "ERROR", "object": serde_json::to_value(e.to_status()).unwrap_or(Value::Null)})
+        }
+    };
+    let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+/// The body's namespace and name must agree with the URL.
+fn check_identity<T: Object>(obj: &T, call: &Call) -> Result<(), ApiError> {
+    let meta = obj.metadata();
+    if let Some(ns) = meta.namespace.as_deref().filter(|n| !n.is_empty()) {
+        if Some(ns) != call.request.namespace.as_deref() {
+            return Err(ApiError::BadRequest(format!(
+                "the namespace of the provided object ({ns}) does not match the namespace sent on the request ({})",
+                call.request.namespace.as_deref().unwrap_or_default()
+            )));
+        }
+    }
+    if let Some(url_name) = call.request.name.as_deref() {
+        let body_name = meta.name.as_deref().unwrap_or_default();
+        if body_name != url_name {
+            return Err(ApiError::BadRequest(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({url_name})"
+            )));
+        }
+    }
+    Ok(())
+}

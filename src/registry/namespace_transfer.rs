@@ -1,0 +1,76 @@
+//! The NamespaceTransfer strategy: its Table columns
+//! (Name, Role, Source, Destination, Phase, Age) and field selectors.
+
+use serde_json::Value;
+
+use crate::api::namespace_transfer::NamespaceTransfer;
+
+use super::strategy::{age_cell, text_cell, Strategy};
+use super::table::TableColumn;
+
+/// `namespacetransfers.storage.transfer.k8s.io`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NamespaceTransferStrategy;
+
+impl Strategy for NamespaceTransferStrategy {
+    type Object = NamespaceTransfer;
+
+    fn table_columns(&self) -> Vec<TableColumn> {
+        vec![
+            TableColumn::name(),
+            TableColumn::new(
+                "Role",
+                "string",
+                "Which side this object speaks for: Source, Destination or Both.",
+            ),
+            TableColumn::new(
+                "Source",
+                "string",
+                "The claim given away, as namespace/name.",
+            ),
+            TableColumn::new(
+                "Destination",
+                "string",
+                "The claim to create, as namespace/name.",
+            ),
+            TableColumn::new("Phase", "string", "Where the transfer is in its protocol."),
+            TableColumn::age(),
+        ]
+    }
+
+    fn table_cells(&self, obj: &NamespaceTransfer) -> Vec<Value> {
+        let role = obj
+            .status
+            .as_ref()
+            .and_then(|s| s.role)
+            .or_else(|| obj.role().ok())
+            .map(|r| r.as_str())
+            .unwrap_or_default();
+        let destination_name = if obj.spec.destination.name.is_empty() {
+            "*"
+        } else {
+            obj.spec.destination.name.as_str()
+        };
+        let phase = obj
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .map(|p| p.as_str())
+            .unwrap_or_default();
+        vec![
+            text_cell(obj.metadata.name.clone().unwrap_or_default()),
+            text_cell(role),
+            text_cell(format!(
+                "{}/{}",
+                obj.source_namespace(),
+                obj.spec.source.name
+            )),
+            text_cell(format!(
+                "{}/{destination_name}",
+                obj.destination_namespace()
+            )),
+            text_cell(phase),
+            age_cell(obj),
+        ]
+    }
+}

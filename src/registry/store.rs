@@ -1,0 +1,1072 @@
+//! The generic store: every verb of every resource, written once.
+//!
+//! Reads that must be linearizable (get, and the object a write starts from)
+//! go to etcd. Lists without `limit` and every watch are served by the watch
+//! cache, after waiting for it to reach the revision the read demands; paged
+//! lists read etcd at one revision so that every page is consistent.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, Notify};
+
+use crate::api::errors::{ApiError, FieldCause, GroupResource};
+use crate::api::meta::Object;
+use crate::api::{self};
+use crate::storage::cache::{CacheError, CacheEvent, EventKind, WatchCache, DEFAULT_CAPACITY};
+use crate::storage::{self, resource_prefix, KeyValue, Revision, Storage, StorageError};
+
+use super::selectors::{FieldSelector, LabelSelector};
+use super::strategy::{Strategy, COMMON_FIELDS};
+use super::{storage_error, Context};
+
+/// How long a read waits for the watch cache to reach the revision it needs.
+const FRESHNESS_TIMEOUT: Duration = Duration::from_secs(3);
+/// How many times a patch or delete retries after losing a race.
+const RETRIES: usize = 8;
+
+/// `?labelSelector=…&fieldSelector=…&limit=…&continue=…&resourceVersion=…`.
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    pub label_selector: LabelSelector,
+    pub field_selector: FieldSelector,
+    pub limit: Option<i64>,
+    pub continue_token: Option<String>,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+}
+
+/// A list response before encoding.
+#[derive(Debug, Clone)]
+pub struct ObjectList<T> {
+    pub items: Vec<T>,
+    pub resource_version: String,
+    pub continue_token: Option<String>,
+    pub remaining_item_count: Option<i64>,
+}
+
+/// `?watch=true` options.
+#[derive(Debug, Clone, Default)]
+pub struct WatchOptions {
+    pub label_selector: LabelSelector,
+    pub field_selector: FieldSelector,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+    pub send_initial_events: Option<bool>,
+    pub allow_bookmarks: bool,
+}
+
+/// `DeleteOptions` preconditions.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    pub precondition_uid: Option<String>,
+    pub precondition_resource_version: Option<String>,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone)]
+pub enum DeleteOutcome<T> {
+    /// The object is gone; this was its last state.
+    Deleted(T),
+    /// Finalizers hold it: it now carries a deletionTimestamp.
+    Pending(T),
+}
+
+/// One watch event, before encoding.
+#[derive(Debug, Clone)]
+pub enum WatchEvent<T> {
+    Added(T),
+    Modified(T),
+    Deleted(T),
+    Bookmark {
+        resource_version: String,
+        /// The `k8s.io/initial-events-end` bookmark of `sendInitialEvents`.
+        initial_events_end: bool,
+    },
+}
+
+/// The generic store of one resource.
+#[derive(Debug)]
+pub struct Store<S: Strategy> {
+    strategy: S,
+    storage: Arc<dyn Storage>,
+    cache: WatchCache,
+    prefix: String,
+    resource: GroupResource,
+    bookmark_interval: Duration,
+}
+
+impl<S: Strategy> Store<S> {
+    /// A store for `S`'s resource under `etcd_prefix`, with its watch cache
+    /// started (and stopped when `shutdown` is notified).
+    pub fn new(
+        strategy: S,
+        storage: Arc<dyn Storage>,
+        etcd_prefix: &str,
+        shutdown: Arc<Notify>,
+    ) -> Self {
+        let info = S::Object::resource();
+        let prefix = resource_prefix(etcd_prefix, api::GROUP, info.plural);
+        let cache = WatchCache::start(storage.clone(), prefix.clone(), DEFAULT_CAPACITY, shutdown);
+        Self {
+            strategy,
+            storage,
+            cache,
+            prefix,
+            resource: GroupResource::new(api::GROUP, info.plural),
+            bookmark_interval: Duration::from_secs(30),
+        }
+    }
+
+    /// Sets how often an idle watch with `allowWatchBookmarks` gets a bookmark.
+    pub fn with_bookmark_interval(mut self, interval: Duration) -> Self {
+        self.bookmark_interval = interval;
+        self
+    }
+
+    pub fn strategy(&self) -> &S {
+        &self.strategy
+    }
+
+    /// Whether the watch cache has synced.
+    pub fn is_ready(&self) -> bool {
+        self.cache.is_ready()
+    }
+
+    fn key(&self, namespace: &str, name: &str) -> String {
+        format!("{}/{namespace}/{name}", self.prefix)
+    }
+
+    fn scope_prefix(&self, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) => format!("{}/{ns}/", self.prefix),
+            None => format!("{}/", self.prefix),
+        }
+    }
+
+    fn err(&self, name: &str) -> impl Fn(StorageError) -> ApiError + '_ {
+        let name = name.to_owned();
+        move |e| storage_error(e, &self.resource, &name)
+    }
+
+    fn decode(&self, kv: &KeyValue) -> Result<S::Object, ApiError> {
+        let mut obj: S::Object = serde_json::from_slice(&kv.value)
+            .map_err(|e| ApiError::Internal(format!("decoding {} from storage: {e}", kv.key)))?;
+        obj.set_type_meta();
+        obj.metadata_mut().resource_version = Some(kv.mod_revision.to_string());
+        Ok(obj)
+    }
+
+    fn encode(&self, obj: &S::Object) -> Result<Bytes, ApiError> {
+        let mut obj = obj.clone();
+        obj.metadata_mut().resource_version = None;
+        serde_json::to_vec(&obj)
+            .map(Bytes::from)
+            .map_err(|e| ApiError::Internal(format!("encoding for storage: {e}")))
+    }
+
+    fn invalid(&self, obj: &S::Object, causes: Vec<FieldCause>) -> ApiError {
+        ApiError::Invalid {
+            group: api::GROUP.to_owned(),
+            kind: S::Object::resource().kind.to_owned(),
+            name: obj.metadata().name.clone().unwrap_or_default(),
+            causes,
+        }
+    }
+
+    fn matches(&self, obj: &S::Object, labels: &LabelSelector, fields: &FieldSelector) -> bool {
+        labels.matches(obj.metadata().labels.as_ref())
+            && fields.matches(|f| self.strategy.field_value(obj, f))
+    }
+
+    /// Parses a field selector against the fields this resource supports.
+    pub fn parse_field_selector(&self, text: &str) -> Result<FieldSelector, ApiError> {
+        let mut supported: Vec<&str> = COMMON_FIELDS.to_vec();
+        supported.extend_from_slice(self.strategy.selectable_fields());
+        FieldSelector::parse(text, &supported)
+    }
+
+    /// `POST`: creates `obj` in `namespace`.
+    pub async fn create(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        mut obj: S::Object,
+    ) -> Result<S::Object, ApiError> {
+        obj.set_type_meta();
+        let generate = obj
+            .metadata()
+            .name
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+            && obj
+                .metadata()
+                .generate_name
+                .as_deref()
+                .is_some_and(|g| !g.is_empty());
+        {
+            let m = obj.metadata_mut();
+            m.namespace = Some(namespace.to_owned());
+            m.uid = Some(uuid::Uuid::new_v4().to_string());
+            m.creation_timestamp = Some(now());
+            m.generation = Some(1);
+            m.resource_version = None;
+            m.deletion_timestamp = None;
+            m.deletion_grace_period_seconds = None;
+            m.self_link = None;
+            m.managed_fields = None;
+        }
+        obj.clear_status();
+        obj.set_requester(ctx.user.clone());
+        obj.apply_defaults();
+
+        for attempt in 0..RETRIES {
+            if generate {
+                let base = obj.metadata().generate_name.clone().unwrap_or_default();
+                obj.metadata_mut().name = Some(format!("{base}{}", random_suffix()));
+            }
+            let causes = obj.validate_create();
+            if !causes.is_empty() {
+                return Err(self.invalid(&obj, causes));
+            }
+            let name = obj.metadata().name.clone().unwrap_or_default();
+            if ctx.dry_run {
+                return Ok(obj);
+            }
+            match self
+                .storage
+                .create(&self.key(namespace, &name), self.encode(&obj)?)
+                .await
+            {
+                Ok(kv) => {
+                    obj.metadata_mut().resource_version = Some(kv.mod_revision.to_string());
+                    return Ok(obj);
+                }
+                // A generated name that is taken: draw another.
+                Err(StorageError::AlreadyExists { .. }) if generate && attempt + 1 < RETRIES => {
+                    continue
+                }
+                Err(e) => return Err(storage_error(e, &self.resource, &name)),
+            }
+        }
+        Err(ApiError::Internal(
+            "could not generate a unique name".to_owned(),
+        ))
+    }
+
+    /// `GET` one object: a linearizable read from etcd.
+    pub async fn get(&self, namespace: &str, name: &str) -> Result<S::Object, ApiError> {
+        let (obj, _) = self.get_with_revision(namespace, name).await?;
+        Ok(obj)
+    }
+
+    async fn get_with_revision(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(S::Object, Revision), ApiError> {
+        let kv = self
+            .storage
+            .get(&self.key(namespace, name))
+            .await
+            .map_err(self.err(name))?;
+        Ok((self.decode(&kv)?, kv.mod_revision))
+    }
+
+    /// `GET` a collection, in one namespace or (None) all.
+    pub async fn list(
+        &self,
+        namespace: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<ObjectList<S::Object>, ApiError> {
+        let rv = parse_resource_version(opts.resource_version.as_deref())?;
+        let exact = match opts.resource_version_match.as_deref().unwrap_or_default() {
+            "" => false,
+            "NotOlderThan" => false,
+            "Exact" => true,
+            other => {
+                return Err(ApiError::BadRequest(format!(
+                    "invalid resourceVersionMatch {other:?}: supported values are \"Exact\" and \"NotOlderThan\""
+                )))
+            }
+        };
+        if opts.resource_version_match.is_some() && rv.is_none() {
+            return Err(ApiError::BadRequest(
+                "resourceVersionMatch is forbidden unless resourceVersion is provided".to_owned(),
+            ));
+        }
+        if exact && rv == Some(0) {
+            return Err(ApiError::BadRequest(
+                "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"".to_owned(),
+            ));
+        }
+        if let Some(limit) = opts.limit {
+            if limit < 0 {
+                return Err(ApiError::BadRequest(format!(
+                    "limit must not be negative, got {limit}"
+                )));
+            }
+        }
+        let scope = self.scope_prefix(namespace);
+        let limit = opts.limit.filter(|l| *l > 0);
+
+        if let Some(token) = &opts.continue_token {
+            if rv.is_some() {
+                return Err(ApiError::BadRequest(
+                    "specifying resource version is not allowed when using continue".to_owned(),
+                ));
+            }
+            let (revision, start_after) = decode_continue(token, &self.prefix, &scope)?;
+            return self
+                .list_from_etcd(&scope, revision, Some(start_after), limit, opts)
+                .await;
+        }
+        match (rv, limit, exact) {
+            // An exact revision, or a page: read etcd at one revision.
+            (Some(r), _, true) => {
+                self.list_from_etcd(&scope, Some(r), None, limit, opts)
+                    .await
+            }
+            (None, Some(_), _) => self.list_from_etcd(&scope, None, None, limit, opts).await,
+            (Some(r), Some(_), false) if r > 0 => {
+                self.wait_for(r).await?;
+                self.list_from_etcd(&scope, None, None, limit, opts).await
+            }
+            // Everything else from the cache: "0" as it is, otherwise once it
+            // has caught up with what the read demands.
+            (rv, _, _) => {
+                match rv {
+                    Some(0) => {}
+                    Some(r) => self.wait_for(r).await?,
+                    None => {
+                        let current = self
+                            .storage
+                            .current_revision()
+                            .await
+                            .map_err(self.err(""))?;
+                        self.wait_for(current).await?;
+                    }
+                }
+                let (kvs, revision) = self.cache.snapshot(&scope).map_err(cache_error)?;
+                let mut items = Vec::with_capacity(kvs.len());
+                for kv in &kvs {
+                    let obj = self.decode(kv)?;
+                    if self.matches(&obj, &opts.label_selector, &opts.field_selector) {
+                        items.push(obj);
+                    }
+                }
+                Ok(ObjectList {
+                    items,
+                    resource_version: revision.to_string(),
+                    continue_token: None,
+                    remaining_item_count: None,
+                })
+            }
+        }
+    }
+
+    async fn wait_for(&self, revision: Revision) -> Result<(), ApiError> {
+        self.cache
+            .wait_for_revision(revision, FRESHNESS_TIMEOUT)
+            .await
+            .map_err(cache_error)
+    }
+
+    async fn list_from_etcd(
+        &self,
+        scope: &str,
+        revision: Option<Revision>,
+        mut start_after: Option<String>,
+        limit: Option<i64>,
+        opts: &ListOptions,
+    ) -> Result<ObjectList<S::Object>, ApiError> {
+        let filtering = !opts.label_selector.is_empty() || !opts.field_selector.is_empty();
+        let mut items = Vec::new();
+        let mut read_at = revision;
+        loop {
+            let page = self
+                .storage
+                .list(
+                    scope,
+                    storage::ListOptions {
+                        revision: read_at,
+                        start_after: start_after.clone(),
+                        limit,
+                    },
+                )
+                .await
+                .map_err(|e| match e {
+                    StorageError::Compacted { .. } if revision.is_some() => ApiError::Expired(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".to_owned(),
+                    ),
+                    other => storage_error(other, &self.resource, ""),
+                })?;
+            read_at = Some(page.revision);
+            let last_key = page.items.last().map(|kv| kv.key.clone());
+            for kv in &page.items {
+                let obj = self.decode(kv)?;
+                if self.matches(&obj, &opts.label_selector, &opts.field_selector) {
+                    items.push(obj);
+                }
+            }
+            let full = limit.is_some_and(|l| items.len() as i64 >= l);
+            if !page.more || full || last_key.is_none() {
+                let continue_token = match (&last_key, page.more) {
+                    (Some(last), true) => Some(encode_continue(page.revision, &self.prefix, last)),
+                    _ => None,
+                };
+                return Ok(ObjectList {
+                    items,
+                    resource_version: page.revision.to_string(),
+                    remaining_item_count: (page.more && !filtering).then_some(page.remaining),
+                    continue_token,
+                });
+            }
+            start_after = last_key;
+        }
+    }
+
+    /// `PUT`: replaces the object (or, with `status`, only its status). The
+    /// body must carry the resourceVersion it was read at.
+    pub async fn update(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+        obj: S::Object,
+        status: bool,
+    ) -> Result<S::Object, ApiError> {
+        let Some(wanted) = obj
+            .metadata()
+            .resource_version
+            .clone()
+            .filter(|v| !v.is_empty())
+        else {
+            return Err(self.invalid(
+                &obj,
+                vec![FieldCause {
+                    reason: "FieldValueInvalid".to_owned(),
+                    field: "metadata.resourceVersion".to_owned(),
+                    message: "Invalid value: 0x0: must be specified for an update".to_owned(),
+                }],
+            ));
+        };
+        let (current, revision) = self.get_with_revision(namespace, name).await?;
+        if wanted != revision.to_string() {
+            return Err(self.conflict(name));
+        }
+        self.write_update(ctx, namespace, name, current, revision, obj, status)
+            .await
+            .map_err(|e| match e {
+                UpdateError::Api(e) => e,
+                UpdateError::Raced => self.conflict(name),
+            })
+    }
+
+    /// Read-modify-write: `mutate` turns the current object into the desired
+    /// one (a patch). Retries when another writer wins the race, unless the
+    /// desired object pins a resourceVersion.
+    pub async fn guaranteed_update(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+        status: bool,
+        mutate: impl Fn(&S::Object) -> Result<S::Object, ApiError>,
+    ) -> Result<S::Object, ApiError> {
+        for _ in 0..RETRIES {
+            let (current, revision) = self.get_with_revision(namespace, name).await?;
+            let desired = mutate(&current)?;
+            let pinned = desired
+                .metadata()
+                .resource_version
+                .clone()
+                .filter(|v| !v.is_empty());
+            if let Some(pinned) = &pinned {
+                if *pinned != revision.to_string() {
+                    return Err(self.conflict(name));
+                }
+            }
+            match self
+                .write_update(ctx, namespace, name, current, revision, desired, status)
+                .await
+            {
+                Ok(obj) => return Ok(obj),
+                Err(UpdateError::Api(e)) => return Err(e),
+                Err(UpdateError::Raced) if pinned.is_some() => return Err(self.conflict(name)),
+                Err(UpdateError::Raced) => continue,
+            }
+        }
+        Err(self.conflict(name))
+    }
+
+    fn conflict(&self, name: &str) -> ApiError {
+        storage_error(
+            StorageError::Conflict {
+                key: String::new(),
+                expected: 0,
+                actual: 0,
+            },
+            &self.resource,
+            name,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn write_update(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+        old: S::Object,
+        revision: Revision,
+        mut new: S::Object,
+        status: bool,
+    ) -> Result<S::Object, UpdateError> {
+        new.set_type_meta();
+        if let Some(uid) = new.metadata().uid.as_deref().filter(|u| !u.is_empty()) {
+            if Some(uid) != old.metadata().uid.as_deref() {
+                return Err(UpdateError::Api(ApiError::Conflict {
+                    resource: self.resource.clone(),
+                    name: name.to_owned(),
+                    message: format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        old.metadata().uid.as_deref().unwrap_or_default()
+                    ),
+                }));
+            }
+        }
+        let old_meta = old.metadata().clone();
+        if status {
+            // A status write changes status and nothing else.
+            new.set_spec_from(&old);
+            *new.metadata_mut() = old_meta.clone();
+        } else {
+            new.set_status_from(&old);
+            if let Some(requester) = old.requester() {
+                new.set_requester(requester.clone());
+            }
+            new.apply_defaults();
+            let m = new.metadata_mut();
+            m.name = old_meta.name.clone();
+            m.namespace = old_meta.namespace.clone();
+            m.uid = old_meta.uid.clone();
+            m.creation_timestamp = old_meta.creation_timestamp.clone();
+            m.deletion_timestamp = old_meta.deletion_timestamp.clone();
+            m.deletion_grace_period_seconds = old_meta.deletion_grace_period_seconds;
+            m.generation = old_meta.generation;
+            m.generate_name = old_meta.generate_name.clone().or(m.generate_name.take());
+            m.managed_fields = old_meta.managed_fields.clone();
+            m.self_link = None;
+            if !new.same_spec(&old) {
+                new.metadata_mut().generation = Some(old_meta.generation.unwrap_or(1) + 1);
+            }
+            if old_meta.deletion_timestamp.is_some() {
+                let old_finalizers = old_meta.finalizers.clone().unwrap_or_default();
+                let added: Vec<String> = new
+                    .metadata()
+                    .finalizers
+                    .clone()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|f| !old_finalizers.contains(f))
+                    .collect();
+                if !added.is_empty() {
+                    return Err(UpdateError::Api(self.invalid(
+                        &new,
+                        vec![FieldCause {
+                            reason: "FieldValueForbidden".to_owned(),
+                            field: "metadata.finalizers".to_owned(),
+                            message: format!(
+                                "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                            ),
+                        }],
+                    )));
+                }
+            }
+        }
+        new.metadata_mut().resource_version = old_meta.resource_version.clone();
+        let causes = new.validate_update(&old);
+        if !causes.is_empty() {
+            return Err(UpdateError::Api(self.invalid(&new, causes)));
+        }
+        // A no-op writes nothing and keeps the resourceVersion, as in kube.
+        if new == old || ctx.dry_run {
+            return Ok(new);
+        }
+        let key = self.key(namespace, name);
+        let finalized = new.metadata().deletion_timestamp.is_some()
+            && new.metadata().finalizers.as_ref().is_none_or(Vec::is_empty);
+        if finalized {
+            return match self.storage.delete(&key, revision).await {
+                Ok((_, at)) => {
+                    new.metadata_mut().resource_version = Some(at.to_string());
+                    Ok(new)
+                }
+                Err(StorageError::Conflict { .. }) => Err(UpdateError::Raced),
+                Err(e) => Err(UpdateError::Api(storage_error(e, &self.resource, name))),
+            };
+        }
+        match self
+            .storage
+            .update(&key, revision, self.encode(&new).map_err(UpdateError::Api)?)
+            .await
+        {
+            Ok(kv) => {
+                new.metadata_mut().resource_version = Some(kv.mod_revision.to_string());
+                Ok(new)
+            }
+            Err(StorageError::Conflict { .. }) => Err(UpdateError::Raced),
+            Err(e) => Err(UpdateError::Api(storage_error(e, &self.resource, name))),
+        }
+    }
+
+    /// `DELETE`: removes the object, or marks it for deletion while finalizers
+    /// remain.
+    pub async fn delete(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<DeleteOutcome<S::Object>, ApiError> {
+        let key = self.key(namespace, name);
+        for _ in 0..RETRIES {
+            let (mut current, revision) = self.get_with_revision(namespace, name).await?;
+            self.check_preconditions(&current, name, opts)?;
+            let finalizers = current.metadata().finalizers.clone().unwrap_or_default();
+            if !finalizers.is_empty() {
+                if current.metadata().deletion_timestamp.is_some() {
+                    return Ok(DeleteOutcome::Pending(current));
+                }
+                let m = current.metadata_mut();
+                m.deletion_timestamp = Some(now());
+                m.deletion_grace_period_seconds = Some(0);
+                m.generation = Some(m.generation.unwrap_or(1) + 1);
+                if ctx.dry_run {
+                    return Ok(DeleteOutcome::Pending(current));
+                }
+                match self
+                    .storage
+                    .update(&key, revision, self.encode(&current)?)
+                    .await
+                {
+                    Ok(kv) => {
+                        current.metadata_mut().resource_version = Some(kv.mod_revision.to_string());
+                        return Ok(DeleteOutcome::Pending(current));
+                    }
+                    Err(StorageError::Conflict { .. }) => continue,
+                    Err(e) => return Err(storage_error(e, &self.resource, name)),
+                }
+            }
+            if ctx.dry_run {
+                return Ok(DeleteOutcome::Deleted(current));
+            }
+            match self.storage.delete(&key, revision).await {
+                Ok((_, at)) => {
+                    current.metadata_mut().resource_version = Some(at.to_string());
+                    return Ok(DeleteOutcome::Deleted(current));
+                }
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(e) => return Err(storage_error(e, &self.resource, name)),
+            }
+        }
+        Err(self.conflict(name))
+    }
+
+    fn check_preconditions(
+        &self,
+        current: &S::Object,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<(), ApiError> {
+        let meta = current.metadata();
+        let failed = |what: &str, wanted: &str, actual: &str| {
+            ApiError::Conflict {
+            resource: self.resource.clone(),
+            name: name.to_owned(),
+            message: format!("Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {actual}"),
+        }
+        };
+        if let Some(uid) = &opts.precondition_uid {
+            let actual = meta.uid.as_deref().unwrap_or_default();
+            if uid != actual {
+                return Err(failed("UID", uid, actual));
+            }
+        }
+        if let Some(rv) = &opts.precondition_resource_version {
+            let actual = meta.resource_version.as_deref().unwrap_or_default();
+            if rv != actual {
+                return Err(failed("ResourceVersion", rv, actual));
+            }
+        }
+        Ok(())
+    }
+
+    /// `DELETE` on a collection: deletes every object the selectors match and
+    /// returns them.
+    pub async fn delete_collection(
+        &self,
+        ctx: &Context,
+        namespace: Option<&str>,
+        list: &ListOptions,
+        opts: &DeleteOptions,
+    ) -> Result<ObjectList<S::Object>, ApiError> {
+        let mut listed = self.list(namespace, list).await?;
+        let mut deleted = Vec::with_capacity(listed.items.len());
+        for obj in listed.items.drain(..) {
+            let ns = obj.metadata().namespace.clone().unwrap_or_default();
+            let name = obj.metadata().name.clone().unwrap_or_default();
+            match self.delete(ctx, &ns, &name, opts).await {
+                Ok(DeleteOutcome::Deleted(o) | DeleteOutcome::Pending(o)) => deleted.push(o),
+                // Gone in the meantime: someone else deleted it.
+                Err(ApiError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        listed.items = deleted;
+        Ok(listed)
+    }
+
+    /// `?watch=true`.
+    pub async fn watch(
+        &self,
+        namespace: Option<&str>,
+        opts: WatchOptions,
+    ) -> Result<Watch<S>, ApiError> {
+        let rv = parse_resource_version(opts.resource_version.as_deref())?;
+        let scope = self.scope_prefix(namespace);
+        if opts.send_initial_events.is_some() {
+            if opts.resource_version_match.as_deref() != Some("NotOlderThan") {
+                return Err(ApiError::BadRequest(
+                    "sendInitialEvents requires resourceVersionMatch=NotOlderThan".to_owned(),
+                ));
+            }
+            if opts.send_initial_events == Some(true) && !opts.allow_bookmarks {
+                return Err(ApiError::BadRequest(
+                    "sendInitialEvents requires allowWatchBookmarks=true".to_owned(),
+                ));
+            }
+        } else if let Some(m) = opts.resource_version_match.as_deref() {
+            return Err(ApiError::BadRequest(format!(
+                "resourceVersionMatch {m:?} is not supported for watch without sendInitialEvents"
+            )));
+        }
+        let initial = match opts.send_initial_events {
+            Some(send) => send,
+            // Legacy: a watch without a resourceVersion (or "0") starts with
+            // the current state as ADDED events.
+            None => matches!(rv, None | Some(0)),
+        };
+        let filter = WatchFilter {
+            scope: scope.clone(),
+            labels: opts.label_selector.clone(),
+            fields: opts.field_selector.clone(),
+        };
+        let mut queue = VecDeque::new();
+        let (live, after) = if initial {
+            match rv {
+                None => {
+                    let current = self
+                        .storage
+                        .current_revision()
+                        .await
+                        .map_err(self.err(""))?;
+                    self.wait_for(current).await?;
+                }
+                Some(0) => {}
+                Some(r) => self.wait_for(r).await?,
+            }
+            let snap = self.cache.snapshot_and_watch(&scope).map_err(cache_error)?;
+            for kv in &snap.objects {
+                let obj = self.decode(kv)?;
+                if self.matches(&obj, &filter.labels, &filter.fields) {
+                    queue.push_back(WatchEvent::Added(obj));
+                }
+            }
+            if opts.send_initial_events == Some(true) {
+                queue.push_back(WatchEvent::Bookmark {
+                    resource_version: snap.revision.to_string(),
+                    initial_events_end: true,
+                });
+            }
+            (snap.live, snap.revision)
+        } else {
+            let after = rv.unwrap_or_default();
+            let watch = self.cache.watch_from(after).map_err(|e| match e {
+                CacheError::TooOld { requested, oldest } => {
+                    ApiError::Expired(format!("too old resource version: {requested} ({oldest})"))
+                }
+                other => cache_error(other),
+            })?;
+            let mut pending = VecDeque::from(watch.backlog);
+            while let Some(event) = pending.pop_front() {
+                if let Some(e) = self.translate(&filter, &event)? {
+                    queue.push_back(e);
+                }
+            }
+            (watch.live, after)
+        };
+        Ok(Watch {
+            queue,
+            live,
+            after,
+            filter,
+            strategy: self.strategy.clone(),
+            cache: self.cache.clone(),
+            bookmarks: opts.allow_bookmarks.then_some(self.bookmark_interval),
+        })
+    }
+
+    fn translate(
+        &self,
+        filter: &WatchFilter,
+        event: &CacheEvent,
+    ) -> Result<Option<WatchEvent<S::Object>>, ApiError> {
+        translate(&self.strategy, filter, event)
+    }
+}
+
+enum UpdateError {
+    Api(ApiError),
+    /// Another writer changed the object between our read and our write.
+    Raced,
+}
+
+#[derive(Debug, Clone)]
+struct WatchFilter {
+    scope: String,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+fn decode_object<O: Object>(kv: &KeyValue) -> Result<O, ApiError> {
+    let mut obj: O = serde_json::from_slice(&kv.value)
+        .map_err(|e| ApiError::Internal(format!("decoding {} from storage: {e}", kv.key)))?;
+    obj.set_type_meta();
+    obj.metadata_mut().resource_version = Some(kv.mod_revision.to_string());
+    Ok(obj)
+}
+
+/// Turns a cache event into what this watcher should see: selector
+/// transitions become ADDED or DELETED, as kube-apiserver's cacher does.
+fn translate<S: Strategy>(
+    strategy: &S,
+    filter: &WatchFilter,
+    event: &CacheEvent,
+) -> Result<Option<WatchEvent<S::Object>>, ApiError> {
+    let decode = decode_object::<S::Object>;
+    if !event.object.key.starts_with(&filter.scope) {
+        return Ok(None);
+    }
+    let matches = |o: &S::Object| {
+        filter.labels.matches(o.metadata().labels.as_ref())
+            && filter.fields.matches(|f| strategy.field_value(o, f))
+    };
+    let filtering = !filter.labels.is_empty() || !filter.fields.is_empty();
+    let object = decode(&event.object)?;
+    Ok(match event.kind {
+        EventKind::Added => matches(&object).then_some(WatchEvent::Added(object)),
+        EventKind::Deleted => matches(&object).then_some(WatchEvent::Deleted(object)),
+        EventKind::Modified => {
+            let now = matches(&object);
+            let before = match (&event.prev, filtering) {
+                (Some(prev), true) => matches(&decode(prev)?),
+                _ => now,
+            };
+            match (before, now) {
+                (true, true) => Some(WatchEvent::Modified(object)),
+                (false, true) => Some(WatchEvent::Added(object)),
+                (true, false) => Some(WatchEvent::Deleted(object)),
+                (false, false) => None,
+            }
+        }
+    })
+}
+
+/// A running watch: queued events first, then live ones from the cache.
+#[derive(Debug)]
+pub struct Watch<S: Strategy> {
+    queue: VecDeque<WatchEvent<S::Object>>,
+    live: broadcast::Receiver<Arc<CacheEvent>>,
+    /// The revision of the last event delivered (or the starting point).
+    after: Revision,
+    filter: WatchFilter,
+    strategy: S,
+    cache: WatchCache,
+    bookmarks: Option<Duration>,
+}
+
+impl<S: Strategy> Watch<S> {
+    /// The next event; `None` when the watch is over (the client should
+    /// watch again from the last resourceVersion it saw, or re-list).
+    pub async fn next(&mut self) -> Option<Result<WatchEvent<S::Object>, ApiError>> {
+        loop {
+            if let Some(event) = self.queue.pop_front() {
+                return Some(Ok(event));
+            }
+            let received = match self.bookmarks {
+                None => self.live.recv().await,
+                Some(interval) => tokio::select! {
+                    r = self.live.recv() => r,
+                    () = tokio::time::sleep(interval) => {
+                        // Every event up to the cache's revision has been sent
+                        // to the channel before the revision moved; if the
+                        // channel is empty now, that revision is safe to report.
+                        let revision = self.cache.revision();
+                        match self.live.try_recv() {
+                            Err(broadcast::error::TryRecvError::Empty) => {
+                                self.after = self.after.max(revision);
+                                return Some(Ok(WatchEvent::Bookmark {
+                                    resource_version: self.after.to_string(),
+                                    initial_events_end: false,
+                                }));
+                            }
+                            Ok(event) => Ok(event),
+                            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                                Err(broadcast::error::RecvError::Lagged(n))
+                            }
+                            Err(broadcast::error::TryRecvError::Closed) => {
+                                Err(broadcast::error::RecvError::Closed)
+                            }
+                        }
+                    }
+                },
+            };
+            let event = match received {
+                Ok(event) => event,
+                // Too slow to keep up, or the cache re-listed: end the watch so
+                // that the client resumes or re-lists, rather than miss events.
+                Err(_) => return None,
+            };
+            if event.revision <= self.after {
+                continue;
+            }
+            self.after = event.revision;
+            match translate(&self.strategy, &self.filter, &event) {
+                Ok(Some(e)) => return Some(Ok(e)),
+                Ok(None) => continue,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+/// Now, to the second, as kube stores timestamps.
+pub(crate) fn now() -> Time {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let seconds = i64::try_from(seconds).unwrap_or_default();
+    Time(Timestamp::from_second(seconds).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+/// Five characters from kube's generateName alphabet (no vowels, no look-alikes).
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    uuid::Uuid::new_v4()
+        .as_bytes()
+        .iter()
+        .take(5)
+        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+        .collect()
+}
+
+fn parse_resource_version(rv: Option<&str>) -> Result<Option<Revision>, ApiError> {
+    match rv {
+        None | Some("") => Ok(None),
+        Some(text) => text
+            .parse::<Revision>()
+            .ok()
+            .filter(|r| *r >= 0)
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "invalid resource version {text:?}: must be a non-negative integer"
+                ))
+            }),
+    }
+}
+
+fn cache_error(e: CacheError) -> ApiError {
+    match e {
+        CacheError::TooOld { requested, oldest } => {
+            ApiError::Expired(format!("too old resource version: {requested} ({oldest})"))
+        }
+        CacheError::NotReady => {
+            ApiError::ServiceUnavailable("the watch cache is not ready yet; try again".to_owned())
+        }
+        CacheError::Stale(revision) => ApiError::Timeout(format!(
+            "Too large resource version: {revision}: the server has not caught up with it yet"
+        )),
+    }
+}
+
+/// The continue token, in kube's format: base64 of
+/// `{"v":"meta.k8s.io/v1","rv":N,"start":"<key after the prefix>\u0000"}`.
+#[derive(Debug, Serialize, Deserialize)]
+struct ContinueToken {
+    v: String,
+    rv: Revision,
+    start: String,
+}
+
+fn encode_continue(revision: Revision, prefix: &str, last_key: &str) -> String {
+    let relative = last_key
+        .strip_prefix(prefix)
+        .unwrap_or(last_key)
+        .trim_start_matches('/');
+    let token = ContinueToken {
+        v: "meta.k8s.io/v1".to_owned(),
+        rv: revision,
+        start: format!("{relative}\u{0}"),
+    };
+    let json = serde_json::to_vec(&token).unwrap_or_default();
+    base64::engine::general_purpose::STANDARD.encode(json)
+}
+
+/// Decodes a continue token into the revision to read at and the key to read
+/// after, refusing tokens that are malformed or point outside `scope`.
+fn decode_continue(
+    token: &str,
+    prefix: &str,
+    scope: &str,
+) -> Result<(Option<Revision>, String), ApiError> {
+    let bad = |why: &str| ApiError::BadRequest(format!("continue key is not valid: {why}"));
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(token)
+        .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(token))
+        .map_err(|_| bad("not base64"))?;
+    let token: ContinueToken =
+        serde_json::from_slice(&raw).map_err(|_| bad("not a continue token"))?;
+    if token.v != "meta.k8s.io/v1" {
+        return Err(bad("unsupported version"));
+    }
+    if token.rv <= 0 {
+        return Err(bad(
+            "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        ));
+    }
+    let Some(relative) = token.start.strip_suffix('\u{0}') else {
+        return Err(bad("malformed start key"));
+    };
+    if relative.is_empty() || relative.split('/').any(|seg| seg == ".." || seg == ".") {
+        return Err(bad("malformed start key"));
+    }
+    let key = format!("{}/{relative}", prefix.trim_end_matches('/'));
+    if !key.starts_with(scope) {
+        return Err(bad("the token belongs to another namespace"));
+    }
+    Ok((Some(token.rv), key))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,508 @@
+use super::*;
+use crate::api::meta::Requester;
+use crate::api::namespace_transfer::NamespaceTransfer;
+use crate::registry::namespace_transfer::NamespaceTransferStrategy;
+use crate::storage::memory::MemoryStorage;
+
+type NstStore = Store<NamespaceTransferStrategy>;
+
+async fn store() -> NstStore {
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::default());
+    let store = Store::new(
+        NamespaceTransferStrategy,
+        storage,
+        "/registry",
+        Arc::new(Notify::new()),
+    );
+    for _ in 0..200 {
+        if store.is_ready() {
+            return store;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("cache never synced");
+}
+
+fn ctx(user: &str) -> Context {
+    Context {
+        user: Requester {
+            username: user.to_owned(),
+            ..Requester::default()
+        },
+        dry_run: false,
+    }
+}
+
+fn offer(name: &str) -> NamespaceTransfer {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+        "kind": "NamespaceTransfer",
+        "metadata": {"name": name, "labels": {"app": "db"}},
+        "spec": {"source": {"name": "db"}, "destination": {"namespace": "dev"}},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn create_sets_server_fields_and_stamps_the_requester() {
+    let s = store().await;
+    let mut obj = offer("a");
+    obj.spec.requester = Some(Requester {
+        username: "mallory".to_owned(),
+        ..Requester::default()
+    });
+    obj.status = Some(Default::default());
+    let created = s.create(&ctx("alice"), "prod", obj).await.unwrap();
+    let m = &created.metadata;
+    assert!(m.uid.is_some());
+    assert!(m.creation_timestamp.is_some());
+    assert_eq!(m.generation, Some(1));
+    assert!(m.resource_version.is_some());
+    assert_eq!(created.spec.requester.as_ref().unwrap().username, "alice");
+    assert!(created.status.is_none(), "status is not settable at create");
+    assert_eq!(created.spec.source.namespace, "prod", "defaulted");
+    let read = s.get("prod", "a").await.unwrap();
+    assert_eq!(read, created);
+}
+
+#[tokio::test]
+async fn generate_name_makes_a_fresh_name_each_time() {
+    let s = store().await;
+    let mut obj = offer("");
+    obj.metadata.name = None;
+    obj.metadata.generate_name = Some("db-".to_owned());
+    let a = s.create(&ctx("alice"), "prod", obj.clone()).await.unwrap();
+    let b = s.create(&ctx("alice"), "prod", obj).await.unwrap();
+    let (a, b) = (a.metadata.name.unwrap(), b.metadata.name.unwrap());
+    assert!(a.starts_with("db-") && a.len() == 8, "{a}");
+    assert_ne!(a, b);
+}
+
+#[tokio::test]
+async fn create_of_an_existing_name_is_already_exists() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let err = s
+        .create(&ctx("alice"), "prod", offer("a"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 409);
+    assert_eq!(err.reason(), "AlreadyExists");
+}
+
+#[tokio::test]
+async fn an_invalid_object_is_refused_with_its_causes() {
+    let s = store().await;
+    let mut obj = offer("Not_A_Name");
+    obj.spec.source.name = String::new();
+    let err = s.create(&ctx("alice"), "prod", obj).await.unwrap_err();
+    let ApiError::Invalid { causes, .. } = &err else {
+        panic!("{err:?}")
+    };
+    let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+    assert!(fields.contains(&"metadata.name"), "{fields:?}");
+    assert!(fields.contains(&"spec.source.name"), "{fields:?}");
+}
+
+#[tokio::test]
+async fn dry_run_create_validates_but_stores_nothing() {
+    let s = store().await;
+    let mut c = ctx("alice");
+    c.dry_run = true;
+    let obj = s.create(&c, "prod", offer("a")).await.unwrap();
+    assert!(obj.metadata.uid.is_some());
+    assert_eq!(s.get("prod", "a").await.unwrap_err().code(), 404);
+}
+
+#[tokio::test]
+async fn update_needs_the_current_resource_version() {
+    let s = store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+
+    let mut unversioned = created.clone();
+    unversioned.metadata.resource_version = None;
+    let err = s
+        .update(&ctx("alice"), "prod", "a", unversioned, false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 422);
+
+    let mut labelled = created.clone();
+    labelled.metadata.labels = Some([("tier".to_owned(), "gold".to_owned())].into());
+    let updated = s
+        .update(&ctx("alice"), "prod", "a", labelled, false)
+        .await
+        .unwrap();
+    assert_ne!(
+        updated.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(
+        updated.metadata.generation,
+        Some(1),
+        "metadata changes keep the generation"
+    );
+
+    let err = s
+        .update(&ctx("alice"), "prod", "a", created, false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 409, "a stale resourceVersion is a conflict");
+}
+
+#[tokio::test]
+async fn a_spec_change_is_invalid_because_spec_is_immutable() {
+    let s = store().await;
+    let mut obj = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    obj.spec.source.name = "other".to_owned();
+    let err = s
+        .update(&ctx("alice"), "prod", "a", obj, false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 422, "{err}");
+    assert!(err.to_string().contains("spec.source.name"), "{err}");
+}
+
+#[tokio::test]
+async fn status_writes_change_only_status_and_main_writes_ignore_status() {
+    let s = store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+
+    let mut with_status = created.clone();
+    with_status.status =
+        Some(serde_json::from_value(serde_json::json!({"phase": "Pending"})).unwrap());
+    with_status.metadata.labels = Some([("sneaky".to_owned(), "yes".to_owned())].into());
+    let after_status = s
+        .update(&ctx("ctrl"), "prod", "a", with_status.clone(), true)
+        .await
+        .unwrap();
+    assert_eq!(after_status.phase(), Some("Pending"));
+    assert_eq!(
+        after_status.metadata.labels, created.metadata.labels,
+        "status writes keep metadata"
+    );
+
+    let mut main = after_status.clone();
+    main.status = None;
+    let after_main = s
+        .update(&ctx("alice"), "prod", "a", main, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        after_main.phase(),
+        Some("Pending"),
+        "main writes keep status"
+    );
+}
+
+#[tokio::test]
+async fn finalizers_hold_a_deleted_object_until_the_last_one_goes() {
+    let s = store().await;
+    let mut obj = offer("a");
+    obj.metadata.finalizers = Some(vec!["example.com/hold".to_owned()]);
+    s.create(&ctx("alice"), "prod", obj).await.unwrap();
+
+    let outcome = s
+        .delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    let DeleteOutcome::Pending(held) = outcome else {
+        panic!("expected a pending deletion")
+    };
+    assert!(held.metadata.deletion_timestamp.is_some());
+
+    let mut more = held.clone();
+    more.metadata.finalizers = Some(vec![
+        "example.com/hold".to_owned(),
+        "example.com/new".to_owned(),
+    ]);
+    let err = s
+        .update(&ctx("alice"), "prod", "a", more, false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 422, "no new finalizers while deleting: {err}");
+
+    let mut released = held;
+    released.metadata.finalizers = Some(Vec::new());
+    s.update(&ctx("alice"), "prod", "a", released, false)
+        .await
+        .unwrap();
+    assert_eq!(s.get("prod", "a").await.unwrap_err().code(), 404);
+}
+
+#[tokio::test]
+async fn delete_preconditions_are_checked() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let opts = DeleteOptions {
+        precondition_uid: Some("not-the-uid".to_owned()),
+        ..DeleteOptions::default()
+    };
+    let err = s
+        .delete(&ctx("alice"), "prod", "a", &opts)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 409);
+    assert!(
+        err.to_string().contains("Precondition failed: UID"),
+        "{err}"
+    );
+    assert!(s.get("prod", "a").await.is_ok());
+}
+
+#[tokio::test]
+async fn lists_filter_by_labels_fields_and_namespace() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let mut other = offer("b");
+    other.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    s.create(&ctx("alice"), "prod", other).await.unwrap();
+    let mut elsewhere = offer("c");
+    elsewhere.spec.destination.namespace = "qa".to_owned();
+    s.create(&ctx("alice"), "staging", elsewhere).await.unwrap();
+
+    let names = |l: ObjectList<NamespaceTransfer>| -> Vec<String> {
+        l.items
+            .into_iter()
+            .map(|o| o.metadata.name.unwrap())
+            .collect()
+    };
+    let all = s.list(None, &ListOptions::default()).await.unwrap();
+    assert_eq!(names(all), ["a", "b", "c"]);
+    let prod = s.list(Some("prod"), &ListOptions::default()).await.unwrap();
+    assert_eq!(names(prod), ["a", "b"]);
+    let db = ListOptions {
+        label_selector: LabelSelector::parse("app=db").unwrap(),
+        ..ListOptions::default()
+    };
+    assert_eq!(names(s.list(None, &db).await.unwrap()), ["a", "c"]);
+    let by_name = ListOptions {
+        field_selector: s.parse_field_selector("metadata.name=b").unwrap(),
+        ..ListOptions::default()
+    };
+    assert_eq!(names(s.list(None, &by_name).await.unwrap()), ["b"]);
+}
+
+#[tokio::test]
+async fn paged_lists_continue_where_they_stopped() {
+    let s = store().await;
+    for i in 0..5 {
+        s.create(&ctx("alice"), "prod", offer(&format!("t{i}")))
+            .await
+            .unwrap();
+    }
+    let mut opts = ListOptions {
+        limit: Some(2),
+        ..ListOptions::default()
+    };
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = s.list(Some("prod"), &opts).await.unwrap();
+        pages += 1;
+        seen.extend(page.items.into_iter().map(|o| o.metadata.name.unwrap()));
+        match page.continue_token {
+            Some(token) => opts.continue_token = Some(token),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["t0", "t1", "t2", "t3", "t4"]);
+    assert_eq!(pages, 3);
+}
+
+#[tokio::test]
+async fn bad_continue_tokens_and_limits_are_bad_requests() {
+    let s = store().await;
+    for token in [
+        "%%%",
+        "aGVsbG8=",
+        "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MCwic3RhcnQiOiJhIn0=",
+    ] {
+        let opts = ListOptions {
+            continue_token: Some(token.to_owned()),
+            ..ListOptions::default()
+        };
+        let err = s.list(None, &opts).await.unwrap_err();
+        assert_eq!(err.code(), 400, "{token}: {err}");
+    }
+    let negative = ListOptions {
+        limit: Some(-1),
+        ..ListOptions::default()
+    };
+    assert_eq!(s.list(None, &negative).await.unwrap_err().code(), 400);
+    let bad_rv = ListOptions {
+        resource_version: Some("abc".to_owned()),
+        ..ListOptions::default()
+    };
+    assert_eq!(s.list(None, &bad_rv).await.unwrap_err().code(), 400);
+}
+
+#[tokio::test]
+async fn a_continue_token_from_another_namespace_is_refused() {
+    let s = store().await;
+    for i in 0..3 {
+        s.create(&ctx("alice"), "prod", offer(&format!("t{i}")))
+            .await
+            .unwrap();
+    }
+    let page = s
+        .list(
+            Some("prod"),
+            &ListOptions {
+                limit: Some(1),
+                ..ListOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let opts = ListOptions {
+        continue_token: page.continue_token,
+        ..ListOptions::default()
+    };
+    assert_eq!(s.list(Some("dev"), &opts).await.unwrap_err().code(), 400);
+}
+
+#[tokio::test]
+async fn a_watch_from_a_resource_version_sees_later_changes_only() {
+    let s = store().await;
+    let a = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let rv = a.metadata.resource_version.clone();
+    s.create(&ctx("alice"), "prod", offer("b")).await.unwrap();
+    let mut w = s
+        .watch(
+            Some("prod"),
+            WatchOptions {
+                resource_version: rv,
+                ..WatchOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let WatchEvent::Added(obj) = first else {
+        panic!("{first:?}")
+    };
+    assert_eq!(obj.metadata.name.as_deref(), Some("b"));
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(second, WatchEvent::Deleted(ref o) if o.metadata.name.as_deref() == Some("a")),
+        "{second:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_label_change_out_of_a_selector_is_seen_as_deleted() {
+    let s = store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let mut w = s
+        .watch(
+            Some("prod"),
+            WatchOptions {
+                label_selector: LabelSelector::parse("app=db").unwrap(),
+                resource_version: created.metadata.resource_version.clone(),
+                ..WatchOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut relabelled = created;
+    relabelled.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    s.update(&ctx("alice"), "prod", "a", relabelled, false)
+        .await
+        .unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(event, WatchEvent::Deleted(_)), "{event:?}");
+}
+
+#[tokio::test]
+async fn send_initial_events_ends_with_the_initial_events_end_bookmark() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let mut w = s
+        .watch(
+            Some("prod"),
+            WatchOptions {
+                send_initial_events: Some(true),
+                resource_version_match: Some("NotOlderThan".to_owned()),
+                allow_bookmarks: true,
+                ..WatchOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        w.next().await.unwrap().unwrap(),
+        WatchEvent::Added(_)
+    ));
+    let end = w.next().await.unwrap().unwrap();
+    assert!(
+        matches!(
+            end,
+            WatchEvent::Bookmark {
+                initial_events_end: true,
+                ..
+            }
+        ),
+        "{end:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_watch_with_bookmarks_gets_one_per_interval() {
+    let s = store()
+        .await
+        .with_bookmark_interval(Duration::from_secs(10));
+    let a = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let mut w = s
+        .watch(
+            Some("prod"),
+            WatchOptions {
+                resource_version: a.metadata.resource_version.clone(),
+                allow_bookmarks: true,
+                ..WatchOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let event = w.next().await.unwrap().unwrap();
+    let WatchEvent::Bookmark {
+        resource_version,
+        initial_events_end,
+    } = event
+    else {
+        panic!("{event:?}")
+    };
+    assert!(!initial_events_end);
+    let rv: i64 = resource_version.parse().unwrap();
+    assert!(rv >= a.metadata.resource_version.unwrap().parse::<i64>().unwrap());
+}
+
+#[test]
+fn continue_tokens_round_trip_in_kubes_format() {
+    let token = encode_continue(42, "/registry/g/r", "/registry/g/r/ns/name");
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(&token)
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"v": "meta.k8s.io/v1", "rv": 42, "start": "ns/name\u{0}"})
+    );
+    let (rv, after) = decode_continue(&token, "/registry/g/r", "/registry/g/r/ns/").unwrap();
+    assert_eq!((rv, after.as_str()), (Some(42), "/registry/g/r/ns/name"));
+}

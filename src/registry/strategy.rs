@@ -1,0 +1,133 @@
+//! The per-resource policy the generic store consults.
+
+use serde_json::Value;
+
+use crate::api::meta::Object;
+
+use super::table::TableColumn;
+
+/// The fields every resource can be selected by.
+pub const COMMON_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
+
+/// What one resource adds to the generic [`super::Store`]. Defaulting and
+/// validation live on the object type itself (in `api`); a strategy adds only
+/// what is about presenting and selecting.
+pub trait Strategy: Clone + Send + Sync + std::fmt::Debug + 'static {
+    type Object: Object;
+
+    /// The fields a field selector may name, beyond [`COMMON_FIELDS`].
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &["status.phase"]
+    }
+
+    /// The value of a selectable field.
+    fn field_value(&self, obj: &Self::Object, field: &str) -> Option<String> {
+        match field {
+            "metadata.name" => obj.metadata().name.clone(),
+            "metadata.namespace" => obj.metadata().namespace.clone(),
+            "status.phase" => obj.phase().map(str::to_owned),
+            _ => None,
+        }
+    }
+
+    /// The Table columns, Name first and Age last.
+    fn table_columns(&self) -> Vec<TableColumn>;
+
+    /// The cells of one object's row, in column order.
+    fn table_cells(&self, obj: &Self::Object) -> Vec<Value>;
+}
+
+/// The Age cell: time since creation, rendered by the server as kubectl
+/// shows it (`12s`, `5m3s`, `3h`, `2d4h`).
+pub fn age_cell(obj: &impl Object) -> Value {
+    let text = match &obj.metadata().creation_timestamp {
+        None => "<unknown>".to_owned(),
+        Some(t) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+                .unwrap_or_default();
+            human_duration(now - t.0.as_second())
+        }
+    };
+    Value::String(text)
+}
+
+/// A duration in seconds the way kubectl prints ages: coarser as it grows.
+pub fn human_duration(seconds: i64) -> String {
+    if seconds < -1 {
+        return "<invalid>".to_owned();
+    }
+    if seconds < 0 {
+        return "0s".to_owned();
+    }
+    if seconds < 120 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
+    if minutes < 10 {
+        return with_rest(minutes, "m", seconds % 60, "s");
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = seconds / 3600;
+    if hours < 8 {
+        return with_rest(hours, "h", minutes % 60, "m");
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    let days = hours / 24;
+    if hours < 24 * 8 {
+        return with_rest(days, "d", hours % 24, "h");
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{days}d");
+    }
+    let years = days / 365;
+    if hours < 24 * 365 * 8 {
+        return with_rest(years, "y", days % 365, "d");
+    }
+    format!("{years}y")
+}
+
+fn with_rest(major: i64, major_unit: &str, minor: i64, minor_unit: &str) -> String {
+    if minor == 0 {
+        format!("{major}{major_unit}")
+    } else {
+        format!("{major}{major_unit}{minor}{minor_unit}")
+    }
+}
+
+/// A string cell; `<none>`-style blanks are left to kubectl.
+pub fn text_cell(s: impl Into<String>) -> Value {
+    Value::String(s.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_duration;
+
+    #[test]
+    fn ages_print_as_kubectl_prints_them() {
+        for (seconds, text) in [
+            (-5, "<invalid>"),
+            (-1, "0s"),
+            (0, "0s"),
+            (119, "119s"),
+            (120, "2m"),
+            (125, "2m5s"),
+            (600, "10m"),
+            (3 * 3600, "3h"),
+            (3 * 3600 + 300, "3h5m"),
+            (47 * 3600, "47h"),
+            (50 * 3600, "2d2h"),
+            (30 * 86400, "30d"),
+            (800 * 86400, "2y70d"),
+            (9 * 365 * 86400, "9y"),
+        ] {
+            assert_eq!(human_duration(seconds), text, "{seconds}");
+        }
+    }
+}
