@@ -1010,7 +1010,7 @@ fn cache_error(e: CacheError) -> ApiError {
     }
 }
 
-/// The continue token, in kube's format: base64 of
+/// The continue token, in kube's format: unpadded URL-safe base64 of
 /// `{"v":"meta.k8s.io/v1","rv":N,"start":"<key after the prefix>\u0000"}`.
 #[derive(Debug, Serialize, Deserialize)]
 struct ContinueToken {
@@ -1030,7 +1030,7 @@ fn encode_continue(revision: Revision, prefix: &str, last_key: &str) -> String {
         start: format!("{relative}\u{0}"),
     };
     let json = serde_json::to_vec(&token).unwrap_or_default();
-    base64::engine::general_purpose::STANDARD.encode(json)
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
 }
 
 /// Decodes a continue token into the revision to read at and the key to read
@@ -1041,9 +1041,9 @@ fn decode_continue(
     scope: &str,
 ) -> Result<(Option<Revision>, String), ApiError> {
     let bad = |why: &str| ApiError::BadRequest(format!("continue key is not valid: {why}"));
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(token)
-        .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(token))
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .or_else(|_| base64::engine::general_purpose::STANDARD.decode(token))
         .map_err(|_| bad("not base64"))?;
     let token: ContinueToken =
         serde_json::from_slice(&raw).map_err(|_| bad("not a continue token"))?;

@@ -19,6 +19,7 @@
 //! torn down by a watchdog when the binary exits, however it exits. `make dev`
 //! runs the same start-up in detached mode through the `devenv` binary.
 
+pub mod http;
 pub mod kubectl;
 pub mod pki;
 pub mod process;
@@ -597,6 +598,17 @@ impl ControlPlane {
     /// Where every component's log is.
     pub fn logs_dir(&self) -> PathBuf {
         self.dir.join("logs")
+    }
+
+    /// A raw HTTPS client straight to our server, presenting the admin
+    /// certificate.
+    pub fn server_http(&self) -> Result<http::HttpClient, Error> {
+        http::HttpClient::new(
+            self.server_port,
+            &self.pki.serving_ca.cert,
+            &format!("{SERVICE_NAME}.{SERVICE_NAMESPACE}.svc"),
+            Some((&self.pki.admin.cert, &self.pki.admin.key)),
+        )
     }
 
     /// A kubectl authenticated by a fresh client certificate (CN `user`, O

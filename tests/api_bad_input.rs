@@ -1,0 +1,365 @@
+//! Bad input, straight to our server over HTTPS: every malformed request gets
+//! a `Status` with the right 4xx code and a message that says what is wrong,
+//! and nothing stored changes.
+
+#![allow(clippy::unwrap_used)] // Tests fail by panicking.
+
+use serde_json::{json, Value};
+use sta_testenv::http::{HttpClient, HttpResponse};
+use sta_testenv::{shared, ControlPlane};
+
+fn cp() -> &'static ControlPlane {
+    shared(env!("CARGO_BIN_EXE_storage-transfer-apiserver"))
+}
+
+const JSON: (&str, &str) = ("Content-Type", "application/json");
+
+fn base(ns: &str) -> String {
+    format!("/apis/storage.transfer.k8s.io/v1alpha1/namespaces/{ns}/namespacetransfers")
+}
+
+fn transfer(name: &str) -> Value {
+    json!({
+        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+        "kind": "NamespaceTransfer",
+        "metadata": {"name": name},
+        "spec": {"source": {"name": "db"}, "destination": {"namespace": "dev"}},
+    })
+}
+
+fn send(
+    http: &HttpClient,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpResponse {
+    http.request(method, path, headers, body).unwrap()
+}
+
+/// Asserts a Status with `code`, `reason` and a message containing `says`.
+#[track_caller]
+fn assert_status(resp: &HttpResponse, code: u16, reason: &str, says: &str) {
+    let v = resp.json();
+    assert_eq!(resp.status, code, "{}", resp.text());
+    assert_eq!(v["kind"], "Status", "{}", resp.text());
+    assert_eq!(v["code"], code, "{}", resp.text());
+    assert_eq!(v["reason"], reason, "{}", resp.text());
+    let message = v["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(says),
+        "message {message:?} should say {says:?}"
+    );
+}
+
+#[test]
+fn malformed_bodies_are_rejected_with_a_reason_and_store_nothing() {
+    let ns = cp().namespace("bad-body").unwrap();
+    let http = cp().server_http().unwrap();
+    let url = base(&ns.name);
+    let mut wrong_group = transfer("a");
+    wrong_group["apiVersion"] = json!("v1");
+    let mut wrong_kind = transfer("a");
+    wrong_kind["kind"] = json!("EphemeralClaim");
+    let mut wrong_type = transfer("a");
+    wrong_type["spec"]["source"] = json!("db");
+    let mut other_namespace = transfer("a");
+    other_namespace["metadata"]["namespace"] = json!("elsewhere");
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (
+            b"{\"apiVersion\": ".to_vec(),
+            "could not be decoded as JSON",
+        ),
+        (b"[]".to_vec(), "must be a JSON object"),
+        (
+            serde_json::to_vec(&wrong_group).unwrap(),
+            "does not match the expected API version",
+        ),
+        (
+            serde_json::to_vec(&wrong_kind).unwrap(),
+            "does not match the expected kind",
+        ),
+        (
+            serde_json::to_vec(&wrong_type).unwrap(),
+            "not a valid NamespaceTransfer",
+        ),
+        (
+            serde_json::to_vec(&other_namespace).unwrap(),
+            "does not match the namespace sent on the request",
+        ),
+    ];
+    for (body, says) in cases {
+        let resp = send(&http, "POST", &url, &[JSON], &body);
+        assert_status(&resp, 400, "BadRequest", says);
+    }
+    let list = send(&http, "GET", &url, &[], b"").json();
+    assert_eq!(list["items"], json!([]), "nothing was stored");
+}
+
+#[test]
+fn an_invalid_name_is_unprocessable_and_names_the_field() {
+    let ns = cp().namespace("bad-name").unwrap();
+    let http = cp().server_http().unwrap();
+    let resp = send(
+        &http,
+        "POST",
+        &base(&ns.name),
+        &[JSON],
+        &serde_json::to_vec(&transfer("Not_Valid")).unwrap(),
+    );
+    assert_status(&resp, 422, "Invalid", "metadata.name");
+    let causes = resp.json()["details"]["causes"].clone();
+    assert!(
+        causes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["field"] == "metadata.name"),
+        "{causes}"
+    );
+}
+
+#[test]
+fn a_body_over_three_mebibytes_is_too_large() {
+    let ns = cp().namespace("big").unwrap();
+    let http = cp().server_http().unwrap();
+    let mut huge = transfer("a");
+    huge["metadata"]["annotations"] = json!({"pad": "x".repeat(3 * 1024 * 1024 + 1)});
+    let resp = send(
+        &http,
+        "POST",
+        &base(&ns.name),
+        &[JSON],
+        &serde_json::to_vec(&huge).unwrap(),
+    );
+    assert_status(&resp, 413, "RequestEntityTooLarge", "larger than the limit");
+}
+
+#[test]
+fn unknown_content_types_and_patch_types_are_unsupported_media() {
+    let ns = cp().namespace("media").unwrap();
+    let http = cp().server_http().unwrap();
+    let body = serde_json::to_vec(&transfer("a")).unwrap();
+    let resp = send(
+        &http,
+        "POST",
+        &base(&ns.name),
+        &[("Content-Type", "text/plain")],
+        &body,
+    );
+    assert_status(&resp, 415, "UnsupportedMediaType", "application/json");
+    assert_eq!(
+        send(&http, "POST", &base(&ns.name), &[JSON], &body).status,
+        201
+    );
+    for patch_type in [
+        "application/strategic-merge-patch+json",
+        "application/apply-patch+yaml",
+    ] {
+        let resp = send(
+            &http,
+            "PATCH",
+            &format!("{}/a", base(&ns.name)),
+            &[("Content-Type", patch_type)],
+            b"{}",
+        );
+        assert_status(&resp, 415, "UnsupportedMediaType", "merge-patch");
+    }
+}
+
+#[test]
+fn a_stale_resource_version_is_a_conflict_and_changes_nothing() {
+    let ns = cp().namespace("stale").unwrap();
+    let http = cp().server_http().unwrap();
+    let url = base(&ns.name);
+    let created = send(
+        &http,
+        "POST",
+        &url,
+        &[JSON],
+        &serde_json::to_vec(&transfer("a")).unwrap(),
+    )
+    .json();
+    let mut first = created.clone();
+    first["metadata"]["labels"] = json!({"v": "1"});
+    let resp = send(
+        &http,
+        "PUT",
+        &format!("{url}/a"),
+        &[JSON],
+        &serde_json::to_vec(&first).unwrap(),
+    );
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let mut stale = created;
+    stale["metadata"]["labels"] = json!({"v": "2"});
+    let resp = send(
+        &http,
+        "PUT",
+        &format!("{url}/a"),
+        &[JSON],
+        &serde_json::to_vec(&stale).unwrap(),
+    );
+    assert_status(&resp, 409, "Conflict", "the object has been modified");
+    let now = send(&http, "GET", &format!("{url}/a"), &[], b"").json();
+    assert_eq!(now["metadata"]["labels"], json!({"v": "1"}));
+}
+
+#[test]
+fn creating_an_existing_name_is_already_exists() {
+    let ns = cp().namespace("exists").unwrap();
+    let http = cp().server_http().unwrap();
+    let body = serde_json::to_vec(&transfer("a")).unwrap();
+    assert_eq!(
+        send(&http, "POST", &base(&ns.name), &[JSON], &body).status,
+        201
+    );
+    let resp = send(&http, "POST", &base(&ns.name), &[JSON], &body);
+    assert_status(&resp, 409, "AlreadyExists", "already exists");
+    assert_eq!(resp.json()["details"]["name"], "a");
+}
+
+#[test]
+fn bad_selectors_continue_tokens_and_limits_are_bad_requests() {
+    let ns = cp().namespace("query").unwrap();
+    let http = cp().server_http().unwrap();
+    let url = base(&ns.name);
+    for (query, says) in [
+        (
+            "labelSelector=app%20in%20(db",
+            "unable to parse requirement",
+        ),
+        (
+            "fieldSelector=spec.source.name%3Ddb",
+            "field label not supported",
+        ),
+        ("continue=not-a-token", "continue key is not valid"),
+        ("limit=ten", "is not an integer"),
+        ("limit=-1", "must not be negative"),
+        ("resourceVersion=abc", "invalid resource version"),
+        ("watch=perhaps", "is not a boolean"),
+        ("dryRun=Some", "dryRun"),
+    ] {
+        let resp = send(&http, "GET", &format!("{url}?{query}"), &[], b"");
+        assert_status(&resp, 400, "BadRequest", says);
+    }
+    let body = serde_json::to_vec(&transfer("a")).unwrap();
+    let resp = send(
+        &http,
+        "POST",
+        &format!("{url}?fieldValidation=Loose"),
+        &[JSON],
+        &body,
+    );
+    assert_status(&resp, 400, "BadRequest", "fieldValidation");
+}
+
+#[test]
+fn a_name_in_the_body_that_disagrees_with_the_url_is_refused() {
+    let ns = cp().namespace("rename").unwrap();
+    let http = cp().server_http().unwrap();
+    let url = base(&ns.name);
+    let created = send(
+        &http,
+        "POST",
+        &url,
+        &[JSON],
+        &serde_json::to_vec(&transfer("a")).unwrap(),
+    )
+    .json();
+    let mut renamed = created;
+    renamed["metadata"]["name"] = json!("b");
+    let resp = send(
+        &http,
+        "PUT",
+        &format!("{url}/a"),
+        &[JSON],
+        &serde_json::to_vec(&renamed).unwrap(),
+    );
+    assert_status(
+        &resp,
+        400,
+        "BadRequest",
+        "does not match the name on the URL",
+    );
+}
+
+#[test]
+fn strict_field_validation_refuses_unknown_fields_and_warn_reports_them() {
+    let ns = cp().namespace("fields").unwrap();
+    let http = cp().server_http().unwrap();
+    let url = base(&ns.name);
+    let mut body = transfer("a");
+    body["spec"]["colour"] = json!("blue");
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let resp = send(
+        &http,
+        "POST",
+        &format!("{url}?fieldValidation=Strict"),
+        &[JSON],
+        &bytes,
+    );
+    assert_status(&resp, 400, "BadRequest", "unknown field \"spec.colour\"");
+    let resp = send(&http, "POST", &url, &[JSON], &bytes);
+    assert_eq!(resp.status, 201);
+    assert_eq!(
+        resp.headers_named("Warning"),
+        [r#"299 - "unknown field \"spec.colour\"""#]
+    );
+    let stored = send(&http, "GET", &format!("{url}/a"), &[], b"").json();
+    assert!(
+        stored["spec"].get("colour").is_none(),
+        "never stored: {stored}"
+    );
+}
+
+#[test]
+fn the_spec_is_immutable_after_create() {
+    let ns = cp().namespace("immutable").unwrap();
+    let http = cp().server_http().unwrap();
+    let url = base(&ns.name);
+    send(
+        &http,
+        "POST",
+        &url,
+        &[JSON],
+        &serde_json::to_vec(&transfer("a")).unwrap(),
+    );
+    let resp = send(
+        &http,
+        "PATCH",
+        &format!("{url}/a"),
+        &[("Content-Type", "application/merge-patch+json")],
+        br#"{"spec":{"source":{"name":"other"}}}"#,
+    );
+    assert_status(&resp, 422, "Invalid", "spec.source.name");
+}
+
+#[test]
+fn unknown_paths_and_methods_get_status_errors() {
+    let http = cp().server_http().unwrap();
+    let resp = send(
+        &http,
+        "GET",
+        "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/x/widgets",
+        &[],
+        b"",
+    );
+    assert_status(&resp, 404, "NotFound", "could not find");
+    let resp = send(&http, "POST", &format!("{}/a", base("x")), &[JSON], b"{}");
+    assert_status(&resp, 405, "MethodNotAllowed", "does not allow");
+    let resp = send(
+        &http,
+        "GET",
+        &format!("{}/a", base("x")),
+        &[("Accept", "application/vnd.kubernetes.protobuf")],
+        b"",
+    );
+    assert_status(&resp, 406, "NotAcceptable", "application/json");
+}
+
+#[test]
+fn the_server_is_still_ready_after_the_bad_input() {
+    malformed_bodies_are_rejected_with_a_reason_and_store_nothing();
+    let out = cp().direct().ok(&["get", "--raw", "/readyz"]);
+    assert_eq!(out, "ok");
+}
