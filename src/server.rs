@@ -5,6 +5,7 @@
 //! [`crate::endpoints`]; this module never interprets an API path itself.
 
 pub mod health;
+pub mod metrics;
 pub mod options;
 pub mod tls;
 
@@ -28,15 +29,19 @@ use tokio::sync::Notify;
 use crate::api::errors::ApiError;
 use crate::authn::{Anonymous, Authenticator, UserInfo};
 use crate::authz::{self, AllowAll, Attributes, Authorizer, Decision, ResourceAttributes};
-use crate::endpoints::request::{self, Query};
+use crate::endpoints::request::{self, Query, ResourceRequest};
 use crate::endpoints::{self, Api, Body};
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{Context, Store};
 use crate::storage::etcd::EtcdStorage;
 use crate::storage::Storage;
+use bytes::Bytes;
 use health::Health;
+use http_body_util::{BodyExt, Full};
+use metrics::{Metrics, RequestLabels};
 pub use options::{CompletedConfig, ConfigError, Options};
+use std::time::Instant;
 
 /// Errors that stop the server from starting or running.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +78,7 @@ pub async fn run(
 #[derive(Debug)]
 struct State {
     health: Health,
+    metrics: Metrics,
     api: Api,
     authn: Arc<dyn Authenticator>,
     authz: Arc<dyn Authorizer>,
@@ -126,6 +132,7 @@ pub async fn serve(
     );
     let state = Arc::new(State {
         health,
+        metrics: Metrics::default(),
         api: Api::new(transfers, claims),
         authn: Arc::new(Anonymous),
         authz: Arc::new(AllowAll),
@@ -203,33 +210,66 @@ async fn probe_etcd(storage: Arc<dyn Storage>, ok: Arc<AtomicBool>, stop: Arc<No
     }
 }
 
-/// The filter chain: health, then authentication, authorization and the API.
+/// The filter chain: health, then authentication, authorization, and the API
+/// (or `/metrics`); every request is counted.
 async fn dispatch(state: &State, req: Request<Incoming>) -> Response<Body> {
+    let started = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let resp = if let Some(resp) = state.health.serve(&path, req.uri().query()) {
-        resp
-    } else {
-        match authorize(state, &req).await {
-            Err(err) => endpoints::error_response(&err),
-            Ok(user) if path == "/apis" || path.starts_with("/apis/") => {
-                let ctx = Context {
-                    user,
-                    dry_run: false,
-                };
-                endpoints::serve_api(&state.api, req, ctx).await
-            }
-            Ok(_) => endpoints::error_response(&ApiError::PathNotFound),
+    if let Some(resp) = state.health.serve(&path, req.uri().query()) {
+        return resp;
+    }
+    let (outcome, resource) = authorize(state, &req).await;
+    let resp = match outcome {
+        Err(err) => endpoints::error_response(&err),
+        Ok(user)
+            if path == "/apis" || path.starts_with("/apis/") || path.starts_with("/openapi/") =>
+        {
+            let ctx = Context {
+                user,
+                dry_run: false,
+            };
+            endpoints::serve_api(&state.api, req, ctx).await
         }
+        Ok(_) if path == "/metrics" && method == http::Method::GET => {
+            let mut resp =
+                Response::new(Full::new(Bytes::from(state.metrics.render())).boxed_unsync());
+            resp.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            resp
+        }
+        Ok(_) => endpoints::error_response(&ApiError::PathNotFound),
     };
-    tracing::debug!(%method, %path, code = resp.status().as_u16(), "request");
+    let code = resp.status().as_u16();
+    let labels = match &resource {
+        Some(r) => RequestLabels {
+            verb: r.verb.as_str().to_ascii_uppercase(),
+            resource: r.resource.plural.to_owned(),
+            subresource: if r.status {
+                "status".to_owned()
+            } else {
+                String::new()
+            },
+        },
+        None => RequestLabels {
+            verb: method.as_str().to_owned(),
+            resource: String::new(),
+            subresource: String::new(),
+        },
+    };
+    state.metrics.observe(labels, code, started.elapsed());
+    tracing::debug!(%method, %path, code, "request");
     resp
 }
 
 /// Authenticates the caller and asks the authorizer about the request.
-async fn authorize(state: &State, req: &Request<Incoming>) -> Result<UserInfo, ApiError> {
-    let (parts, ()) = clone_parts(req);
-    let user = state.authn.authenticate(&parts).await?;
+/// Returns the parsed resource request too, for metrics.
+async fn authorize(
+    state: &State,
+    req: &Request<Incoming>,
+) -> (Result<UserInfo, ApiError>, Option<ResourceRequest>) {
     let query = Query::parse(req.uri().query());
     let resource = match request::parse(req.method(), req.uri().path(), &query) {
         Ok(Some(r)) => Some(r),
@@ -237,7 +277,18 @@ async fn authorize(state: &State, req: &Request<Incoming>) -> Result<UserInfo, A
         // error; authorize them as the non-resource path they are.
         _ => None,
     };
-    let attributes = match &resource {
+    let outcome = authorize_request(state, req, resource.as_ref()).await;
+    (outcome, resource)
+}
+
+async fn authorize_request(
+    state: &State,
+    req: &Request<Incoming>,
+    resource: Option<&ResourceRequest>,
+) -> Result<UserInfo, ApiError> {
+    let (parts, ()) = clone_parts(req);
+    let user = state.authn.authenticate(&parts).await?;
+    let attributes = match resource {
         Some(r) => Attributes {
             user: user.clone(),
             verb: r.verb.as_str().to_owned(),
