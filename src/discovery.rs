@@ -1,16 +1,41 @@
 //! Discovery documents for `/apis`, `/apis/storage.transfer.k8s.io` and
 //! `/apis/storage.transfer.k8s.io/v1alpha1`, built from the resource table in
-//! [`crate::api`].
+//! [`crate::api`]; aggregated discovery ([`aggregated`]); and the OpenAPI v2 and v3
+//! documents built from the API types ([`openapi`]).
 //!
 //! The aggregator reads these to route requests and to merge our group into
-//! kube-apiserver's own discovery; `kubectl api-resources` shows what is here.
-//! This module owns the documents, not the HTTP exchange that serves them.
+//! kube-apiserver's own discovery and OpenAPI; `kubectl api-resources` and
+//! `kubectl explain` show what is here. This module owns the documents, their
+//! encoding and their entity tags ([`Document`]), not the HTTP exchange that serves
+//! them.
+
+pub mod aggregated;
+pub mod document;
+pub mod openapi;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, GroupVersionForDiscovery,
 };
 
 use crate::api::{self, ResourceInfo};
+
+pub use document::Document;
+
+/// Why a served document could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A document did not encode as JSON. The documents are plain data, so this is
+    /// a bug, reported rather than panicked on.
+    #[error("encoding the {document} document")]
+    Encode {
+        document: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The result of building a document.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `GET /apis/storage.transfer.k8s.io/v1alpha1`.
 pub fn api_resource_list() -> APIResourceList {

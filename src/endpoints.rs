@@ -1,4 +1,6 @@
-//! The HTTP face of the API: turns a request for `/apis/...` into a response.
+//! The HTTP face of the API: turns a request for `/apis/...` or `/openapi/...`
+//! into a response: the discovery and OpenAPI documents, and every verb of
+//! every resource.
 //!
 //! Owns request routing, content negotiation and the one place where an
 //! [`ApiError`] becomes an HTTP response ([`error_response`]). It does not own
@@ -73,7 +75,7 @@ where
 {
     let query = Query::parse(req.uri().query());
     let path = req.uri().path().to_owned();
-    if let Some(resp) = discovery_document(req.method(), &path)? {
+    if let Some(resp) = discovery_document(req.method(), &path, &query, req.headers())? {
         return Ok(resp);
     }
     let Some(request) = request::parse(req.method(), &path, &query)? else {
@@ -129,24 +131,136 @@ where
     }
 }
 
-fn discovery_document(method: &Method, path: &str) -> Result<Option<Response<Body>>, ApiError> {
+/// Serves the discovery and OpenAPI documents:
+/// - `/apis` (legacy `APIGroupList`, or aggregated discovery when `Accept` asks for
+///   `apidiscovery.k8s.io` `v2`/`v2beta1`), `/apis/<group>`, `/apis/<group>/<version>`;
+/// - `/openapi/v2`, `/openapi/v3` and `/openapi/v3/apis/<group>/<version>`.
+///
+/// Aggregated discovery and OpenAPI carry an `ETag`; an `If-None-Match` naming it is
+/// answered `304 Not Modified`. A v3 group-version request whose `?hash=` is the
+/// current one may be cached forever; a stale hash is redirected to the current one,
+/// as kube-openapi does. `Ok(None)` for any other path.
+fn discovery_document(
+    method: &Method,
+    path: &str,
+    query: &Query,
+    headers: &header::HeaderMap,
+) -> Result<Option<Response<Body>>, ApiError> {
+    /// Which document a path names.
+    enum Doc {
+        Apis,
+        Group,
+        ResourceList,
+        OpenApiV2,
+        OpenApiV3Root,
+        OpenApiV3GroupVersion,
+    }
+
+    /// A tagged document, or `304` when the client's copy is current.
+    fn tagged(
+        doc: &discovery::Document,
+        headers: &header::HeaderMap,
+        cache_control: Option<&'static str>,
+    ) -> Response<Body> {
+        let if_none_match = headers
+            .get(header::IF_NONE_MATCH)
+            .and_then(|v| v.to_str().ok());
+        let mut resp = if doc.is_current_for(if_none_match) {
+            let mut resp = Response::new(Full::new(Bytes::new()).boxed_unsync());
+            *resp.status_mut() = StatusCode::NOT_MODIFIED;
+            resp
+        } else {
+            let mut resp = Response::new(Full::new(doc.body()).boxed_unsync());
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(doc.content_type()),
+            );
+            resp
+        };
+        let h = resp.headers_mut();
+        if let Ok(etag) = header::HeaderValue::from_str(doc.etag()) {
+            h.insert(header::ETAG, etag);
+        }
+        h.insert(header::VARY, header::HeaderValue::from_static("Accept"));
+        if let Some(cache_control) = cache_control {
+            h.insert(
+                header::CACHE_CONTROL,
+                header::HeaderValue::from_static(cache_control),
+            );
+        }
+        resp
+    }
+
     let segments: Vec<&str> = path
         .trim_start_matches('/')
         .trim_end_matches('/')
         .split('/')
         .collect();
     let doc = match segments.as_slice() {
-        ["apis"] => serialize(&discovery::api_group_list())?,
-        ["apis", g] if *g == api::GROUP => serialize(&discovery::api_group())?,
-        ["apis", g, v] if *g == api::GROUP && *v == api::VERSION => {
-            serialize(&discovery::api_resource_list())?
+        ["apis"] => Doc::Apis,
+        ["apis", g] if *g == api::GROUP => Doc::Group,
+        ["apis", g, v] if *g == api::GROUP && *v == api::VERSION => Doc::ResourceList,
+        ["openapi", "v2"] => Doc::OpenApiV2,
+        ["openapi", "v3"] => Doc::OpenApiV3Root,
+        ["openapi", "v3", "apis", g, v] if *g == api::GROUP && *v == api::VERSION => {
+            Doc::OpenApiV3GroupVersion
         }
         _ => return Ok(None),
     };
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::MethodNotAllowed);
     }
-    Ok(Some(json_response(StatusCode::OK, doc)))
+    let internal = |e: &discovery::Error| ApiError::Internal(e.to_string());
+    let resp = match doc {
+        Doc::Apis => {
+            let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+            match discovery::aggregated::negotiate(accept) {
+                Some(version) => tagged(
+                    discovery::aggregated::served(version).map_err(internal)?,
+                    headers,
+                    Some("public"),
+                ),
+                None => json_response(StatusCode::OK, serialize(&discovery::api_group_list())?),
+            }
+        }
+        Doc::Group => json_response(StatusCode::OK, serialize(&discovery::api_group())?),
+        Doc::ResourceList => {
+            json_response(StatusCode::OK, serialize(&discovery::api_resource_list())?)
+        }
+        Doc::OpenApiV2 => tagged(
+            &discovery::openapi::served().map_err(internal)?.v2,
+            headers,
+            None,
+        ),
+        Doc::OpenApiV3Root => tagged(
+            &discovery::openapi::served().map_err(internal)?.v3_root,
+            headers,
+            None,
+        ),
+        Doc::OpenApiV3GroupVersion => {
+            let doc = &discovery::openapi::served()
+                .map_err(internal)?
+                .v3_group_version;
+            match query.get("hash") {
+                None | Some("") => tagged(doc, headers, None),
+                Some(hash) if hash == doc.hash() => tagged(doc, headers, Some("public, immutable")),
+                Some(_) => {
+                    let location = format!(
+                        "/openapi/v3/{}?hash={}",
+                        discovery::openapi::group_version_path(),
+                        doc.hash()
+                    );
+                    let mut resp = Response::new(Full::new(Bytes::new()).boxed_unsync());
+                    *resp.status_mut() = StatusCode::MOVED_PERMANENTLY;
+                    if let Ok(location) = header::HeaderValue::from_str(&location) {
+                        resp.headers_mut().insert(header::LOCATION, location);
+                    }
+                    resp
+                }
+            }
+        }
+    };
+    Ok(Some(resp))
 }
 
 fn serialize<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {

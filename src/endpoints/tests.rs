@@ -1,16 +1,41 @@
 use super::*;
 
-fn discover(method: Method, path: &str) -> Option<(StatusCode, serde_json::Value)> {
-    let resp = match discovery_document(&method, path) {
-        Ok(Some(resp)) => resp,
-        Ok(None) => return None,
-        Err(e) => error_response(&e),
+const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// The document response for `target` (a path with an optional query), if any.
+fn document(method: Method, target: &str, headers: &[(&str, &str)]) -> Option<Response<Body>> {
+    let (path, query) = match target.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (target, None),
     };
-    let status = resp.status();
+    let mut map = header::HeaderMap::new();
+    for (name, value) in headers {
+        map.insert(
+            header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            header::HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    match discovery_document(&method, path, &Query::parse(query), &map) {
+        Ok(resp) => resp,
+        Err(e) => Some(error_response(&e)),
+    }
+}
+
+fn body_of(resp: Response<Body>) -> Bytes {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let body = rt.block_on(async { resp.into_body().collect().await.unwrap().to_bytes() });
+    rt.block_on(async { resp.into_body().collect().await.unwrap().to_bytes() })
+}
+
+fn header_of(resp: &Response<Body>, name: header::HeaderName) -> Option<&str> {
+    resp.headers().get(name).map(|v| v.to_str().unwrap())
+}
+
+fn discover(method: Method, path: &str) -> Option<(StatusCode, serde_json::Value)> {
+    let resp = document(method, path, &[])?;
+    let status = resp.status();
+    let body = body_of(resp);
     Some((status, serde_json::from_slice(&body).unwrap()))
 }
 
@@ -61,4 +86,137 @@ fn errors_are_status_bodies_with_the_error_code() {
     let resp = error_response(&ApiError::TooLarge("x".to_owned()));
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+}
+
+#[test]
+fn apis_with_the_aggregated_accept_serves_aggregated_discovery_with_its_exact_content_type() {
+    let resp = document(Method::GET, "/apis", &[("accept", AGGREGATED_V2)]).unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(header_of(&resp, header::CONTENT_TYPE), Some(AGGREGATED_V2));
+    assert!(header_of(&resp, header::ETAG).is_some());
+    let v: serde_json::Value = serde_json::from_slice(&body_of(resp)).unwrap();
+    assert_eq!(v["kind"], "APIGroupDiscoveryList");
+    assert_eq!(v["apiVersion"], "apidiscovery.k8s.io/v2");
+    assert_eq!(v["items"][0]["metadata"]["name"], "storage.transfer.k8s.io");
+}
+
+#[test]
+fn apis_with_a_plain_accept_keeps_serving_the_legacy_group_list() {
+    let resp = document(Method::GET, "/apis", &[("accept", "application/json, */*")]).unwrap();
+    assert_eq!(
+        header_of(&resp, header::CONTENT_TYPE),
+        Some("application/json")
+    );
+    let v: serde_json::Value = serde_json::from_slice(&body_of(resp)).unwrap();
+    assert_eq!(v["kind"], "APIGroupList");
+}
+
+#[test]
+fn tagged_documents_answer_304_when_if_none_match_names_their_etag() {
+    let cases: &[(&str, &[(&str, &str)])] = &[
+        ("/apis", &[("accept", AGGREGATED_V2)]),
+        ("/openapi/v2", &[]),
+        ("/openapi/v3", &[]),
+        ("/openapi/v3/apis/storage.transfer.k8s.io/v1alpha1", &[]),
+    ];
+    for (path, headers) in cases {
+        let first = document(Method::GET, path, headers).unwrap();
+        assert_eq!(first.status(), StatusCode::OK, "{path}");
+        let etag = header_of(&first, header::ETAG)
+            .unwrap_or_else(|| panic!("{path} has no ETag"))
+            .to_owned();
+        assert!(
+            etag.starts_with('"') && etag.ends_with('"'),
+            "{path}: {etag}"
+        );
+
+        let mut conditional = headers.to_vec();
+        conditional.push(("if-none-match", &etag));
+        let again = document(Method::GET, path, &conditional).unwrap();
+        assert_eq!(again.status(), StatusCode::NOT_MODIFIED, "{path}");
+        assert_eq!(
+            header_of(&again, header::ETAG),
+            Some(etag.as_str()),
+            "{path}"
+        );
+        assert!(body_of(again).is_empty(), "{path}");
+
+        conditional.pop();
+        conditional.push(("if-none-match", "\"stale\""));
+        let changed = document(Method::GET, path, &conditional).unwrap();
+        assert_eq!(changed.status(), StatusCode::OK, "{path}");
+    }
+}
+
+#[test]
+fn openapi_v3_root_points_at_the_served_group_version_document_by_its_hash() {
+    let (code, root) = discover(Method::GET, "/openapi/v3").unwrap();
+    assert_eq!(code, StatusCode::OK);
+    let url = root["paths"]["apis/storage.transfer.k8s.io/v1alpha1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let hash = url
+        .strip_prefix("/openapi/v3/apis/storage.transfer.k8s.io/v1alpha1?hash=")
+        .unwrap();
+    let resp = document(Method::GET, &url, &[]).unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        header_of(&resp, header::CACHE_CONTROL),
+        Some("public, immutable")
+    );
+    assert_eq!(
+        header_of(&resp, header::ETAG).unwrap(),
+        format!("\"{hash}\"")
+    );
+    let body = body_of(resp);
+    assert_eq!(discovery::document::content_hash(&body), hash);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["openapi"], "3.0.0");
+}
+
+#[test]
+fn openapi_v3_with_a_stale_hash_redirects_to_the_current_one() {
+    let resp = document(
+        Method::GET,
+        "/openapi/v3/apis/storage.transfer.k8s.io/v1alpha1?hash=0123",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(resp.status(), StatusCode::MOVED_PERMANENTLY);
+    let location = header_of(&resp, header::LOCATION).unwrap();
+    let current = discovery::openapi::served()
+        .unwrap()
+        .v3_group_version
+        .hash();
+    assert_eq!(
+        location,
+        format!("/openapi/v3/apis/storage.transfer.k8s.io/v1alpha1?hash={current}")
+    );
+}
+
+#[test]
+fn openapi_v2_is_swagger_with_our_definitions() {
+    let resp = document(Method::GET, "/openapi/v2", &[]).unwrap();
+    assert_eq!(
+        header_of(&resp, header::CONTENT_TYPE),
+        Some("application/json")
+    );
+    let v: serde_json::Value = serde_json::from_slice(&body_of(resp)).unwrap();
+    assert_eq!(v["swagger"], "2.0");
+    assert!(v["definitions"]["io.k8s.transfer.storage.v1alpha1.NamespaceTransfer"].is_object());
+}
+
+#[test]
+fn writes_to_openapi_documents_are_method_not_allowed() {
+    for path in ["/openapi/v2", "/openapi/v3"] {
+        let (code, _) = discover(Method::PUT, path).unwrap();
+        assert_eq!(code, StatusCode::METHOD_NOT_ALLOWED, "{path}");
+    }
+}
+
+#[test]
+fn openapi_paths_of_other_groups_are_not_documents() {
+    assert!(document(Method::GET, "/openapi/v3/apis/apps/v1", &[]).is_none());
+    assert!(document(Method::GET, "/openapi/v1", &[]).is_none());
 }
