@@ -5,11 +5,13 @@
 #   make down   stop what `make dev` started
 #   make lint   rustfmt and clippy, as CI runs them
 #   make kube   only build the pinned Kubernetes binaries (cached outside the tree)
+#   make openapi   rewrite the checked-in OpenAPI documents under openapi/ from the code
+#   make bench-core   our server alone on etcd: throughput, latency, watch fan-out
 
 CARGO ?= cargo
 DEV_DIR ?= $(CURDIR)/.dev
 
-.PHONY: dev down test lint kube prereqs
+.PHONY: dev down test lint kube prereqs bench-core openapi
 
 prereqs:
 	@hack/prereqs.sh
@@ -29,6 +31,16 @@ down:
 test: kube
 	hack/test.sh
 
+# Our server alone on etcd: create/get/list throughput and latency, watch fan-out.
+# BENCH_SCALE=0.01 runs it tiny.
+bench-core: prereqs
+	$(CARGO) bench --locked --bench core
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+# The OpenAPI documents under openapi/ are generated from the API types; a test
+# fails when they drift. This rewrites them.
+openapi:
+	UPDATE_OPENAPI=1 $(CARGO) test --locked --test openapi checked_in_openapi_matches_the_code

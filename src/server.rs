@@ -156,6 +156,10 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Small responses must not wait for a delayed ACK (Nagle).
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, error = %err, "cannot set TCP_NODELAY");
+        }
         let acceptor = acceptor.clone();
         let state = state.clone();
         let builder = builder.clone();

@@ -227,6 +227,7 @@ impl WatchStream for MemoryWatch {
                 // Drain what is already queued so that progress is truthful.
                 let mut pending = Vec::new();
                 while let Ok(e) = self.live.try_recv() {
+                    self.revision = self.revision.max(e.revision());
                     if e.key().starts_with(&self.prefix) {
                         pending.push(e);
                     }
