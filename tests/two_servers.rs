@@ -244,3 +244,70 @@ fn a_continue_token_from_before_a_compaction_is_expired() {
     let fresh = a.http.request("GET", &url(None), &[], b"").unwrap().json();
     assert_eq!(fresh["items"].as_array().unwrap().len(), 5);
 }
+
+#[test]
+fn the_server_reaches_etcd_over_mutual_tls_and_only_with_its_client_certificate() {
+    let dir = scratch("etcd-tls");
+    let pki = Pki::generate(&dir.join("pki"), SERVER_NAME).unwrap();
+    let (etcd, tls) = Etcd::start_tls(&dir.join("etcd")).unwrap();
+    let start = |name: &str, with_client_cert: bool| {
+        let port = free_port().unwrap();
+        let mut args = vec![
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={port}"),
+            format!("--etcd-servers={}", etcd.url),
+            format!("--etcd-cafile={}", tls.ca.cert.display()),
+            "--insecure-allow-all".to_owned(),
+            format!("--tls-cert-file={}", pki.server_serving.cert.display()),
+            format!(
+                "--tls-private-key-file={}",
+                pki.server_serving.key.display()
+            ),
+        ];
+        if with_client_cert {
+            args.push(format!("--etcd-certfile={}", tls.client.cert.display()));
+            args.push(format!("--etcd-keyfile={}", tls.client.key.display()));
+        }
+        let process = Process::spawn(
+            name,
+            Path::new(BIN),
+            &args,
+            &dir.join(format!("{name}.log")),
+            &[],
+        )
+        .unwrap();
+        let http = HttpClient::new(port, &pki.serving_ca.cert, SERVER_NAME, None).unwrap();
+        Replica { process, http }
+    };
+    let ready = |r: &Replica| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(resp) = r.http.request("GET", "/readyz?verbose", &[], b"") {
+                if resp.status == 200 {
+                    return true;
+                }
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+
+    let good = start("with-cert", true);
+    assert!(ready(&good), "{}", good.process.log_tail());
+    let created = good
+        .http
+        .request("POST", &url(None), &[JSON], &transfer("over-tls"))
+        .unwrap();
+    assert_eq!(created.status, 201, "{}", created.text());
+
+    let bad = start("without-cert", false);
+    std::thread::sleep(Duration::from_secs(3));
+    let resp = bad
+        .http
+        .request("GET", "/readyz?verbose", &[], b"")
+        .unwrap();
+    assert_eq!(resp.status, 500, "{}", resp.text());
+    assert!(resp.text().contains("[-]etcd failed"), "{}", resp.text());
+}

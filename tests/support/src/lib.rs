@@ -847,6 +847,80 @@ impl Etcd {
     }
 }
 
+/// The certificates of an etcd that speaks TLS to its clients.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub ca: pki::Ca,
+    pub server: pki::CertPair,
+    pub client: pki::CertPair,
+}
+
+impl Etcd {
+    /// Starts etcd serving clients over TLS and requiring client
+    /// certificates, with a fresh CA under `<dir>/pki`.
+    pub fn start_tls(dir: &Path) -> Result<(Self, EtcdTls), Error> {
+        let pki_dir = dir.join("pki");
+        std::fs::create_dir_all(&pki_dir).map_err(io_err(&pki_dir))?;
+        let ca = pki::Ca::create(&pki_dir, "etcd-ca", "storage-transfer-test-etcd-ca")?;
+        let server = ca.issue(
+            &pki_dir,
+            "etcd-server",
+            "etcd",
+            &[],
+            &["127.0.0.1", "localhost"],
+            Usage::ServerAndClient,
+        )?;
+        let client = ca.issue(
+            &pki_dir,
+            "etcd-client",
+            "storage-transfer-apiserver",
+            &[],
+            &[],
+            Usage::Client,
+        )?;
+        let bin = match std::env::var_os("ETCD_BIN") {
+            Some(p) => PathBuf::from(p),
+            None => which("etcd").ok_or_else(|| Error::MissingTool {
+                tool: "etcd".to_owned(),
+                hint: "install Debian's etcd-server package (apt-get install etcd-server), or set ETCD_BIN".to_owned(),
+            })?,
+        };
+        let data = etcd_data_dir(dir);
+        let log = dir.join("etcd.log");
+        let (client_port, peer) = (free_port()?, free_port()?);
+        // Readiness is read from the log below, so keep etcd's info lines.
+        let mut args: Vec<String> = etcd_args(&data, client_port, peer)
+            .into_iter()
+            .filter(|a| !a.starts_with("--log-level"))
+            .collect();
+        for a in args.iter_mut() {
+            if a.starts_with("--listen-client-urls=") || a.starts_with("--advertise-client-urls=") {
+                *a = a.replace("http://", "https://");
+            }
+        }
+        args.extend([
+            format!("--cert-file={}", server.cert.display()),
+            format!("--key-file={}", server.key.display()),
+            format!("--trusted-ca-file={}", ca.cert.display()),
+            "--client-cert-auth".to_owned(),
+        ]);
+        let mut p = Process::spawn("etcd", &bin, &args, &log, &[])?;
+        let log_for_check = log.clone();
+        wait_ready(&mut p, "etcd", Duration::from_secs(30), &mut || {
+            std::fs::read_to_string(&log_for_check)
+                .is_ok_and(|l| l.contains("ready to serve client requests"))
+        })?;
+        Ok((
+            Self {
+                url: format!("https://127.0.0.1:{client_port}"),
+                process: p,
+                data,
+            },
+            EtcdTls { ca, server, client },
+        ))
+    }
+}
+
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.process.stop(Duration::from_secs(2));

@@ -40,6 +40,9 @@ pub struct Ca {
 pub enum Usage {
     Server,
     Client,
+    /// Both, as etcd wants of its serving certificate: its gateway dials
+    /// itself with it.
+    ServerAndClient,
 }
 
 /// All the key material of one control plane.
@@ -147,7 +150,8 @@ impl Pki {
 }
 
 impl Ca {
-    fn create(dir: &Path, file: &str, cn: &str) -> Result<Self, Error> {
+    /// A new self-signed CA `<dir>/<file>.crt` with CN `cn`.
+    pub fn create(dir: &Path, file: &str, cn: &str) -> Result<Self, Error> {
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(pki_err(cn))?;
         params.distinguished_name = name(cn, &[]);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -195,10 +199,14 @@ impl Ca {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.extended_key_usages = vec![match usage {
-            Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
-            Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
-        }];
+        params.extended_key_usages = match usage {
+            Usage::Server => vec![ExtendedKeyUsagePurpose::ServerAuth],
+            Usage::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
+            Usage::ServerAndClient => vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        };
         params.use_authority_key_identifier_extension = true;
         let key = KeyPair::generate().map_err(pki_err(file))?;
         let cert = params.signed_by(&key, &issuer).map_err(pki_err(file))?;
