@@ -1,26 +1,53 @@
-//! Authentication: who is calling. The seam is [`Authenticator`]; delegated
-//! authentication as k8s.io/apiserver does it (front-proxy headers, client
-//! certificates, bearer tokens, then anonymous; DESIGN §3.2) plugs in here.
+//! Authentication: who is calling, as k8s.io/apiserver's delegated
+//! authenticators decide it (DESIGN §3.2), in order:
+//!
+//! 1. the front proxy: a client certificate that chains to the requestheader
+//!    CA with a CN in `requestheader-allowed-names`; then the user comes from
+//!    the `X-Remote-*` headers. Those headers are never read otherwise;
+//! 2. a client certificate that chains to `client-ca-file`: CN is the user, O
+//!    the groups;
+//! 3. a bearer token, checked with a TokenReview (results cached 10 s);
+//! 4. otherwise anonymous.
 //!
 //! Owns who the caller is; never what they may do.
 
+pub mod config;
+pub mod source;
+pub mod token;
+pub mod x509;
+
+use std::sync::{Arc, RwLock};
+
 use http::request::Parts;
+use rustls::pki_types::CertificateDer;
 
 use crate::api::errors::ApiError;
 use crate::api::meta::Requester;
+use config::{AuthConfig, RequestHeaderConfig};
+use token::TokenAuthenticator;
 
 /// The authenticated user, as SubjectAccessReview and `spec.requester` name it.
 pub type UserInfo = Requester;
 
+/// The group every authenticated user belongs to.
+pub const AUTHENTICATED: &str = "system:authenticated";
+
+/// What the TLS layer learned about the peer.
+#[derive(Debug, Clone, Default)]
+pub struct Peer {
+    /// The certificate chain the client presented, leaf first (its signature
+    /// was checked in the handshake; its trust is checked here).
+    pub certificates: Option<Vec<CertificateDer<'static>>>,
+}
+
 /// Decides who sent a request.
 #[async_trait::async_trait]
 pub trait Authenticator: Send + Sync + std::fmt::Debug {
-    /// The user, or 401 when credentials were presented and are invalid.
-    async fn authenticate(&self, request: &Parts) -> Result<UserInfo, ApiError>;
+    /// The user, or 401 when presented credentials are invalid.
+    async fn authenticate(&self, request: &Parts, peer: &Peer) -> Result<UserInfo, ApiError>;
 }
 
-/// Everyone is `system:anonymous` in `system:unauthenticated`. Request headers
-/// such as `X-Remote-User` are never trusted here.
+/// Everyone is `system:anonymous` in `system:unauthenticated`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Anonymous;
 
@@ -35,7 +62,171 @@ pub fn anonymous_user() -> UserInfo {
 
 #[async_trait::async_trait]
 impl Authenticator for Anonymous {
-    async fn authenticate(&self, _request: &Parts) -> Result<UserInfo, ApiError> {
+    async fn authenticate(&self, _request: &Parts, _peer: &Peer) -> Result<UserInfo, ApiError> {
         Ok(anonymous_user())
     }
 }
+
+/// The shared, swappable configuration: replaced whole when the ConfigMap
+/// changes, so a request sees one consistent version.
+pub type SharedConfig = Arc<RwLock<Option<Arc<AuthConfig>>>>;
+
+/// The delegated chain.
+#[derive(Debug)]
+pub struct Delegating {
+    config: SharedConfig,
+    tokens: Option<TokenAuthenticator>,
+}
+
+impl Delegating {
+    pub fn new(config: SharedConfig, tokens: Option<TokenAuthenticator>) -> Self {
+        Self { config, tokens }
+    }
+
+    fn current(&self) -> Option<Arc<AuthConfig>> {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Authenticator for Delegating {
+    async fn authenticate(&self, request: &Parts, peer: &Peer) -> Result<UserInfo, ApiError> {
+        let config = self.current().ok_or_else(|| {
+            ApiError::ServiceUnavailable(
+                "the authentication configuration has not been loaded yet".to_owned(),
+            )
+        })?;
+        if let Some(chain) = peer.certificates.as_deref().filter(|c| !c.is_empty()) {
+            if let Some(rh) = &config.request_header {
+                if let Some(user) = front_proxy_user(rh, chain, request) {
+                    return Ok(with_authenticated(user));
+                }
+            }
+            if let Some(ca) = &config.client_ca {
+                if let Some(subject) = x509::verify(ca, chain) {
+                    return Ok(with_authenticated(UserInfo {
+                        username: subject.common_name,
+                        groups: subject.organizations,
+                        ..UserInfo::default()
+                    }));
+                }
+            }
+        }
+        if let Some(token) = bearer_token(request)? {
+            return match &self.tokens {
+                Some(tokens) => tokens.authenticate(&token).await.map(with_authenticated),
+                None => Err(ApiError::Unauthorized),
+            };
+        }
+        Ok(anonymous_user())
+    }
+}
+
+/// The user named by the front proxy's headers, if the client certificate is
+/// the front proxy's.
+fn front_proxy_user(
+    rh: &RequestHeaderConfig,
+    chain: &[CertificateDer<'static>],
+    request: &Parts,
+) -> Option<UserInfo> {
+    let subject = x509::verify(&rh.ca, chain)?;
+    if !rh.allowed_names.is_empty() && !rh.allowed_names.contains(&subject.common_name) {
+        return None;
+    }
+    let headers = &request.headers;
+    let values = |names: &[String]| -> Vec<String> {
+        names
+            .iter()
+            .flat_map(|n| headers.get_all(n.as_str()).iter())
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect()
+    };
+    let username = values(&rh.username_headers)
+        .into_iter()
+        .find(|u| !u.is_empty())?;
+    let uid = values(&rh.uid_headers).into_iter().find(|u| !u.is_empty());
+    let groups = values(&rh.group_headers);
+    let mut extra = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for (name, value) in headers {
+        let lower = name.as_str().to_ascii_lowercase();
+        for prefix in &rh.extra_headers_prefixes {
+            if let Some(key) = lower.strip_prefix(&prefix.to_ascii_lowercase()) {
+                if key.is_empty() {
+                    continue;
+                }
+                if let Ok(v) = value.to_str() {
+                    extra
+                        .entry(percent_decode(key))
+                        .or_default()
+                        .push(v.to_owned());
+                }
+            }
+        }
+    }
+    Some(UserInfo {
+        username,
+        uid,
+        groups,
+        extra,
+    })
+}
+
+fn with_authenticated(mut user: UserInfo) -> UserInfo {
+    if user.username != "system:anonymous" && !user.groups.iter().any(|g| g == AUTHENTICATED) {
+        user.groups.push(AUTHENTICATED.to_owned());
+    }
+    user
+}
+
+/// `Authorization: Bearer <token>`; a malformed header is a 401.
+fn bearer_token(request: &Parts) -> Result<Option<String>, ApiError> {
+    let Some(value) = request.headers.get(http::header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let text = value.to_str().map_err(|_| ApiError::Unauthorized)?;
+    let mut parts = text.splitn(2, ' ');
+    match (parts.next(), parts.next()) {
+        (Some(scheme), Some(token)) if scheme.eq_ignore_ascii_case("bearer") => {
+            let token = token.trim();
+            if token.is_empty() {
+                Err(ApiError::Unauthorized)
+            } else {
+                Ok(Some(token.to_owned()))
+            }
+        }
+        // "Bearer" with no token is malformed, not anonymous.
+        (Some(scheme), None) if scheme.eq_ignore_ascii_case("bearer") => {
+            Err(ApiError::Unauthorized)
+        }
+        // Other schemes (basic) are not ours to judge: not authenticated.
+        _ => Ok(None),
+    }
+}
+
+/// Decodes `%XX` escapes in an extra key, as the request-header authenticator
+/// does; invalid escapes are kept as they are.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+            if let Some(b) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,10 @@
-//! Authorization: what a known user may do. The seam is [`Authorizer`];
-//! SubjectAccessReview with a TTL cache (DESIGN §3.2) plugs in here.
+//! Authorization: what a known user may do. The seam is [`Authorizer`]; the
+//! cluster's answer comes from [`sar::SubjectAccessReviewer`] (DESIGN §3.2),
+//! and `system:masters` is always allowed.
 //!
 //! Owns what a known user may do; never who they are.
+
+pub mod sar;
 
 use crate::api::errors::ApiError;
 use crate::authn::UserInfo;

@@ -11,6 +11,7 @@
 //! request path. `api` is pure: no I/O and no tokio. See `DESIGN.md` §3.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod api;
 pub mod authn;
 pub mod authz;

@@ -24,6 +24,13 @@ use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::Requester;
 use crate::storage::StorageError;
 
+/// A create-time check that needs I/O (a SubjectAccessReview): run after
+/// defaulting and validation, before the write, dry-run included.
+#[async_trait::async_trait]
+pub trait Admission<O>: Send + Sync + std::fmt::Debug {
+    async fn admit_create(&self, ctx: &Context, obj: &O) -> Result<(), ApiError>;
+}
+
 /// Who is asking, and how: what every write needs besides its object.
 #[derive(Debug, Clone, Default)]
 pub struct Context {

@@ -26,8 +26,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::Notify;
 
+use crate::admission::RightsAdmission;
 use crate::api::errors::ApiError;
-use crate::authn::{Anonymous, Authenticator, UserInfo};
+use crate::authn::{self, Anonymous, Authenticator, Peer, UserInfo};
+use crate::authz::sar::SubjectAccessReviewer;
 use crate::authz::{self, AllowAll, Attributes, Authorizer, Decision, ResourceAttributes};
 use crate::endpoints::request::{self, Query, ResourceRequest};
 use crate::endpoints::{self, Api, Body};
@@ -40,7 +42,7 @@ use bytes::Bytes;
 use health::Health;
 use http_body_util::{BodyExt, Full};
 use metrics::{Metrics, RequestLabels};
-pub use options::{CompletedConfig, ConfigError, Options};
+pub use options::{AuthMode, CompletedConfig, ConfigError, Options};
 use std::time::Instant;
 
 /// Errors that stop the server from starting or running.
@@ -53,6 +55,8 @@ pub enum ServeError {
     },
     #[error("connecting to etcd: {0}")]
     Etcd(#[from] crate::storage::StorageError),
+    #[error("--kubeconfig: {0}")]
+    Kube(String),
 }
 
 /// Runs the server until `shutdown` resolves, then drains connections for at most
@@ -69,9 +73,66 @@ pub async fn run(
         })?;
     let local = listener.local_addr().unwrap_or(config.bind);
     let storage: Arc<dyn Storage> = Arc::new(EtcdStorage::connect(&config.etcd).await?);
+    let auth = match &config.auth {
+        AuthMode::InsecureAllowAll => Auth::insecure(),
+        AuthMode::Delegated { kubeconfig } => {
+            Auth::delegated(kube_client(kubeconfig.as_deref()).await?)
+        }
+    };
     tracing::info!(address = %local, "serving HTTPS");
-    serve(listener, config, storage, shutdown).await;
+    serve(listener, config, storage, auth, shutdown).await;
     Ok(())
+}
+
+/// A client for the cluster this server extends.
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, ServeError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| ServeError::Kube(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| ServeError::Kube(format!("{}: {e}", path.display())))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| ServeError::Kube(format!("no kubeconfig given and none found: {e}")))?,
+    };
+    kube::Client::try_from(config).map_err(|e| ServeError::Kube(e.to_string()))
+}
+
+/// Authentication and authorization, and what readiness needs to know of them.
+#[derive(Debug)]
+pub struct Auth {
+    authn: Arc<dyn Authenticator>,
+    authz: Arc<dyn Authorizer>,
+    /// `Some(problem)` while the delegated configuration is not usable.
+    problem: Option<authn::source::Problem>,
+}
+
+impl Auth {
+    /// Everyone anonymous, everything allowed: for tests without a cluster.
+    pub fn insecure() -> Self {
+        tracing::warn!(
+            "running with --insecure-allow-all: every caller is anonymous and every request is allowed; never do this in a real cluster"
+        );
+        Self {
+            authn: Arc::new(Anonymous),
+            authz: Arc::new(AllowAll),
+            problem: None,
+        }
+    }
+
+    /// Delegated to the cluster, as k8s.io/apiserver's extension servers do.
+    pub fn delegated(client: kube::Client) -> Self {
+        let (config, problem) = authn::source::watch(client.clone());
+        let tokens = authn::token::TokenAuthenticator::new(client.clone(), Vec::new());
+        Self {
+            authn: Arc::new(authn::Delegating::new(config, Some(tokens))),
+            authz: Arc::new(SubjectAccessReviewer::new(client)),
+            problem: Some(problem),
+        }
+    }
 }
 
 /// Everything a request handler needs, shared by all connections.
@@ -89,21 +150,29 @@ pub async fn serve(
     listener: TcpListener,
     config: CompletedConfig,
     storage: Arc<dyn Storage>,
+    auth: Auth,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let stop = Arc::new(Notify::new());
-    let transfers = Arc::new(Store::new(
-        NamespaceTransferStrategy,
-        storage.clone(),
-        &config.etcd_prefix,
-        stop.clone(),
-    ));
-    let claims = Arc::new(Store::new(
-        EphemeralClaimStrategy,
-        storage.clone(),
-        &config.etcd_prefix,
-        stop.clone(),
-    ));
+    let rights = Arc::new(RightsAdmission::new(auth.authz.clone()));
+    let transfers = Arc::new(
+        Store::new(
+            NamespaceTransferStrategy,
+            storage.clone(),
+            &config.etcd_prefix,
+            stop.clone(),
+        )
+        .with_admission(rights.clone()),
+    );
+    let claims = Arc::new(
+        Store::new(
+            EphemeralClaimStrategy,
+            storage.clone(),
+            &config.etcd_prefix,
+            stop.clone(),
+        )
+        .with_admission(rights),
+    );
     let mut health = Health::new();
     let etcd_ok = Arc::new(AtomicBool::new(false));
     tokio::spawn(probe_etcd(storage.clone(), etcd_ok.clone(), stop.clone()));
@@ -127,15 +196,20 @@ pub async fn serve(
             }
         }
     });
-    tracing::warn!(
-        "running with --insecure-allow-all: every caller is anonymous and every request is allowed; never do this in a real cluster"
-    );
+    if let Some(problem) = auth.problem.clone() {
+        health.add_readyz("authentication-config", move || {
+            match problem.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                None => Ok(()),
+                Some(why) => Err(why.clone()),
+            }
+        });
+    }
     let state = Arc::new(State {
         health,
         metrics: Metrics::default(),
         api: Api::new(transfers, claims),
-        authn: Arc::new(Anonymous),
-        authz: Arc::new(AllowAll),
+        authn: auth.authn,
+        authz: auth.authz,
     });
 
     let acceptor = TlsAcceptor::from(config.tls.clone());
@@ -172,9 +246,16 @@ pub async fn serve(
                     return;
                 }
             };
+            let identity = Arc::new(Peer {
+                certificates: tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect()),
+            });
             let service = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, std::convert::Infallible>(dispatch(&state, req).await) }
+                let (state, identity) = (state.clone(), identity.clone());
+                async move { Ok::<_, std::convert::Infallible>(dispatch(&state, &identity, req).await) }
             });
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
             if let Err(err) = watcher.watch(conn.into_owned()).await {
@@ -216,14 +297,14 @@ async fn probe_etcd(storage: Arc<dyn Storage>, ok: Arc<AtomicBool>, stop: Arc<No
 
 /// The filter chain: health, then authentication, authorization, and the API
 /// (or `/metrics`); every request is counted.
-async fn dispatch(state: &State, req: Request<Incoming>) -> Response<Body> {
+async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     if let Some(resp) = state.health.serve(&path, req.uri().query()) {
         return resp;
     }
-    let (outcome, resource) = authorize(state, &req).await;
+    let (outcome, resource) = authorize(state, peer, &req).await;
     let resp = match outcome {
         Err(err) => endpoints::error_response(&err),
         Ok(user)
@@ -272,6 +353,7 @@ async fn dispatch(state: &State, req: Request<Incoming>) -> Response<Body> {
 /// Returns the parsed resource request too, for metrics.
 async fn authorize(
     state: &State,
+    peer: &Peer,
     req: &Request<Incoming>,
 ) -> (Result<UserInfo, ApiError>, Option<ResourceRequest>) {
     let query = Query::parse(req.uri().query());
@@ -281,17 +363,18 @@ async fn authorize(
         // error; authorize them as the non-resource path they are.
         _ => None,
     };
-    let outcome = authorize_request(state, req, resource.as_ref()).await;
+    let outcome = authorize_request(state, peer, req, resource.as_ref()).await;
     (outcome, resource)
 }
 
 async fn authorize_request(
     state: &State,
+    peer: &Peer,
     req: &Request<Incoming>,
     resource: Option<&ResourceRequest>,
 ) -> Result<UserInfo, ApiError> {
     let (parts, ()) = clone_parts(req);
-    let user = state.authn.authenticate(&parts).await?;
+    let user = state.authn.authenticate(&parts, peer).await?;
     let attributes = match resource {
         Some(r) => Attributes {
             user: user.clone(),

@@ -87,7 +87,8 @@ fn kubectl_get_ec_as_yaml_shows_the_stored_object() {
         "kind: EphemeralClaim",
         "apiVersion: storage.transfer.k8s.io/v1alpha1",
         "releasePolicy: Delete",
-        "username: system:anonymous",
+        "username: admin",
+        "- system:masters",
         "resourceVersion:",
         "uid:",
     ] {

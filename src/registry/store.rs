@@ -24,7 +24,7 @@ use crate::storage::{self, resource_prefix, KeyValue, Revision, Storage, Storage
 
 use super::selectors::{FieldSelector, LabelSelector};
 use super::strategy::{Strategy, COMMON_FIELDS};
-use super::{storage_error, Context};
+use super::{storage_error, Admission, Context};
 
 /// How long a read waits for the watch cache to reach the revision it needs.
 const FRESHNESS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -100,6 +100,7 @@ pub struct Store<S: Strategy> {
     prefix: String,
     resource: GroupResource,
     bookmark_interval: Duration,
+    admission: Option<Arc<dyn Admission<S::Object>>>,
 }
 
 impl<S: Strategy> Store<S> {
@@ -121,7 +122,14 @@ impl<S: Strategy> Store<S> {
             prefix,
             resource: GroupResource::new(api::GROUP, info.plural),
             bookmark_interval: Duration::from_secs(30),
+            admission: None,
         }
+    }
+
+    /// Adds a create-time admission check.
+    pub fn with_admission(mut self, admission: Arc<dyn Admission<S::Object>>) -> Self {
+        self.admission = Some(admission);
+        self
     }
 
     /// Sets how often an idle watch with `allowWatchBookmarks` gets a bookmark.
@@ -235,6 +243,9 @@ impl<S: Strategy> Store<S> {
             let causes = obj.validate_create();
             if !causes.is_empty() {
                 return Err(self.invalid(&obj, causes));
+            }
+            if let Some(admission) = &self.admission {
+                admission.admit_create(ctx, &obj).await?;
             }
             let name = obj.metadata().name.clone().unwrap_or_default();
             if ctx.dry_run {

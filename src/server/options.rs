@@ -62,9 +62,16 @@ pub struct Options {
     #[arg(long, requires = "etcd_certfile")]
     pub etcd_keyfile: Option<PathBuf>,
 
-    /// Treat every caller as anonymous and allow every request. For tests and
-    /// local experiments only: delegated authentication and authorization are
-    /// not wired in yet, so the server refuses to start without this flag.
+    /// Kubeconfig for the cluster this server extends: it reads the
+    /// authentication ConfigMap and sends TokenReviews and
+    /// SubjectAccessReviews there. Without it, the in-cluster configuration
+    /// (or $KUBECONFIG) is used.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Treat every caller as anonymous and allow every request, with no
+    /// cluster at all. For tests and local experiments only; the server says
+    /// so loudly in its log.
     #[arg(long)]
     pub insecure_allow_all: bool,
 
@@ -81,6 +88,16 @@ pub struct CompletedConfig {
     pub shutdown_grace: Duration,
     pub etcd: EtcdConfig,
     pub etcd_prefix: String,
+    pub auth: AuthMode,
+}
+
+/// How callers are authenticated and authorized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Delegated to the cluster (DESIGN §3.2).
+    Delegated { kubeconfig: Option<PathBuf> },
+    /// Everyone is anonymous and everything is allowed (tests only).
+    InsecureAllowAll,
 }
 
 /// Why the options could not be completed.
@@ -92,16 +109,13 @@ pub enum ConfigError {
     Etcd(String),
     #[error("--etcd-prefix: {0}")]
     EtcdPrefix(String),
-    #[error("delegated authentication and authorization are not implemented yet: pass --insecure-allow-all to run without them (tests and local experiments only)")]
-    NoAuth,
+    #[error("--kubeconfig: {0}")]
+    Kubeconfig(String),
 }
 
 impl Options {
     /// Validates the options and loads every file they name.
     pub fn complete(&self) -> Result<CompletedConfig, ConfigError> {
-        if !self.insecure_allow_all {
-            return Err(ConfigError::NoAuth);
-        }
         if self.etcd_servers.iter().all(|s| s.trim().is_empty()) {
             return Err(ConfigError::Etcd(
                 "at least one endpoint is required".to_owned(),
@@ -146,6 +160,21 @@ impl Options {
                 key_file: self.etcd_keyfile.clone(),
             },
             etcd_prefix: self.etcd_prefix.trim_end_matches('/').to_owned(),
+            auth: if self.insecure_allow_all {
+                AuthMode::InsecureAllowAll
+            } else {
+                if let Some(path) = &self.kubeconfig {
+                    if !path.is_file() {
+                        return Err(ConfigError::Kubeconfig(format!(
+                            "{} is not a readable file",
+                            path.display()
+                        )));
+                    }
+                }
+                AuthMode::Delegated {
+                    kubeconfig: self.kubeconfig.clone(),
+                }
+            },
         })
     }
 }

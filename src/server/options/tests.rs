@@ -46,10 +46,21 @@ fn without_cert_flags_a_self_signed_identity_is_generated() {
 }
 
 #[test]
-fn without_auth_the_server_refuses_to_start_unless_told_it_is_insecure() {
+fn authentication_is_delegated_unless_told_it_is_insecure() {
     let opts = Options::try_parse_from(["x"]).unwrap();
+    assert_eq!(
+        opts.complete().unwrap().auth,
+        AuthMode::Delegated { kubeconfig: None }
+    );
+    let opts = Options::try_parse_from(["x", "--insecure-allow-all"]).unwrap();
+    assert_eq!(opts.complete().unwrap().auth, AuthMode::InsecureAllowAll);
+}
+
+#[test]
+fn a_missing_kubeconfig_is_an_error_naming_the_flag() {
+    let opts = Options::try_parse_from(["x", "--kubeconfig", "/nonexistent/kubeconfig"]).unwrap();
     let err = opts.complete().unwrap_err().to_string();
-    assert!(err.contains("--insecure-allow-all"), "{err}");
+    assert!(err.starts_with("--kubeconfig"), "{err}");
 }
 
 #[test]

@@ -306,6 +306,7 @@ impl ControlPlane {
         self.start_etcd()?;
         self.start_apiserver()?;
         self.start_controller_manager()?;
+        self.install_server_identity()?;
         self.start_server(opts)?;
         self.register_apiservice()
     }
@@ -462,9 +463,46 @@ impl ControlPlane {
         )
     }
 
+    /// Applies `deploy/` (namespace, ServiceAccount, the RBAC the server needs
+    /// and the user-facing roles) and gives the server a kubeconfig holding a
+    /// token of its ServiceAccount, so that it runs with exactly the rights
+    /// the deployment grants it, not as an administrator.
+    fn install_server_identity(&self) -> Result<(), Error> {
+        let deploy = repo_root().join("deploy");
+        self.admin
+            .eventually(
+                &["apply", "-k", &deploy.display().to_string()],
+                Duration::from_secs(30),
+            )
+            .into_result()?;
+        let token = self
+            .admin
+            .eventually(
+                &[
+                    "create",
+                    "token",
+                    SERVICE_NAME,
+                    "-n",
+                    SERVICE_NAMESPACE,
+                    "--duration=48h",
+                ],
+                Duration::from_secs(30),
+            )
+            .into_result()?;
+        let path = self.dir.join("server.kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: server\n  user:\n    token: {}\ncontexts:\n- name: testenv\n  context:\n    cluster: testenv\n    user: server\ncurrent-context: testenv\n",
+            self.apiserver_url,
+            self.pki.cluster_ca.cert.display(),
+            token.trim()
+        );
+        std::fs::write(&path, text).map_err(io_err(&path))
+    }
+
     fn start_server(&mut self, opts: &Options) -> Result<(), Error> {
         let direct_kubeconfig = self.dir.join("direct.kubeconfig");
         let etcd_url = self.etcd_url.clone();
+        let server_kubeconfig = self.dir.join("server.kubeconfig");
         let port = std::cell::Cell::new(0u16);
         let pki = self.pki.clone();
         let direct = self.direct.clone();
@@ -484,7 +522,7 @@ impl ControlPlane {
                     "--bind-address=127.0.0.1".to_owned(),
                     format!("--secure-port={p}"),
                     format!("--etcd-servers={etcd_url}"),
-                    "--insecure-allow-all".to_owned(),
+                    format!("--kubeconfig={}", server_kubeconfig.display()),
                     format!("--tls-cert-file={}", pki.server_serving.cert.display()),
                     format!(
                         "--tls-private-key-file={}",

@@ -1,0 +1,69 @@
+use super::*;
+
+fn transfer(ns: &str, spec: serde_json::Value) -> NamespaceTransfer {
+    let mut obj: NamespaceTransfer = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+        "kind": "NamespaceTransfer",
+        "metadata": {"name": "t", "namespace": ns},
+        "spec": spec,
+    }))
+    .unwrap();
+    obj.apply_defaults();
+    obj
+}
+
+#[test]
+fn each_role_needs_the_rights_of_its_side() {
+    let source = transfer(
+        "prod",
+        serde_json::json!({"source": {"name": "db"}, "destination": {"namespace": "dev"}}),
+    );
+    assert_eq!(
+        transfer_rights(&source),
+        [Right::pvcs("delete", "prod", "db", "giving a claim away")]
+    );
+    let destination = transfer(
+        "dev",
+        serde_json::json!({"source": {"namespace": "prod", "name": "db"}}),
+    );
+    assert_eq!(
+        transfer_rights(&destination),
+        [Right::pvcs("create", "dev", "", "receiving a claim")]
+    );
+    let both = transfer(
+        "prod",
+        serde_json::json!({"source": {"name": "db"}, "destination": {"name": "db2"}}),
+    );
+    assert_eq!(transfer_rights(&both).len(), 2);
+}
+
+#[test]
+fn a_cloning_claim_needs_to_read_its_source() {
+    let obj: EphemeralClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+        "kind": "EphemeralClaim",
+        "metadata": {"name": "c", "namespace": "ci"},
+        "spec": {
+            "owner": {"apiVersion": "v1", "kind": "Pod", "name": "p"},
+            "claimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+                "dataSourceRef": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "fixture"}
+            }}
+        }
+    }))
+    .unwrap();
+    let rights = claim_rights(&obj);
+    assert_eq!(
+        rights[0],
+        Right::pvcs("create", "ci", "", "creating the claim")
+    );
+    assert_eq!(rights[1].verb, "get");
+    assert_eq!(rights[1].resource, "volumesnapshots");
+    assert_eq!(rights[1].group, "snapshot.storage.k8s.io");
+    assert_eq!(rights[1].name, "fixture");
+    assert_eq!(
+        rights[1].describe(),
+        "get volumesnapshots.snapshot.storage.k8s.io \"fixture\" in namespace \"ci\""
+    );
+}
