@@ -106,6 +106,8 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Clien
 pub struct Auth {
     authn: Arc<dyn Authenticator>,
     authz: Arc<dyn Authorizer>,
+    /// The SubjectAccessReview client, for its cache statistics.
+    reviewer: Option<Arc<SubjectAccessReviewer>>,
     /// `Some(problem)` while the delegated configuration is not usable.
     problem: Option<authn::source::Problem>,
 }
@@ -119,6 +121,7 @@ impl Auth {
         Self {
             authn: Arc::new(Anonymous),
             authz: Arc::new(AllowAll),
+            reviewer: None,
             problem: None,
         }
     }
@@ -127,9 +130,14 @@ impl Auth {
     pub fn delegated(client: kube::Client) -> Self {
         let (config, problem) = authn::source::watch(client.clone());
         let tokens = authn::token::TokenAuthenticator::new(client.clone(), Vec::new());
+        let accounts = authn::jwt::ServiceAccountVerifier::start(client.clone());
+        let reviewer = Arc::new(SubjectAccessReviewer::new(client));
         Self {
-            authn: Arc::new(authn::Delegating::new(config, Some(tokens))),
-            authz: Arc::new(SubjectAccessReviewer::new(client)),
+            authn: Arc::new(
+                authn::Delegating::new(config, Some(tokens)).with_service_accounts(accounts),
+            ),
+            authz: reviewer.clone(),
+            reviewer: Some(reviewer),
             problem: Some(problem),
         }
     }
@@ -140,6 +148,7 @@ impl Auth {
 struct State {
     health: Health,
     metrics: Metrics,
+    reviewer: Option<Arc<SubjectAccessReviewer>>,
     api: Api,
     authn: Arc<dyn Authenticator>,
     authz: Arc<dyn Authorizer>,
@@ -207,6 +216,7 @@ pub async fn serve(
     let state = Arc::new(State {
         health,
         metrics: Metrics::default(),
+        reviewer: auth.reviewer.clone(),
         api: Api::new(transfers, claims),
         authn: auth.authn,
         authz: auth.authz,
@@ -317,8 +327,15 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
             endpoints::serve_api(&state.api, req, ctx).await
         }
         Ok(_) if path == "/metrics" && method == http::Method::GET => {
-            let mut resp =
-                Response::new(Full::new(Bytes::from(state.metrics.render())).boxed_unsync());
+            let mut text = state.metrics.render();
+            if let Some(reviewer) = &state.reviewer {
+                let stats = reviewer.stats();
+                text.push_str(&format!(
+                    "# HELP storage_transfer_authorization_cache_total SubjectAccessReview answers by where they came from.\n# TYPE storage_transfer_authorization_cache_total counter\nstorage_transfer_authorization_cache_total{{result=\"hit\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"miss\"}} {}\n",
+                    stats.hits, stats.misses
+                ));
+            }
+            let mut resp = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
             resp.headers_mut().insert(
                 http::header::CONTENT_TYPE,
                 http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

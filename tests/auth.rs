@@ -627,3 +627,178 @@ fn eventually_error(user: &Kubectl, yaml: &str, says: &str) -> bool {
             .is_err_and(|e| e.to_string().contains(says))
     })
 }
+
+/// A ServiceAccount-shaped JWT for `ns/name` (uid), signed with `key_pem`.
+fn service_account_jwt(
+    kid: &str,
+    key_pem: &[u8],
+    ns: &str,
+    name: &str,
+    uid: &str,
+    exp_offset: i64,
+) -> String {
+    let issuer = "https://kubernetes.default.svc.cluster.local";
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let claims = serde_json::json!({
+        "iss": issuer,
+        "aud": [issuer],
+        "sub": format!("system:serviceaccount:{ns}:{name}"),
+        "iat": now - 60,
+        "nbf": now - 60,
+        "exp": now + exp_offset,
+        "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": uid}},
+    });
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+    header.kid = Some(kid.to_owned());
+    let key = jsonwebtoken::EncodingKey::from_ec_pem(key_pem).unwrap();
+    jsonwebtoken::encode(&header, &claims, &key).unwrap()
+}
+
+#[test]
+fn forged_expired_and_unknown_key_jwts_are_unauthorized() {
+    let ns = cp().namespace("jwt").unwrap();
+    let k = cp().kubectl();
+    k.ok(&["create", "serviceaccount", "robot", "-n", &ns.name]);
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "robot-view",
+        "--clusterrole=view",
+        &format!("--serviceaccount={}:robot", ns.name),
+        "-n",
+        &ns.name,
+    ]);
+    let uid = k.ok(&[
+        "get",
+        "serviceaccount",
+        "robot",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let jwks: serde_json::Value =
+        serde_json::from_str(&k.ok(&["get", "--raw", "/openid/v1/jwks"])).unwrap();
+    let kid = jwks["keys"][0]["kid"].as_str().unwrap().to_owned();
+    let real_key = std::fs::read(&cp().pki.service_account_key).unwrap();
+    let dir = scratch("jwt");
+    let rogue = rcgen::KeyPair::generate().unwrap().serialize_pem();
+    std::fs::write(dir.join("rogue.key"), &rogue).unwrap();
+
+    let http = direct(None);
+    let status = |token: &str| {
+        http.request(
+            "GET",
+            &list_path(&ns.name),
+            &[("Authorization", &format!("Bearer {token}"))],
+            b"",
+        )
+        .unwrap()
+        .status
+    };
+    // A well-formed token signed with the cluster's key is accepted.
+    let good = service_account_jwt(&kid, &real_key, &ns.name, "robot", &uid, 600);
+    assert!(
+        eventually(Duration::from_secs(20), || status(&good) == 200),
+        "a valid token was refused"
+    );
+    let cases = [
+        (
+            "expired",
+            service_account_jwt(&kid, &real_key, &ns.name, "robot", &uid, -600),
+        ),
+        (
+            "signed with the wrong key",
+            service_account_jwt(&kid, rogue.as_bytes(), &ns.name, "robot", &uid, 600),
+        ),
+        (
+            "unknown kid",
+            service_account_jwt(
+                "no-such-kid",
+                rogue.as_bytes(),
+                &ns.name,
+                "robot",
+                &uid,
+                600,
+            ),
+        ),
+        (
+            "stale ServiceAccount uid",
+            service_account_jwt(
+                &kid,
+                &real_key,
+                &ns.name,
+                "robot",
+                "00000000-0000-0000-0000-000000000000",
+                600,
+            ),
+        ),
+    ];
+    for (what, token) in cases {
+        assert_eq!(status(&token), 401, "{what}");
+    }
+    assert_eq!(cp().direct().ok(&["get", "--raw", "/readyz"]), "ok");
+}
+
+#[test]
+fn sar_cache_hits_and_misses_are_in_the_metrics() {
+    let ns = cp().namespace("sar-metrics").unwrap();
+    let viewer = user_with_role("viewer-5", "view", &ns.name);
+    assert!(eventually(Duration::from_secs(20), || viewer
+        .run(&["get", "nst", "-n", &ns.name])
+        .success));
+    viewer.ok(&["get", "nst", "-n", &ns.name]);
+    let text = cp().direct().ok(&["get", "--raw", "/metrics"]);
+    let count = |result: &str| -> u64 {
+        text.lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "storage_transfer_authorization_cache_total{{result=\"{result}\"}}"
+                ))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {result} series in:\n{text}"))
+    };
+    assert!(count("hit") >= 1, "{text}");
+    assert!(count("miss") >= 1, "{text}");
+}
+
+#[test]
+fn without_rights_to_read_the_authentication_configmap_the_server_is_not_ready_and_says_why() {
+    let dir = scratch("no-configmap");
+    let nobody = cp().user("nobody-server", None).unwrap();
+    let port = sta_testenv::free_port().unwrap();
+    let args = vec![
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--secure-port={port}"),
+        format!("--etcd-servers={}", cp().etcd_url),
+        format!("--kubeconfig={}", nobody.kubeconfig().display()),
+        format!("--tls-cert-file={}", cp().pki.server_serving.cert.display()),
+        format!(
+            "--tls-private-key-file={}",
+            cp().pki.server_serving.key.display()
+        ),
+    ];
+    let mut server = sta_testenv::process::Process::spawn(
+        "unready",
+        std::path::Path::new(env!("CARGO_BIN_EXE_storage-transfer-apiserver")),
+        &args,
+        &dir.join("server.log"),
+        &[],
+    )
+    .unwrap();
+    let http = HttpClient::new(port, &cp().pki.serving_ca.cert, &server_name(), None).unwrap();
+    let said_why = eventually(Duration::from_secs(20), || {
+        http.request("GET", "/readyz?verbose", &[], b"").is_ok_and(|r| {
+            r.status == 500
+                && r.text().contains("[-]authentication-config failed: cannot read kube-system/extension-apiserver-authentication")
+        })
+    });
+    let log = server.log_tail();
+    server.stop(Duration::from_secs(5));
+    assert!(said_why, "{log}");
+}

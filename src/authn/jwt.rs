@@ -1,0 +1,308 @@
+//! Local verification of the cluster's ServiceAccount tokens, so that most
+//! bearer tokens cost no TokenReview round trip.
+//!
+//! The issuer and its signing keys come from the cluster's OIDC discovery
+//! (`/.well-known/openid-configuration`, `/openid/v1/jwks`); an unknown key
+//! id triggers one refresh (rate-limited). A token that verifies must still
+//! name a ServiceAccount that exists with the uid in the token, checked
+//! against a watch-fed cache, so a deleted account's tokens stop working at
+//! once. Anything that is not clearly one of this cluster's ServiceAccount
+//! tokens is left to the TokenReview.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use futures::StreamExt;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use serde::Deserialize;
+
+use super::UserInfo;
+
+/// The shortest time between two JWKS fetches caused by unknown key ids.
+const REFRESH_EVERY: Duration = Duration::from_secs(10);
+
+/// What local verification concluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A valid token of an existing ServiceAccount.
+    User(UserInfo),
+    /// One of ours, but expired, forged, or of a deleted account: 401.
+    Invalid(String),
+    /// Not recognisably one of ours: ask the TokenReview.
+    NotMine,
+}
+
+#[derive(Debug, Deserialize)]
+struct Discovery {
+    issuer: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Claims {
+    sub: String,
+    #[serde(rename = "kubernetes.io")]
+    kubernetes: Option<KubernetesClaims>,
+    jti: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct KubernetesClaims {
+    namespace: String,
+    serviceaccount: Named,
+    pod: Option<Named>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Named {
+    name: String,
+    uid: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Unverified {
+    iss: Option<String>,
+}
+
+/// The verifier: issuer, keys, and the ServiceAccount cache.
+pub struct ServiceAccountVerifier {
+    client: kube::Client,
+    issuer: RwLock<Option<String>>,
+    keys: RwLock<HashMap<String, (DecodingKey, Algorithm)>>,
+    last_refresh: Mutex<Option<Instant>>,
+    accounts: Store<ServiceAccount>,
+    accounts_ready: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl std::fmt::Debug for ServiceAccountVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceAccountVerifier")
+            .field("issuer", &self.issuer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServiceAccountVerifier {
+    /// Starts the ServiceAccount cache; keys are fetched on first use.
+    pub fn start(client: kube::Client) -> Self {
+        let (reader, writer) = reflector::store();
+        let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let api: kube::Api<ServiceAccount> = kube::Api::all(client.clone());
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+        let flag = ready.clone();
+        let waiter = reader.clone();
+        tokio::spawn(async move {
+            if waiter.wait_until_ready().await.is_ok() {
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(e) = event {
+                    tracing::debug!(error = %e, "watching ServiceAccounts");
+                }
+            }
+        });
+        Self {
+            client,
+            issuer: RwLock::new(None),
+            keys: RwLock::new(HashMap::new()),
+            last_refresh: Mutex::new(None),
+            accounts: reader,
+            accounts_ready: ready,
+        }
+    }
+
+    /// Fetches the issuer and the key set, at most every [`REFRESH_EVERY`].
+    async fn refresh(&self) {
+        {
+            let mut last = self.last_refresh.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|at| at.elapsed() < REFRESH_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let get = |path: &str| {
+            http::Request::get(path)
+                .body(Vec::new())
+                .map_err(|e| e.to_string())
+        };
+        let discovery = match get("/.well-known/openid-configuration") {
+            Ok(req) => self
+                .client
+                .request::<Discovery>(req)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        match discovery {
+            Ok(d) => *self.issuer.write().unwrap_or_else(|p| p.into_inner()) = Some(d.issuer),
+            Err(e) => {
+                tracing::warn!(error = %e, "fetching the cluster's OIDC discovery document");
+                return;
+            }
+        }
+        let jwks = match get("/openid/v1/jwks") {
+            Ok(req) => self
+                .client
+                .request::<JwkSet>(req)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        match jwks {
+            Ok(set) => {
+                let mut keys = HashMap::new();
+                for jwk in &set.keys {
+                    let (Some(kid), Ok(key)) =
+                        (jwk.common.key_id.clone(), DecodingKey::from_jwk(jwk))
+                    else {
+                        continue;
+                    };
+                    let alg = jwk
+                        .common
+                        .key_algorithm
+                        .and_then(|a| a.to_string().parse::<Algorithm>().ok())
+                        .unwrap_or(Algorithm::RS256);
+                    keys.insert(kid, (key, alg));
+                }
+                tracing::info!(keys = keys.len(), "loaded the ServiceAccount signing keys");
+                *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+            }
+            Err(e) => tracing::warn!(error = %e, "fetching the cluster's JWKS"),
+        }
+    }
+
+    fn key(&self, kid: &str) -> Option<(DecodingKey, Algorithm)> {
+        self.keys
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(kid)
+            .cloned()
+    }
+
+    /// Verifies `token` if it is one of this cluster's ServiceAccount tokens.
+    pub async fn verify(&self, token: &str) -> Verdict {
+        let Ok(header) = jsonwebtoken::decode_header(token) else {
+            return Verdict::NotMine;
+        };
+        let Some(kid) = header.kid else {
+            return Verdict::NotMine;
+        };
+        if self
+            .issuer
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+        {
+            self.refresh().await;
+        }
+        let Some(issuer) = self
+            .issuer
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        else {
+            return Verdict::NotMine;
+        };
+        if unverified_issuer(token).as_deref() != Some(issuer.as_str()) {
+            return Verdict::NotMine;
+        }
+        let key = match self.key(&kid) {
+            Some(k) => k,
+            None => {
+                self.refresh().await;
+                match self.key(&kid) {
+                    Some(k) => k,
+                    // Perhaps a key we cannot see: the TokenReview decides.
+                    None => return Verdict::NotMine,
+                }
+            }
+        };
+        let (key, alg) = key;
+        if header.alg != alg {
+            return Verdict::Invalid(format!(
+                "token algorithm {:?} does not match its key",
+                header.alg
+            ));
+        }
+        let mut validation = Validation::new(alg);
+        validation.set_issuer(&[issuer.as_str()]);
+        // The cluster's default API audience is its issuer.
+        validation.set_audience(&[issuer.as_str()]);
+        validation.leeway = 0;
+        let claims = match jsonwebtoken::decode::<Claims>(token, &key, &validation) {
+            Ok(data) => data.claims,
+            Err(e) => return Verdict::Invalid(e.to_string()),
+        };
+        let Some(k8s) = claims.kubernetes else {
+            return Verdict::NotMine;
+        };
+        let expected_sub = format!(
+            "system:serviceaccount:{}:{}",
+            k8s.namespace, k8s.serviceaccount.name
+        );
+        if claims.sub != expected_sub {
+            return Verdict::Invalid("subject does not match the ServiceAccount claim".to_owned());
+        }
+        if !self
+            .accounts_ready
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Verdict::NotMine;
+        }
+        let account = self
+            .accounts
+            .get(&ObjectRef::new(&k8s.serviceaccount.name).within(&k8s.namespace));
+        let live_uid = account.and_then(|a| a.metadata.uid.clone());
+        if live_uid.as_deref() != Some(k8s.serviceaccount.uid.as_str()) {
+            return Verdict::Invalid(format!(
+                "ServiceAccount {}/{} no longer exists",
+                k8s.namespace, k8s.serviceaccount.name
+            ));
+        }
+        let mut extra = std::collections::BTreeMap::new();
+        if let Some(pod) = k8s.pod {
+            extra.insert(
+                "authentication.kubernetes.io/pod-name".to_owned(),
+                vec![pod.name],
+            );
+            extra.insert(
+                "authentication.kubernetes.io/pod-uid".to_owned(),
+                vec![pod.uid],
+            );
+        }
+        if let Some(jti) = claims.jti {
+            extra.insert(
+                "authentication.kubernetes.io/credential-id".to_owned(),
+                vec![format!("JTI={jti}")],
+            );
+        }
+        Verdict::User(UserInfo {
+            username: expected_sub,
+            uid: Some(k8s.serviceaccount.uid),
+            groups: vec![
+                "system:serviceaccounts".to_owned(),
+                format!("system:serviceaccounts:{}", k8s.namespace),
+            ],
+            extra,
+        })
+    }
+}
+
+/// The `iss` claim, read without verifying anything (only to route the token).
+fn unverified_issuer(token: &str) -> Option<String> {
+    let payload = token.split('.').nth(1)?;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    serde_json::from_slice::<Unverified>(&raw).ok()?.iss
+}
