@@ -7,11 +7,12 @@
 #   make kube   only build the pinned Kubernetes binaries (cached outside the tree)
 #   make openapi   rewrite the checked-in OpenAPI documents under openapi/ from the code
 #   make bench-core   our server alone on etcd: throughput, latency, watch fan-out
+#   make bench-auth   the per-request cost of delegated authn/authz (SAR cache warm and cold)
 
 CARGO ?= cargo
 DEV_DIR ?= $(CURDIR)/.dev
 
-.PHONY: dev down test lint kube prereqs bench-core openapi
+.PHONY: dev down test lint kube prereqs bench-core bench-auth openapi
 
 prereqs:
 	@hack/prereqs.sh
@@ -35,6 +36,10 @@ test: kube
 # BENCH_SCALE=0.01 runs it tiny.
 bench-core: prereqs
 	$(CARGO) bench --locked --bench core
+
+# What delegated authn/authz cost per request: no auth, authn only, SAR cache warm and cold.
+bench-auth: kube
+	$(CARGO) bench --locked --bench auth
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -10,78 +10,28 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark fails by panicking.
 
+#[path = "support/load.rs"]
+mod load;
+
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use load::{env_f64, run, scaled, wait_ready, Client, Sample, SERVER_NAME};
 use sta_testenv::pki::Pki;
 use sta_testenv::process::Process;
 use sta_testenv::{free_port, Etcd};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
-const SERVER_NAME: &str = "storage-transfer-apiserver.storage-transfer-system.svc";
-
-type Client = SendRequest<Full<Bytes>>;
-
-fn env_f64(name: &str, default: f64) -> f64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn scaled(n: usize) -> usize {
-    ((n as f64) * env_f64("BENCH_SCALE", 1.0)).round().max(1.0) as usize
-}
 
 async fn connect(port: u16, ca: &Path) -> Client {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    tcp.set_nodelay(true).unwrap();
-    let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .unwrap();
-    let (send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    send
+    load::connect(port, ca, None).await
 }
 
 async fn call(client: &Client, method: Method, path: &str, body: Option<Vec<u8>>) -> (u16, Bytes) {
-    let mut c = client.clone();
-    c.ready().await.unwrap();
-    let req = Request::builder()
-        .method(method)
-        .uri(format!("https://127.0.0.1{path}"))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.unwrap_or_default())))
-        .unwrap();
-    let resp = c.send_request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, bytes)
+    load::call_with(client, method, path, &[], body).await
 }
 
 fn collection(ns: &str) -> String {
@@ -96,67 +46,6 @@ fn transfer(name: &str) -> Vec<u8> {
         "spec": {"source": {"name": "db"}, "destination": {"namespace": "dev"}},
     }))
     .unwrap()
-}
-
-/// Latencies of one operation, and the wall time they took together.
-struct Sample {
-    name: String,
-    latencies: Vec<Duration>,
-    wall: Duration,
-}
-
-impl Sample {
-    fn row(&mut self) -> String {
-        self.latencies.sort();
-        let pick = |q: f64| {
-            let i = ((self.latencies.len() as f64 - 1.0) * q).round() as usize;
-            self.latencies[i].as_secs_f64() * 1000.0
-        };
-        format!(
-            "| {} | {} | {:.0} | {:.2} | {:.2} |",
-            self.name,
-            self.latencies.len(),
-            self.latencies.len() as f64 / self.wall.as_secs_f64(),
-            pick(0.5),
-            pick(0.99)
-        )
-    }
-}
-
-/// Runs `total` calls of `op(i)` over `concurrency` workers.
-async fn run<F, Fut>(name: &str, total: usize, concurrency: usize, op: F) -> Sample
-where
-    F: Fn(usize) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let op = Arc::new(op);
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..concurrency {
-        let (op, next) = (op.clone(), next.clone());
-        workers.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= total {
-                    return latencies;
-                }
-                let t = Instant::now();
-                op(i).await;
-                latencies.push(t.elapsed());
-            }
-        }));
-    }
-    let mut latencies = Vec::with_capacity(total);
-    for w in workers {
-        latencies.extend(w.await.unwrap());
-    }
-    Sample {
-        name: name.to_owned(),
-        latencies,
-        wall: started.elapsed(),
-    }
 }
 
 async fn fill(client: &Client, ns: &str, count: usize, concurrency: usize) {
@@ -297,25 +186,8 @@ fn main() {
     let concurrency = env_f64("BENCH_CONCURRENCY", 16.0) as usize;
 
     let rows = rt.block_on(async {
-        let client = loop {
-            if let Ok(Ok(tcp)) = tokio::time::timeout(
-                Duration::from_millis(200),
-                tokio::net::TcpStream::connect(("127.0.0.1", port)),
-            )
-            .await
-            {
-                drop(tcp);
-                break connect(port, &pki.serving_ca.cert).await;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        loop {
-            let (status, _) = call(&client, Method::GET, "/readyz", None).await;
-            if status == 200 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let client = connect(port, &pki.serving_ca.cert).await;
+        wait_ready(&client).await;
         let mut rows = Vec::new();
 
         let creates = scaled(2000);
