@@ -791,3 +791,34 @@ fn without_rights_to_read_the_authentication_configmap_the_server_is_not_ready_a
     server.stop(Duration::from_secs(5));
     assert!(said_why, "{log}");
 }
+
+#[test]
+fn a_client_ca_certificate_authenticates_directly_as_its_cn_and_groups() {
+    let ns = cp().namespace("client-cert").unwrap();
+    cp().user("dora", Some("team-x")).unwrap();
+    let users = cp().dir.join("users");
+    let cert = sta_testenv::pki::CertPair {
+        cert: users.join("dora.crt"),
+        key: users.join("dora.key"),
+    };
+    // Nobody granted dora anything: the refusal names her, not anonymous.
+    let resp = direct(Some(&cert))
+        .request("GET", &list_path(&ns.name), &[], b"")
+        .unwrap();
+    assert_forbidden(&resp, "dora");
+    // Her group is what RBAC sees.
+    cp().kubectl().ok(&[
+        "create",
+        "rolebinding",
+        "team-x-view",
+        "--clusterrole=view",
+        "--group=team-x",
+        "-n",
+        &ns.name,
+    ]);
+    assert!(eventually(Duration::from_secs(20), || direct(Some(&cert))
+        .request("GET", &list_path(&ns.name), &[], b"")
+        .unwrap()
+        .status
+        == 200));
+}
