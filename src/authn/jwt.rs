@@ -56,6 +56,8 @@ struct KubernetesClaims {
     namespace: String,
     serviceaccount: Named,
     pod: Option<Named>,
+    secret: Option<Named>,
+    node: Option<Named>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -239,13 +241,25 @@ impl ServiceAccountVerifier {
         // The cluster's default API audience is its issuer.
         validation.set_audience(&[issuer.as_str()]);
         validation.leeway = 0;
+        validation.validate_nbf = true;
         let claims = match jsonwebtoken::decode::<Claims>(token, &key, &validation) {
             Ok(data) => data.claims,
+            // Another API audience (an external issuer's cluster): the
+            // TokenReview knows the cluster's audiences, we do not.
+            Err(e) if matches!(e.kind(), jsonwebtoken::errors::ErrorKind::InvalidAudience) => {
+                return Verdict::NotMine
+            }
             Err(e) => return Verdict::Invalid(e.to_string()),
         };
         let Some(k8s) = claims.kubernetes else {
             return Verdict::NotMine;
         };
+        // A token bound to a pod, Secret or node is valid only while that
+        // object lives; kube-apiserver checks that, so the TokenReview
+        // decides, rather than a stolen pod token living on here.
+        if k8s.pod.is_some() || k8s.secret.is_some() || k8s.node.is_some() {
+            return Verdict::NotMine;
+        }
         let expected_sub = format!(
             "system:serviceaccount:{}:{}",
             k8s.namespace, k8s.serviceaccount.name
@@ -262,24 +276,19 @@ impl ServiceAccountVerifier {
         let account = self
             .accounts
             .get(&ObjectRef::new(&k8s.serviceaccount.name).within(&k8s.namespace));
-        let live_uid = account.and_then(|a| a.metadata.uid.clone());
-        if live_uid.as_deref() != Some(k8s.serviceaccount.uid.as_str()) {
-            return Verdict::Invalid(format!(
-                "ServiceAccount {}/{} no longer exists",
-                k8s.namespace, k8s.serviceaccount.name
-            ));
+        match account.and_then(|a| a.metadata.uid.clone()) {
+            Some(uid) if uid == k8s.serviceaccount.uid => {}
+            Some(_) => {
+                return Verdict::Invalid(format!(
+                    "ServiceAccount {}/{} was recreated since the token was issued",
+                    k8s.namespace, k8s.serviceaccount.name
+                ))
+            }
+            // Deleted, or created a moment ago and not cached yet: the
+            // TokenReview gives the authoritative answer.
+            None => return Verdict::NotMine,
         }
         let mut extra = std::collections::BTreeMap::new();
-        if let Some(pod) = k8s.pod {
-            extra.insert(
-                "authentication.kubernetes.io/pod-name".to_owned(),
-                vec![pod.name],
-            );
-            extra.insert(
-                "authentication.kubernetes.io/pod-uid".to_owned(),
-                vec![pod.uid],
-            );
-        }
         if let Some(jti) = claims.jti {
             extra.insert(
                 "authentication.kubernetes.io/credential-id".to_owned(),

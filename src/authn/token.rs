@@ -79,6 +79,10 @@ impl TokenAuthenticator {
             let mut cache = self.lock();
             if cache.len() >= MAX_ENTRIES {
                 cache.retain(|_, (at, _)| at.elapsed() < TOKEN_CACHE_TTL);
+                // Still full of fresh answers: start over rather than grow.
+                if cache.len() >= MAX_ENTRIES {
+                    cache.clear();
+                }
             }
             cache.insert(key, (Instant::now(), answer.clone()));
         }

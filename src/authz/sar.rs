@@ -96,6 +96,10 @@ impl SubjectAccessReviewer {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= MAX_ENTRIES {
             cache.retain(|_, (at, _)| at.elapsed() < SAR_CACHE_TTL);
+            // Still full of fresh answers: start over rather than grow.
+            if cache.len() >= MAX_ENTRIES {
+                cache.clear();
+            }
         }
         cache.insert(key, (Instant::now(), decision.clone()));
         Ok(decision)

@@ -420,22 +420,33 @@ impl<S: Strategy> Store<S> {
                     other => storage_error(other, &self.resource, ""),
                 })?;
             read_at = Some(page.revision);
-            let last_key = page.items.last().map(|kv| kv.key.clone());
-            for kv in &page.items {
+            let mut last_key = page.items.last().map(|kv| kv.key.clone());
+            let mut more = page.more;
+            for (i, kv) in page.items.iter().enumerate() {
                 let obj = self.decode(kv)?;
                 if self.matches(&obj, &opts.label_selector, &opts.field_selector) {
                     items.push(obj);
+                    // Never more than `limit`: continue after the last item
+                    // returned, even in the middle of a page.
+                    if limit.is_some_and(|l| items.len() as i64 >= l) {
+                        if i + 1 < page.items.len() {
+                            last_key = Some(kv.key.clone());
+                            more = true;
+                        }
+                        break;
+                    }
                 }
             }
             let full = limit.is_some_and(|l| items.len() as i64 >= l);
-            if !page.more || full || last_key.is_none() {
-                let continue_token = match (&last_key, page.more) {
+            if !more || full || last_key.is_none() {
+                let continue_token = match (&last_key, more) {
                     (Some(last), true) => Some(encode_continue(page.revision, &self.prefix, last)),
                     _ => None,
                 };
                 return Ok(ObjectList {
                     items,
                     resource_version: page.revision.to_string(),
+                    // Unfiltered pages are never cut short, so this is exact.
                     remaining_item_count: (page.more && !filtering).then_some(page.remaining),
                     continue_token,
                 });
@@ -810,7 +821,20 @@ impl<S: Strategy> Store<S> {
             }
             (snap.live, snap.revision)
         } else {
-            let after = rv.unwrap_or_default();
+            // Without a resourceVersion (or "0") and without initial
+            // events, the watch starts from now.
+            let after = match rv {
+                Some(r) if r > 0 => r,
+                _ => {
+                    let current = self
+                        .storage
+                        .current_revision()
+                        .await
+                        .map_err(self.err(""))?;
+                    self.wait_for(current).await?;
+                    current
+                }
+            };
             let watch = self.cache.watch_from(after).map_err(|e| match e {
                 CacheError::TooOld { requested, oldest } => {
                     ApiError::Expired(format!("too old resource version: {requested} ({oldest})"))

@@ -342,7 +342,8 @@ fn apply(inner: &Inner, events: Vec<Event>) {
         let mut state = write(&inner.state);
         for event in events {
             let revision = event.revision();
-            if revision <= state.revision {
+            // One etcd transaction may change several keys at one revision.
+            if revision < state.revision {
                 continue;
             }
             let cached = match event {

@@ -506,3 +506,63 @@ fn continue_tokens_round_trip_in_kubes_format() {
     let (rv, after) = decode_continue(&token, "/registry/g/r", "/registry/g/r/ns/").unwrap();
     assert_eq!((rv, after.as_str()), (Some(42), "/registry/g/r/ns/name"));
 }
+
+#[tokio::test]
+async fn a_filtered_page_never_holds_more_than_the_limit() {
+    let s = store().await;
+    for i in 0..6 {
+        let mut obj = offer(&format!("t{i}"));
+        if i == 0 {
+            obj.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+        }
+        s.create(&ctx("alice"), "prod", obj).await.unwrap();
+    }
+    let mut opts = ListOptions {
+        limit: Some(2),
+        label_selector: LabelSelector::parse("app=db").unwrap(),
+        ..ListOptions::default()
+    };
+    let mut seen = Vec::new();
+    loop {
+        let page = s.list(Some("prod"), &opts).await.unwrap();
+        assert!(page.items.len() <= 2, "{} items", page.items.len());
+        seen.extend(page.items.into_iter().map(|o| o.metadata.name.unwrap()));
+        match page.continue_token {
+            Some(token) => opts.continue_token = Some(token),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["t1", "t2", "t3", "t4", "t5"]);
+}
+
+#[tokio::test]
+async fn a_watch_without_initial_events_or_resource_version_starts_from_now() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer("before"))
+        .await
+        .unwrap();
+    let mut w = s
+        .watch(
+            Some("prod"),
+            WatchOptions {
+                send_initial_events: Some(false),
+                resource_version_match: Some("NotOlderThan".to_owned()),
+                allow_bookmarks: true,
+                ..WatchOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    s.create(&ctx("alice"), "prod", offer("after"))
+        .await
+        .unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let WatchEvent::Added(obj) = event else {
+        panic!("{event:?}")
+    };
+    assert_eq!(obj.metadata.name.as_deref(), Some("after"));
+}
