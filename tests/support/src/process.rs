@@ -85,15 +85,23 @@ impl Process {
     }
 
     /// SIGTERM, then SIGKILL after `grace`; waits for the exit.
+    /// Does nothing for a process already stopped or detached.
     pub fn stop(&mut self, grace: Duration) {
-        terminate(self.pid, grace);
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
+        // Only while we still hold the unreaped child is its pid surely ours.
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // Already exited and reaped: its pid may belong to someone else now.
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
         }
+        terminate(self.pid, grace);
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
-    /// Forgets the child handle: the process keeps running after we exit.
+    /// Forgets the child handle: the process keeps running after we exit (and
+    /// is no longer stopped on drop).
     pub fn detach(&mut self) {
         self.child = None;
     }
@@ -182,6 +190,14 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     }
     let all: Vec<&str> = buf.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// An attached process never outlives its handle: a failed start-up or a
+/// panicking test must not leave it running.
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(2));
+    }
 }
 
 /// A shell process that kills the registered pids and removes the registered
