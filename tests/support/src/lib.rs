@@ -875,6 +875,7 @@ impl Etcd {
                 Err(e) => {
                     let retry = attempt < 3 && p.lost_port_race();
                     p.stop(Duration::from_secs(2));
+                    let _ = std::fs::remove_dir_all(&data);
                     if !retry {
                         return Err(e);
                     }
@@ -944,10 +945,14 @@ impl Etcd {
         ]);
         let mut p = Process::spawn("etcd", &bin, &args, &log, &[])?;
         let log_for_check = log.clone();
-        wait_ready(&mut p, "etcd", Duration::from_secs(30), &mut || {
+        if let Err(e) = wait_ready(&mut p, "etcd", Duration::from_secs(30), &mut || {
             std::fs::read_to_string(&log_for_check)
                 .is_ok_and(|l| l.contains("ready to serve client requests"))
-        })?;
+        }) {
+            p.stop(Duration::from_secs(2));
+            let _ = std::fs::remove_dir_all(&data);
+            return Err(e);
+        }
         Ok((
             Self {
                 url: format!("https://127.0.0.1:{client_port}"),
