@@ -26,6 +26,19 @@ fn claim_yaml(ns: &str, name: &str) -> String {
     )
 }
 
+/// `kubectl get nst <name> -n <ns> -o jsonpath=<path>`.
+fn nst_field(k: &Kubectl, ns: &str, name: &str, path: &str) -> String {
+    k.ok(&[
+        "get",
+        "nst",
+        name,
+        "-n",
+        ns,
+        "-o",
+        &format!("jsonpath={path}"),
+    ])
+}
+
 fn apply(k: &Kubectl, yaml: &str) -> String {
     k.apply(yaml).unwrap()
 }
@@ -106,26 +119,15 @@ fn kubectl_apply_creates_changes_and_is_idempotent() {
     let changed = write_temp("apply-2", &transfer_yaml(&ns.name, "t", "tier: b"));
     let out = k.ok(&["apply", "-f", changed.to_str().unwrap()]);
     assert!(out.contains("configured"), "{out}");
-    let rv = k.ok(&[
-        "get",
-        "nst",
-        "t",
-        "-n",
-        &ns.name,
-        "-o",
-        "jsonpath={.metadata.resourceVersion}",
-    ]);
+    let rv = nst_field(k, &ns.name, "t", "{.metadata.resourceVersion}");
     let out = k.ok(&["apply", "-f", changed.to_str().unwrap()]);
     assert!(out.contains("unchanged"), "{out}");
-    let after = k.ok(&[
-        "get",
-        "nst",
-        "t",
-        "-n",
+    let after = nst_field(
+        k,
         &ns.name,
-        "-o",
-        "jsonpath={.metadata.resourceVersion}|{.metadata.labels.tier}",
-    ]);
+        "t",
+        "{.metadata.resourceVersion}|{.metadata.labels.tier}",
+    );
     assert_eq!(
         after,
         format!("{rv}|b"),
@@ -158,15 +160,7 @@ fn kubectl_patch_merges_and_applies_json_patches_and_writes_status() {
         "-p",
         r#"[{"op":"add","path":"/metadata/labels/j","value":"2"}]"#,
     ]);
-    let labels = k.ok(&[
-        "get",
-        "nst",
-        "t",
-        "-n",
-        &ns.name,
-        "-o",
-        "jsonpath={.metadata.labels.m}{.metadata.labels.j}",
-    ]);
+    let labels = nst_field(k, &ns.name, "t", "{.metadata.labels.m}{.metadata.labels.j}");
     assert_eq!(labels, "12");
     let smp = k.run(&[
         "patch",
@@ -197,18 +191,7 @@ fn kubectl_patch_merges_and_applies_json_patches_and_writes_status() {
         "-p",
         r#"{"status":{"phase":"Pending"}}"#,
     ]);
-    assert_eq!(
-        k.ok(&[
-            "get",
-            "nst",
-            "t",
-            "-n",
-            &ns.name,
-            "-o",
-            "jsonpath={.status.phase}"
-        ]),
-        "Pending"
-    );
+    assert_eq!(nst_field(k, &ns.name, "t", "{.status.phase}"), "Pending");
     // The main resource ignores status.
     k.ok(&[
         "patch",
@@ -220,18 +203,7 @@ fn kubectl_patch_merges_and_applies_json_patches_and_writes_status() {
         "-p",
         r#"{"status":{"phase":"Completed"}}"#,
     ]);
-    assert_eq!(
-        k.ok(&[
-            "get",
-            "nst",
-            "t",
-            "-n",
-            &ns.name,
-            "-o",
-            "jsonpath={.status.phase}"
-        ]),
-        "Pending"
-    );
+    assert_eq!(nst_field(k, &ns.name, "t", "{.status.phase}"), "Pending");
 }
 
 #[test]
@@ -367,15 +339,7 @@ fn kubectl_replace_with_a_stale_object_is_a_conflict() {
         run.stderr
     );
     assert_eq!(
-        k.ok(&[
-            "get",
-            "nst",
-            "t",
-            "-n",
-            &ns.name,
-            "-o",
-            "jsonpath={.metadata.labels.moved}"
-        ]),
+        nst_field(k, &ns.name, "t", "{.metadata.labels.moved}"),
         "on"
     );
 }
