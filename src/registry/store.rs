@@ -164,11 +164,7 @@ impl<S: Strategy> Store<S> {
     }
 
     fn decode(&self, kv: &KeyValue) -> Result<S::Object, ApiError> {
-        let mut obj: S::Object = serde_json::from_slice(&kv.value)
-            .map_err(|e| ApiError::Internal(format!("decoding {} from storage: {e}", kv.key)))?;
-        obj.set_type_meta();
-        obj.metadata_mut().resource_version = Some(kv.mod_revision.to_string());
-        Ok(obj)
+        decode_object(kv)
     }
 
     fn encode(&self, obj: &S::Object) -> Result<Bytes, ApiError> {
@@ -882,6 +878,7 @@ struct WatchFilter {
     fields: FieldSelector,
 }
 
+/// A stored value as an object, with its resourceVersion from etcd.
 fn decode_object<O: Object>(kv: &KeyValue) -> Result<O, ApiError> {
     let mut obj: O = serde_json::from_slice(&kv.value)
         .map_err(|e| ApiError::Internal(format!("decoding {} from storage: {e}", kv.key)))?;

@@ -159,13 +159,7 @@ impl Binaries {
     /// Finds etcd on PATH (or `$ETCD_BIN`) and the pinned Kubernetes binaries
     /// through `hack/build-kube.sh`, which builds them on first use.
     pub fn locate() -> Result<Self, Error> {
-        let etcd = match std::env::var_os("ETCD_BIN") {
-            Some(p) => PathBuf::from(p),
-            None => which("etcd").ok_or_else(|| Error::MissingTool {
-                tool: "etcd".to_owned(),
-                hint: "install Debian's etcd-server package (apt-get install etcd-server), or set ETCD_BIN".to_owned(),
-            })?,
-        };
+        let etcd = etcd_binary()?;
         let script = repo_root().join("hack/build-kube.sh");
         let out = std::process::Command::new("bash")
             .arg(&script)
@@ -184,6 +178,18 @@ impl Binaries {
             kube_controller_manager: bin.join("kube-controller-manager"),
             kubectl: bin.join("kubectl"),
         })
+    }
+}
+
+/// etcd: `$ETCD_BIN`, or `etcd` on PATH.
+fn etcd_binary() -> Result<PathBuf, Error> {
+    match std::env::var_os("ETCD_BIN") {
+        Some(p) => Ok(PathBuf::from(p)),
+        None => which("etcd").ok_or_else(|| Error::MissingTool {
+            tool: "etcd".to_owned(),
+            hint: "install Debian's etcd-server package (apt-get install etcd-server), or set ETCD_BIN"
+                .to_owned(),
+        }),
     }
 }
 
@@ -848,13 +854,7 @@ impl Etcd {
     /// Starts etcd on free ports with a fresh data dir; its log goes to
     /// `<dir>/etcd.log`.
     pub fn start(dir: &Path) -> Result<Self, Error> {
-        let bin = match std::env::var_os("ETCD_BIN") {
-            Some(p) => PathBuf::from(p),
-            None => which("etcd").ok_or_else(|| Error::MissingTool {
-                tool: "etcd".to_owned(),
-                hint: "install Debian's etcd-server package (apt-get install etcd-server), or set ETCD_BIN".to_owned(),
-            })?,
-        };
+        let bin = etcd_binary()?;
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let data = etcd_data_dir(dir);
         let log = dir.join("etcd.log");
@@ -917,13 +917,7 @@ impl Etcd {
             &[],
             Usage::Client,
         )?;
-        let bin = match std::env::var_os("ETCD_BIN") {
-            Some(p) => PathBuf::from(p),
-            None => which("etcd").ok_or_else(|| Error::MissingTool {
-                tool: "etcd".to_owned(),
-                hint: "install Debian's etcd-server package (apt-get install etcd-server), or set ETCD_BIN".to_owned(),
-            })?,
-        };
+        let bin = etcd_binary()?;
         let data = etcd_data_dir(dir);
         let log = dir.join("etcd.log");
         let (client_port, peer) = (free_port()?, free_port()?);
