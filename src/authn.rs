@@ -20,7 +20,7 @@ pub mod x509;
 
 use std::sync::{Arc, RwLock};
 
-use http::request::Parts;
+use http::HeaderMap;
 use rustls::pki_types::CertificateDer;
 
 use crate::api::errors::ApiError;
@@ -46,7 +46,7 @@ pub struct Peer {
 #[async_trait::async_trait]
 pub trait Authenticator: Send + Sync + std::fmt::Debug {
     /// The user, or 401 when presented credentials are invalid.
-    async fn authenticate(&self, request: &Parts, peer: &Peer) -> Result<UserInfo, ApiError>;
+    async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<UserInfo, ApiError>;
 }
 
 /// Everyone is `system:anonymous` in `system:unauthenticated`.
@@ -64,7 +64,7 @@ pub fn anonymous_user() -> UserInfo {
 
 #[async_trait::async_trait]
 impl Authenticator for Anonymous {
-    async fn authenticate(&self, _request: &Parts, _peer: &Peer) -> Result<UserInfo, ApiError> {
+    async fn authenticate(&self, _headers: &HeaderMap, _peer: &Peer) -> Result<UserInfo, ApiError> {
         Ok(anonymous_user())
     }
 }
@@ -107,7 +107,7 @@ impl Delegating {
 
 #[async_trait::async_trait]
 impl Authenticator for Delegating {
-    async fn authenticate(&self, request: &Parts, peer: &Peer) -> Result<UserInfo, ApiError> {
+    async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<UserInfo, ApiError> {
         let config = self.current().ok_or_else(|| {
             ApiError::ServiceUnavailable(
                 "the authentication configuration has not been loaded yet".to_owned(),
@@ -115,7 +115,7 @@ impl Authenticator for Delegating {
         })?;
         if let Some(chain) = peer.certificates.as_deref().filter(|c| !c.is_empty()) {
             if let Some(rh) = &config.request_header {
-                if let Some(user) = front_proxy_user(rh, chain, request) {
+                if let Some(user) = front_proxy_user(rh, chain, headers) {
                     return Ok(with_authenticated(user));
                 }
             }
@@ -129,7 +129,7 @@ impl Authenticator for Delegating {
                 }
             }
         }
-        if let Some(token) = bearer_token(request)? {
+        if let Some(token) = bearer_token(headers)? {
             if let Some(accounts) = &self.service_accounts {
                 match accounts.verify(&token).await {
                     jwt::Verdict::User(user) => return Ok(with_authenticated(user)),
@@ -154,13 +154,12 @@ impl Authenticator for Delegating {
 fn front_proxy_user(
     rh: &RequestHeaderConfig,
     chain: &[CertificateDer<'static>],
-    request: &Parts,
+    headers: &HeaderMap,
 ) -> Option<UserInfo> {
     let subject = x509::verify(&rh.ca, chain)?;
     if !rh.allowed_names.is_empty() && !rh.allowed_names.contains(&subject.common_name) {
         return None;
     }
-    let headers = &request.headers;
     let values = |names: &[String]| -> Vec<String> {
         names
             .iter()
@@ -207,8 +206,8 @@ fn with_authenticated(mut user: UserInfo) -> UserInfo {
 }
 
 /// `Authorization: Bearer <token>`; a malformed header is a 401.
-fn bearer_token(request: &Parts) -> Result<Option<String>, ApiError> {
-    let Some(value) = request.headers.get(http::header::AUTHORIZATION) else {
+fn bearer_token(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(http::header::AUTHORIZATION) else {
         return Ok(None);
     };
     let text = value.to_str().map_err(|_| ApiError::Unauthorized)?;

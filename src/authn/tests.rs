@@ -1,11 +1,14 @@
 use super::*;
 
-fn parts(headers: &[(&str, &str)]) -> Parts {
-    let mut b = http::Request::builder().uri("/apis");
+fn parts(headers: &[(&str, &str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
     for (k, v) in headers {
-        b = b.header(*k, *v);
+        map.append(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            http::HeaderValue::from_str(v).unwrap(),
+        );
     }
-    b.body(()).unwrap().into_parts().0
+    map
 }
 
 #[test]
