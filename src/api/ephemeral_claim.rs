@@ -501,8 +501,12 @@ impl Object for EphemeralClaim {
         self.status = other.status.clone();
     }
 
-    fn clear_status(&mut self) {
-        self.status = None;
+    /// A new claim is `Pending` until its controller has made the PVC.
+    fn reset_status(&mut self) {
+        self.status = Some(EphemeralClaimStatus {
+            phase: Some(EphemeralClaimPhase::Pending),
+            ..Default::default()
+        });
     }
 
     fn phase(&self) -> Option<&str> {

@@ -63,7 +63,9 @@ pub trait Object:
     fn set_spec_from(&mut self, other: &Self);
     /// Replaces self.status with other.status (used on main-resource writes).
     fn set_status_from(&mut self, other: &Self);
-    fn clear_status(&mut self);
+    /// Replaces whatever status a client sent on create with the status a new
+    /// object starts with (kube's PrepareForCreate). Called after defaulting.
+    fn reset_status(&mut self);
     /// status.phase as a string, for the status.phase field selector; None when unset.
     fn phase(&self) -> Option<&str>;
     fn requester(&self) -> Option<&Requester>;

@@ -560,8 +560,13 @@ impl Object for NamespaceTransfer {
         self.status = other.status.clone();
     }
 
-    fn clear_status(&mut self) {
-        self.status = None;
+    /// A new transfer is `Pending`, with the role its namespaces give it.
+    fn reset_status(&mut self) {
+        self.status = Some(NamespaceTransferStatus {
+            phase: Some(NamespaceTransferPhase::Pending),
+            role: self.role().ok(),
+            ..Default::default()
+        });
     }
 
     fn phase(&self) -> Option<&str> {

@@ -227,9 +227,9 @@ impl<S: Strategy> Store<S> {
             m.self_link = None;
             m.managed_fields = None;
         }
-        obj.clear_status();
         obj.set_requester(ctx.user.clone());
         obj.apply_defaults();
+        obj.reset_status();
 
         for attempt in 0..RETRIES {
             if generate {

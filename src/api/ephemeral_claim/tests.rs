@@ -460,8 +460,8 @@ fn the_object_contract_reads_and_writes_the_right_parts() {
     });
     c.set_status_from(&written);
     assert_eq!(c.phase(), Some("InUse"));
-    c.clear_status();
-    assert_eq!(c.status, None);
+    c.reset_status();
+    assert_eq!(c.phase(), Some("Pending"));
 
     assert_eq!(c.requester(), None);
     c.set_requester(requester("alice"));

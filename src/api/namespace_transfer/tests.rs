@@ -530,8 +530,12 @@ fn spec_and_status_are_copied_separately() {
     stored.set_spec_from(&incoming);
     assert!(stored.same_spec(&incoming));
 
-    stored.clear_status();
-    assert_eq!(stored.phase(), None);
+    stored.reset_status();
+    assert_eq!(stored.phase(), Some("Pending"));
+    assert_eq!(
+        stored.status.as_ref().and_then(|s| s.role),
+        Some(Role::Destination)
+    );
 }
 
 #[test]

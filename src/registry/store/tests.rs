@@ -1,6 +1,8 @@
 use super::*;
 use crate::api::meta::Requester;
-use crate::api::namespace_transfer::NamespaceTransfer;
+use crate::api::namespace_transfer::{
+    NamespaceTransfer, NamespaceTransferPhase, NamespaceTransferStatus, Role,
+};
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::storage::memory::MemoryStorage;
 
@@ -51,7 +53,10 @@ async fn create_sets_server_fields_and_stamps_the_requester() {
         username: "mallory".to_owned(),
         ..Requester::default()
     });
-    obj.status = Some(Default::default());
+    obj.status = Some(NamespaceTransferStatus {
+        phase: Some(NamespaceTransferPhase::Completed),
+        ..Default::default()
+    });
     let created = s.create(&ctx("alice"), "prod", obj).await.unwrap();
     let m = &created.metadata;
     assert!(m.uid.is_some());
@@ -59,7 +64,12 @@ async fn create_sets_server_fields_and_stamps_the_requester() {
     assert_eq!(m.generation, Some(1));
     assert!(m.resource_version.is_some());
     assert_eq!(created.spec.requester.as_ref().unwrap().username, "alice");
-    assert!(created.status.is_none(), "status is not settable at create");
+    let status = created.status.as_ref().unwrap();
+    assert_eq!(
+        (status.phase, status.role),
+        (Some(NamespaceTransferPhase::Pending), Some(Role::Source)),
+        "a client's status is replaced by the initial one"
+    );
     assert_eq!(created.spec.source.namespace, "prod", "defaulted");
     let read = s.get("prod", "a").await.unwrap();
     assert_eq!(read, created);
