@@ -43,7 +43,7 @@ fn transfer(name: &str) -> Vec<u8> {
         "apiVersion": "storage.transfer.k8s.io/v1alpha1",
         "kind": "NamespaceTransfer",
         "metadata": {"name": name, "labels": {"bench": "core"}},
-        "spec": {"source": {"name": "db"}, "destination": {"namespace": "dev"}},
+        "spec": {"source": {"name": name}, "destination": {"namespace": "dev"}},
     }))
     .unwrap()
 }

@@ -18,7 +18,7 @@ pub use selectors::{FieldSelector, LabelSelector};
 pub use store::{
     DeleteOptions, DeleteOutcome, ListOptions, ObjectList, Store, Watch, WatchEvent, WatchOptions,
 };
-pub use strategy::Strategy;
+pub use strategy::{Strategy, UniqueClaim};
 
 use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::Requester;

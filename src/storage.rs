@@ -3,10 +3,11 @@
 //! client.
 //!
 //! Owns the key layout (`<prefix>/storage.transfer.k8s.io/<resource>/<ns>/<name>`,
-//! built by [`key_for`]), transactions on `mod_revision`, consistent lists at one
-//! revision, and watches from a revision (DESIGN §3 "etcd layout"). Values are
-//! opaque bytes here. It speaks its own error type, [`StorageError`]; nothing
-//! above `registry` ever sees it. It knows nothing of HTTP, users or strategies.
+//! built by [`key_for`], and the index keys beside it, built by [`index_key`]),
+//! transactions on `mod_revision`, consistent lists at one revision, and watches
+//! from a revision (DESIGN §3 "etcd layout"). Values are opaque bytes here. It
+//! speaks its own error type, [`StorageError`]; nothing above `registry` ever
+//! sees it. It knows nothing of HTTP, users or strategies.
 
 pub mod cache;
 pub mod etcd;
@@ -112,6 +113,18 @@ pub struct ListPage {
     pub remaining: i64,
 }
 
+/// A key written in the same transaction as a create, on the condition that
+/// it has not moved since it was read: how a create claims a unique index
+/// entry atomically, across any number of server replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guard {
+    pub key: String,
+    /// The `mod_revision` the key was read at; `None` when it must not exist.
+    pub expected: Option<Revision>,
+    /// What to write to the key when the create goes through.
+    pub value: Bytes,
+}
+
 /// A live watch.
 #[async_trait::async_trait]
 pub trait WatchStream: Send + std::fmt::Debug {
@@ -125,7 +138,15 @@ pub trait WatchStream: Send + std::fmt::Debug {
 #[async_trait::async_trait]
 pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Creates `key` if it does not exist (`create_revision == 0`).
-    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue>;
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        self.create_guarded(key, value, &[]).await
+    }
+    /// Creates `key` if it does not exist and every guard key is still at its
+    /// expected revision, and writes the guard keys, all in one transaction.
+    /// An existing `key` is [`StorageError::AlreadyExists`]; otherwise a guard
+    /// key that moved is a [`StorageError::Conflict`] naming it (a missing key
+    /// has revision 0).
+    async fn create_guarded(&self, key: &str, value: Bytes, guards: &[Guard]) -> Result<KeyValue>;
     /// A linearizable read of `key`.
     async fn get(&self, key: &str) -> Result<KeyValue>;
     /// Replaces `key` if its `mod_revision` is still `expected`.
@@ -146,6 +167,19 @@ pub fn key_for(prefix: &str, group: &str, resource: &str, namespace: &str, name:
     format!(
         "{}/{namespace}/{name}",
         resource_prefix(prefix, group, resource)
+    )
+}
+
+/// The etcd key of one entry of a resource's unique index, e.g.
+/// `<prefix>/storage.transfer.k8s.io/_index/namespacetransfers/source/prod/db`.
+///
+/// Index keys sit beside the resources, never under a [`resource_prefix`]: the
+/// watch cache watches that prefix without a trailing slash, and a resource
+/// name (a DNS label) cannot start with `_`.
+pub fn index_key(prefix: &str, group: &str, resource: &str, index: &str) -> String {
+    format!(
+        "{}/{group}/_index/{resource}/{index}",
+        prefix.trim_end_matches('/')
     )
 }
 

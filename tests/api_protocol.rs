@@ -24,7 +24,7 @@ fn create(http: &HttpClient, ns: &str, name: &str, extra: Value) -> Value {
         "apiVersion": "storage.transfer.k8s.io/v1alpha1",
         "kind": "NamespaceTransfer",
         "metadata": {"name": name},
-        "spec": {"source": {"name": "db"}, "destination": {"namespace": "dev"}},
+        "spec": {"source": {"name": name}, "destination": {"namespace": "dev"}},
     });
     if let (Some(b), Some(e)) = (body["metadata"].as_object_mut(), extra.as_object()) {
         b.extend(e.clone());

@@ -1,5 +1,6 @@
 //! The etcd backend against a real etcd (Debian's etcd-server): transactions,
-//! preconditions, consistent paged lists, watch resume and compaction.
+//! preconditions, guarded creates, consistent paged lists, watch resume and
+//! compaction.
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
@@ -8,7 +9,7 @@ use std::path::Path;
 use bytes::Bytes;
 use storage_transfer_apiserver::storage::etcd::{EtcdConfig, EtcdStorage};
 use storage_transfer_apiserver::storage::{
-    Event, ListOptions, Storage, StorageError, WatchMessage,
+    Event, Guard, ListOptions, Storage, StorageError, WatchMessage,
 };
 
 async fn etcd(name: &str) -> (sta_testenv::Etcd, EtcdStorage) {
@@ -80,6 +81,127 @@ async fn update_and_delete_hold_to_the_expected_revision() {
         s.update(&key, at, v("4")).await,
         Err(StorageError::NotFound { .. })
     ));
+}
+
+const INDEX: &str = "/registry/storage.transfer.k8s.io/_index/namespacetransfers";
+
+fn guard(key: &str, expected: Option<i64>, value: &'static str) -> Guard {
+    Guard {
+        key: key.to_owned(),
+        expected,
+        value: v(value),
+    }
+}
+
+#[tokio::test]
+async fn a_guarded_create_writes_the_object_and_its_guard_keys_in_one_transaction() {
+    let (_etcd, s) = etcd("guarded").await;
+    let (a, b) = (format!("{P}/ns/a"), format!("{P}/ns/b"));
+    let (source, destination) = (
+        format!("{INDEX}/source/ns/db"),
+        format!("{INDEX}/destination/dev/db"),
+    );
+    let created = s
+        .create_guarded(
+            &a,
+            v("a"),
+            &[
+                guard(&source, None, "held by a"),
+                guard(&destination, None, "held by a"),
+            ],
+        )
+        .await
+        .unwrap();
+    for key in [&source, &destination] {
+        let entry = s.get(key).await.unwrap();
+        assert_eq!(
+            (entry.value, entry.mod_revision),
+            (v("held by a"), created.mod_revision)
+        );
+    }
+
+    // A guard that expects an absent key which now exists.
+    assert_eq!(
+        s.create_guarded(&b, v("b"), &[guard(&source, None, "held by b")])
+            .await
+            .unwrap_err(),
+        StorageError::Conflict {
+            key: source.clone(),
+            expected: 0,
+            actual: created.mod_revision
+        }
+    );
+    // A guard that expects a key that does not exist.
+    let missing = format!("{INDEX}/source/ns/missing");
+    assert_eq!(
+        s.create_guarded(
+            &b,
+            v("b"),
+            &[guard(&missing, Some(created.mod_revision), "b")]
+        )
+        .await
+        .unwrap_err(),
+        StorageError::Conflict {
+            key: missing.clone(),
+            expected: created.mod_revision,
+            actual: 0
+        }
+    );
+    // Nothing of a failed create is written.
+    assert!(matches!(
+        s.get(&b).await,
+        Err(StorageError::NotFound { .. })
+    ));
+    assert!(matches!(
+        s.get(&missing).await,
+        Err(StorageError::NotFound { .. })
+    ));
+    assert_eq!(s.get(&source).await.unwrap().value, v("held by a"));
+
+    // An existing object is AlreadyExists, whatever the guards say.
+    assert_eq!(
+        s.create_guarded(&a, v("a again"), &[guard(&source, Some(1), "x")])
+            .await
+            .unwrap_err(),
+        StorageError::AlreadyExists { key: a.clone() }
+    );
+
+    // A guard at the revision it was read at takes the key over.
+    let taken = s
+        .create_guarded(
+            &b,
+            v("b"),
+            &[guard(&source, Some(created.mod_revision), "held by b")],
+        )
+        .await
+        .unwrap();
+    let entry = s.get(&source).await.unwrap();
+    assert_eq!(
+        (entry.value, entry.mod_revision),
+        (v("held by b"), taken.mod_revision)
+    );
+}
+
+#[tokio::test]
+async fn of_concurrent_guarded_creates_on_one_key_exactly_one_wins() {
+    let (_etcd, s) = etcd("guarded-race").await;
+    let index = format!("{INDEX}/source/ns/db");
+    let creates = (0..8).map(|i| {
+        let (s, index) = (s.clone(), index.clone());
+        tokio::spawn(async move {
+            s.create_guarded(&format!("{P}/ns/t{i}"), v("t"), &[guard(&index, None, "t")])
+                .await
+        })
+    });
+    let mut won = 0;
+    for create in creates.collect::<Vec<_>>() {
+        match create.await.unwrap() {
+            Ok(_) => won += 1,
+            Err(StorageError::Conflict { key, .. }) => assert_eq!(key, index),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(won, 1);
 }
 
 #[tokio::test]

@@ -1,10 +1,12 @@
 //! Two server processes on one etcd: each sees the other's writes and watch
-//! events, and optimistic concurrency holds between them. Plus what etcd
-//! compaction means for a client in the middle of a paged list.
+//! events, and optimistic concurrency and the one-active-transfer-per-claim
+//! rule hold between them. Plus what etcd compaction means for a client in the
+//! middle of a paged list.
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
 use std::path::Path;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -87,12 +89,18 @@ fn url(name: Option<&str>) -> String {
     }
 }
 
+/// An offer of a claim of its own (named like the transfer), from `prod` to `dev`.
 fn transfer(name: &str) -> Vec<u8> {
+    offer(name, name)
+}
+
+/// An offer of the claim `claim`, from `prod` to `dev`.
+fn offer(name: &str, claim: &str) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "apiVersion": "storage.transfer.k8s.io/v1alpha1",
         "kind": "NamespaceTransfer",
         "metadata": {"name": name},
-        "spec": {"source": {"name": "db"}, "destination": {"namespace": "dev"}},
+        "spec": {"source": {"name": claim}, "destination": {"namespace": "dev"}},
     }))
     .unwrap()
 }
@@ -184,6 +192,57 @@ fn two_replicas_share_writes_watches_and_optimistic_concurrency() {
         .unwrap()
         .json();
     assert_eq!(now["metadata"]["labels"]["by"], "a");
+}
+
+#[test]
+fn the_same_offer_sent_to_both_replicas_at_once_is_created_once_and_refused_once_naming_the_winner()
+{
+    let dir = scratch("claims");
+    let pki = Pki::generate(&dir.join("pki"), SERVER_NAME).unwrap();
+    let etcd = Etcd::start(&dir.join("etcd")).unwrap();
+    let a = replica(&dir, "a", &pki, &etcd);
+    let b = replica(&dir, "b", &pki, &etcd);
+
+    for round in 0..20 {
+        let claim = format!("db-{round}");
+        let barrier = Arc::new(Barrier::new(2));
+        let sends: Vec<_> = [("via-a", &a), ("via-b", &b)]
+            .into_iter()
+            .map(|(via, replica)| {
+                let name = format!("{via}-{round}");
+                let body = offer(&name, &claim);
+                let (http, barrier) = (replica.http.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let resp = http.request("POST", &url(None), &[JSON], &body).unwrap();
+                    (name, resp)
+                })
+            })
+            .collect();
+        let mut answers: Vec<_> = sends.into_iter().map(|t| t.join().unwrap()).collect();
+        answers.sort_by_key(|(_, resp)| resp.status);
+        let statuses: Vec<u16> = answers.iter().map(|(_, r)| r.status).collect();
+        assert_eq!(
+            statuses,
+            [201, 409],
+            "round {round}: {:?}",
+            answers.iter().map(|(_, r)| r.text()).collect::<Vec<_>>()
+        );
+        let (winner, _) = &answers[0];
+        let (loser, refusal) = &answers[1];
+        let status = refusal.json();
+        assert_eq!(status["reason"], "Conflict", "{status}");
+        assert_eq!(status["details"]["name"], loser.as_str(), "{status}");
+        let message = status["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!(
+                "source claim prod/{claim} already has an active NamespaceTransfer: prod/{winner}"
+            )),
+            "round {round}: {message}"
+        );
+        let stored = a.http.request("GET", &url(Some(loser)), &[], b"").unwrap();
+        assert_eq!(stored.status, 404, "round {round}: the loser was stored");
+    }
 }
 
 #[test]

@@ -1,11 +1,14 @@
 //! The NamespaceTransfer strategy: its Table columns
-//! (Name, Role, Source, Destination, Phase, Age) and field selectors.
+//! (Name, Role, Source, Destination, Phase, Age), field selectors, and the
+//! claims an active transfer holds alone (DESIGN §2.1.2 item 3): a Source-role
+//! transfer its source claim, a Destination-role transfer its destination claim
+//! name, a rename (`Both`) both.
 
 use serde_json::Value;
 
-use crate::api::namespace_transfer::NamespaceTransfer;
+use crate::api::namespace_transfer::{NamespaceTransfer, Role};
 
-use super::strategy::{age_cell, text_cell, Strategy};
+use super::strategy::{age_cell, text_cell, Strategy, UniqueClaim};
 use super::table::TableColumn;
 
 /// `namespacetransfers.storage.transfer.k8s.io`.
@@ -14,6 +17,41 @@ pub struct NamespaceTransferStrategy;
 
 impl Strategy for NamespaceTransferStrategy {
     type Object = NamespaceTransfer;
+
+    fn unique_claims(&self, obj: &NamespaceTransfer) -> Vec<UniqueClaim> {
+        let source = || {
+            let claim = format!("{}/{}", obj.source_namespace(), obj.spec.source.name);
+            UniqueClaim {
+                index: format!("source/{claim}"),
+                what: format!("source claim {claim}"),
+            }
+        };
+        // Defaulting names the destination claim on the destination side, and
+        // validation requires it for a rename; only an offer may leave it open.
+        let destination = || {
+            let name = &obj.spec.destination.name;
+            (!name.is_empty()).then(|| {
+                let claim = format!("{}/{name}", obj.destination_namespace());
+                UniqueClaim {
+                    index: format!("destination/{claim}"),
+                    what: format!("destination claim {claim}"),
+                }
+            })
+        };
+        match obj.role() {
+            Ok(Role::Source) => vec![source()],
+            Ok(Role::Destination) => destination().into_iter().collect(),
+            Ok(Role::Both) => std::iter::once(source()).chain(destination()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    fn holds_claims(&self, obj: &NamespaceTransfer) -> bool {
+        !obj.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(|phase| phase.is_finished())
+    }
 
     fn table_columns(&self) -> Vec<TableColumn> {
         vec![

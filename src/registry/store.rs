@@ -4,6 +4,14 @@
 //! go to etcd. Lists without `limit` and every watch are served by the watch
 //! cache, after waiting for it to reach the revision the read demands; paged
 //! lists read etcd at one revision so that every page is consistent.
+//!
+//! A create also takes the object's unique claims ([`UniqueClaim`]): one index
+//! key per claim, naming the holder, written in the same transaction as the
+//! object and guarded on the revision it was read at, so that of concurrent
+//! creates on any number of replicas exactly one wins and the others get a 409
+//! naming it. Index keys are never deleted: an entry whose holder is gone, was
+//! replaced (another uid) or no longer holds its claims is free, and the next
+//! create that wants it takes it over.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -20,10 +28,12 @@ use crate::api::errors::{ApiError, FieldCause, GroupResource};
 use crate::api::meta::Object;
 use crate::api::{self};
 use crate::storage::cache::{CacheError, CacheEvent, EventKind, WatchCache, DEFAULT_CAPACITY};
-use crate::storage::{self, resource_prefix, KeyValue, Revision, Storage, StorageError};
+use crate::storage::{
+    self, index_key, resource_prefix, Guard, KeyValue, Revision, Storage, StorageError,
+};
 
 use super::selectors::{FieldSelector, LabelSelector};
-use super::strategy::{Strategy, COMMON_FIELDS};
+use super::strategy::{Strategy, UniqueClaim, COMMON_FIELDS};
 use super::{storage_error, Admission, Context};
 
 /// How long a read waits for the watch cache to reach the revision it needs.
@@ -98,6 +108,8 @@ pub struct Store<S: Strategy> {
     storage: Arc<dyn Storage>,
     cache: WatchCache,
     prefix: String,
+    /// `--etcd-prefix`, under which the unique index keys sit.
+    etcd_prefix: String,
     resource: GroupResource,
     bookmark_interval: Duration,
     admission: Option<Arc<dyn Admission<S::Object>>>,
@@ -120,6 +132,7 @@ impl<S: Strategy> Store<S> {
             storage,
             cache,
             prefix,
+            etcd_prefix: etcd_prefix.to_owned(),
             resource: GroupResource::new(api::GROUP, info.plural),
             bookmark_interval: Duration::from_secs(30),
             admission: None,
@@ -244,28 +257,141 @@ impl<S: Strategy> Store<S> {
                 admission.admit_create(ctx, &obj).await?;
             }
             let name = obj.metadata().name.clone().unwrap_or_default();
-            if ctx.dry_run {
-                return Ok(obj);
-            }
-            match self
-                .storage
-                .create(&self.key(namespace, &name), self.encode(&obj)?)
-                .await
-            {
-                Ok(kv) => {
-                    obj.metadata_mut().resource_version = Some(kv.mod_revision.to_string());
+            match self.create_claiming(ctx, namespace, &name, &obj).await {
+                Ok(written) => {
+                    if let Some(kv) = written {
+                        obj.metadata_mut().resource_version = Some(kv.mod_revision.to_string());
+                    }
                     return Ok(obj);
                 }
                 // A generated name that is taken: draw another.
-                Err(StorageError::AlreadyExists { .. }) if generate && attempt + 1 < RETRIES => {
+                Err(ApiError::AlreadyExists { .. }) if generate && attempt + 1 < RETRIES => {
                     continue
                 }
-                Err(e) => return Err(storage_error(e, &self.resource, &name)),
+                Err(e) => return Err(e),
             }
         }
         Err(ApiError::Internal(
             "could not generate a unique name".to_owned(),
         ))
+    }
+
+    /// Writes a new object and takes its unique claims in the same
+    /// transaction. A dry run checks the claims but writes nothing (`None`).
+    async fn create_claiming(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+        obj: &S::Object,
+    ) -> Result<Option<KeyValue>, ApiError> {
+        let key = self.key(namespace, name);
+        let value = self.encode(obj)?;
+        let claims = self.strategy.unique_claims(obj);
+        for _ in 0..RETRIES {
+            let guards = self.take_claims(namespace, name, obj, &claims).await?;
+            if ctx.dry_run {
+                return Ok(None);
+            }
+            match self
+                .storage
+                .create_guarded(&key, value.clone(), &guards)
+                .await
+            {
+                Ok(kv) => return Ok(Some(kv)),
+                // A concurrent create moved an index key: look again, so that
+                // the loser of a race names the winner.
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(e) => return Err(storage_error(e, &self.resource, name)),
+            }
+        }
+        Err(self.conflict(name))
+    }
+
+    /// Reads each claim's index key (a linearizable read): a 409 naming the
+    /// holder when an active object holds it, otherwise a guard that takes
+    /// it over, provided nobody moves the key before the write.
+    async fn take_claims(
+        &self,
+        namespace: &str,
+        name: &str,
+        obj: &S::Object,
+        claims: &[UniqueClaim],
+    ) -> Result<Vec<Guard>, ApiError> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let holder = ClaimHolder {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            uid: obj.metadata().uid.clone().unwrap_or_default(),
+        };
+        let value = serde_json::to_vec(&holder)
+            .map(Bytes::from)
+            .map_err(|e| ApiError::Internal(format!("encoding an index entry: {e}")))?;
+        let mut guards = Vec::with_capacity(claims.len());
+        for claim in claims {
+            let key = index_key(
+                &self.etcd_prefix,
+                &self.resource.group,
+                &self.resource.resource,
+                &claim.index,
+            );
+            let expected = match self.storage.get(&key).await {
+                Ok(entry) => {
+                    if let Some(active) = self.active_holder(&entry, &holder).await? {
+                        return Err(ApiError::Conflict {
+                            resource: self.resource.clone(),
+                            name: name.to_owned(),
+                            message: format!(
+                                "{} already has an active {}: {}/{}",
+                                claim.what,
+                                S::Object::resource().kind,
+                                active.namespace,
+                                active.name
+                            ),
+                        });
+                    }
+                    Some(entry.mod_revision)
+                }
+                Err(StorageError::NotFound { .. }) => None,
+                Err(e) => return Err(storage_error(e, &self.resource, name)),
+            };
+            guards.push(Guard {
+                key,
+                expected,
+                value: value.clone(),
+            });
+        }
+        Ok(guards)
+    }
+
+    /// The object an index entry names, if it still exists (same uid) and
+    /// still holds its claims. An entry naming the object being created
+    /// (same name) is left to the create, which answers AlreadyExists.
+    async fn active_holder(
+        &self,
+        entry: &KeyValue,
+        creating: &ClaimHolder,
+    ) -> Result<Option<ClaimHolder>, ApiError> {
+        // An entry that does not parse names nobody: take it over.
+        let Ok(holder) = serde_json::from_slice::<ClaimHolder>(&entry.value) else {
+            return Ok(None);
+        };
+        if holder.namespace == creating.namespace && holder.name == creating.name {
+            return Ok(None);
+        }
+        let current = match self
+            .storage
+            .get(&self.key(&holder.namespace, &holder.name))
+            .await
+        {
+            Ok(kv) => self.decode(&kv)?,
+            Err(StorageError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(storage_error(e, &self.resource, &creating.name)),
+        };
+        let same = current.metadata().uid.as_deref() == Some(holder.uid.as_str());
+        Ok((same && self.strategy.holds_claims(&current)).then_some(holder))
     }
 
     /// `GET` one object: a linearizable read from etcd.
@@ -863,6 +989,14 @@ impl<S: Strategy> Store<S> {
     ) -> Result<Option<WatchEvent<S::Object>>, ApiError> {
         translate(&self.strategy, filter, event)
     }
+}
+
+/// The value of an index key: the object that took the claim.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ClaimHolder {
+    namespace: String,
+    name: String,
+    uid: String,
 }
 
 enum UpdateError {

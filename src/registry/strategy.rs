@@ -1,4 +1,5 @@
-//! The per-resource policy the generic store consults.
+//! The per-resource policy the generic store consults: selectable fields,
+//! Table columns, and the unique claims an object holds while it is active.
 
 use serde_json::Value;
 
@@ -9,9 +10,20 @@ use super::table::TableColumn;
 /// The fields every resource can be selected by.
 pub const COMMON_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 
+/// Something at most one active object of a resource may hold at a time, such
+/// as a transfer's source claim (DESIGN §2.1.2 item 3). The store enforces it
+/// at create, in the same etcd transaction as the write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UniqueClaim {
+    /// The index entry, a relative key path such as `source/prod/db`.
+    pub index: String,
+    /// What is claimed, for the 409 message: `source claim prod/db`.
+    pub what: String,
+}
+
 /// What one resource adds to the generic [`super::Store`]. Defaulting and
-/// validation live on the object type itself (in `api`); a strategy adds only
-/// what is about presenting and selecting.
+/// validation live on the object type itself (in `api`); a strategy adds
+/// what is about presenting and selecting, and which claims are exclusive.
 pub trait Strategy: Clone + Send + Sync + std::fmt::Debug + 'static {
     type Object: Object;
 
@@ -28,6 +40,18 @@ pub trait Strategy: Clone + Send + Sync + std::fmt::Debug + 'static {
             "status.phase" => obj.phase().map(str::to_owned),
             _ => None,
         }
+    }
+
+    /// The claims `obj` takes from the moment it is created; none by default.
+    /// Called on a defaulted, valid object.
+    fn unique_claims(&self, _obj: &Self::Object) -> Vec<UniqueClaim> {
+        Vec::new()
+    }
+
+    /// Whether `obj` still holds its claims. Once it does not (it finished),
+    /// another object may take them over.
+    fn holds_claims(&self, _obj: &Self::Object) -> bool {
+        true
     }
 
     /// The Table columns, Name first and Age last.

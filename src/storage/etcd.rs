@@ -12,8 +12,8 @@ use etcd_client::{
 };
 
 use super::{
-    prefix_end, Event, KeyValue, ListOptions, ListPage, Result, Revision, Storage, StorageError,
-    WatchMessage, WatchStream,
+    prefix_end, Event, Guard, KeyValue, ListOptions, ListPage, Result, Revision, Storage,
+    StorageError, WatchMessage, WatchStream,
 };
 
 /// How to reach etcd: `--etcd-servers` and the client TLS flags.
@@ -128,22 +128,65 @@ fn existing(responses: &[TxnOpResponse]) -> Result<Option<KeyValue>> {
     Ok(None)
 }
 
+/// Why a guarded create failed, from what its else branch read: the object
+/// first, then each guard key.
+fn create_failure(key: &str, guards: &[Guard], found: &[Option<KeyValue>]) -> StorageError {
+    if found.first().is_some_and(Option::is_some) {
+        return StorageError::AlreadyExists {
+            key: key.to_owned(),
+        };
+    }
+    for (i, guard) in guards.iter().enumerate() {
+        let actual = found
+            .get(i + 1)
+            .and_then(Option::as_ref)
+            .map_or(0, |kv| kv.mod_revision);
+        let expected = guard.expected.unwrap_or(0);
+        if actual != expected {
+            return StorageError::Conflict {
+                key: guard.key.clone(),
+                expected,
+                actual,
+            };
+        }
+    }
+    StorageError::Internal(format!(
+        "the create of {key} failed although nothing it depends on has moved"
+    ))
+}
+
 fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Revision {
     header.map(|h| h.revision()).unwrap_or_default()
 }
 
 #[async_trait::async_trait]
 impl Storage for EtcdStorage {
-    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, value.to_vec(), None)])
-            .or_else([TxnOp::get(key, None)]);
+    async fn create_guarded(&self, key: &str, value: Bytes, guards: &[Guard]) -> Result<KeyValue> {
+        let mut when = vec![Compare::create_revision(key, CompareOp::Equal, 0)];
+        let mut and_then = vec![TxnOp::put(key, value.to_vec(), None)];
+        let mut or_else = vec![TxnOp::get(key, None)];
+        for guard in guards {
+            when.push(match guard.expected {
+                Some(revision) => {
+                    Compare::mod_revision(guard.key.as_str(), CompareOp::Equal, revision)
+                }
+                None => Compare::create_revision(guard.key.as_str(), CompareOp::Equal, 0),
+            });
+            and_then.push(TxnOp::put(guard.key.as_str(), guard.value.to_vec(), None));
+            or_else.push(TxnOp::get(guard.key.as_str(), None));
+        }
+        let txn = Txn::new().when(when).and_then(and_then).or_else(or_else);
         let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
         if !resp.succeeded() {
-            return Err(StorageError::AlreadyExists {
-                key: key.to_owned(),
-            });
+            // The else branch read the object and then every guard key, in
+            // order, at the revision the comparison failed at.
+            let mut found = Vec::with_capacity(guards.len() + 1);
+            for r in resp.op_responses() {
+                if let TxnOpResponse::Get(get) = r {
+                    found.push(get.kvs().first().map(convert).transpose()?);
+                }
+            }
+            return Err(create_failure(key, guards, &found));
         }
         let revision = header_revision(resp.header());
         Ok(KeyValue {

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 
 use super::{
-    Event, KeyValue, ListOptions, ListPage, Result, Revision, Storage, StorageError, WatchMessage,
-    WatchStream,
+    Event, Guard, KeyValue, ListOptions, ListPage, Result, Revision, Storage, StorageError,
+    WatchMessage, WatchStream,
 };
 
 #[derive(Debug)]
@@ -46,6 +46,26 @@ impl MemoryStorage {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Writes `key` at the current revision, as one put of a transaction.
+    fn put(&self, state: &mut State, key: &str, value: Bytes) -> KeyValue {
+        let prev = state.data.get(key).cloned();
+        let kv = KeyValue {
+            key: key.to_owned(),
+            value,
+            create_revision: prev.as_ref().map_or(state.revision, |p| p.create_revision),
+            mod_revision: state.revision,
+        };
+        state.data.insert(key.to_owned(), kv.clone());
+        self.record(
+            state,
+            Event::Put {
+                kv: kv.clone(),
+                prev,
+            },
+        );
+        kv
+    }
+
     fn record(&self, state: &mut State, event: Event) {
         state.history.push(event.clone());
         let _ = self.events.send(event);
@@ -54,29 +74,31 @@ impl MemoryStorage {
 
 #[async_trait::async_trait]
 impl Storage for MemoryStorage {
-    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+    async fn create_guarded(&self, key: &str, value: Bytes, guards: &[Guard]) -> Result<KeyValue> {
         let mut state = self.lock();
         if state.data.contains_key(key) {
             return Err(StorageError::AlreadyExists {
                 key: key.to_owned(),
             });
         }
+        for guard in guards {
+            let actual = state.data.get(&guard.key).map_or(0, |kv| kv.mod_revision);
+            let expected = guard.expected.unwrap_or(0);
+            if actual != expected {
+                return Err(StorageError::Conflict {
+                    key: guard.key.clone(),
+                    expected,
+                    actual,
+                });
+            }
+        }
+        // One transaction: every put at one revision, as etcd does it.
         state.revision += 1;
-        let kv = KeyValue {
-            key: key.to_owned(),
-            value,
-            create_revision: state.revision,
-            mod_revision: state.revision,
-        };
-        state.data.insert(key.to_owned(), kv.clone());
-        self.record(
-            &mut state,
-            Event::Put {
-                kv: kv.clone(),
-                prev: None,
-            },
-        );
-        Ok(kv)
+        let created = self.put(&mut state, key, value);
+        for guard in guards {
+            self.put(&mut state, &guard.key, guard.value.clone());
+        }
+        Ok(created)
     }
 
     async fn get(&self, key: &str) -> Result<KeyValue> {

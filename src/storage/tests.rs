@@ -20,3 +20,69 @@ fn prefix_end_is_the_next_key_after_the_prefix_range() {
     assert_eq!(prefix_end("/a/b/"), b"/a/b0".to_vec());
     assert_eq!(prefix_end("ab"), b"ac".to_vec());
 }
+
+#[test]
+fn index_keys_are_never_under_a_resource_prefix() {
+    let index = index_key(
+        "/registry/",
+        "storage.transfer.k8s.io",
+        "namespacetransfers",
+        "source/prod/db",
+    );
+    assert_eq!(
+        index,
+        "/registry/storage.transfer.k8s.io/_index/namespacetransfers/source/prod/db"
+    );
+    for resource in ["namespacetransfers", "ephemeralclaims"] {
+        let watched = resource_prefix("/registry", "storage.transfer.k8s.io", resource);
+        assert!(!index.starts_with(&watched), "{index} is under {watched}");
+    }
+}
+
+#[tokio::test]
+async fn the_memory_fake_guards_creates_as_etcd_does() {
+    use bytes::Bytes;
+
+    let s = memory::MemoryStorage::default();
+    let guard = |expected, value: &'static str| Guard {
+        key: "/i/source/ns/db".to_owned(),
+        expected,
+        value: Bytes::from_static(value.as_bytes()),
+    };
+    let a = s
+        .create_guarded("/o/a", Bytes::from_static(b"a"), &[guard(None, "a")])
+        .await
+        .unwrap();
+    let entry = s.get("/i/source/ns/db").await.unwrap();
+    assert_eq!(
+        (entry.value.as_ref(), entry.mod_revision),
+        (&b"a"[..], a.mod_revision)
+    );
+    assert_eq!(
+        s.create_guarded("/o/b", Bytes::from_static(b"b"), &[guard(None, "b")])
+            .await
+            .unwrap_err(),
+        StorageError::Conflict {
+            key: "/i/source/ns/db".to_owned(),
+            expected: 0,
+            actual: a.mod_revision
+        }
+    );
+    assert_eq!(
+        s.create_guarded("/o/a", Bytes::from_static(b"a"), &[guard(Some(1), "a")])
+            .await
+            .unwrap_err(),
+        StorageError::AlreadyExists {
+            key: "/o/a".to_owned()
+        }
+    );
+    assert!(s.get("/o/b").await.is_err());
+    s.create_guarded(
+        "/o/b",
+        Bytes::from_static(b"b"),
+        &[guard(Some(a.mod_revision), "b")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.get("/i/source/ns/db").await.unwrap().value.as_ref(), b"b");
+}

@@ -9,7 +9,10 @@ use crate::storage::memory::MemoryStorage;
 type NstStore = Store<NamespaceTransferStrategy>;
 
 async fn store() -> NstStore {
-    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::default());
+    store_on(Arc::new(MemoryStorage::default())).await
+}
+
+async fn store_on(storage: Arc<dyn Storage>) -> NstStore {
     let store = Store::new(
         NamespaceTransferStrategy,
         storage,
@@ -35,12 +38,26 @@ fn ctx(user: &str) -> Context {
     }
 }
 
+/// An offer, from `prod` to `dev`, of a claim of its own (`<name>-data`), so
+/// that offers with different names never compete for a claim.
 fn offer(name: &str) -> NamespaceTransfer {
+    offer_of(name, &format!("{name}-data"))
+}
+
+/// An offer of the claim `claim`, from `prod` to `dev`.
+fn offer_of(name: &str, claim: &str) -> NamespaceTransfer {
+    transfer(
+        name,
+        serde_json::json!({"source": {"name": claim}, "destination": {"namespace": "dev"}}),
+    )
+}
+
+fn transfer(name: &str, spec: serde_json::Value) -> NamespaceTransfer {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "storage.transfer.k8s.io/v1alpha1",
         "kind": "NamespaceTransfer",
         "metadata": {"name": name, "labels": {"app": "db"}},
-        "spec": {"source": {"name": "db"}, "destination": {"namespace": "dev"}},
+        "spec": spec,
     }))
     .unwrap()
 }
@@ -78,11 +95,20 @@ async fn create_sets_server_fields_and_stamps_the_requester() {
 #[tokio::test]
 async fn generate_name_makes_a_fresh_name_each_time() {
     let s = store().await;
-    let mut obj = offer("");
-    obj.metadata.name = None;
-    obj.metadata.generate_name = Some("db-".to_owned());
-    let a = s.create(&ctx("alice"), "prod", obj.clone()).await.unwrap();
-    let b = s.create(&ctx("alice"), "prod", obj).await.unwrap();
+    let generated = |claim: &str| {
+        let mut obj = offer_of("", claim);
+        obj.metadata.name = None;
+        obj.metadata.generate_name = Some("db-".to_owned());
+        obj
+    };
+    let a = s
+        .create(&ctx("alice"), "prod", generated("one"))
+        .await
+        .unwrap();
+    let b = s
+        .create(&ctx("alice"), "prod", generated("two"))
+        .await
+        .unwrap();
     let (a, b) = (a.metadata.name.unwrap(), b.metadata.name.unwrap());
     assert!(a.starts_with("db-") && a.len() == 8, "{a}");
     assert_ne!(a, b);
@@ -575,4 +601,348 @@ async fn a_watch_without_initial_events_or_resource_version_starts_from_now() {
         panic!("{event:?}")
     };
     assert_eq!(obj.metadata.name.as_deref(), Some("after"));
+}
+
+/// A request for `claim` from `prod`, made in `dev`, naming the claim to create
+/// (`None`: the default, the source claim's name).
+fn request_of(name: &str, claim: &str, destination_name: Option<&str>) -> NamespaceTransfer {
+    transfer(
+        name,
+        serde_json::json!({
+            "source": {"namespace": "prod", "name": claim},
+            "destination": {"name": destination_name.unwrap_or_default()},
+        }),
+    )
+}
+
+/// A rename within `prod` of `claim` to `to`.
+fn rename_of(name: &str, claim: &str, to: &str) -> NamespaceTransfer {
+    transfer(
+        name,
+        serde_json::json!({"source": {"name": claim}, "destination": {"name": to}}),
+    )
+}
+
+/// Asserts a 409 Conflict whose message names what is claimed and its holder.
+fn assert_claim_conflict(err: &ApiError, what: &str, holder: &str) {
+    assert_eq!((err.code(), err.reason()), (409, "Conflict"), "{err}");
+    let expected = format!("{what} already has an active NamespaceTransfer: {holder}");
+    assert!(err.to_string().contains(&expected), "{err}");
+}
+
+async fn finish(s: &NstStore, namespace: &str, name: &str, phase: NamespaceTransferPhase) {
+    let mut obj = s.get(namespace, name).await.unwrap();
+    obj.status.get_or_insert_with(Default::default).phase = Some(phase);
+    s.update(&ctx("controller"), namespace, name, obj, true)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_second_active_offer_of_a_claim_is_a_conflict_naming_the_first() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer_of("a", "db"))
+        .await
+        .unwrap();
+    let err = s
+        .create(&ctx("alice"), "prod", offer_of("b", "db"))
+        .await
+        .unwrap_err();
+    assert_claim_conflict(&err, "source claim prod/db", "prod/a");
+    assert!(
+        err.to_string().starts_with(
+            "Operation cannot be fulfilled on namespacetransfers.storage.transfer.k8s.io \"b\""
+        ),
+        "{err}"
+    );
+    assert_eq!(s.get("prod", "b").await.unwrap_err().code(), 404);
+}
+
+#[tokio::test]
+async fn a_finished_transfer_releases_its_claims() {
+    for phase in [
+        NamespaceTransferPhase::Completed,
+        NamespaceTransferPhase::Failed,
+        NamespaceTransferPhase::Cancelled,
+    ] {
+        let s = store().await;
+        s.create(&ctx("alice"), "prod", offer_of("a", "db"))
+            .await
+            .unwrap();
+        finish(&s, "prod", "a", phase).await;
+        s.create(&ctx("alice"), "prod", offer_of("b", "db"))
+            .await
+            .unwrap_or_else(|e| panic!("after {phase}: {e}"));
+        let err = s
+            .create(&ctx("alice"), "prod", offer_of("c", "db"))
+            .await
+            .unwrap_err();
+        assert_claim_conflict(&err, "source claim prod/db", "prod/b");
+    }
+}
+
+#[tokio::test]
+async fn a_transfer_that_is_still_under_way_keeps_its_claims() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer_of("a", "db"))
+        .await
+        .unwrap();
+    finish(&s, "prod", "a", NamespaceTransferPhase::Rebinding).await;
+    let err = s
+        .create(&ctx("alice"), "prod", offer_of("b", "db"))
+        .await
+        .unwrap_err();
+    assert_claim_conflict(&err, "source claim prod/db", "prod/a");
+}
+
+#[tokio::test]
+async fn a_deleted_transfer_releases_its_claims() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer_of("a", "db"))
+        .await
+        .unwrap();
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    s.create(&ctx("alice"), "prod", offer_of("b", "db"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_transfer_recreated_under_the_same_name_takes_a_claim_afresh() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer_of("a", "db"))
+        .await
+        .unwrap();
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    // The index still names "a", but another uid: the new "a" does not hold "db".
+    s.create(&ctx("alice"), "prod", offer_of("a", "web"))
+        .await
+        .unwrap();
+    s.create(&ctx("alice"), "prod", offer_of("b", "db"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_second_active_request_for_a_destination_claim_name_is_a_conflict() {
+    let s = store().await;
+    // The destination name defaults to the source claim's: dev/db.
+    s.create(&ctx("bob"), "dev", request_of("a", "db", None))
+        .await
+        .unwrap();
+    let err = s
+        .create(&ctx("bob"), "dev", request_of("b", "other", Some("db")))
+        .await
+        .unwrap_err();
+    assert_claim_conflict(&err, "destination claim dev/db", "dev/a");
+    s.create(&ctx("bob"), "dev", request_of("c", "other", None))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_rename_holds_both_its_source_claim_and_its_destination_claim_name() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", rename_of("r", "db", "db2"))
+        .await
+        .unwrap();
+    let err = s
+        .create(&ctx("alice"), "prod", offer_of("give", "db"))
+        .await
+        .unwrap_err();
+    assert_claim_conflict(&err, "source claim prod/db", "prod/r");
+    let incoming = transfer(
+        "take",
+        serde_json::json!({
+            "source": {"namespace": "staging", "name": "cache"},
+            "destination": {"name": "db2"},
+        }),
+    );
+    let err = s.create(&ctx("alice"), "prod", incoming).await.unwrap_err();
+    assert_claim_conflict(&err, "destination claim prod/db2", "prod/r");
+    let err = s
+        .create(&ctx("alice"), "prod", rename_of("r2", "web", "db2"))
+        .await
+        .unwrap_err();
+    assert_claim_conflict(&err, "destination claim prod/db2", "prod/r");
+}
+
+#[tokio::test]
+async fn transfers_of_different_claims_do_not_conflict() {
+    let s = store().await;
+    for (namespace, obj) in [
+        ("prod", offer_of("db", "db")),
+        ("prod", offer_of("web", "web")),
+        // Another namespace's claim of the same name.
+        ("staging", offer_of("db", "db")),
+        // The peer of prod's offer holds dev/db, not prod/db.
+        ("dev", request_of("db", "db", None)),
+        ("dev", request_of("web", "web", Some("web-copy"))),
+        // An offer leaves the destination name open, so holds none.
+        ("prod", {
+            let mut o = offer_of("named", "cache");
+            o.spec.destination.name = "db".to_owned();
+            o
+        }),
+    ] {
+        s.create(&ctx("alice"), namespace, obj)
+            .await
+            .unwrap_or_else(|e| panic!("{namespace}: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn a_dry_run_create_checks_claims_but_writes_no_index_key() {
+    let storage = Arc::new(MemoryStorage::default());
+    let s = store_on(storage.clone()).await;
+    let index = "/registry/storage.transfer.k8s.io/_index/namespacetransfers/";
+    let index_keys = || async {
+        storage
+            .list(index, storage::ListOptions::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|kv| kv.key)
+            .collect::<Vec<_>>()
+    };
+    let mut dry = ctx("alice");
+    dry.dry_run = true;
+    s.create(&dry, "prod", offer_of("a", "db")).await.unwrap();
+    assert_eq!(index_keys().await, Vec::<String>::new());
+
+    s.create(&ctx("alice"), "prod", offer_of("a", "db"))
+        .await
+        .unwrap();
+    assert_eq!(index_keys().await, [format!("{index}source/prod/db")]);
+    let err = s
+        .create(&dry, "prod", offer_of("b", "db"))
+        .await
+        .unwrap_err();
+    assert_claim_conflict(&err, "source claim prod/db", "prod/a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_concurrent_creates_for_one_claim_exactly_one_wins() {
+    const CREATES: usize = 16;
+    let s = Arc::new(store().await);
+    let barrier = Arc::new(tokio::sync::Barrier::new(CREATES));
+    let tasks: Vec<_> = (0..CREATES)
+        .map(|i| {
+            let (s, barrier) = (s.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                s.create(&ctx("alice"), "prod", offer_of(&format!("t{i}"), "db"))
+                    .await
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut losers = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(obj) => winners.push(obj.metadata.name.unwrap()),
+            Err(e) => losers.push(e),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    for err in &losers {
+        assert_claim_conflict(err, "source claim prod/db", &format!("prod/{}", winners[0]));
+    }
+}
+
+/// Memory storage on which another replica's create, for the same claims,
+/// lands between this replica's read of the index and its write.
+#[derive(Debug, Default)]
+struct RacedStorage {
+    inner: MemoryStorage,
+    raced: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Storage for RacedStorage {
+    async fn create_guarded(
+        &self,
+        key: &str,
+        value: Bytes,
+        guards: &[Guard],
+    ) -> storage::Result<KeyValue> {
+        if !guards.is_empty() && !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let mut winner: serde_json::Value = serde_json::from_slice(&value).unwrap();
+            winner["metadata"]["name"] = "winner".into();
+            winner["metadata"]["uid"] = "winner-uid".into();
+            let holder =
+                serde_json::json!({"namespace": "prod", "name": "winner", "uid": "winner-uid"});
+            let theirs: Vec<Guard> = guards
+                .iter()
+                .map(|g| Guard {
+                    value: Bytes::from(holder.to_string()),
+                    ..g.clone()
+                })
+                .collect();
+            let (dir, _) = key.rsplit_once('/').unwrap();
+            self.inner
+                .create_guarded(
+                    &format!("{dir}/winner"),
+                    Bytes::from(winner.to_string()),
+                    &theirs,
+                )
+                .await
+                .unwrap();
+        }
+        self.inner.create_guarded(key, value, guards).await
+    }
+
+    async fn get(&self, key: &str) -> storage::Result<KeyValue> {
+        self.inner.get(key).await
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: Revision,
+        value: Bytes,
+    ) -> storage::Result<KeyValue> {
+        self.inner.update(key, expected, value).await
+    }
+
+    async fn delete(&self, key: &str, expected: Revision) -> storage::Result<(KeyValue, Revision)> {
+        self.inner.delete(key, expected).await
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        opts: storage::ListOptions,
+    ) -> storage::Result<storage::ListPage> {
+        self.inner.list(prefix, opts).await
+    }
+
+    async fn current_revision(&self) -> storage::Result<Revision> {
+        self.inner.current_revision().await
+    }
+
+    async fn watch(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> storage::Result<Box<dyn storage::WatchStream>> {
+        self.inner.watch(prefix, after).await
+    }
+}
+
+#[tokio::test]
+async fn the_loser_of_a_race_for_a_claim_is_told_the_winner() {
+    let s = store_on(Arc::new(RacedStorage::default())).await;
+    let err = s
+        .create(&ctx("alice"), "prod", offer_of("loser", "db"))
+        .await
+        .unwrap_err();
+    assert_claim_conflict(&err, "source claim prod/db", "prod/winner");
+    assert_eq!(s.get("prod", "loser").await.unwrap_err().code(), 404);
+    assert!(s.get("prod", "winner").await.is_ok());
 }
