@@ -18,6 +18,12 @@
 //! tree). Tests share one control plane per test binary through [`shared`]; it is
 //! torn down by a watchdog when the binary exits, however it exits. `make dev`
 //! runs the same start-up in detached mode through the `devenv` binary.
+//!
+//! Tests that crash our server use a private control plane and
+//! [`ControlPlane::kill_server`], [`ControlPlane::wait_for_server_exit`] (after
+//! fault injection through [`Options::server_env`]) and
+//! [`ControlPlane::restart_server`] (same port, so the APIService keeps
+//! working), and run more replicas with [`ControlPlane::start_replica`].
 
 pub mod http;
 pub mod kubectl;
@@ -27,7 +33,7 @@ pub mod process;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use kubectl::{Kubectl, Run};
@@ -87,6 +93,13 @@ pub enum Error {
         log: PathBuf,
         tail: String,
     },
+    #[error("{component} could not listen on its port {port} again: another process took it; log: {}\n--- last lines ---\n{tail}", log.display())]
+    PortTaken {
+        component: String,
+        port: u16,
+        log: PathBuf,
+        tail: String,
+    },
     #[error("kubectl {args} failed: {stderr}")]
     Kubectl { args: String, stderr: String },
     #[error("hack/build-kube.sh failed:\n{0}")]
@@ -115,8 +128,12 @@ pub struct Options {
     pub dir: PathBuf,
     /// The `storage-transfer-apiserver` binary.
     pub server_bin: PathBuf,
-    /// Extra flags for our server.
+    /// Extra flags for our server (also on restarts and replicas).
     pub server_args: Vec<String>,
+    /// Extra environment for our server as [`ControlPlane::start`] starts it,
+    /// after `RUST_LOG=info` (so it may override that), e.g. fault injection.
+    /// Not applied by [`ControlPlane::restart_server`] or replicas.
+    pub server_env: Vec<(String, String)>,
     /// Leave the processes running when this process exits (`make dev`).
     pub detached: bool,
 }
@@ -141,6 +158,7 @@ impl Options {
                 .join(format!("{stem}-{stamp}-{}", std::process::id())),
             server_bin: server_bin.into(),
             server_args: Vec::new(),
+            server_env: Vec::new(),
             detached: false,
         }
     }
@@ -214,6 +232,22 @@ pub fn free_port() -> Result<u16, Error> {
         })
 }
 
+/// The process name, log name (`logs/<name>.log`) and pid file name of our server.
+const SERVER: &str = "storage-transfer-apiserver";
+/// How long our server may take to answer `/readyz`.
+const SERVER_READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a restart keeps trying to get its port back before giving up.
+const SERVER_PORT_PATIENCE: Duration = Duration::from_secs(5);
+/// SIGTERM grace for a replica: more than the server's `--shutdown-grace-period`.
+const REPLICA_STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// How our server is started, kept for restarts and replicas.
+#[derive(Debug, Clone)]
+struct ServerSpec {
+    bin: PathBuf,
+    args: Vec<String>,
+}
+
 /// A running control plane.
 #[derive(Debug)]
 pub struct ControlPlane {
@@ -229,7 +263,9 @@ pub struct ControlPlane {
     direct: Kubectl,
     etcd_data: PathBuf,
     processes: Mutex<Vec<Process>>,
-    watchdog: Mutex<Option<Watchdog>>,
+    /// Shared with the [`Replica`]s, which outlive no test binary either.
+    watchdog: Arc<Mutex<Option<Watchdog>>>,
+    server: ServerSpec,
     detached: bool,
 }
 
@@ -281,7 +317,11 @@ impl ControlPlane {
             server_port: 0,
             etcd_data,
             processes: Mutex::new(Vec::new()),
-            watchdog: Mutex::new(None),
+            watchdog: Arc::new(Mutex::new(None)),
+            server: ServerSpec {
+                bin: opts.server_bin.clone(),
+                args: opts.server_args.clone(),
+            },
             detached: opts.detached,
         };
         if !opts.detached {
@@ -318,9 +358,7 @@ impl ControlPlane {
     }
 
     fn track(&self, p: Process) {
-        if let Some(dog) = lock(&self.watchdog).as_mut() {
-            dog.guard_pid(p.pid);
-        }
+        guard_pid(&self.watchdog, p.pid);
         let pid_file = self.dir.join("pids").join(format!("{}.pid", p.name));
         let _ = std::fs::write(pid_file, format!("{}\n", p.pid));
         lock(&self.processes).push(p);
@@ -335,20 +373,33 @@ impl ControlPlane {
         &self,
         name: &str,
         program: &Path,
+        args_for: impl FnMut() -> Result<Vec<String>, Error>,
+        env: &[(&str, &str)],
+        timeout: Duration,
+        ready: impl FnMut() -> bool,
+    ) -> Result<(), Error> {
+        let p = self.spawn_ready(name, program, args_for, env, timeout, ready)?;
+        self.track(p);
+        Ok(())
+    }
+
+    /// Spawns `name` until it is ready, on fresh ports (from `args_for`) while
+    /// it loses port races; the caller tracks the process.
+    fn spawn_ready(
+        &self,
+        name: &str,
+        program: &Path,
         mut args_for: impl FnMut() -> Result<Vec<String>, Error>,
         env: &[(&str, &str)],
         timeout: Duration,
         mut ready: impl FnMut() -> bool,
-    ) -> Result<(), Error> {
+    ) -> Result<Process, Error> {
         let log = self.log_path(name);
         for attempt in 1..=3 {
             let args = args_for()?;
             let mut p = Process::spawn(name, program, &args, &log, env)?;
             match wait_ready(&mut p, name, timeout, &mut ready) {
-                Ok(()) => {
-                    self.track(p);
-                    return Ok(());
-                }
+                Ok(()) => return Ok(p),
                 Err(e) => {
                     let retry = attempt < 3 && p.lost_port_race();
                     p.stop(Duration::from_secs(2));
@@ -507,45 +558,77 @@ impl ControlPlane {
 
     fn start_server(&mut self, opts: &Options) -> Result<(), Error> {
         let direct_kubeconfig = self.dir.join("direct.kubeconfig");
-        let etcd_url = self.etcd_url.clone();
-        let server_kubeconfig = self.dir.join("server.kubeconfig");
         let port = std::cell::Cell::new(0u16);
-        let pki = self.pki.clone();
-        let direct = self.direct.clone();
-        self.start_component(
-            "storage-transfer-apiserver",
-            &opts.server_bin,
+        let env = server_env(&opts.server_env);
+        let this = &*self;
+        this.start_component(
+            SERVER,
+            &this.server.bin,
             || {
                 let p = free_port()?;
                 port.set(p);
-                write_kubeconfig(
-                    &direct_kubeconfig,
-                    &format!("https://127.0.0.1:{p}"),
-                    &pki.serving_ca.cert,
-                    Some((&pki.admin.cert, &pki.admin.key)),
-                )?;
-                let mut args = vec![
-                    "--bind-address=127.0.0.1".to_owned(),
-                    format!("--secure-port={p}"),
-                    format!("--etcd-servers={etcd_url}"),
-                    format!("--kubeconfig={}", server_kubeconfig.display()),
-                    format!("--tls-cert-file={}", pki.server_serving.cert.display()),
-                    format!(
-                        "--tls-private-key-file={}",
-                        pki.server_serving.key.display()
-                    ),
-                    "--shutdown-grace-period=5s".to_owned(),
-                ];
-                args.extend(opts.server_args.iter().cloned());
-                Ok(args)
+                this.write_direct_kubeconfig(&direct_kubeconfig, p)?;
+                Ok(this.server_command_line(p, &[]))
             },
-            &[("RUST_LOG", "info")],
-            Duration::from_secs(30),
-            || direct.run(&["get", "--raw=/readyz"]).success,
+            &env_refs(&env),
+            SERVER_READY_TIMEOUT,
+            || this.direct.run(&["get", "--raw=/readyz"]).success,
         )?;
         self.server_port = port.get();
         self.server_url = format!("https://127.0.0.1:{}", port.get());
         Ok(())
+    }
+
+    /// Every flag our server runs with, in one place for the first start,
+    /// restarts and replicas: the standard set for port `port`, then
+    /// [`Options::server_args`], then `extra`.
+    fn server_command_line(&self, port: u16, extra: &[String]) -> Vec<String> {
+        let mut args = vec![
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={port}"),
+            format!("--etcd-servers={}", self.etcd_url),
+            format!(
+                "--kubeconfig={}",
+                self.dir.join("server.kubeconfig").display()
+            ),
+            format!("--tls-cert-file={}", self.pki.server_serving.cert.display()),
+            format!(
+                "--tls-private-key-file={}",
+                self.pki.server_serving.key.display()
+            ),
+            "--shutdown-grace-period=5s".to_owned(),
+        ];
+        args.extend(self.server.args.iter().cloned());
+        args.extend(extra.iter().cloned());
+        args
+    }
+
+    /// A kubeconfig for kubectl straight to our server on `port`, as admin.
+    fn write_direct_kubeconfig(&self, path: &Path, port: u16) -> Result<(), Error> {
+        write_kubeconfig(
+            path,
+            &format!("https://127.0.0.1:{port}"),
+            &self.pki.serving_ca.cert,
+            Some((&self.pki.admin.cert, &self.pki.admin.key)),
+        )
+    }
+
+    /// The error to report if our server has exited: start-up is pointless
+    /// then, whatever else is still waited for.
+    fn server_exited(&self) -> Option<Error> {
+        let mut procs = lock(&self.processes);
+        let p = procs.iter_mut().find(|p| p.name == SERVER)?;
+        if p.is_running() {
+            return None;
+        }
+        let code = p
+            .exit_status()
+            .map_or_else(|| "?".to_owned(), |s| process::status_code(s).to_string());
+        Some(Error::Exited {
+            component: format!("{SERVER} (exit code {code})"),
+            log: p.log.clone(),
+            tail: p.log_tail(),
+        })
     }
 
     /// Applies `apiservice/local` and `apiservice/apiservice.yaml`, points the
@@ -584,6 +667,9 @@ impl ControlPlane {
             &format!("--timeout={}s", timeout.as_secs()),
         ]);
         if !wait.success {
+            if let Some(e) = self.server_exited() {
+                return Err(e);
+            }
             let status = self.admin.run(&[
                 "get",
                 "apiservice",
@@ -611,6 +697,9 @@ impl ControlPlane {
             ]);
             if run.success && run.stdout.contains("namespacetransfers") {
                 return Ok(());
+            }
+            if let Some(e) = self.server_exited() {
+                return Err(e);
             }
             if Instant::now() > deadline {
                 return Err(Error::Timeout {
@@ -693,6 +782,184 @@ impl ControlPlane {
         })
     }
 
+    /// Our server's pid, while a process of it is tracked (running or exited
+    /// but not yet restarted).
+    pub fn server_pid(&self) -> Option<u32> {
+        lock(&self.processes)
+            .iter()
+            .find(|p| p.name == SERVER)
+            .map(|p| p.pid)
+    }
+
+    /// Whether our server is running.
+    pub fn server_is_running(&self) -> bool {
+        lock(&self.processes)
+            .iter_mut()
+            .find(|p| p.name == SERVER)
+            .is_some_and(Process::is_running)
+    }
+
+    /// Our server's current log (earlier runs are in
+    /// `storage-transfer-apiserver.<n>.log`).
+    pub fn server_log(&self) -> PathBuf {
+        self.log_path(SERVER)
+    }
+
+    /// SIGKILLs our server now, with no grace, and reaps it. It stays down
+    /// until [`restart_server`](Self::restart_server).
+    pub fn kill_server(&self) {
+        let mut procs = lock(&self.processes);
+        if let Some(p) = procs.iter_mut().find(|p| p.name == SERVER) {
+            p.kill();
+            forget_pid(&self.watchdog, p.pid);
+        }
+    }
+
+    /// Waits up to `timeout` for our server to exit by itself (fault
+    /// injection) and returns its exit code (128 + signal if a signal killed
+    /// it); `None` if it is still running after `timeout`, or not running
+    /// under our control at all.
+    pub fn wait_for_server_exit(&self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let mut procs = lock(&self.processes);
+                let p = procs.iter_mut().find(|p| p.name == SERVER)?;
+                if let Some(status) = p.exit_status() {
+                    forget_pid(&self.watchdog, p.pid);
+                    return Some(process::status_code(status));
+                }
+                if !p.is_running() {
+                    return None; // detached: no exit status to read
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            // The lock is not held here, so kill_server works meanwhile.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts our server again on the same port, so that the APIService and
+    /// [`direct`](Self::direct) keep working, after SIGKILLing it if it still
+    /// runs. Flags: the standard set, [`Options::server_args`], `extra_args`;
+    /// environment: `RUST_LOG=info`, then `env` ([`Options::server_env`] is
+    /// not repeated, so a fault injected at start-up is not injected again).
+    /// The previous log is kept as `storage-transfer-apiserver.<n>.log`.
+    /// Returns once `/readyz` answers; fails with [`Error::PortTaken`] if
+    /// another process holds the port.
+    pub fn restart_server(
+        &self,
+        extra_args: &[String],
+        env: &[(String, String)],
+    ) -> Result<(), Error> {
+        let old = {
+            let mut procs = lock(&self.processes);
+            procs
+                .iter()
+                .position(|p| p.name == SERVER)
+                .map(|i| procs.remove(i))
+        };
+        if let Some(mut old) = old {
+            old.kill();
+            forget_pid(&self.watchdog, old.pid);
+        }
+        let log = self.log_path(SERVER);
+        let args = self.server_command_line(self.server_port, extra_args);
+        let env = server_env(env);
+        let deadline = Instant::now() + SERVER_PORT_PATIENCE;
+        loop {
+            process::rotate_log(&log)?;
+            let mut p = Process::spawn(SERVER, &self.server.bin, &args, &log, &env_refs(&env))?;
+            let ready = wait_ready(&mut p, SERVER, SERVER_READY_TIMEOUT, &mut || {
+                self.direct.run(&["get", "--raw=/readyz"]).success
+            });
+            match ready {
+                Ok(()) => {
+                    self.track(p);
+                    return Ok(());
+                }
+                Err(e) => {
+                    let lost = p.lost_port_race();
+                    p.stop(Duration::from_secs(2));
+                    if !lost {
+                        return Err(e);
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(Error::PortTaken {
+                            component: SERVER.to_owned(),
+                            port: self.server_port,
+                            tail: p.log_tail(),
+                            log,
+                        });
+                    }
+                    // A port probe (free_port) may hold it for a moment.
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+            }
+        }
+    }
+
+    /// Starts another replica of our server: same etcd, same ServiceAccount
+    /// kubeconfig and serving certificate, its own free port, logging to
+    /// `logs/<name>.log` (an earlier log of that name is rotated). Flags and
+    /// environment as for [`restart_server`](Self::restart_server). Returns
+    /// once its `/readyz` answers. It is not registered with the APIService;
+    /// reach it through [`Replica::direct`].
+    pub fn start_replica(
+        &self,
+        name: &str,
+        extra_args: &[String],
+        env: &[(String, String)],
+    ) -> Result<Replica, Error> {
+        let file = sanitize(name);
+        let reserved = ["etcd", "kube-apiserver", "kube-controller-manager", SERVER];
+        if reserved.contains(&file.as_str()) {
+            return Err(Error::Spawn {
+                component: name.to_owned(),
+                program: self.server.bin.clone(),
+                message: "a replica needs a name of its own: the control plane uses this one"
+                    .to_owned(),
+            });
+        }
+        let log = self.log_path(&file);
+        process::rotate_log(&log)?;
+        let kubeconfig = self.dir.join(format!("{file}.direct.kubeconfig"));
+        let direct = Kubectl::new(
+            &self.bins.kubectl,
+            &kubeconfig,
+            &self.dir.join("kube-cache"),
+        );
+        let env = server_env(env);
+        let port = std::cell::Cell::new(0u16);
+        let p = self.spawn_ready(
+            &file,
+            &self.server.bin,
+            || {
+                let p = free_port()?;
+                port.set(p);
+                self.write_direct_kubeconfig(&kubeconfig, p)?;
+                Ok(self.server_command_line(p, extra_args))
+            },
+            &env_refs(&env),
+            SERVER_READY_TIMEOUT,
+            || direct.run(&["get", "--raw=/readyz"]).success,
+        )?;
+        guard_pid(&self.watchdog, p.pid);
+        Ok(Replica {
+            name: name.to_owned(),
+            port: port.get(),
+            url: format!("https://127.0.0.1:{}", port.get()),
+            direct,
+            log,
+            pid: p.pid,
+            pki: self.pki.clone(),
+            process: Mutex::new(p),
+            watchdog: Arc::clone(&self.watchdog),
+        })
+    }
+
     /// Stops every component, newest first.
     pub fn stop(&self) {
         let mut procs = lock(&self.processes);
@@ -709,6 +976,82 @@ impl Drop for ControlPlane {
         if !self.detached {
             self.stop();
         }
+    }
+}
+
+/// Another process of our server, from [`ControlPlane::start_replica`]:
+/// stopped (SIGTERM, then SIGKILL) when dropped, and killed with the test
+/// binary however it exits.
+#[derive(Debug)]
+pub struct Replica {
+    pub name: String,
+    pub port: u16,
+    /// `https://127.0.0.1:<port>`.
+    pub url: String,
+    /// kubectl straight to this replica, as admin (client certificate).
+    pub direct: Kubectl,
+    /// Its log.
+    pub log: PathBuf,
+    pub pid: u32,
+    pki: Pki,
+    process: Mutex<Process>,
+    watchdog: Arc<Mutex<Option<Watchdog>>>,
+}
+
+impl Replica {
+    /// SIGKILL now, no grace, and reap.
+    pub fn kill(&self) {
+        lock(&self.process).kill();
+        forget_pid(&self.watchdog, self.pid);
+    }
+
+    /// SIGTERM, then SIGKILL if it is still running after a grace longer than
+    /// its `--shutdown-grace-period`; waits for the exit.
+    pub fn stop(&self) {
+        lock(&self.process).stop(REPLICA_STOP_GRACE);
+        forget_pid(&self.watchdog, self.pid);
+    }
+
+    pub fn is_running(&self) -> bool {
+        lock(&self.process).is_running()
+    }
+
+    /// Waits up to `timeout` for it to exit by itself; its exit code (128 +
+    /// signal if a signal killed it), or `None` on timeout.
+    pub fn wait_for_exit(&self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = lock(&self.process).exit_status() {
+                forget_pid(&self.watchdog, self.pid);
+                return Some(process::status_code(status));
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The last lines of its log.
+    pub fn log_tail(&self) -> String {
+        process::log_tail(&self.log, 30)
+    }
+
+    /// A raw HTTPS client straight to this replica, presenting the admin
+    /// certificate.
+    pub fn http(&self) -> Result<http::HttpClient, Error> {
+        http::HttpClient::new(
+            self.port,
+            &self.pki.serving_ca.cert,
+            &format!("{SERVICE_NAME}.{SERVICE_NAMESPACE}.svc"),
+            Some((&self.pki.admin.cert, &self.pki.admin.key)),
+        )
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -1093,6 +1436,29 @@ fn sanitize(s: &str) -> String {
             }
         })
         .collect()
+}
+
+/// Our server's environment: `RUST_LOG=info`, then `extra` (later wins).
+fn server_env(extra: &[(String, String)]) -> Vec<(String, String)> {
+    let mut env = vec![("RUST_LOG".to_owned(), "info".to_owned())];
+    env.extend(extra.iter().cloned());
+    env
+}
+
+fn env_refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+fn guard_pid(dog: &Mutex<Option<Watchdog>>, pid: u32) {
+    if let Some(dog) = lock(dog).as_mut() {
+        dog.guard_pid(pid);
+    }
+}
+
+fn forget_pid(dog: &Mutex<Option<Watchdog>>, pid: u32) {
+    if let Some(dog) = lock(dog).as_mut() {
+        dog.forget_pid(pid);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

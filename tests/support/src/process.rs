@@ -9,8 +9,9 @@
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::process::CommandExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -73,6 +74,40 @@ impl Process {
         self.child.as_mut()?.try_wait().ok()??.code()
     }
 
+    /// The exit status, once the process has exited (attached processes only);
+    /// reaps it.
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut()?.try_wait().ok()?
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself; its exit code
+    /// as a shell reports it ([`status_code`]), or `None` on timeout.
+    pub fn wait_for_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exit_status() {
+                return Some(status_code(status));
+            }
+            if self.child.is_none() || Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL now, no grace, and reap. The exit status stays readable.
+    /// Does nothing for a process already exited or detached.
+    pub fn kill(&mut self) {
+        let Some(child) = self.child.as_mut() else {
+            return;
+        };
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     /// The last lines of its log, for error messages.
     pub fn log_tail(&self) -> String {
         log_tail(&self.log, 30)
@@ -80,8 +115,9 @@ impl Process {
 
     /// Whether its log says a port was already taken.
     pub fn lost_port_race(&self) -> bool {
+        // Go says "bind: address already in use", Rust "Address already in use".
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        log.contains("address already in use")
+        log.to_ascii_lowercase().contains("address already in use")
     }
 
     /// SIGTERM, then SIGKILL after `grace`; waits for the exit.
@@ -105,6 +141,14 @@ impl Process {
     pub fn detach(&mut self) {
         self.child = None;
     }
+}
+
+/// An exit status as a shell reports it: the exit code, or 128 + the signal
+/// number for a process killed by a signal (137 for SIGKILL).
+pub fn status_code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 /// SIGTERM to `pid`, SIGKILL if it is still alive after `grace`.
@@ -214,6 +258,7 @@ pids=""; paths=""
 while read -r kind value; do
   case "$kind" in
     pid) pids="$pids $value" ;;
+    unpid) np=""; for p in $pids; do [ "$p" = "$value" ] || np="$np $p"; done; pids="$np" ;;
     path) paths="$paths $value" ;;
   esac
 done
@@ -260,8 +305,35 @@ impl Watchdog {
         let _ = writeln!(self.stdin, "pid {pid}");
     }
 
+    /// No longer kill `pid` (it was stopped and reaped; the number may be
+    /// reused by an unrelated process).
+    pub fn forget_pid(&mut self, pid: u32) {
+        let _ = writeln!(self.stdin, "unpid {pid}");
+    }
+
     /// Remove `path` (no spaces) when the test binary exits.
     pub fn guard_path(&mut self, path: &Path) {
         let _ = writeln!(self.stdin, "path {}", path.display());
     }
+}
+
+/// Moves an existing `<dir>/<name>.log` aside to the first free
+/// `<dir>/<name>.<n>.log` (n = 1, 2, …), so that a restarted component keeps
+/// its earlier output. Returns where it went, if there was a log.
+pub fn rotate_log(log: &Path) -> Result<Option<PathBuf>, Error> {
+    if !log.exists() {
+        return Ok(None);
+    }
+    let stem = log
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for n in 1.. {
+        let old = log.with_file_name(format!("{stem}.{n}.log"));
+        if !old.exists() {
+            std::fs::rename(log, &old).map_err(io_err(log))?;
+            return Ok(Some(old));
+        }
+    }
+    unreachable!("some number is free")
 }

@@ -83,6 +83,7 @@ fn up(dir: &Path, server_bin: &Path) -> ExitCode {
         dir: dir.to_owned(),
         server_bin: server_bin.to_owned(),
         server_args: Vec::new(),
+        server_env: Vec::new(),
         detached: true,
     };
     eprintln!("devenv: starting etcd, kube-apiserver, kube-controller-manager and storage-transfer-apiserver…");
