@@ -44,6 +44,7 @@ bench-auth: kube
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --locked --features fault-injection -- -D warnings
 
 # The OpenAPI documents under openapi/ are generated from the API types; a test
 # fails when they drift. This rewrites them.

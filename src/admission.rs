@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::api::ephemeral_claim::EphemeralClaim;
 use crate::api::errors::ApiError;
-use crate::api::meta::Object;
+use crate::api::meta::{Object, Requester};
 use crate::api::namespace_transfer::{NamespaceTransfer, Role};
 use crate::authz::{Attributes, Authorizer, Decision, ResourceAttributes};
 use crate::registry::{Admission, Context};
@@ -41,7 +41,8 @@ impl Right {
         }
     }
 
-    fn describe(&self) -> String {
+    /// `delete persistentvolumeclaims "db" in namespace "prod"`.
+    pub fn describe(&self) -> String {
         let resource = if self.group.is_empty() {
             self.resource.clone()
         } else {
@@ -130,6 +131,40 @@ pub fn claim_rights(obj: &EphemeralClaim) -> Vec<Right> {
     rights
 }
 
+/// The first of `rights` that `user` lacks, asked of `authorizer` in order;
+/// `fresh` bypasses any cache (the controller's re-check before it acts).
+pub async fn first_missing(
+    authorizer: &dyn Authorizer,
+    user: &Requester,
+    rights: Vec<Right>,
+    fresh: bool,
+) -> Result<Option<Right>, ApiError> {
+    for right in rights {
+        let attributes = Attributes {
+            user: user.clone(),
+            verb: right.verb.to_owned(),
+            resource: Some(ResourceAttributes {
+                group: right.group.clone(),
+                version: String::new(),
+                resource: right.resource.clone(),
+                subresource: String::new(),
+                namespace: right.namespace.clone(),
+                name: right.name.clone(),
+            }),
+            path: String::new(),
+        };
+        let decision = if fresh {
+            authorizer.authorize_fresh(&attributes).await?
+        } else {
+            authorizer.authorize(&attributes).await?
+        };
+        if let Decision::Deny { .. } = decision {
+            return Ok(Some(right));
+        }
+    }
+    Ok(None)
+}
+
 /// Checks each right with the authorizer, for the requester.
 #[derive(Debug, Clone)]
 pub struct RightsAdmission {
@@ -148,32 +183,17 @@ impl RightsAdmission {
         name: &str,
         rights: Vec<Right>,
     ) -> Result<(), ApiError> {
-        for right in rights {
-            let attributes = Attributes {
-                user: ctx.user.clone(),
-                verb: right.verb.to_owned(),
-                resource: Some(ResourceAttributes {
-                    group: right.group.clone(),
-                    version: String::new(),
-                    resource: right.resource.clone(),
-                    subresource: String::new(),
-                    namespace: right.namespace.clone(),
-                    name: right.name.clone(),
-                }),
-                path: String::new(),
-            };
-            if let Decision::Deny { .. } = self.authorizer.authorize(&attributes).await? {
-                return Err(ApiError::Forbidden {
-                    message: format!(
-                        "{kind} \"{name}\" is forbidden: User \"{}\" cannot {}, which {} requires",
-                        ctx.user.username,
-                        right.describe(),
-                        right.because
-                    ),
-                });
-            }
+        match first_missing(self.authorizer.as_ref(), &ctx.user, rights, false).await? {
+            None => Ok(()),
+            Some(right) => Err(ApiError::Forbidden {
+                message: format!(
+                    "{kind} \"{name}\" is forbidden: User \"{}\" cannot {}, which {} requires",
+                    ctx.user.username,
+                    right.describe(),
+                    right.because
+                ),
+            }),
         }
-        Ok(())
     }
 }
 

@@ -41,6 +41,13 @@ pub enum Decision {
 #[async_trait::async_trait]
 pub trait Authorizer: Send + Sync + std::fmt::Debug {
     async fn authorize(&self, attributes: &Attributes) -> Result<Decision, ApiError>;
+
+    /// Like [`Authorizer::authorize`], but never answered from a cache: for
+    /// the controller's re-check just before it acts, where a right revoked a
+    /// second ago must already count.
+    async fn authorize_fresh(&self, attributes: &Attributes) -> Result<Decision, ApiError> {
+        self.authorize(attributes).await
+    }
 }
 
 /// Allows everything. Only for tests and local experiments: the server logs a

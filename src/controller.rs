@@ -1,5 +1,163 @@
-//! The reconcilers: the NamespaceTransfer rebind protocol and the EphemeralClaim
-//! lifecycle. They act on our objects through `registry`, and on core objects
-//! (PVs, PVCs, pods) through kube-rs, only while this replica is the leader.
+//! The reconcilers: the NamespaceTransfer rebind protocol (and, in its own
+//! issue, the EphemeralClaim lifecycle). They act on our objects through
+//! `registry`, and on core objects (PVs, PVCs, pods) through kube-rs with the
+//! server's ServiceAccount, only while this replica holds the etcd election.
 //!
-//! Empty in the walking skeleton: each controller has an issue of its own.
+//! Owns the controllers' lifecycle: the election ([`leader`]), the triggers
+//! that say which object to look at ([`watch`]), the work queue
+//! ([`queue`]) and its workers. What a reconcile does lives in [`transfer`].
+
+pub mod cluster;
+pub mod events;
+pub mod fault;
+pub mod leader;
+pub mod queue;
+pub mod transfer;
+pub mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::sync::Notify;
+
+use crate::api::errors::ApiError;
+use crate::authz::Authorizer;
+use crate::registry::namespace_transfer::NamespaceTransferStrategy;
+use crate::registry::{Context, Store};
+use cluster::{Cluster, ClusterError};
+use events::Events;
+use leader::{LeaderElection, LeaderStatus, Leadership, NotLeader};
+use queue::WorkQueue;
+use transfer::{TransferController, TransferOptions};
+
+/// Why one reconcile stopped short. Every variant is retried with backoff:
+/// the next attempt starts again from what it reads.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    #[error("kube-apiserver: {0}")]
+    Cluster(#[from] ClusterError),
+    #[error("our storage: {0}")]
+    Api(#[from] ApiError),
+}
+
+/// What a reconcile asks of the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing to do until something changes.
+    Done,
+    /// Look again at once: a step was taken, or a race was lost.
+    Now,
+    /// Look again after a while (waiting for a pod, a binding, a deadline).
+    After(Duration),
+}
+
+/// How the controllers run.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// This replica's name in the election and in Events.
+    pub identity: String,
+    /// The etcd key prefix of the election.
+    pub election: String,
+    pub lease_ttl: Duration,
+    /// Reconciles that run at once.
+    pub workers: usize,
+    pub transfer: TransferOptions,
+}
+
+/// Everything the controllers act with.
+#[derive(Clone)]
+pub struct Dependencies {
+    pub transfers: Arc<Store<NamespaceTransferStrategy>>,
+    pub client: kube::Client,
+    pub etcd: etcd_client::Client,
+    pub authorizer: Arc<dyn Authorizer>,
+}
+
+impl std::fmt::Debug for Dependencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dependencies").finish_non_exhaustive()
+    }
+}
+
+/// Starts the election; returns a handle on whether this replica leads. The
+/// controllers run while it does, and stop when `stop` is notified.
+pub fn start(config: ControllerConfig, deps: Dependencies, stop: Arc<Notify>) -> LeaderStatus {
+    let election = LeaderElection::new(
+        deps.etcd.clone(),
+        config.election.clone(),
+        config.identity.clone(),
+        config.lease_ttl,
+    );
+    let status = election.status();
+    tokio::spawn(async move {
+        let shutdown = async move { stop.notified().await };
+        election
+            .run(shutdown, |leadership| {
+                let (config, deps) = (config.clone(), deps.clone());
+                async move { lead(config, deps, leadership).await }
+            })
+            .await;
+    });
+    status
+}
+
+/// One term as leader: triggers, queue and workers, all dropped when the
+/// term ends.
+async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadership) {
+    tracing::info!(identity = %config.identity, "starting controllers");
+    let queue = WorkQueue::new();
+    let cluster = Cluster::new(deps.client.clone());
+    let triggers =
+        watch::Triggers::start(deps.transfers.clone(), deps.client.clone(), queue.clone());
+    let controller = TransferController::new(
+        deps.transfers.clone(),
+        cluster,
+        triggers.storage_classes(),
+        deps.authorizer.clone(),
+        Events::new(deps.client.clone(), &config.identity),
+        leadership,
+        queue.clone(),
+        config.transfer.clone(),
+        Context {
+            user: crate::api::meta::Requester {
+                username: format!("system:controller:{}", config.identity),
+                ..Default::default()
+            },
+            dry_run: false,
+        },
+    );
+    let workers = (0..config.workers.max(1)).map(|_| work(&queue, &controller));
+    // The triggers and workers live exactly as long as this future.
+    let _triggers = triggers;
+    join_all(workers).await;
+}
+
+/// One worker: takes keys off the queue until it is shut down.
+async fn work(queue: &WorkQueue, controller: &TransferController) {
+    while let Some(key) = queue.next().await {
+        match controller.reconcile(&key).await {
+            Ok(next) => {
+                queue.forget(&key);
+                match next {
+                    Next::Done => {}
+                    Next::Now => queue.add(&key),
+                    Next::After(delay) => queue.add_after(&key, delay),
+                }
+            }
+            Err(Error::NotLeader(err)) => {
+                tracing::warn!(%key, error = %err, "stopping: leadership lost");
+                queue.done(&key);
+                queue.shut_down();
+                return;
+            }
+            Err(err) => {
+                tracing::info!(%key, error = %err, "reconcile failed; retrying");
+                queue.add_rate_limited(&key);
+            }
+        }
+        queue.done(&key);
+    }
+}

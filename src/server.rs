@@ -31,6 +31,7 @@ use crate::api::errors::ApiError;
 use crate::authn::{self, Anonymous, Authenticator, Peer, UserInfo};
 use crate::authz::sar::SubjectAccessReviewer;
 use crate::authz::{self, AllowAll, Attributes, Authorizer, Decision, ResourceAttributes};
+use crate::controller::{self, leader::LeaderStatus, transfer::TransferOptions, ControllerConfig};
 use crate::endpoints::request::{self, Query, ResourceRequest};
 use crate::endpoints::{self, Api, Body};
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
@@ -72,15 +73,24 @@ pub async fn run(
             source,
         })?;
     let local = listener.local_addr().unwrap_or(config.bind);
-    let storage: Arc<dyn Storage> = Arc::new(EtcdStorage::connect(&config.etcd).await?);
-    let auth = match &config.auth {
-        AuthMode::InsecureAllowAll => Auth::insecure(),
+    let etcd = EtcdStorage::connect(&config.etcd).await?;
+    let etcd_client = etcd.client();
+    let storage: Arc<dyn Storage> = Arc::new(etcd);
+    let (auth, cluster) = match &config.auth {
+        AuthMode::InsecureAllowAll => (Auth::insecure(), None),
         AuthMode::Delegated { kubeconfig } => {
-            Auth::delegated(kube_client(kubeconfig.as_deref()).await?)
+            let client = kube_client(kubeconfig.as_deref()).await?;
+            (
+                Auth::delegated(client.clone()),
+                Some(Cluster {
+                    client,
+                    etcd: etcd_client,
+                }),
+            )
         }
     };
     tracing::info!(address = %local, "serving HTTPS");
-    serve(listener, config, storage, auth, shutdown).await;
+    serve(listener, config, storage, auth, cluster, shutdown).await;
     Ok(())
 }
 
@@ -143,9 +153,40 @@ impl Auth {
     }
 }
 
+/// The cluster the controllers act on, and the etcd client of their
+/// election. Without it (`--insecure-allow-all`) no controller runs.
+pub struct Cluster {
+    pub client: kube::Client,
+    pub etcd: etcd_client::Client,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").finish_non_exhaustive()
+    }
+}
+
+/// This replica's name in the election and in Events: the pod name when
+/// run in a cluster, else the host name, with the process id.
+fn replica_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}_{}", std::process::id())
+}
+
 /// Everything a request handler needs, shared by all connections.
 #[derive(Debug)]
 struct State {
+    /// Whether this replica leads the controllers; `None` without a cluster.
+    leader: Option<LeaderStatus>,
     health: Health,
     metrics: Metrics,
     reviewer: Option<Arc<SubjectAccessReviewer>>,
@@ -160,6 +201,7 @@ pub async fn serve(
     config: CompletedConfig,
     storage: Arc<dyn Storage>,
     auth: Auth,
+    cluster: Option<Cluster>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let stop = Arc::new(Notify::new());
@@ -213,7 +255,36 @@ pub async fn serve(
             }
         });
     }
+    let leader = match cluster {
+        Some(cluster) => Some(controller::start(
+            ControllerConfig {
+                identity: replica_identity(),
+                election: format!(
+                    "{}/{}/_leader/controllers",
+                    config.etcd_prefix,
+                    crate::api::GROUP
+                ),
+                lease_ttl: config.controllers.lease_ttl,
+                workers: config.controllers.workers,
+                transfer: TransferOptions {
+                    allow_all_storage_classes: config.controllers.allow_all_storage_classes,
+                },
+            },
+            controller::Dependencies {
+                transfers: transfers.clone(),
+                client: cluster.client,
+                etcd: cluster.etcd,
+                authorizer: auth.authz.clone(),
+            },
+            stop.clone(),
+        )),
+        None => {
+            tracing::warn!("no cluster: the controllers do not run");
+            None
+        }
+    };
     let state = Arc::new(State {
+        leader,
         health,
         metrics: Metrics::default(),
         reviewer: auth.reviewer.clone(),
@@ -333,6 +404,12 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                 text.push_str(&format!(
                     "# HELP storage_transfer_authorization_cache_total SubjectAccessReview answers by where they came from.\n# TYPE storage_transfer_authorization_cache_total counter\nstorage_transfer_authorization_cache_total{{result=\"hit\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"miss\"}} {}\n",
                     stats.hits, stats.misses
+                ));
+            }
+            if let Some(leader) = &state.leader {
+                text.push_str(&format!(
+                    "# HELP storage_transfer_leader Whether this replica leads the controllers (1) or not (0).\n# TYPE storage_transfer_leader gauge\nstorage_transfer_leader {}\n",
+                    u8::from(leader.is_leader())
                 ));
             }
             let mut resp = Response::new(Full::new(Bytes::from(text)).boxed_unsync());

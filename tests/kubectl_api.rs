@@ -16,7 +16,7 @@ fn cp() -> &'static ControlPlane {
 
 fn transfer_yaml(ns: &str, name: &str, labels: &str) -> String {
     format!(
-        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels: {{{labels}}}\nspec:\n  source:\n    name: db\n  destination:\n    namespace: dev\n"
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels: {{{labels}}}\nspec:\n  source:\n    name: {name}\n  destination:\n    namespace: dev\n"
     )
 }
 
@@ -65,9 +65,15 @@ fn kubectl_get_prints_the_table_columns_in_one_namespace_and_across_all() {
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(
         &row[..4],
-        ["db-to-dev", "Source", &format!("{}/db", ns.name), "dev/*"]
+        [
+            "db-to-dev",
+            "Source",
+            &format!("{}/db-to-dev", ns.name),
+            "dev/*"
+        ]
     );
-    assert!(row[4].ends_with('s'), "age like 3s: {out}");
+    assert_eq!(row.len(), 6, "phase and age: {out}");
+    assert!(row[5].ends_with('s'), "age like 3s: {out}");
 
     let all = k.ok(&["get", "namespacetransfers", "-A"]);
     let header: Vec<&str> = all.lines().next().unwrap().split_whitespace().collect();
@@ -189,9 +195,9 @@ fn kubectl_patch_merges_and_applies_json_patches_and_writes_status() {
         "--subresource=status",
         "--type=merge",
         "-p",
-        r#"{"status":{"phase":"Pending"}}"#,
+        r#"{"status":{"phase":"Failed"}}"#,
     ]);
-    assert_eq!(nst_field(k, &ns.name, "t", "{.status.phase}"), "Pending");
+    assert_eq!(nst_field(k, &ns.name, "t", "{.status.phase}"), "Failed");
     // The main resource ignores status.
     k.ok(&[
         "patch",
@@ -203,7 +209,7 @@ fn kubectl_patch_merges_and_applies_json_patches_and_writes_status() {
         "-p",
         r#"{"status":{"phase":"Completed"}}"#,
     ]);
-    assert_eq!(nst_field(k, &ns.name, "t", "{.status.phase}"), "Pending");
+    assert_eq!(nst_field(k, &ns.name, "t", "{.status.phase}"), "Failed");
 }
 
 #[test]
@@ -299,7 +305,7 @@ fn kubectl_wait_for_jsonpath_sees_a_status_change() {
                 "nst/t",
                 "-n",
                 &ns,
-                "--for=jsonpath={.status.phase}=WaitingForPeer",
+                "--for=jsonpath={.status.phase}=Cancelled",
                 "--timeout=30s",
             ])
         })
@@ -314,7 +320,7 @@ fn kubectl_wait_for_jsonpath_sees_a_status_change() {
         "--subresource=status",
         "--type=merge",
         "-p",
-        r#"{"status":{"phase":"WaitingForPeer"}}"#,
+        r#"{"status":{"phase":"Cancelled"}}"#,
     ]);
     let run = waiter.join().unwrap();
     assert!(run.success, "{}", run.stderr);

@@ -75,6 +75,22 @@ pub struct Options {
     #[arg(long)]
     pub insecure_allow_all: bool,
 
+    /// How long the controllers' leader lease lasts without a renewal. A
+    /// replica that cannot renew stops acting before it runs out; another
+    /// takes over after it has.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// Allow transfers of volumes of every StorageClass, and of volumes with
+    /// none, not only of classes annotated
+    /// `storage.transfer.k8s.io/allow-namespace-transfer: "true"`.
+    #[arg(long)]
+    pub allow_all_storage_classes: bool,
+
+    /// How many reconciles run at once.
+    #[arg(long, default_value_t = 4)]
+    pub controller_workers: usize,
+
     /// Log format: `text` or `json`.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -89,6 +105,16 @@ pub struct CompletedConfig {
     pub etcd: EtcdConfig,
     pub etcd_prefix: String,
     pub auth: AuthMode,
+    pub controllers: ControllerOptions,
+}
+
+/// What the controllers are told (they run only with a cluster, that is in
+/// delegated mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerOptions {
+    pub lease_ttl: Duration,
+    pub allow_all_storage_classes: bool,
+    pub workers: usize,
 }
 
 /// How callers are authenticated and authorized.
@@ -174,6 +200,11 @@ impl Options {
                 AuthMode::Delegated {
                     kubeconfig: self.kubeconfig.clone(),
                 }
+            },
+            controllers: ControllerOptions {
+                lease_ttl: self.leader_elect_lease_duration.max(Duration::from_secs(1)),
+                allow_all_storage_classes: self.allow_all_storage_classes,
+                workers: self.controller_workers.max(1),
             },
         })
     }

@@ -1,0 +1,227 @@
+//! The controllers' view of the cluster they extend: the core objects they read
+//! and change (PersistentVolumes, PersistentVolumeClaims, pods), through
+//! kube-rs, with the server's own ServiceAccount.
+//!
+//! Owns the calls and the one mapping of their failures to [`ClusterError`].
+//! Every read here is live (a GET or LIST against kube-apiserver, never a
+//! cache), because the protocol decides on them; the reflectors in
+//! [`super::watch`] only say *when* to look again.
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::Api;
+use serde_json::Value;
+
+/// Why a call to kube-apiserver failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    #[error("{message}")]
+    NotFound { message: String },
+    #[error("{message}")]
+    AlreadyExists { message: String },
+    /// A resourceVersion or uid precondition failed: someone else wrote first.
+    #[error("{message}")]
+    Conflict { message: String },
+    /// The API refused the request for good: forbidden, invalid, over quota.
+    /// Retrying the same request will not help.
+    #[error("{message}")]
+    Refused {
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    /// Anything that may pass: timeouts, 5xx, 429, transport errors.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl From<kube::Error> for ClusterError {
+    fn from(err: kube::Error) -> Self {
+        match err {
+            kube::Error::Api(status) => {
+                let message = status.message.clone();
+                match (status.code, status.reason.as_str()) {
+                    (404, _) => ClusterError::NotFound { message },
+                    (409, "AlreadyExists") => ClusterError::AlreadyExists { message },
+                    (409, _) => ClusterError::Conflict { message },
+                    (429, _) => ClusterError::Unavailable(message),
+                    (code @ 400..=499, reason) => ClusterError::Refused {
+                        code,
+                        reason: reason.to_owned(),
+                        message,
+                    },
+                    _ => ClusterError::Unavailable(format!("{} ({})", message, status.code)),
+                }
+            }
+            other => ClusterError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// `Ok(None)` for a 404.
+fn found<T>(result: Result<T, kube::Error>) -> Result<Option<T>, ClusterError> {
+    match result.map_err(ClusterError::from) {
+        Ok(v) => Ok(Some(v)),
+        Err(ClusterError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Typed calls on the core objects the controllers touch.
+#[derive(Clone)]
+pub struct Cluster {
+    client: kube::Client,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    fn claims(&self, namespace: &str) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn volumes(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+
+    pub async fn claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PersistentVolumeClaim>, ClusterError> {
+        found(self.claims(namespace).get(name).await)
+    }
+
+    pub async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, ClusterError> {
+        found(self.volumes().get(name).await)
+    }
+
+    /// A StorageClass's metadata (its annotations carry the transfer policy).
+    pub async fn storage_class(&self, name: &str) -> Result<Option<ObjectMeta>, ClusterError> {
+        let classes: Api<StorageClass> = Api::all(self.client.clone());
+        Ok(found(classes.get_metadata(name).await)?.map(|m| m.metadata))
+    }
+
+    /// A JSON merge patch; put `metadata.resourceVersion` in it to make it
+    /// conditional.
+    pub async fn patch_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<PersistentVolumeClaim, ClusterError> {
+        Ok(self
+            .claims(namespace)
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?)
+    }
+
+    /// A JSON merge patch; put `metadata.resourceVersion` in it to make it
+    /// conditional.
+    pub async fn patch_volume(
+        &self,
+        name: &str,
+        patch: &Value,
+    ) -> Result<PersistentVolume, ClusterError> {
+        Ok(self
+            .volumes()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?)
+    }
+
+    pub async fn create_claim(
+        &self,
+        namespace: &str,
+        claim: &PersistentVolumeClaim,
+    ) -> Result<PersistentVolumeClaim, ClusterError> {
+        Ok(self
+            .claims(namespace)
+            .create(&PostParams::default(), claim)
+            .await?)
+    }
+
+    /// Deletes the claim if it is still the one with `uid`; a claim already
+    /// gone is not an error.
+    pub async fn delete_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<(), ClusterError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.claims(namespace).delete(name, &params).await {
+            Ok(_) => Ok(()),
+            Err(e) => match ClusterError::from(e) {
+                ClusterError::NotFound { .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// The pods in `namespace` that use claim `name` now, by the
+    /// pvc-protection rule: scheduled (`spec.nodeName` set), not Succeeded or
+    /// Failed, and naming the claim in a volume (directly, or as the claim of
+    /// a generic ephemeral volume). A live LIST, never a cache.
+    pub async fn pods_using(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Vec<String>, ClusterError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let list = pods.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .filter(|pod| pod_uses_claim(pod, name))
+            .filter_map(|pod| pod.metadata.name.clone())
+            .collect())
+    }
+}
+
+/// The pvc-protection rule for one pod.
+pub fn pod_uses_claim(pod: &Pod, claim: &str) -> bool {
+    let Some(spec) = &pod.spec else {
+        return false;
+    };
+    if spec.node_name.as_deref().unwrap_or_default().is_empty() {
+        return false;
+    }
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default();
+    if phase == "Succeeded" || phase == "Failed" {
+        return false;
+    }
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    spec.volumes.iter().flatten().any(|v| {
+        v.persistent_volume_claim
+            .as_ref()
+            .is_some_and(|c| c.claim_name == claim)
+            || (v.ephemeral.is_some() && format!("{pod_name}-{}", v.name) == claim)
+    })
+}
+
+#[cfg(test)]
+mod tests;

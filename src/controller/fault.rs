@@ -1,0 +1,49 @@
+//! Fault injection for the crash tests, compiled in only with the
+//! `fault-injection` cargo feature (which `make test` enables and a release
+//! build does not). Without it every hook here is an empty inline function.
+//!
+//! - `STA_FAULT_EXIT_AFTER=R3` makes the process exit at once, with
+//!   [`FAULT_EXIT_CODE`], right after the controller has completed step R3 of
+//!   a transfer: no destructor, no graceful shutdown, no lease resignation, as
+//!   if the machine had lost power.
+//! - `STA_FAULT_PAUSE_BEFORE=R4:3000` makes the controller sleep 3000 ms just
+//!   before step R4, so that a test can change the world in between.
+
+use super::transfer::Step;
+
+/// The exit code of an injected crash.
+pub const FAULT_EXIT_CODE: i32 = 86;
+
+/// Called right after `step` is done.
+#[cfg(feature = "fault-injection")]
+pub fn after(step: Step) {
+    if std::env::var("STA_FAULT_EXIT_AFTER").ok().as_deref() == Some(step.name()) {
+        eprintln!("fault injection: exiting right after step {}", step.name());
+        std::process::exit(FAULT_EXIT_CODE);
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn after(_step: Step) {}
+
+/// Called right before `step` starts.
+#[cfg(feature = "fault-injection")]
+pub async fn before(step: Step) {
+    let Ok(spec) = std::env::var("STA_FAULT_PAUSE_BEFORE") else {
+        return;
+    };
+    let Some((name, millis)) = spec.split_once(':') else {
+        return;
+    };
+    if name == step.name() {
+        if let Ok(millis) = millis.parse::<u64>() {
+            tracing::warn!(step = name, millis, "fault injection: pausing");
+            tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
+        }
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub async fn before(_step: Step) {}

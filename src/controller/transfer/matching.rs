@@ -1,0 +1,160 @@
+//! Matching (DESIGN §2.1.3): which Destination-role transfer is the peer of
+//! which Source-role transfer, with the oldest-wins rule. Pure functions over
+//! a snapshot of all transfers; the reconciler decides what to do about it.
+//!
+//! Once a Source has recorded its peer in `status.peer`, that record wins over
+//! a fresh computation: a match is never moved to another Destination.
+
+use std::cmp::Ordering;
+
+use crate::api::namespace_transfer::{NamespaceTransfer, PeerReference, Role};
+
+/// The role an object speaks for, from its status or, before the server has
+/// written one, from its namespaces.
+pub fn role_of(t: &NamespaceTransfer) -> Option<Role> {
+    t.status
+        .as_ref()
+        .and_then(|s| s.role)
+        .or_else(|| t.role().ok())
+}
+
+/// Not Completed, Failed or Cancelled.
+pub fn is_active(t: &NamespaceTransfer) -> bool {
+    !t.status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(|p| p.is_finished())
+}
+
+/// `namespace/name`, the queue key and the way transfers are named in messages.
+pub fn key_of(t: &NamespaceTransfer) -> String {
+    format!(
+        "{}/{}",
+        t.own_namespace(),
+        t.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// A reference to `t`, as a peer sees it.
+pub fn reference(t: &NamespaceTransfer) -> PeerReference {
+    PeerReference {
+        namespace: t.own_namespace().to_owned(),
+        name: t.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// Whether `d` names the same object as `peer`.
+pub fn is_named(d: &NamespaceTransfer, peer: &PeerReference) -> bool {
+    d.own_namespace() == peer.namespace && d.metadata.name.as_deref() == Some(&peer.name)
+}
+
+/// Whether Source-role `s` and Destination-role `d` are peers: the same
+/// source claim and mode, `d` in `s`'s destination namespace, and `s`'s
+/// destination name empty or equal to `d`'s.
+pub fn are_peers(s: &NamespaceTransfer, d: &NamespaceTransfer) -> bool {
+    role_of(s) == Some(Role::Source)
+        && role_of(d) == Some(Role::Destination)
+        && s.source_namespace() == d.source_namespace()
+        && s.spec.source.name == d.spec.source.name
+        && source_kind(s) == source_kind(d)
+        && s.destination_namespace() == d.own_namespace()
+        && (s.spec.destination.name.is_empty()
+            || s.spec.destination.name == d.spec.destination.name)
+        && s.mode() == d.mode()
+}
+
+fn source_kind(t: &NamespaceTransfer) -> &str {
+    if t.spec.source.kind.is_empty() {
+        crate::api::namespace_transfer::SOURCE_KIND_PERSISTENT_VOLUME_CLAIM
+    } else {
+        &t.spec.source.kind
+    }
+}
+
+/// Oldest first: by creationTimestamp, then by name.
+pub fn by_age(a: &NamespaceTransfer, b: &NamespaceTransfer) -> Ordering {
+    let created = |t: &NamespaceTransfer| t.metadata.creation_timestamp.as_ref().map(|c| c.0);
+    created(a)
+        .cmp(&created(b))
+        .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+}
+
+/// The Destination that `s` matches among `all`: the one `s` recorded, or
+/// else the oldest active peer.
+pub fn peer_of<'a>(
+    s: &NamespaceTransfer,
+    all: &'a [NamespaceTransfer],
+) -> Option<&'a NamespaceTransfer> {
+    if let Some(recorded) = s.status.as_ref().and_then(|st| st.peer.as_ref()) {
+        return all.iter().find(|d| is_named(d, recorded));
+    }
+    all.iter()
+        .filter(|d| is_active(d) && are_peers(s, d))
+        .min_by(|a, b| by_age(a, b))
+}
+
+/// What a Destination-role transfer sees of the Source side.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DestinationView<'a> {
+    /// This Source has taken (or takes) `d` as its peer; it drives the pair.
+    Matched(&'a NamespaceTransfer),
+    /// The only Source(s) that offer the claim took another Destination.
+    Taken {
+        source: &'a NamespaceTransfer,
+        winner: &'a NamespaceTransfer,
+    },
+    /// No active Source offers the claim to this namespace.
+    Unmatched,
+}
+
+/// How `d` stands among `all`. A Source that has finished still counts
+/// against a Destination created before it finished: the offer was taken,
+/// and the Destination stays `PeerTaken` rather than waiting for it again.
+pub fn destination_view<'a>(
+    d: &NamespaceTransfer,
+    all: &'a [NamespaceTransfer],
+) -> DestinationView<'a> {
+    let mut taken = None;
+    for s in all.iter().filter(|s| are_peers(s, d)) {
+        let winner = if is_active(s) {
+            peer_of(s, all)
+        } else if created_before_finish(d, s) {
+            s.status
+                .as_ref()
+                .and_then(|st| st.peer.as_ref())
+                .and_then(|p| all.iter().find(|o| is_named(o, p)))
+        } else {
+            None
+        };
+        match winner {
+            Some(w) if is_named(w, &reference(d)) => return DestinationView::Matched(s),
+            Some(w) => {
+                taken = Some(DestinationView::Taken {
+                    source: s,
+                    winner: w,
+                })
+            }
+            None => {}
+        }
+    }
+    taken.unwrap_or(DestinationView::Unmatched)
+}
+
+/// Whether `d` was created no later than finished `s` finished (when its
+/// `Ready` condition last changed).
+fn created_before_finish(d: &NamespaceTransfer, s: &NamespaceTransfer) -> bool {
+    let finished = s.status.as_ref().and_then(|st| {
+        crate::api::meta::find_condition(
+            &st.conditions,
+            crate::api::namespace_transfer::CONDITION_READY,
+        )
+        .map(|c| c.last_transition_time.0)
+    });
+    match (d.metadata.creation_timestamp.as_ref(), finished) {
+        (Some(created), Some(finished)) => created.0 <= finished,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+use super::*;
+use crate::api::meta::Object;
+use crate::api::namespace_transfer::{NamespaceTransferPhase, NamespaceTransferStatus};
+use serde_json::{json, Value};
+
+fn transfer(ns: &str, name: &str, created: i64, spec: Value) -> NamespaceTransfer {
+    let mut t: NamespaceTransfer = serde_json::from_value(json!({
+        "metadata": {
+            "namespace": ns,
+            "name": name,
+            "creationTimestamp": k8s_openapi::jiff::Timestamp::from_second(created).unwrap().to_string(),
+        },
+        "spec": spec,
+    }))
+    .unwrap();
+    t.apply_defaults();
+    t.reset_status();
+    t
+}
+
+fn offer(name: &str, created: i64) -> NamespaceTransfer {
+    transfer(
+        "prod",
+        name,
+        created,
+        json!({"source": {"name": "db"}, "destination": {"namespace": "dev"}}),
+    )
+}
+
+fn request(ns: &str, name: &str, created: i64) -> NamespaceTransfer {
+    transfer(
+        ns,
+        name,
+        created,
+        json!({"source": {"namespace": "prod", "name": "db"}}),
+    )
+}
+
+fn with_phase(mut t: NamespaceTransfer, phase: NamespaceTransferPhase) -> NamespaceTransfer {
+    t.status
+        .get_or_insert_with(NamespaceTransferStatus::default)
+        .phase = Some(phase);
+    t
+}
+
+#[test]
+fn an_offer_and_a_request_for_the_same_claim_are_peers() {
+    assert!(are_peers(&offer("s", 1), &request("dev", "d", 2)));
+}
+
+#[test]
+fn a_request_from_another_namespace_is_not_a_peer() {
+    assert!(!are_peers(&offer("s", 1), &request("qa", "d", 2)));
+}
+
+#[test]
+fn an_offer_naming_the_destination_claim_matches_only_that_name() {
+    let s = transfer(
+        "prod",
+        "s",
+        1,
+        json!({"source": {"name": "db"}, "destination": {"namespace": "dev", "name": "db2"}}),
+    );
+    assert!(!are_peers(&s, &request("dev", "d", 2)));
+    let d = transfer(
+        "dev",
+        "d",
+        2,
+        json!({"source": {"namespace": "prod", "name": "db"}, "destination": {"name": "db2"}}),
+    );
+    assert!(are_peers(&s, &d));
+}
+
+#[test]
+fn different_modes_or_claims_do_not_match() {
+    let d = transfer(
+        "dev",
+        "d",
+        2,
+        json!({"source": {"namespace": "prod", "name": "db"}, "mode": "Clone"}),
+    );
+    assert!(!are_peers(&offer("s", 1), &d));
+    let other = transfer(
+        "dev",
+        "d",
+        2,
+        json!({"source": {"namespace": "prod", "name": "logs"}}),
+    );
+    assert!(!are_peers(&offer("s", 1), &other));
+}
+
+#[test]
+fn the_oldest_request_wins_then_the_first_name() {
+    let all = vec![
+        offer("s", 1),
+        request("dev", "b-late", 9),
+        request("dev", "z", 5),
+        request("dev", "a", 5),
+    ];
+    assert_eq!(
+        peer_of(&all[0], &all).unwrap().metadata.name.as_deref(),
+        Some("a")
+    );
+    assert_eq!(
+        destination_view(&all[3], &all),
+        DestinationView::Matched(&all[0])
+    );
+    match destination_view(&all[1], &all) {
+        DestinationView::Taken { winner, .. } => {
+            assert_eq!(winner.metadata.name.as_deref(), Some("a"))
+        }
+        other => panic!("expected Taken, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_recorded_peer_keeps_the_match_even_against_an_older_request() {
+    let mut s = offer("s", 1);
+    s.status.as_mut().unwrap().peer = Some(PeerReference {
+        namespace: "dev".to_owned(),
+        name: "late".to_owned(),
+    });
+    let all = vec![s, request("dev", "early", 0), request("dev", "late", 7)];
+    assert_eq!(
+        peer_of(&all[0], &all).unwrap().metadata.name.as_deref(),
+        Some("late")
+    );
+    assert!(matches!(
+        destination_view(&all[1], &all),
+        DestinationView::Taken { .. }
+    ));
+}
+
+#[test]
+fn finished_transfers_take_no_part_in_matching() {
+    let all = vec![
+        offer("s", 1),
+        with_phase(request("dev", "old", 0), NamespaceTransferPhase::Failed),
+        request("dev", "new", 3),
+    ];
+    assert_eq!(
+        peer_of(&all[0], &all).unwrap().metadata.name.as_deref(),
+        Some("new")
+    );
+    let finished_offer = with_phase(offer("s", 1), NamespaceTransferPhase::Completed);
+    let all = vec![finished_offer, request("dev", "d", 3)];
+    assert_eq!(destination_view(&all[1], &all), DestinationView::Unmatched);
+}
+
+#[test]
+fn a_request_that_lost_an_offer_stays_taken_after_the_offer_completes() {
+    let mut s = with_phase(offer("s", 1), NamespaceTransferPhase::Completed);
+    let st = s.status.as_mut().unwrap();
+    st.peer = Some(PeerReference {
+        namespace: "dev".to_owned(),
+        name: "winner".to_owned(),
+    });
+    st.conditions
+        .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: "Ready".to_owned(),
+            status: "True".to_owned(),
+            reason: "Completed".to_owned(),
+            message: String::new(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(10).unwrap(),
+            ),
+            observed_generation: None,
+        });
+    let all = vec![
+        s,
+        request("dev", "winner", 2),
+        request("dev", "loser", 3),
+        request("dev", "later", 20),
+    ];
+    assert!(matches!(
+        destination_view(&all[2], &all),
+        DestinationView::Taken { .. }
+    ));
+    assert_eq!(
+        destination_view(&all[3], &all),
+        DestinationView::Unmatched,
+        "a request made after the offer finished waits for a new offer"
+    );
+}
+
+#[test]
+fn a_request_without_an_offer_is_unmatched() {
+    let all = vec![request("dev", "d", 1)];
+    assert_eq!(destination_view(&all[0], &all), DestinationView::Unmatched);
+}

@@ -1,0 +1,268 @@
+//! The triggers: which transfer to look at, and when. Our own objects come
+//! from the registry's watch (the watch cache, not a second etcd watch); PVs,
+//! PVCs, pods and StorageClasses come from kube-rs reflectors, metadata only,
+//! since an event only has to say *which* transfer to look at: the reconciler
+//! reads what it decides on live.
+//!
+//! Owns a local copy of every transfer, kept from the watch, to map a PVC,
+//! pod or PV event to the transfers it concerns, and a resync that queues
+//! every transfer now and then, so that a lost event costs latency, never
+//! correctness.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, Store as Reflector};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Api;
+use tokio::task::JoinHandle;
+
+use super::queue::WorkQueue;
+use super::transfer::matching::{are_peers, is_active, key_of, role_of};
+use crate::api::namespace_transfer::{NamespaceTransfer, Role};
+use crate::registry::namespace_transfer::NamespaceTransferStrategy;
+use crate::registry::{ListOptions, Store, WatchEvent, WatchOptions};
+
+/// How often every transfer is queued even without an event.
+const RESYNC: Duration = Duration::from_secs(30);
+/// The pause before a failed watch is started again.
+const RETRY: Duration = Duration::from_secs(1);
+
+type Known = Arc<RwLock<HashMap<String, NamespaceTransfer>>>;
+
+/// The running triggers; dropping this stops them.
+#[derive(Debug)]
+pub struct Triggers {
+    tasks: Vec<JoinHandle<()>>,
+    classes: Reflector<PartialObjectMeta<StorageClass>>,
+}
+
+impl Drop for Triggers {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Triggers {
+    /// Starts watching and queueing keys on `queue`.
+    pub fn start(
+        transfers: Arc<Store<NamespaceTransferStrategy>>,
+        client: kube::Client,
+        queue: WorkQueue,
+    ) -> Self {
+        let known: Known = Arc::default();
+        let mut tasks = vec![
+            tokio::spawn(watch_transfers(transfers, known.clone(), queue.clone())),
+            tokio::spawn(resync(known.clone(), queue.clone())),
+        ];
+
+        let claims = metadata_events::<PersistentVolumeClaim>(&client);
+        tasks.push(tokio::spawn(forward(
+            claims,
+            known.clone(),
+            queue.clone(),
+            |t, claim| {
+                let (ns, name) = (namespace(claim), name(claim));
+                (t.source_namespace() == ns && t.spec.source.name == name)
+                    || (t.destination_namespace() == ns && t.spec.destination.name == name)
+                    || (role_of(t) == Some(Role::Destination) && t.own_namespace() == ns)
+            },
+        )));
+        let pods = metadata_events::<Pod>(&client);
+        tasks.push(tokio::spawn(forward(
+            pods,
+            known.clone(),
+            queue.clone(),
+            |t, pod| is_active(t) && t.source_namespace() == namespace(pod),
+        )));
+        let volumes = metadata_events::<PersistentVolume>(&client);
+        tasks.push(tokio::spawn(forward(volumes, known, queue, |t, volume| {
+            t.status
+                .as_ref()
+                .and_then(|st| st.source_claim.as_ref())
+                .is_some_and(|snap| snap.volume_name == name(volume))
+        })));
+
+        let (classes, writer) = reflector::store();
+        let class_events = watcher(
+            Api::<PartialObjectMeta<StorageClass>>::all(client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer);
+        tasks.push(tokio::spawn(async move {
+            futures::pin_mut!(class_events);
+            while class_events.next().await.is_some() {}
+        }));
+        Self { tasks, classes }
+    }
+
+    /// The StorageClasses' metadata, as the reflector last saw it.
+    pub fn storage_classes(&self) -> Reflector<PartialObjectMeta<StorageClass>> {
+        self.classes.clone()
+    }
+}
+
+fn namespace<K>(obj: &PartialObjectMeta<K>) -> &str {
+    obj.metadata.namespace.as_deref().unwrap_or_default()
+}
+
+fn name<K>(obj: &PartialObjectMeta<K>) -> &str {
+    obj.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The objects of kind `K` that were added, changed or deleted, metadata only.
+fn metadata_events<K>(
+    client: &kube::Client,
+) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    PartialObjectMeta<K>: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    watcher(
+        Api::<PartialObjectMeta<K>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
+}
+
+/// Queues every known transfer that `concerns` an object of the stream.
+async fn forward<K>(
+    events: impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>>,
+    known: Known,
+    queue: WorkQueue,
+    concerns: impl Fn(&NamespaceTransfer, &PartialObjectMeta<K>) -> bool,
+) {
+    futures::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        let obj = match event {
+            Ok(obj) => obj,
+            Err(err) => {
+                tracing::debug!(error = %err, "watch of a core resource failed; retrying");
+                continue;
+            }
+        };
+        let keys: Vec<String> = read(&known)
+            .values()
+            .filter(|t| concerns(t, &obj))
+            .map(key_of)
+            .collect();
+        for key in keys {
+            queue.add(&key);
+        }
+    }
+}
+
+/// Our objects: every change queues the object and the transfers it may pair
+/// with.
+async fn watch_transfers(
+    transfers: Arc<Store<NamespaceTransferStrategy>>,
+    known: Known,
+    queue: WorkQueue,
+) {
+    loop {
+        let list = match transfers.list(None, &ListOptions::default()).await {
+            Ok(list) => list,
+            Err(err) => {
+                tracing::warn!(error = %err, "listing transfers failed; retrying");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        {
+            let mut map = write(&known);
+            map.clear();
+            for t in list.items {
+                map.insert(key_of(&t), t);
+            }
+        }
+        for key in read(&known).keys() {
+            queue.add(key);
+        }
+        let opts = WatchOptions {
+            resource_version: Some(list.resource_version.clone()),
+            allow_bookmarks: true,
+            ..WatchOptions::default()
+        };
+        let mut watch = match transfers.watch(None, opts).await {
+            Ok(w) => w,
+            Err(err) => {
+                tracing::warn!(error = %err, "watching transfers failed; relisting");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        while let Some(event) = watch.next().await {
+            let (t, deleted) = match event {
+                Ok(WatchEvent::Added(t) | WatchEvent::Modified(t)) => (t, false),
+                Ok(WatchEvent::Deleted(t)) => (t, true),
+                Ok(WatchEvent::Bookmark { .. }) => continue,
+                Err(err) => {
+                    tracing::info!(error = %err, "transfer watch ended; relisting");
+                    break;
+                }
+            };
+            let key = key_of(&t);
+            let related = related(&t, &read(&known));
+            {
+                let mut map = write(&known);
+                if deleted {
+                    map.remove(&key);
+                } else {
+                    map.insert(key.clone(), t);
+                }
+            }
+            queue.add(&key);
+            for other in related {
+                queue.add(&other);
+            }
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// The transfers a change to `t` may concern: its recorded peer, and the
+/// transfers of the other side that match it.
+fn related(t: &NamespaceTransfer, known: &HashMap<String, NamespaceTransfer>) -> Vec<String> {
+    let mut keys: Vec<String> = t
+        .status
+        .as_ref()
+        .and_then(|st| st.peer.as_ref())
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .into_iter()
+        .collect();
+    keys.extend(
+        known
+            .values()
+            .filter(|o| are_peers(t, o) || are_peers(o, t))
+            .map(key_of),
+    );
+    keys
+}
+
+/// Every known transfer, every [`RESYNC`].
+async fn resync(known: Known, queue: WorkQueue) {
+    loop {
+        tokio::time::sleep(RESYNC).await;
+        let keys: Vec<String> = read(&known).keys().cloned().collect();
+        for key in keys {
+            queue.add(&key);
+        }
+    }
+}
+
+fn read(known: &Known) -> std::sync::RwLockReadGuard<'_, HashMap<String, NamespaceTransfer>> {
+    known.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write(known: &Known) -> std::sync::RwLockWriteGuard<'_, HashMap<String, NamespaceTransfer>> {
+    known.write().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,331 @@
+//! Building blocks of the NamespaceTransfer scenarios: a statically provisioned
+//! volume bound to a claim (kube-controller-manager does the binding), the two
+//! consents, waiting on phases, and a recorder of everything that happens to a
+//! PersistentVolume, for the "never released, never bound elsewhere, never
+//! deleted" invariant.
+
+#![allow(dead_code)] // Each test binary uses its own subset.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sta_testenv::Kubectl;
+
+/// A StorageClass that allows transfers (DESIGN §2.1.4).
+pub(crate) const ALLOWED_CLASS: &str = "transfer-allowed";
+/// A StorageClass without the annotation.
+pub(crate) const PLAIN_CLASS: &str = "transfer-plain";
+
+/// Makes both test StorageClasses (idempotent).
+pub(crate) fn ensure_classes(k: &Kubectl) {
+    let yaml = format!(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {ALLOWED_CLASS}\n  annotations:\n    storage.transfer.k8s.io/allow-namespace-transfer: \"true\"\nprovisioner: kubernetes.io/no-provisioner\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {PLAIN_CLASS}\nprovisioner: kubernetes.io/no-provisioner\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n"
+    );
+    k.apply(&yaml).unwrap();
+}
+
+/// A PersistentVolume of `capacity` with reclaim policy Delete, pre-bound to
+/// `namespace/claim`, and that claim; waits until it is Bound. Returns the
+/// claim's uid.
+pub(crate) fn bound_volume(
+    k: &Kubectl,
+    pv: &str,
+    capacity: &str,
+    class: &str,
+    namespace: &str,
+    claim: &str,
+) -> String {
+    let yaml = format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\n  labels:\n    test-volume: {pv}\nspec:\n  capacity:\n    storage: {capacity}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Delete\n  storageClassName: {class}\n  claimRef:\n    namespace: {namespace}\n    name: {claim}\n  hostPath:\n    path: /var/tmp/storage-transfer-tests/{pv}\n    type: DirectoryOrCreate\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: {namespace}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {class}\n  volumeName: {pv}\n  resources:\n    requests:\n      storage: {capacity}\n"
+    );
+    k.apply(&yaml).unwrap();
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=Bound",
+        &format!("pvc/{claim}"),
+        "-n",
+        namespace,
+        "--timeout=60s",
+    ]);
+    claim_json(k, namespace, claim).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The source side's consent: give `claim` in `namespace` to `destination`.
+pub(crate) fn offer(
+    k: &Kubectl,
+    namespace: &str,
+    name: &str,
+    claim: &str,
+    destination: &str,
+) -> String {
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  source:\n    name: {claim}\n  destination:\n    namespace: {destination}\n"
+    ))
+    .unwrap_or_else(|e| panic!("offer {namespace}/{name}: {e}"))
+}
+
+/// The destination side's consent: receive `source/claim` under the same name.
+pub(crate) fn request(
+    k: &Kubectl,
+    namespace: &str,
+    name: &str,
+    source: &str,
+    claim: &str,
+) -> String {
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  source:\n    namespace: {source}\n    name: {claim}\n"
+    ))
+    .unwrap_or_else(|e| panic!("request {namespace}/{name}: {e}"))
+}
+
+/// A transfer as JSON, or `None` once it is gone.
+pub(crate) fn transfer_json(k: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
+    get_json(k, &["get", "namespacetransfer", name, "-n", namespace])
+}
+
+pub(crate) fn claim_json(k: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
+    get_json(k, &["get", "pvc", name, "-n", namespace])
+}
+
+pub(crate) fn volume_json(k: &Kubectl, name: &str) -> Option<Value> {
+    get_json(k, &["get", "pv", name])
+}
+
+fn get_json(k: &Kubectl, args: &[&str]) -> Option<Value> {
+    let mut args = args.to_vec();
+    args.extend(["-o", "json", "--ignore-not-found"]);
+    let out = k.ok(&args);
+    if out.trim().is_empty() {
+        None
+    } else {
+        Some(serde_json::from_str(&out).unwrap())
+    }
+}
+
+/// `status.phase` of a transfer ("" while unset, "<gone>" once deleted).
+pub(crate) fn phase(k: &Kubectl, namespace: &str, name: &str) -> String {
+    match transfer_json(k, namespace, name) {
+        None => "<gone>".to_owned(),
+        Some(t) => t["status"]["phase"].as_str().unwrap_or_default().to_owned(),
+    }
+}
+
+/// Waits until the transfer's phase is `want`; panics with its status if not.
+#[track_caller]
+pub(crate) fn wait_phase(
+    k: &Kubectl,
+    namespace: &str,
+    name: &str,
+    want: &str,
+    timeout: Duration,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let t = transfer_json(k, namespace, name);
+        if let Some(t) = &t {
+            if t["status"]["phase"] == want {
+                return t.clone();
+            }
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "{namespace}/{name} did not reach phase {want} in {timeout:?}; it is:\n{}",
+                t.map(|t| serde_json::to_string_pretty(&t["status"]).unwrap())
+                    .unwrap_or_else(|| "<gone>".to_owned())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until `f` holds.
+#[track_caller]
+pub(crate) fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Asserts that `f` keeps holding for `period`.
+#[track_caller]
+pub(crate) fn consistently(what: &str, period: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + period;
+    while Instant::now() < deadline {
+        assert!(f(), "{what} stopped holding");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The events recorded about an object, as "Reason: note" lines.
+pub(crate) fn events_about(k: &Kubectl, namespace: &str, kind: &str, name: &str) -> Vec<String> {
+    let out = k.ok(&["get", "events.events.k8s.io", "-n", namespace, "-o", "json"]);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["regarding"]["kind"] == kind && e["regarding"]["name"] == name)
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e["reason"].as_str().unwrap_or_default(),
+                e["note"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// A running pod (nodeName set, phase patched to Running, as there is no
+/// kubelet) that mounts `claim`.
+pub(crate) fn running_pod(k: &Kubectl, namespace: &str, name: &str, claim: &str) {
+    k.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  nodeName: test-node\n  containers:\n  - name: app\n    image: registry.invalid/app\n    volumeMounts:\n    - name: data\n      mountPath: /data\n  volumes:\n  - name: data\n    persistentVolumeClaim:\n      claimName: {claim}\n"
+    ))
+    .unwrap();
+    set_pod_phase(k, namespace, name, "Running");
+}
+
+pub(crate) fn set_pod_phase(k: &Kubectl, namespace: &str, name: &str, phase: &str) {
+    k.ok(&[
+        "patch",
+        "pod",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        &format!("--patch={{\"status\":{{\"phase\":\"{phase}\"}}}}"),
+    ]);
+}
+
+/// What a finished, successful transfer leaves: the same PV (name and uid)
+/// bound to `dest_ns/claim`, reclaim policy Delete again, no transfer
+/// annotation left on it, and the source claim `src_ns/db` gone.
+#[track_caller]
+pub(crate) fn assert_moved(
+    k: &Kubectl,
+    pv: &str,
+    pv_uid: &str,
+    src_ns: &str,
+    dest_ns: &str,
+    claim: &str,
+) {
+    let source_claim = "db";
+    let volume = volume_json(k, pv).expect("the PV still exists");
+    assert_eq!(
+        volume["metadata"]["uid"], pv_uid,
+        "the PV is the same object"
+    );
+    assert_eq!(volume["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+    assert_eq!(volume["spec"]["claimRef"]["namespace"], dest_ns);
+    assert_eq!(volume["spec"]["claimRef"]["name"], claim);
+    assert!(
+        volume["metadata"]["annotations"]
+            .get("storage.transfer.k8s.io/original-reclaim-policy")
+            .is_none(),
+        "the reclaim-policy annotation is removed: {}",
+        volume["metadata"]["annotations"]
+    );
+    eventually(
+        "the destination claim to be Bound",
+        Duration::from_secs(30),
+        || {
+            claim_json(k, dest_ns, claim)
+                .is_some_and(|c| c["status"]["phase"] == "Bound" && c["spec"]["volumeName"] == pv)
+        },
+    );
+    eventually(
+        "the source claim to be gone",
+        Duration::from_secs(30),
+        || claim_json(k, src_ns, source_claim).is_none(),
+    );
+}
+
+/// Watches one PV with `kubectl get -w` and keeps every version seen.
+pub(crate) struct VolumeRecorder {
+    child: Child,
+    pv: String,
+}
+
+impl VolumeRecorder {
+    pub(crate) fn start(k: &Kubectl, pv: &str) -> Self {
+        let child = Command::new(k.binary())
+            .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
+            .args(["get", "pv", pv, "-w", "--output-watch-events", "-o", "json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            pv: pv.to_owned(),
+        }
+    }
+
+    /// Stops watching and checks every version seen: never deleted, never
+    /// Released or Failed, and never bound to any claim but `allowed` (uids).
+    #[track_caller]
+    pub(crate) fn assert_never_lost(mut self, allowed: &[&str]) -> usize {
+        let _ = self.child.kill();
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let _ = self.child.wait();
+        let mut seen = 0;
+        for event in serde_json::Deserializer::from_str(&out).into_iter::<Value>() {
+            let event = event.unwrap();
+            let pv = &event["object"];
+            seen += 1;
+            assert_ne!(event["type"], "DELETED", "PV {} was deleted", self.pv);
+            let phase = pv["status"]["phase"].as_str().unwrap_or_default();
+            assert!(
+                phase != "Released" && phase != "Failed",
+                "PV {} went {phase}: {}",
+                self.pv,
+                pv["status"]
+            );
+            if let Some(uid) = pv["spec"]["claimRef"]["uid"].as_str() {
+                assert!(
+                    allowed.contains(&uid),
+                    "PV {} was bound to an unexpected claim: {}",
+                    self.pv,
+                    pv["spec"]["claimRef"]
+                );
+            }
+        }
+        assert!(seen > 0, "the recorder saw PV {}", self.pv);
+        seen
+    }
+}
+
+impl Drop for VolumeRecorder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A name unique to this process and call.
+pub(crate) fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id() % 100_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}

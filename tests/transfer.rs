@@ -1,0 +1,507 @@
+//! NamespaceTransfer end to end (DESIGN §2.1): two namespaces consent, our
+//! controller rebinds a statically provisioned volume, and the real
+//! kube-controller-manager binds the destination claim. Consent, RBAC at the
+//! moment of action, the preconditions, rollback, cancellation, TTL and
+//! deadline.
+
+#![allow(clippy::unwrap_used)] // Tests fail by panicking.
+
+mod scenario;
+
+use std::time::{Duration, Instant};
+
+use scenario::*;
+use sta_testenv::{shared, ControlPlane, Kubectl, Namespace};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn cp() -> &'static ControlPlane {
+    let cp = shared(env!("CARGO_BIN_EXE_storage-transfer-apiserver"));
+    static CLASSES: std::sync::Once = std::sync::Once::new();
+    CLASSES.call_once(|| ensure_classes(cp.kubectl()));
+    cp
+}
+
+fn admin() -> &'static Kubectl {
+    cp().kubectl()
+}
+
+/// A source and a destination namespace with a bound claim `db` in the source.
+struct Setup {
+    src: Namespace,
+    dst: Namespace,
+    pv: String,
+    pv_uid: String,
+    claim_uid: String,
+}
+
+fn setup(capacity: &str, class: &str) -> Setup {
+    let src = cp().namespace("src").unwrap();
+    let dst = cp().namespace("dst").unwrap();
+    let pv = unique("pv");
+    let claim_uid = bound_volume(admin(), &pv, capacity, class, &src.name, "db");
+    let pv_uid = volume_json(admin(), &pv).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    Setup {
+        src,
+        dst,
+        pv,
+        pv_uid,
+        claim_uid,
+    }
+}
+
+impl Setup {
+    fn consent(&self) {
+        offer(admin(), &self.src.name, "give", "db", &self.dst.name);
+        request(admin(), &self.dst.name, "take", &self.src.name, "db");
+    }
+
+    /// The source claim and its volume are exactly as before the transfer.
+    #[track_caller]
+    fn assert_source_untouched(&self) {
+        let claim = claim_json(admin(), &self.src.name, "db").expect("the source claim exists");
+        assert_eq!(claim["metadata"]["uid"], self.claim_uid.as_str());
+        assert_eq!(claim["status"]["phase"], "Bound");
+        assert!(
+            claim["metadata"]["annotations"]
+                .get("storage.transfer.k8s.io/transfer")
+                .is_none(),
+            "the lock is gone: {}",
+            claim["metadata"]["annotations"]
+        );
+        let volume = volume_json(admin(), &self.pv).expect("the PV exists");
+        assert_eq!(volume["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+        assert_eq!(volume["spec"]["claimRef"]["uid"], self.claim_uid.as_str());
+        assert!(volume["metadata"]["annotations"]
+            .get("storage.transfer.k8s.io/original-reclaim-policy")
+            .is_none());
+    }
+}
+
+/// Moves one volume and returns the time from the second consent to the
+/// destination claim being Bound.
+fn move_volume(capacity: &str) -> Duration {
+    let s = setup(capacity, ALLOWED_CLASS);
+    let recorder = VolumeRecorder::start(admin(), &s.pv);
+    offer(admin(), &s.src.name, "give", "db", &s.dst.name);
+    let second_consent = Instant::now();
+    request(admin(), &s.dst.name, "take", &s.src.name, "db");
+    eventually("the destination claim to be Bound", WAIT, || {
+        claim_json(admin(), &s.dst.name, "db").is_some_and(|c| c["status"]["phase"] == "Bound")
+    });
+    let latency = second_consent.elapsed();
+    let give = wait_phase(admin(), &s.src.name, "give", "Completed", WAIT);
+    let take = wait_phase(admin(), &s.dst.name, "take", "Completed", WAIT);
+    assert_moved(admin(), &s.pv, &s.pv_uid, &s.src.name, &s.dst.name, "db");
+    assert_eq!(give["status"]["volumeName"], s.pv.as_str());
+    assert_eq!(take["status"]["volumeName"], s.pv.as_str());
+    assert_eq!(take["status"]["peer"]["namespace"], s.src.name.as_str());
+    assert_eq!(give["status"]["peer"]["name"], "take");
+    assert!(
+        give["metadata"]["finalizers"].is_null(),
+        "finalizers are released"
+    );
+    let dest = claim_json(admin(), &s.dst.name, "db").unwrap();
+    assert_eq!(
+        dest["metadata"]["annotations"]["storage.transfer.k8s.io/transferred-from"],
+        format!("{}/db", s.src.name)
+    );
+    assert!(dest["metadata"]["ownerReferences"].is_null());
+    let dest_uid = dest["metadata"]["uid"].as_str().unwrap().to_owned();
+    recorder.assert_never_lost(&[&s.claim_uid, &dest_uid]);
+    let events = events_about(admin(), &s.src.name, "NamespaceTransfer", "give");
+    assert!(
+        events.iter().any(|e| e.starts_with("Completed")),
+        "a Completed event: {events:?}"
+    );
+    latency
+}
+
+#[test]
+fn a_1gib_and_a_1tib_volume_each_move_to_another_namespace_keeping_their_pv() {
+    let small = move_volume("1Gi");
+    let large = move_volume("1Ti");
+    println!("transfer latency, second consent to destination Bound: 1Gi {small:?}, 1Ti {large:?}");
+}
+
+#[test]
+fn an_offer_alone_does_nothing() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    offer(admin(), &s.src.name, "give", "db", &s.dst.name);
+    wait_phase(admin(), &s.src.name, "give", "WaitingForPeer", WAIT);
+    consistently("the offer waits", Duration::from_secs(3), || {
+        phase(admin(), &s.src.name, "give") == "WaitingForPeer"
+    });
+    s.assert_source_untouched();
+}
+
+#[test]
+fn a_request_alone_does_nothing() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    request(admin(), &s.dst.name, "take", &s.src.name, "db");
+    wait_phase(admin(), &s.dst.name, "take", "WaitingForPeer", WAIT);
+    consistently("the request waits", Duration::from_secs(3), || {
+        phase(admin(), &s.dst.name, "take") == "WaitingForPeer"
+    });
+    s.assert_source_untouched();
+    assert!(claim_json(admin(), &s.dst.name, "db").is_none());
+}
+
+#[test]
+fn an_offer_to_one_namespace_is_not_taken_by_another() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let qa = cp().namespace("qa").unwrap();
+    offer(admin(), &s.src.name, "give", "db", &s.dst.name);
+    request(admin(), &qa.name, "take", &s.src.name, "db");
+    wait_phase(admin(), &qa.name, "take", "WaitingForPeer", WAIT);
+    consistently("neither side moves", Duration::from_secs(3), || {
+        phase(admin(), &s.src.name, "give") == "WaitingForPeer"
+            && phase(admin(), &qa.name, "take") == "WaitingForPeer"
+    });
+    s.assert_source_untouched();
+    assert!(claim_json(admin(), &qa.name, "db").is_none());
+}
+
+#[test]
+fn of_two_requests_for_one_offer_exactly_one_completes_and_the_other_reports_peer_taken() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    request(admin(), &s.dst.name, "first", &s.src.name, "db");
+    std::thread::sleep(Duration::from_millis(1100));
+    // The same claim name is taken by `first`'s index; the second request
+    // asks for the claim under another name.
+    admin()
+        .apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: second\n  namespace: {}\nspec:\n  source:\n    namespace: {}\n    name: db\n  destination:\n    name: db-copy\n",
+            s.dst.name, s.src.name
+        ))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    offer(admin(), &s.src.name, "give", "db", &s.dst.name);
+    wait_phase(admin(), &s.src.name, "give", "Completed", WAIT);
+    let first = wait_phase(admin(), &s.dst.name, "first", "Completed", WAIT);
+    assert_eq!(first["status"]["peer"]["name"], "give");
+    let second = transfer_json(admin(), &s.dst.name, "second").unwrap();
+    assert_ne!(second["status"]["phase"], "Completed");
+    eventually("the second request to report PeerTaken", WAIT, || {
+        transfer_json(admin(), &s.dst.name, "second")
+            .is_some_and(|t| t["status"]["reason"] == "PeerTaken")
+    });
+    assert!(claim_json(admin(), &s.dst.name, "db-copy").is_none());
+}
+
+/// A user holding the roles a party needs: the built-in `edit` role in
+/// `ns`, which covers PVCs and (aggregated) our kinds.
+fn editor(name: &str, ns: &str) -> Kubectl {
+    let k = cp().user(name, None).unwrap();
+    admin().ok(&[
+        "create",
+        "rolebinding",
+        &format!("{name}-edit"),
+        "--clusterrole=edit",
+        &format!("--user={name}"),
+        "-n",
+        ns,
+    ]);
+    eventually("the role to apply", WAIT, || {
+        admin()
+            .run(&[
+                "auth",
+                "can-i",
+                "create",
+                "namespacetransfers.storage.transfer.k8s.io",
+                "-n",
+                ns,
+                &format!("--as={name}"),
+            ])
+            .success
+    });
+    k
+}
+
+fn revoke(ns: &str, user: &str) {
+    admin().ok(&["delete", "rolebinding", &format!("{user}-edit"), "-n", ns]);
+}
+
+#[test]
+fn revoking_the_senders_right_to_delete_the_claim_after_the_offer_fails_with_forbidden() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let alice = editor(&unique("alice"), &s.src.name);
+    let bob = editor(&unique("bob"), &s.dst.name);
+    // Hold the pair before R2 with a running pod, revoke, then let it go.
+    running_pod(admin(), &s.src.name, "app", "db");
+    offer(&alice, &s.src.name, "give", "db", &s.dst.name);
+    request(&bob, &s.dst.name, "take", &s.src.name, "db");
+    wait_phase(admin(), &s.src.name, "give", "WaitingForRelease", WAIT);
+    let alice_name = alice_user(&alice);
+    revoke(&s.src.name, &alice_name);
+    std::thread::sleep(Duration::from_secs(1));
+    set_pod_phase(admin(), &s.src.name, "app", "Succeeded");
+    let give = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "Forbidden");
+    let message = give["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("delete persistentvolumeclaims \"db\"") && message.contains(&alice_name),
+        "{message}"
+    );
+    let take = wait_phase(admin(), &s.dst.name, "take", "Failed", WAIT);
+    assert_eq!(take["status"]["reason"], "Forbidden");
+    s.assert_source_untouched();
+    assert!(claim_json(admin(), &s.dst.name, "db").is_none());
+}
+
+#[test]
+fn revoking_the_receivers_right_to_create_claims_after_the_request_fails_with_forbidden() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let alice = editor(&unique("alice"), &s.src.name);
+    let bob = editor(&unique("bob"), &s.dst.name);
+    running_pod(admin(), &s.src.name, "app", "db");
+    offer(&alice, &s.src.name, "give", "db", &s.dst.name);
+    request(&bob, &s.dst.name, "take", &s.src.name, "db");
+    wait_phase(admin(), &s.dst.name, "take", "WaitingForRelease", WAIT);
+    let bob_name = alice_user(&bob);
+    revoke(&s.dst.name, &bob_name);
+    std::thread::sleep(Duration::from_secs(1));
+    set_pod_phase(admin(), &s.src.name, "app", "Succeeded");
+    let give = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "Forbidden");
+    let message = give["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("create persistentvolumeclaims") && message.contains(&bob_name),
+        "{message}"
+    );
+    s.assert_source_untouched();
+    assert!(claim_json(admin(), &s.dst.name, "db").is_none());
+}
+
+/// The user name a per-user kubectl authenticates as.
+fn alice_user(k: &Kubectl) -> String {
+    k.ok(&[
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ])
+    .trim()
+    .to_owned()
+}
+
+#[test]
+fn a_user_who_may_create_transfers_but_not_delete_the_claim_gets_403_at_create() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let name = unique("carol");
+    let carol = cp().user(&name, None).unwrap();
+    admin().ok(&[
+        "create",
+        "rolebinding",
+        &format!("{name}-transfers"),
+        "--clusterrole=storage-transfer-edit",
+        &format!("--user={name}"),
+        "-n",
+        &s.src.name,
+    ]);
+    let yaml = format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {}\nspec:\n  source:\n    name: db\n  destination:\n    namespace: {}\n",
+        s.src.name, s.dst.name
+    );
+    let mut refusal = String::new();
+    eventually("a 403 naming the missing right", WAIT, || {
+        let run = carol.run_with_stdin(&["create", "-f", "-"], Some(&yaml));
+        refusal = run.stderr;
+        !run.success
+            && refusal.contains("Forbidden")
+            && refusal.contains("cannot delete persistentvolumeclaims")
+    });
+    assert!(transfer_json(admin(), &s.src.name, "give").is_none());
+    s.assert_source_untouched();
+}
+
+#[test]
+fn a_running_pod_holds_the_transfer_in_waiting_for_release_until_it_succeeds() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    running_pod(admin(), &s.src.name, "app", "db");
+    s.consent();
+    eventually("the transfer to wait for the pod", WAIT, || {
+        transfer_json(admin(), &s.src.name, "give").is_some_and(|t| {
+            t["status"]["phase"] == "WaitingForRelease" && t["status"]["reason"] == "SourceInUse"
+        })
+    });
+    consistently("the transfer waits", Duration::from_secs(3), || {
+        phase(admin(), &s.src.name, "give") == "WaitingForRelease"
+    });
+    s.assert_source_untouched();
+    let events = events_about(admin(), &s.src.name, "PersistentVolumeClaim", "db");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("SourceInUse") && e.contains("app")),
+        "{events:?}"
+    );
+    set_pod_phase(admin(), &s.src.name, "app", "Succeeded");
+    wait_phase(admin(), &s.src.name, "give", "Completed", WAIT);
+    assert_moved(admin(), &s.pv, &s.pv_uid, &s.src.name, &s.dst.name, "db");
+}
+
+#[test]
+fn a_storage_class_without_the_annotation_fails_the_transfer_and_touches_nothing() {
+    let s = setup("1Gi", PLAIN_CLASS);
+    s.consent();
+    let give = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "StorageClassNotAllowed");
+    assert!(give["status"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("storage.transfer.k8s.io/allow-namespace-transfer"));
+    wait_phase(admin(), &s.dst.name, "take", "Failed", WAIT);
+    s.assert_source_untouched();
+    assert!(claim_json(admin(), &s.dst.name, "db").is_none());
+}
+
+#[test]
+fn an_existing_destination_claim_gives_destination_exists_and_both_claims_are_unchanged() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    admin()
+        .apply(&format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: db\n  namespace: {}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: unrelated\n  resources:\n    requests:\n      storage: 5Gi\n",
+            s.dst.name
+        ))
+        .unwrap();
+    let before = claim_json(admin(), &s.dst.name, "db").unwrap();
+    s.consent();
+    let give = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "DestinationExists");
+    let after = claim_json(admin(), &s.dst.name, "db").unwrap();
+    assert_eq!(
+        before["metadata"]["resourceVersion"],
+        after["metadata"]["resourceVersion"]
+    );
+    s.assert_source_untouched();
+}
+
+#[test]
+fn a_quota_too_small_in_the_destination_refuses_r3_and_the_rollback_restores_the_source() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    admin()
+        .apply(&format!(
+            "apiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: tiny\n  namespace: {}\nspec:\n  hard:\n    requests.storage: 100Mi\n",
+            s.dst.name
+        ))
+        .unwrap();
+    eventually("the quota to be counted", WAIT, || {
+        admin()
+            .ok(&[
+                "get",
+                "resourcequota",
+                "tiny",
+                "-n",
+                &s.dst.name,
+                "-o",
+                "jsonpath={.status.hard}",
+            ])
+            .contains("requests.storage")
+    });
+    let claim_before = claim_json(admin(), &s.src.name, "db").unwrap();
+    s.consent();
+    let give = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "DestinationRefused");
+    let message = give["status"]["message"].as_str().unwrap();
+    assert!(message.contains("exceeded quota"), "{message}");
+    eventually("the finalizers to be released", WAIT, || {
+        transfer_json(admin(), &s.src.name, "give")
+            .is_some_and(|t| t["metadata"]["finalizers"].is_null())
+    });
+    s.assert_source_untouched();
+    let claim_after = claim_json(admin(), &s.src.name, "db").unwrap();
+    assert_eq!(claim_before["spec"], claim_after["spec"]);
+    assert_eq!(
+        claim_before["metadata"]["annotations"],
+        claim_after["metadata"]["annotations"]
+    );
+    assert!(claim_json(admin(), &s.dst.name, "db").is_none());
+}
+
+#[test]
+fn deleting_either_side_before_the_volume_is_touched_cancels_the_peer() {
+    for delete_source in [true, false] {
+        let s = setup("1Gi", ALLOWED_CLASS);
+        running_pod(admin(), &s.src.name, "app", "db");
+        s.consent();
+        wait_phase(admin(), &s.dst.name, "take", "WaitingForRelease", WAIT);
+        let (gone, peer) = if delete_source {
+            ((&s.src.name, "give"), (&s.dst.name, "take"))
+        } else {
+            ((&s.dst.name, "take"), (&s.src.name, "give"))
+        };
+        admin().ok(&[
+            "delete",
+            "namespacetransfer",
+            gone.1,
+            "-n",
+            gone.0,
+            "--wait=false",
+        ]);
+        let t = wait_phase(admin(), peer.0, peer.1, "Cancelled", WAIT);
+        assert_eq!(t["status"]["reason"], "Deleted", "{}", t["status"]);
+        eventually("the deleted side to be gone", WAIT, || {
+            transfer_json(admin(), gone.0, gone.1).is_none()
+        });
+        s.assert_source_untouched();
+    }
+}
+
+#[test]
+fn a_rename_within_one_namespace_is_its_own_peer() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    admin()
+        .apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: rename\n  namespace: {}\nspec:\n  source:\n    name: db\n  destination:\n    name: db-renamed\n",
+            s.src.name
+        ))
+        .unwrap();
+    let t = wait_phase(admin(), &s.src.name, "rename", "Completed", WAIT);
+    assert_eq!(t["status"]["role"], "Both");
+    assert_moved(
+        admin(),
+        &s.pv,
+        &s.pv_uid,
+        &s.src.name,
+        &s.src.name,
+        "db-renamed",
+    );
+}
+
+#[test]
+fn a_finished_transfer_is_deleted_after_its_ttl() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    admin()
+        .apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {}\nspec:\n  source:\n    name: db\n  destination:\n    namespace: {}\n  ttlSecondsAfterFinished: 2\n",
+            s.src.name, s.dst.name
+        ))
+        .unwrap();
+    request(admin(), &s.dst.name, "take", &s.src.name, "db");
+    wait_phase(admin(), &s.dst.name, "take", "Completed", WAIT);
+    eventually("the transfer with a TTL to be deleted", WAIT, || {
+        transfer_json(admin(), &s.src.name, "give").is_none()
+    });
+    assert!(
+        transfer_json(admin(), &s.dst.name, "take").is_some(),
+        "no TTL, kept"
+    );
+}
+
+#[test]
+fn an_unmatched_transfer_fails_when_its_active_deadline_passes() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    admin()
+        .apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {}\nspec:\n  source:\n    name: db\n  destination:\n    namespace: {}\n  activeDeadlineSeconds: 2\n",
+            s.src.name, s.dst.name
+        ))
+        .unwrap();
+    let t = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(t["status"]["reason"], "DeadlineExceeded");
+    s.assert_source_untouched();
+}
