@@ -341,6 +341,7 @@ fn a_running_pod_holds_the_transfer_in_waiting_for_release_until_it_succeeds() {
     );
     set_pod_phase(admin(), &s.src.name, "app", "Succeeded");
     wait_phase(admin(), &s.src.name, "give", "Completed", WAIT);
+    delete_pod(admin(), &s.src.name, "app");
     assert_moved(admin(), &s.pv, &s.pv_uid, &s.src.name, &s.dst.name, "db");
 }
 

@@ -707,6 +707,19 @@ impl TransferController {
             return Ok(Next::After(WAIT_POLL));
         }
 
+        // A deletion asked for while this reconcile ran still cancels: look
+        // once more, just before the point of no return.
+        for t in [s, d] {
+            let current = self.get(t.own_namespace(), name_of(t)).await?;
+            if current.as_ref().is_none_or(is_deleting) {
+                let outcome = Outcome::cancelled(format!(
+                    "NamespaceTransfer {} was deleted before the volume was handed over; the source is restored",
+                    key_of(t)
+                ));
+                return self.abort(s, Some(d), outcome).await;
+            }
+        }
+
         // R4: commit, conditional on the volume we decided on.
         self.leadership.check()?;
         let dest_uid = destination.metadata.uid.clone().unwrap_or_default();
@@ -765,6 +778,7 @@ impl TransferController {
         let source_ns = s.source_namespace();
         let (dest_ns, dest_name) = destination_of(s, d);
         // R5: the source claim no longer holds the volume; delete it.
+        fault::before(Step::ReleaseSource).await;
         if let Some(source) = self.cluster.claim(source_ns, &snapshot.name).await? {
             if source.metadata.uid.as_deref() == Some(&snapshot.uid)
                 && source.metadata.deletion_timestamp.is_none()
@@ -1278,9 +1292,10 @@ impl TransferController {
                 let status = next
                     .status
                     .get_or_insert_with(NamespaceTransferStatus::default);
+                // Before `change`, so that its conditions carry it too.
+                status.observed_generation = current.metadata.generation;
                 change(status);
                 status.role = role;
-                status.observed_generation = current.metadata.generation;
                 Ok(next)
             })
             .await?;

@@ -96,10 +96,24 @@ pub(crate) fn volume_json(k: &Kubectl, name: &str) -> Option<Value> {
     get_json(k, &["get", "pv", name])
 }
 
+/// A GET through kubectl, retried for a while: a server that was just
+/// restarted takes a moment to be reachable again through the aggregator.
 fn get_json(k: &Kubectl, args: &[&str]) -> Option<Value> {
     let mut args = args.to_vec();
     args.extend(["-o", "json", "--ignore-not-found"]);
-    let out = k.ok(&args);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let out = loop {
+        let run = k.run(&args);
+        if run.success {
+            break run.stdout;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kubectl {args:?} kept failing: {}",
+            run.stderr
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
     if out.trim().is_empty() {
         None
     } else {
@@ -195,6 +209,21 @@ pub(crate) fn running_pod(k: &Kubectl, namespace: &str, name: &str, claim: &str)
     set_pod_phase(k, namespace, name, "Running");
 }
 
+/// Deletes a pod at once (there is no kubelet to confirm a graceful end).
+/// KCM's pvc-protection keeps a deleted claim while any scheduled pod names
+/// it, finished or not; a finished pod must go before its claim can.
+pub(crate) fn delete_pod(k: &Kubectl, namespace: &str, name: &str) {
+    k.ok(&[
+        "delete",
+        "pod",
+        name,
+        "-n",
+        namespace,
+        "--grace-period=0",
+        "--force",
+    ]);
+}
+
 pub(crate) fn set_pod_phase(k: &Kubectl, namespace: &str, name: &str, phase: &str) {
     k.ok(&[
         "patch",
@@ -244,11 +273,15 @@ pub(crate) fn assert_moved(
                 .is_some_and(|c| c["status"]["phase"] == "Bound" && c["spec"]["volumeName"] == pv)
         },
     );
-    eventually(
-        "the source claim to be gone",
-        Duration::from_secs(30),
-        || claim_json(k, src_ns, source_claim).is_none(),
-    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Some(source) = claim_json(k, src_ns, source_claim) {
+        assert!(
+            Instant::now() < deadline,
+            "the source claim is still there: {}",
+            serde_json::to_string_pretty(&source).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Watches one PV with `kubectl get -w` and keeps every version seen.

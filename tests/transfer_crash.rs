@@ -1,0 +1,453 @@
+//! The rebind protocol under failure (DESIGN §2.1.5 invariants): the server
+//! dies right after each step R1…R6 and is restarted; it is killed at random
+//! moments; the leader of two replicas dies mid-transfer; the world changes
+//! between the last check and the commit. Throughout, a recorder watches each
+//! PV: it is never deleted, never Released or Failed, and never bound to any
+//! claim but the source and the destination.
+//!
+//! These tests restart the server, so they share one private control plane
+//! and take turns. They need the `fault-injection` feature (`make test`).
+
+#![cfg(feature = "fault-injection")]
+#![allow(clippy::unwrap_used)] // Tests fail by panicking.
+
+mod scenario;
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use scenario::*;
+use sta_testenv::{ControlPlane, Kubectl, Namespace, Options};
+
+const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
+const WAIT: Duration = Duration::from_secs(90);
+/// The exit code of an injected crash (src/controller/fault.rs).
+const FAULT_EXIT_CODE: i32 = 86;
+/// A short lease, so that a restarted server leads again within seconds.
+const LEASE: &str = "--leader-elect-lease-duration=2s";
+
+static CP: OnceLock<ControlPlane> = OnceLock::new();
+static TURN: Mutex<()> = Mutex::new(());
+
+/// The control plane, and the right to restart its server.
+fn turn() -> (&'static ControlPlane, MutexGuard<'static, ()>) {
+    let guard = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let cp = CP.get_or_init(|| {
+        let mut opts = Options::for_tests(BIN);
+        opts.server_args.push(LEASE.to_owned());
+        let cp = ControlPlane::start(opts).unwrap_or_else(|e| panic!("{e}"));
+        ensure_classes(cp.kubectl());
+        cp
+    });
+    (cp, guard)
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Restarts the server with `fault` in its environment (or none).
+fn restart(cp: &ControlPlane, fault: &[(&str, &str)]) {
+    cp.restart_server(&[], &env(fault))
+        .unwrap_or_else(|e| panic!("restarting the server: {e}"));
+}
+
+struct Setup {
+    src: Namespace,
+    dst: Namespace,
+    pv: String,
+    pv_uid: String,
+    claim_uid: String,
+}
+
+fn setup(cp: &ControlPlane) -> Setup {
+    let src = cp.namespace("src").unwrap();
+    let dst = cp.namespace("dst").unwrap();
+    let pv = unique("pv");
+    let claim_uid = bound_volume(cp.kubectl(), &pv, "1Gi", ALLOWED_CLASS, &src.name, "db");
+    let pv_uid = volume_json(cp.kubectl(), &pv).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    Setup {
+        src,
+        dst,
+        pv,
+        pv_uid,
+        claim_uid,
+    }
+}
+
+impl Setup {
+    fn consent(&self, k: &Kubectl) {
+        offer(k, &self.src.name, "give", "db", &self.dst.name);
+        request(k, &self.dst.name, "take", &self.src.name, "db");
+    }
+
+    /// One line on where the volume and claims stand.
+    fn describe(&self, admin: &Kubectl) -> String {
+        let pv = volume_json(admin, &self.pv).unwrap();
+        let annotations = &pv["metadata"]["annotations"];
+        let claim_ref = &pv["spec"]["claimRef"];
+        let to = if claim_ref["uid"] == self.claim_uid.as_str() {
+            "source"
+        } else {
+            "destination"
+        };
+        format!(
+            "PV {} ({}) claimRef={to} policy={} retain-annotation={} source-claim={} destination-claim={}",
+            self.pv,
+            pv["status"]["phase"].as_str().unwrap_or_default(),
+            pv["spec"]["persistentVolumeReclaimPolicy"].as_str().unwrap_or_default(),
+            annotations
+                .get("storage.transfer.k8s.io/original-reclaim-policy")
+                .is_some(),
+            claim_json(admin, &self.src.name, "db")
+                .map(|c| c["status"]["phase"].as_str().unwrap_or("?").to_owned())
+                .unwrap_or_else(|| "gone".to_owned()),
+            claim_json(admin, &self.dst.name, "db")
+                .map(|c| c["status"]["phase"].as_str().unwrap_or("?").to_owned())
+                .unwrap_or_else(|| "none".to_owned()),
+        )
+    }
+
+    /// Both sides Completed, the volume moved, and the recorder saw nothing
+    /// but the two claims.
+    #[track_caller]
+    fn assert_completed(&self, cp: &ControlPlane, k: &Kubectl, recorder: VolumeRecorder) {
+        wait_phase(k, &self.src.name, "give", "Completed", WAIT);
+        wait_phase(k, &self.dst.name, "take", "Completed", WAIT);
+        assert_moved(
+            cp.kubectl(),
+            &self.pv,
+            &self.pv_uid,
+            &self.src.name,
+            &self.dst.name,
+            "db",
+        );
+        let dest_uid = claim_json(cp.kubectl(), &self.dst.name, "db").unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        recorder.assert_never_lost(&[&self.claim_uid, &dest_uid]);
+    }
+}
+
+/// The server exits right after `step`; after a restart the transfer
+/// completes, and the PV was never at risk.
+fn crash_right_after(step: &str) {
+    let (cp, _turn) = turn();
+    restart(cp, &[("STA_FAULT_EXIT_AFTER", step)]);
+    let s = setup(cp);
+    let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+    s.consent(cp.direct());
+    let code = cp.wait_for_server_exit(WAIT);
+    assert_eq!(
+        code,
+        Some(FAULT_EXIT_CODE),
+        "the server crashed right after {step}"
+    );
+    let at_crash = s.describe(cp.kubectl());
+    let restarted = Instant::now();
+    restart(cp, &[]);
+    s.assert_completed(cp, cp.direct(), recorder);
+    println!(
+        "crash after {step}: at the crash {at_crash}; completed {:?} after the restart",
+        restarted.elapsed()
+    );
+}
+
+#[test]
+fn a_crash_right_after_r1_lock_is_recovered_and_the_transfer_completes() {
+    crash_right_after("R1");
+}
+
+#[test]
+fn a_crash_right_after_r2_retain_is_recovered_and_the_transfer_completes() {
+    crash_right_after("R2");
+}
+
+#[test]
+fn a_crash_right_after_r3_create_target_is_recovered_and_the_transfer_completes() {
+    crash_right_after("R3");
+}
+
+#[test]
+fn a_crash_right_after_r4_commit_is_recovered_and_the_transfer_completes() {
+    crash_right_after("R4");
+}
+
+#[test]
+fn a_crash_right_after_r5_release_source_is_recovered_and_the_transfer_completes() {
+    crash_right_after("R5");
+}
+
+#[test]
+fn a_crash_right_after_r6_settle_is_recovered_and_the_transfer_completes() {
+    crash_right_after("R6");
+}
+
+/// A small xorshift, seeded from the clock and printed, so that a failing
+/// soak can be replayed by reading its seed.
+struct Random(u64);
+
+impl Random {
+    fn new() -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        println!("soak seed {seed}");
+        Self(seed)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn transfers_killed_at_random_moments_all_complete_and_every_pv_is_accounted_for() {
+    let (cp, _turn) = turn();
+    restart(cp, &[]);
+    let mut random = Random::new();
+    let setups: Vec<Setup> = (0..5).map(|_| setup(cp)).collect();
+    let recorders: Vec<VolumeRecorder> = setups
+        .iter()
+        .map(|s| VolumeRecorder::start(cp.kubectl(), &s.pv))
+        .collect();
+    for s in &setups {
+        s.consent(cp.direct());
+    }
+    let mut kills = Vec::new();
+    for _ in 0..4 {
+        let after = Duration::from_millis(100 + random.below(1200));
+        std::thread::sleep(after);
+        cp.kill_server();
+        kills.push(after);
+        restart(cp, &[]);
+    }
+    for (s, recorder) in setups.iter().zip(recorders) {
+        s.assert_completed(cp, cp.direct(), recorder);
+    }
+    println!("soak: 5 transfers, SIGKILLs after {kills:?}; all completed, every PV bound to its destination");
+}
+
+#[test]
+fn when_the_leader_of_two_replicas_dies_mid_transfer_the_other_completes_it() {
+    let (cp, _turn) = turn();
+    let fault = [("STA_FAULT_EXIT_AFTER", "R2")];
+    restart(cp, &fault);
+    let replica = cp.start_replica("replica-b", &[], &env(&fault)).unwrap();
+    let s = setup(cp);
+    let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+    s.consent(&replica.direct);
+    // Whichever replica leads dies right after R2; the other must finish.
+    let deadline = Instant::now() + WAIT;
+    let main_died = loop {
+        if !cp.server_is_running() {
+            break true;
+        }
+        if !replica.is_running() {
+            break false;
+        }
+        assert!(Instant::now() < deadline, "no replica reached R2");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let survivor = if main_died {
+        replica.direct.clone()
+    } else {
+        cp.direct().clone()
+    };
+    s.assert_completed(cp, &survivor, recorder);
+    let dead_is_down = if main_died {
+        !cp.server_is_running()
+    } else {
+        !replica.is_running()
+    };
+    assert!(
+        dead_is_down,
+        "the survivor completed while the dead replica stayed down"
+    );
+    println!(
+        "HA: the {} replica led and died after R2; the {} replica completed the transfer",
+        if main_died { "main" } else { "second" },
+        if main_died { "second" } else { "main" }
+    );
+    drop(replica);
+    restart(cp, &[]);
+}
+
+/// Pauses every reconcile that reaches `step` for 4 s.
+fn pause_before(cp: &ControlPlane, step: &str) {
+    restart(cp, &[("STA_FAULT_PAUSE_BEFORE", &format!("{step}:4000"))]);
+}
+
+/// Waits until R3 has made the destination claim (the pair is between R3
+/// and R4, in the pause).
+fn wait_for_r3(cp: &ControlPlane, s: &Setup) {
+    eventually("R3 to create the destination claim", WAIT, || {
+        claim_json(cp.kubectl(), &s.dst.name, "db").is_some()
+    });
+}
+
+#[test]
+fn deleting_either_side_between_r3_and_r4_cancels_and_restores_the_source() {
+    let (cp, _turn) = turn();
+    pause_before(cp, "R4");
+    for delete_source in [true, false] {
+        let s = setup(cp);
+        let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+        s.consent(cp.direct());
+        wait_for_r3(cp, &s);
+        let (gone, peer) = if delete_source {
+            ((&s.src.name, "give"), (&s.dst.name, "take"))
+        } else {
+            ((&s.dst.name, "take"), (&s.src.name, "give"))
+        };
+        cp.direct().ok(&[
+            "delete",
+            "namespacetransfer",
+            gone.1,
+            "-n",
+            gone.0,
+            "--wait=false",
+        ]);
+        let t = wait_phase(cp.direct(), peer.0, peer.1, "Cancelled", WAIT);
+        assert_eq!(t["status"]["reason"], "Deleted");
+        eventually("the deleted side to be gone", WAIT, || {
+            transfer_json(cp.direct(), gone.0, gone.1).is_none()
+        });
+        eventually("the destination claim to be gone", WAIT, || {
+            claim_json(cp.kubectl(), &s.dst.name, "db").is_none()
+        });
+        let pv = volume_json(cp.kubectl(), &s.pv).unwrap();
+        assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+        assert_eq!(pv["spec"]["claimRef"]["uid"], s.claim_uid.as_str());
+        let claim = claim_json(cp.kubectl(), &s.src.name, "db").unwrap();
+        assert_eq!(claim["status"]["phase"], "Bound");
+        assert!(claim["metadata"]["annotations"]
+            .get("storage.transfer.k8s.io/transfer")
+            .is_none());
+        recorder.assert_never_lost(&[&s.claim_uid]);
+    }
+    restart(cp, &[]);
+}
+
+#[test]
+fn deleting_both_sides_after_the_commit_completes_the_transfer_first() {
+    let (cp, _turn) = turn();
+    pause_before(cp, "R5");
+    let s = setup(cp);
+    let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+    s.consent(cp.direct());
+    eventually("R4 to point the PV at the destination", WAIT, || {
+        volume_json(cp.kubectl(), &s.pv)
+            .is_some_and(|pv| pv["spec"]["claimRef"]["namespace"] == s.dst.name.as_str())
+    });
+    cp.direct().ok(&[
+        "delete",
+        "namespacetransfer",
+        "give",
+        "-n",
+        &s.src.name,
+        "--wait=false",
+    ]);
+    cp.direct().ok(&[
+        "delete",
+        "namespacetransfer",
+        "take",
+        "-n",
+        &s.dst.name,
+        "--wait=false",
+    ]);
+    let held = transfer_json(cp.direct(), &s.src.name, "give").expect("the finalizer holds it");
+    assert!(held["metadata"]["deletionTimestamp"].is_string());
+    eventually("both transfers to complete and go", WAIT, || {
+        transfer_json(cp.direct(), &s.src.name, "give").is_none()
+            && transfer_json(cp.direct(), &s.dst.name, "take").is_none()
+    });
+    assert_moved(
+        cp.kubectl(),
+        &s.pv,
+        &s.pv_uid,
+        &s.src.name,
+        &s.dst.name,
+        "db",
+    );
+    let dest_uid = claim_json(cp.kubectl(), &s.dst.name, "db").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    recorder.assert_never_lost(&[&s.claim_uid, &dest_uid]);
+    restart(cp, &[]);
+}
+
+#[test]
+fn a_pod_that_starts_using_the_source_before_the_commit_is_reported_and_waited_for() {
+    let (cp, _turn) = turn();
+    pause_before(cp, "R4");
+    let s = setup(cp);
+    s.consent(cp.direct());
+    wait_for_r3(cp, &s);
+    running_pod(cp.kubectl(), &s.src.name, "late", "db");
+    eventually("the transfer to wait for the late pod", WAIT, || {
+        transfer_json(cp.direct(), &s.src.name, "give")
+            .is_some_and(|t| t["status"]["reason"] == "SourceInUse")
+    });
+    let events = events_about(cp.kubectl(), &s.src.name, "NamespaceTransfer", "give");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("late") && e.contains("started after the claim was checked")),
+        "{events:?}"
+    );
+    let pv = volume_json(cp.kubectl(), &s.pv).unwrap();
+    assert_eq!(
+        pv["spec"]["claimRef"]["uid"],
+        s.claim_uid.as_str(),
+        "not committed"
+    );
+    set_pod_phase(cp.kubectl(), &s.src.name, "late", "Succeeded");
+    restart(cp, &[]);
+    wait_phase(cp.direct(), &s.src.name, "give", "Completed", WAIT);
+    delete_pod(cp.kubectl(), &s.src.name, "late");
+    assert_moved(
+        cp.kubectl(),
+        &s.pv,
+        &s.pv_uid,
+        &s.src.name,
+        &s.dst.name,
+        "db",
+    );
+}
+
+#[test]
+fn the_source_claim_deleted_by_its_owner_between_r2_and_r4_does_not_lose_the_pv() {
+    let (cp, _turn) = turn();
+    pause_before(cp, "R4");
+    let s = setup(cp);
+    s.consent(cp.direct());
+    wait_for_r3(cp, &s);
+    cp.kubectl()
+        .ok(&["delete", "pvc", "db", "-n", &s.src.name, "--wait=false"]);
+    restart(cp, &[]);
+    wait_phase(cp.direct(), &s.src.name, "give", "Completed", WAIT);
+    assert_moved(
+        cp.kubectl(),
+        &s.pv,
+        &s.pv_uid,
+        &s.src.name,
+        &s.dst.name,
+        "db",
+    );
+    let pv = volume_json(cp.kubectl(), &s.pv).unwrap();
+    assert_eq!(pv["status"]["phase"], "Bound");
+}
