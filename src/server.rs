@@ -185,6 +185,8 @@ fn replica_identity() -> String {
 /// Everything a request handler needs, shared by all connections.
 #[derive(Debug)]
 struct State {
+    /// For the transfers-by-phase gauge.
+    transfers: Arc<Store<NamespaceTransferStrategy>>,
     /// Whether this replica leads the controllers; `None` without a cluster.
     leader: Option<LeaderStatus>,
     health: Health,
@@ -288,6 +290,7 @@ pub async fn serve(
         health,
         metrics: Metrics::default(),
         reviewer: auth.reviewer.clone(),
+        transfers: transfers.clone(),
         api: Api::new(transfers, claims),
         authn: auth.authn,
         authz: auth.authz,
@@ -406,6 +409,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                     stats.hits, stats.misses
                 ));
             }
+            text.push_str(&transfers_by_phase(&state.transfers).await);
             if let Some(leader) = &state.leader {
                 text.push_str(&format!(
                     "# HELP storage_transfer_leader Whether this replica leads the controllers (1) or not (0).\n# TYPE storage_transfer_leader gauge\nstorage_transfer_leader {}\n",
@@ -441,6 +445,38 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
     state.metrics.observe(labels, code, started.elapsed());
     tracing::debug!(%method, %path, code, "request");
     resp
+}
+
+/// `storage_transfer_namespace_transfers{phase}`: how many transfers are in
+/// each phase, from the watch cache.
+async fn transfers_by_phase(store: &Store<NamespaceTransferStrategy>) -> String {
+    use crate::api::namespace_transfer::NamespaceTransferPhase as Phase;
+    let Ok(list) = store.list(None, &Default::default()).await else {
+        return String::new();
+    };
+    let phases = [
+        Phase::Pending,
+        Phase::WaitingForPeer,
+        Phase::WaitingForRelease,
+        Phase::Rebinding,
+        Phase::Completed,
+        Phase::Failed,
+        Phase::Cancelled,
+    ];
+    let mut text = String::from(
+        "# HELP storage_transfer_namespace_transfers NamespaceTransfers by phase.\n# TYPE storage_transfer_namespace_transfers gauge\n",
+    );
+    for phase in phases {
+        let count = list
+            .items
+            .iter()
+            .filter(|t| t.status.as_ref().and_then(|s| s.phase) == Some(phase))
+            .count();
+        text.push_str(&format!(
+            "storage_transfer_namespace_transfers{{phase=\"{phase}\"}} {count}\n"
+        ));
+    }
+    text
 }
 
 /// Authenticates the caller and asks the authorizer about the request.

@@ -124,6 +124,17 @@ fn move_volume(capacity: &str) -> Duration {
 fn a_1gib_and_a_1tib_volume_each_move_to_another_namespace_keeping_their_pv() {
     let small = move_volume("1Gi");
     let large = move_volume("1Ti");
+    let metrics = cp().direct().ok(&["get", "--raw", "/metrics"]);
+    assert!(metrics.contains("storage_transfer_leader 1"), "{metrics}");
+    let completed = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("storage_transfer_namespace_transfers{phase=\"Completed\"} "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_default();
+    assert!(
+        completed >= 4,
+        "both sides of both transfers count: {metrics}"
+    );
     println!("transfer latency, second consent to destination Bound: 1Gi {small:?}, 1Ti {large:?}");
 }
 
@@ -504,5 +515,19 @@ fn an_unmatched_transfer_fails_when_its_active_deadline_passes() {
         .unwrap();
     let t = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
     assert_eq!(t["status"]["reason"], "DeadlineExceeded");
+    s.assert_source_untouched();
+}
+
+#[test]
+fn a_clone_mode_transfer_fails_as_not_supported_and_touches_nothing() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    admin()
+        .apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {}\nspec:\n  source:\n    name: db\n  destination:\n    namespace: {}\n  mode: Clone\n",
+            s.src.name, s.dst.name
+        ))
+        .unwrap();
+    let t = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(t["status"]["reason"], "ModeNotSupported");
     s.assert_source_untouched();
 }

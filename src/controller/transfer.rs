@@ -49,11 +49,11 @@ use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::{self as apimeta, CONDITION_FALSE, CONDITION_TRUE};
 use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus, Role,
-    SourceClaimSnapshot, ANNOTATION_ALLOW_NAMESPACE_TRANSFER, ANNOTATION_ORIGINAL_RECLAIM_POLICY,
-    ANNOTATION_TRANSFERRED_FROM, ANNOTATION_TRANSFER_LOCK, CONDITION_AUTHORIZED,
-    CONDITION_PEER_MATCHED, CONDITION_READY, CONDITION_REBOUND, CONDITION_SOURCE_RELEASED,
-    FINALIZER_TRANSFER_PROTECTION, REASON_DEADLINE_EXCEEDED, REASON_DESTINATION_EXISTS,
-    REASON_FORBIDDEN, REASON_PEER_TAKEN,
+    SourceClaimSnapshot, TransferMode, ANNOTATION_ALLOW_NAMESPACE_TRANSFER,
+    ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFERRED_FROM, ANNOTATION_TRANSFER_LOCK,
+    CONDITION_AUTHORIZED, CONDITION_PEER_MATCHED, CONDITION_READY, CONDITION_REBOUND,
+    CONDITION_SOURCE_RELEASED, FINALIZER_TRANSFER_PROTECTION, REASON_DEADLINE_EXCEEDED,
+    REASON_DESTINATION_EXISTS, REASON_FORBIDDEN, REASON_PEER_TAKEN,
 };
 use crate::authz::Authorizer;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
@@ -80,6 +80,8 @@ pub const REASON_DESTINATION_REFUSED: &str = "DestinationRefused";
 pub const REASON_VOLUME_CHANGED: &str = "VolumeChanged";
 /// Reason: one side was deleted before the commit point.
 pub const REASON_DELETED: &str = "Deleted";
+/// Reason: the transfer asks for a mode this server does not run (Clone).
+pub const REASON_MODE_NOT_SUPPORTED: &str = "ModeNotSupported";
 /// Reason: the transfer completed.
 pub const REASON_COMPLETED: &str = "Completed";
 
@@ -224,6 +226,17 @@ impl TransferController {
             Err(ApiError::NotFound { .. }) => return Ok(Next::Done),
             Err(e) => return Err(e.into()),
         };
+        if t.mode() != TransferMode::Move && is_active(&t) {
+            let outcome = Outcome::failed(
+                REASON_MODE_NOT_SUPPORTED,
+                format!(
+                    "mode {} is not implemented by this server yet; only Move is",
+                    t.mode()
+                ),
+            );
+            self.record_outcome(&t, None, &outcome).await?;
+            return Ok(Next::Done);
+        }
         match role_of(&t) {
             Some(Role::Destination) => self.reconcile_destination(t).await,
             Some(Role::Source | Role::Both) => self.reconcile_source(t).await,
@@ -269,20 +282,8 @@ impl TransferController {
                     d.source_namespace(),
                     winner.metadata.name.as_deref().unwrap_or_default()
                 );
-                self.update_status(&d, |st| {
-                    st.phase = Some(Phase::Pending);
-                    st.reason = Some(REASON_PEER_TAKEN.to_owned());
-                    st.message = Some(message.clone());
-                    set(
-                        st,
-                        CONDITION_PEER_MATCHED,
-                        false,
-                        REASON_PEER_TAKEN,
-                        &message,
-                    );
-                })
-                .await?;
-                self.check_deadline(&d).await
+                self.unmatched(&d, Phase::Pending, REASON_PEER_TAKEN, &message)
+                    .await
             }
             DestinationView::Unmatched => {
                 if let Some(peer) = recorded_peer(&d) {
@@ -306,22 +307,29 @@ impl TransferController {
                     d.source_namespace(),
                     d.spec.source.name
                 );
-                self.update_status(&d, |st| {
-                    st.phase = Some(Phase::WaitingForPeer);
-                    st.reason = Some(REASON_WAITING_FOR_PEER.to_owned());
-                    st.message = Some(message.clone());
-                    set(
-                        st,
-                        CONDITION_PEER_MATCHED,
-                        false,
-                        REASON_WAITING_FOR_PEER,
-                        &message,
-                    );
-                })
-                .await?;
-                self.check_deadline(&d).await
+                self.unmatched(&d, Phase::WaitingForPeer, REASON_WAITING_FOR_PEER, &message)
+                    .await
             }
         }
+    }
+
+    /// An object without a peer: says why (`PeerMatched=False`), then minds
+    /// its deadline.
+    async fn unmatched(
+        &self,
+        t: &NamespaceTransfer,
+        phase: Phase,
+        reason: &'static str,
+        message: &str,
+    ) -> Result<Next, Error> {
+        self.update_status(t, |st| {
+            st.phase = Some(phase);
+            st.reason = Some(reason.to_owned());
+            st.message = Some(message.to_owned());
+            set(st, CONDITION_PEER_MATCHED, false, reason, message);
+        })
+        .await?;
+        self.check_deadline(t).await
     }
 
     /// Fails an unmatched object whose `activeDeadlineSeconds` has passed, or
@@ -369,20 +377,9 @@ impl TransferController {
                 s.destination_namespace(),
                 s.spec.source.name
             );
-            self.update_status(&s, |st| {
-                st.phase = Some(Phase::WaitingForPeer);
-                st.reason = Some(REASON_WAITING_FOR_PEER.to_owned());
-                st.message = Some(message.clone());
-                set(
-                    st,
-                    CONDITION_PEER_MATCHED,
-                    false,
-                    REASON_WAITING_FOR_PEER,
-                    &message,
-                );
-            })
-            .await?;
-            return self.check_deadline(&s).await;
+            return self
+                .unmatched(&s, Phase::WaitingForPeer, REASON_WAITING_FOR_PEER, &message)
+                .await;
         };
         match source_snapshot(&s) {
             None => self.start(&s, &d).await,
@@ -832,24 +829,10 @@ impl TransferController {
             .await?;
             return Ok(Next::After(Duration::from_secs(1)));
         }
-        self.leadership.check()?;
-        if let Some(policy) = annotation(&volume.metadata, ANNOTATION_ORIGINAL_RECLAIM_POLICY) {
-            let restore = json!({
-                "metadata": {
-                    "resourceVersion": volume.metadata.resource_version,
-                    "annotations": {ANNOTATION_ORIGINAL_RECLAIM_POLICY: null},
-                },
-                "spec": {"persistentVolumeReclaimPolicy": policy},
-            });
-            match self
-                .cluster
-                .patch_volume(&snapshot.volume_name, &restore)
-                .await
-            {
-                Ok(_) => {}
-                Err(ClusterError::Conflict { .. }) => return Ok(Next::Now),
-                Err(e) => return Err(e.into()),
-            }
+        match self.restore_reclaim_policy(&volume).await {
+            Ok(()) => {}
+            Err(Error::Cluster(ClusterError::Conflict { .. })) => return Ok(Next::Now),
+            Err(e) => return Err(e),
         }
         if annotation(&destination.metadata, ANNOTATION_TRANSFER_LOCK).is_some() {
             let unlock = json!({"metadata": {"annotations": {ANNOTATION_TRANSFER_LOCK: null}}});
@@ -1007,20 +990,8 @@ impl TransferController {
             }
         }
         // R2: the reclaim policy.
-        if let (Some(volume), Some(snap)) = (&volume, &snapshot) {
-            if let Some(policy) = annotation(&volume.metadata, ANNOTATION_ORIGINAL_RECLAIM_POLICY) {
-                self.leadership.check()?;
-                let restore = json!({
-                    "metadata": {
-                        "resourceVersion": volume.metadata.resource_version,
-                        "annotations": {ANNOTATION_ORIGINAL_RECLAIM_POLICY: null},
-                    },
-                    "spec": {"persistentVolumeReclaimPolicy": policy},
-                });
-                self.cluster
-                    .patch_volume(&snap.volume_name, &restore)
-                    .await?;
-            }
+        if let Some(volume) = &volume {
+            self.restore_reclaim_policy(volume).await?;
         }
         // R1: the lock, if it is ours.
         let source_name = snapshot
@@ -1039,6 +1010,25 @@ impl TransferController {
                     .await?;
             }
         }
+        Ok(())
+    }
+
+    /// Undoes R2: the reclaim policy recorded in the volume's annotation
+    /// comes back and the annotation goes, conditional on the version read.
+    async fn restore_reclaim_policy(&self, volume: &PersistentVolume) -> Result<(), Error> {
+        let Some(policy) = annotation(&volume.metadata, ANNOTATION_ORIGINAL_RECLAIM_POLICY) else {
+            return Ok(());
+        };
+        self.leadership.check()?;
+        let restore = json!({
+            "metadata": {
+                "resourceVersion": volume.metadata.resource_version,
+                "annotations": {ANNOTATION_ORIGINAL_RECLAIM_POLICY: null},
+            },
+            "spec": {"persistentVolumeReclaimPolicy": policy},
+        });
+        let name = volume.metadata.name.as_deref().unwrap_or_default();
+        self.cluster.patch_volume(name, &restore).await?;
         Ok(())
     }
 
