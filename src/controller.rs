@@ -54,6 +54,20 @@ pub enum Next {
     After(Duration),
 }
 
+/// One controller's reconcile: brings the object named by `key`
+/// (`namespace/name`) one step closer to where it should be.
+#[async_trait::async_trait]
+pub trait Reconciler: Send + Sync {
+    async fn reconcile(&self, key: &str) -> Result<Next, Error>;
+}
+
+#[async_trait::async_trait]
+impl Reconciler for TransferController {
+    async fn reconcile(&self, key: &str) -> Result<Next, Error> {
+        TransferController::reconcile(self, key).await
+    }
+}
+
 /// How the controllers run.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
@@ -136,7 +150,7 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
 }
 
 /// One worker: takes keys off the queue until it is shut down.
-async fn work(queue: &WorkQueue, controller: &TransferController) {
+async fn work(queue: &WorkQueue, controller: &dyn Reconciler) {
     while let Some(key) = queue.next().await {
         match controller.reconcile(&key).await {
             Ok(next) => {
