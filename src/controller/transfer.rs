@@ -15,7 +15,7 @@
 //! - the PV carries `original-reclaim-policy`: R2 is done.
 //! - the destination claim exists with our lock annotation: R3 is done.
 //! - the PV's `claimRef` names the destination claim's uid: R4, the commit
-//!   point, is done. Before it, everything can be undone; after it, the
+//!   point, is done (and the lock then leaves the destination claim). Before it, everything can be undone; after it, the
 //!   transfer only ever goes forward.
 //! - a finished phase (Failed, Cancelled) while our finalizer is still on:
 //!   the rollback was decided and is being carried out. The phase is written
@@ -556,11 +556,10 @@ impl TransferController {
             );
             return self.abort(s, Some(d), outcome).await;
         };
-        let destination = self
-            .cluster
-            .claim(dest_ns, dest_name)
-            .await?
-            .filter(|c| annotation(&c.metadata, ANNOTATION_TRANSFER_LOCK) == Some(my_uid));
+        let destination = self.cluster.claim(dest_ns, dest_name).await?;
+        // Committed: the volume names the destination claim, uid and all.
+        // (Our lock leaves the destination claim right after R4, so this
+        // does not look for it.)
         if let Some(dest) = &destination {
             if claim_ref_is(
                 &volume,
@@ -571,6 +570,9 @@ impl TransferController {
                 return self.settle(s, d, snapshot, volume, dest.clone()).await;
             }
         }
+        // Before R4 a destination claim is ours only if it carries our lock.
+        let destination = destination
+            .filter(|c| annotation(&c.metadata, ANNOTATION_TRANSFER_LOCK) == Some(my_uid));
 
         // Before R4: everything can still be undone.
         if is_deleting(s) || is_deleting(d) {
@@ -742,6 +744,10 @@ impl TransferController {
             Err(e) => return Err(e.into()),
         }
         fault::after(Step::Commit);
+        // The lock has done its work on the destination claim. Taking it off
+        // also changes the claim, which makes the cluster's PV controller
+        // bind it now rather than at its next periodic resync.
+        self.unlock_destination(dest_ns, dest_name).await?;
         let rebound = format!(
             "PersistentVolume {} now names {dest_ns}/{dest_name}",
             snapshot.volume_name
@@ -835,10 +841,7 @@ impl TransferController {
             Err(e) => return Err(e),
         }
         if annotation(&destination.metadata, ANNOTATION_TRANSFER_LOCK).is_some() {
-            let unlock = json!({"metadata": {"annotations": {ANNOTATION_TRANSFER_LOCK: null}}});
-            self.cluster
-                .patch_claim(dest_ns, dest_name, &unlock)
-                .await?;
+            self.unlock_destination(dest_ns, dest_name).await?;
         }
         let message = format!(
             "volume {} moved from {source_ns}/{} to {dest_ns}/{dest_name}",
@@ -1011,6 +1014,16 @@ impl TransferController {
             }
         }
         Ok(())
+    }
+
+    /// Takes our lock annotation off the destination claim.
+    async fn unlock_destination(&self, namespace: &str, name: &str) -> Result<(), Error> {
+        self.leadership.check()?;
+        let unlock = json!({"metadata": {"annotations": {ANNOTATION_TRANSFER_LOCK: null}}});
+        match self.cluster.patch_claim(namespace, name, &unlock).await {
+            Ok(_) | Err(ClusterError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Undoes R2: the reclaim policy recorded in the volume's annotation
