@@ -546,6 +546,18 @@ impl TransferController {
         let source_ns = s.source_namespace();
         let (dest_ns, dest_name) = destination_of(s, d);
         let my_uid = uid_of(s);
+        // Only the controller writes status; still, never act on a snapshot
+        // of a claim other than the one both parties consented to.
+        if snapshot.name != s.spec.source.name {
+            let outcome = Outcome::failed(
+                REASON_VOLUME_CHANGED,
+                format!(
+                    "status.sourceClaim names claim {:?}, not spec.source.name {:?}; refusing to act on it",
+                    snapshot.name, s.spec.source.name
+                ),
+            );
+            return self.abort(s, Some(d), outcome).await;
+        }
         let Some(volume) = self.cluster.volume(&snapshot.volume_name).await? else {
             let outcome = Outcome::failed(
                 REASON_VOLUME_CHANGED,
