@@ -1,12 +1,15 @@
-//! The reconcilers: the NamespaceTransfer rebind protocol (and, in its own
-//! issue, the EphemeralClaim lifecycle). They act on our objects through
-//! `registry`, and on core objects (PVs, PVCs, pods) through kube-rs with the
-//! server's ServiceAccount, only while this replica holds the etcd election.
+//! The reconcilers: the NamespaceTransfer rebind protocol and the
+//! EphemeralClaim life cycle. They act on our objects through `registry`, and
+//! on core objects (PVs, PVCs, pods) through kube-rs with the server's
+//! ServiceAccount, only while this replica holds the etcd election.
 //!
-//! Owns the controllers' lifecycle: the election ([`leader`]), the triggers
-//! that say which object to look at ([`watch`]), the work queue
-//! ([`queue`]) and its workers. What a reconcile does lives in [`transfer`].
+//! Owns the controllers' lifecycle: the election ([`leader`]), and for each
+//! controller its triggers that say which object to look at ([`watch`],
+//! [`claim::watch`]), its work queue ([`queue`]) and its workers. Both share
+//! one term of leadership. What a reconcile does lives in [`transfer`] and
+//! [`claim`].
 
+pub mod claim;
 pub mod cluster;
 pub mod events;
 pub mod fault;
@@ -23,8 +26,10 @@ use tokio::sync::Notify;
 
 use crate::api::errors::ApiError;
 use crate::authz::Authorizer;
+use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{Context, Store};
+use claim::ClaimController;
 use cluster::{Cluster, ClusterError};
 use events::Events;
 use leader::{LeaderElection, LeaderStatus, Leadership, NotLeader};
@@ -68,6 +73,13 @@ impl Reconciler for TransferController {
     }
 }
 
+#[async_trait::async_trait]
+impl Reconciler for ClaimController {
+    async fn reconcile(&self, key: &str) -> Result<Next, Error> {
+        ClaimController::reconcile(self, key).await
+    }
+}
+
 /// How the controllers run.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
@@ -76,7 +88,7 @@ pub struct ControllerConfig {
     /// The etcd key prefix of the election.
     pub election: String,
     pub lease_ttl: Duration,
-    /// Reconciles that run at once.
+    /// Reconciles that run at once, per controller.
     pub workers: usize,
     pub transfer: TransferOptions,
 }
@@ -85,6 +97,7 @@ pub struct ControllerConfig {
 #[derive(Clone)]
 pub struct Dependencies {
     pub transfers: Arc<Store<NamespaceTransferStrategy>>,
+    pub claims: Arc<Store<EphemeralClaimStrategy>>,
     pub client: kube::Client,
     pub etcd: etcd_client::Client,
     pub authorizer: Arc<dyn Authorizer>,
@@ -118,35 +131,63 @@ pub fn start(config: ControllerConfig, deps: Dependencies, stop: Arc<Notify>) ->
     status
 }
 
-/// One term as leader: triggers, queue and workers, all dropped when the
-/// term ends.
+/// One term as leader: for each controller its triggers, queue and workers,
+/// all dropped when the term ends. A controller whose workers stop (they saw
+/// the lease lost) ends the term for both.
 async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadership) {
     tracing::info!(identity = %config.identity, "starting controllers");
-    let queue = WorkQueue::new();
     let cluster = Cluster::new(deps.client.clone());
-    let triggers =
-        watch::Triggers::start(deps.transfers.clone(), deps.client.clone(), queue.clone());
-    let controller = TransferController::new(
-        deps.transfers.clone(),
-        cluster,
-        triggers.storage_classes(),
-        deps.authorizer.clone(),
-        Events::new(deps.client.clone(), &config.identity),
-        leadership,
-        queue.clone(),
-        config.transfer.clone(),
-        Context {
-            user: crate::api::meta::Requester {
-                username: format!("system:controller:{}", config.identity),
-                ..Default::default()
-            },
-            dry_run: false,
+    let events = Events::new(deps.client.clone(), &config.identity);
+    let ctx = Context {
+        user: crate::api::meta::Requester {
+            username: format!("system:controller:{}", config.identity),
+            ..Default::default()
         },
+        dry_run: false,
+    };
+
+    let transfer_queue = WorkQueue::new();
+    let transfer_triggers = watch::Triggers::start(
+        deps.transfers.clone(),
+        deps.client.clone(),
+        transfer_queue.clone(),
     );
-    let workers = (0..config.workers.max(1)).map(|_| work(&queue, &controller));
+    let transfers = TransferController::new(
+        deps.transfers.clone(),
+        cluster.clone(),
+        transfer_triggers.storage_classes(),
+        deps.authorizer.clone(),
+        events.clone(),
+        leadership.clone(),
+        transfer_queue.clone(),
+        config.transfer.clone(),
+        ctx.clone(),
+    );
+
+    let claim_queue = WorkQueue::new();
+    let claim_triggers = claim::watch::Triggers::start(
+        deps.claims.clone(),
+        deps.client.clone(),
+        claim_queue.clone(),
+    );
+    let claims = ClaimController::new(
+        deps.claims.clone(),
+        cluster,
+        deps.authorizer.clone(),
+        events,
+        leadership,
+        ctx,
+    );
+
+    let workers = config.workers.max(1);
+    let transfer_workers = join_all((0..workers).map(|_| work(&transfer_queue, &transfers)));
+    let claim_workers = join_all((0..workers).map(|_| work(&claim_queue, &claims)));
     // The triggers and workers live exactly as long as this future.
-    let _triggers = triggers;
-    join_all(workers).await;
+    let _triggers = (transfer_triggers, claim_triggers);
+    tokio::select! {
+        _ = transfer_workers => {}
+        _ = claim_workers => {}
+    }
 }
 
 /// One worker: takes keys off the queue until it is shut down.

@@ -274,6 +274,7 @@ pub async fn serve(
             },
             controller::Dependencies {
                 transfers: transfers.clone(),
+                claims: claims.clone(),
                 client: cluster.client,
                 etcd: cluster.etcd,
                 authorizer: auth.authz.clone(),

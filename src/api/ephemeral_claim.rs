@@ -31,6 +31,15 @@ pub const OWNER_KIND_POD: &str = "Pod";
 /// EphemeralClaim, so it is never touched.
 pub const REASON_CLAIM_CONFLICT: &str = "ClaimConflict";
 
+/// The finalizer that holds an EphemeralClaim until the claim it made is deleted,
+/// so that deleting the EphemeralClaim never orphans its claim.
+pub const FINALIZER_CLAIM_PROTECTION: &str = "storage.transfer.k8s.io/ephemeral-claim-protection";
+
+/// Condition: the claim was made (`True` from the moment the controller has seen it
+/// exist). A claim once made is never made again: if it disappears, the
+/// EphemeralClaim is `Deleted`.
+pub const CONDITION_CLAIM_CREATED: &str = "ClaimCreated";
+
 /// The access modes a PersistentVolumeClaim accepts, sorted as kube lists them.
 pub const SUPPORTED_ACCESS_MODES: &[&str] = &[
     "ReadOnlyMany",

@@ -178,6 +178,13 @@ impl Cluster {
         }
     }
 
+    /// Every pod in `namespace`, live: what the EphemeralClaim controller
+    /// decides its owner's state and the claim's use on.
+    pub async fn pods(&self, namespace: &str) -> Result<Vec<Pod>, ClusterError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        Ok(pods.list(&ListParams::default()).await?.items)
+    }
+
     /// The pods in `namespace` that use claim `name` now, by the
     /// pvc-protection rule: scheduled (`spec.nodeName` set), not Succeeded or
     /// Failed, and naming the claim in a volume (directly, or as the claim of

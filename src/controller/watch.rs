@@ -23,17 +23,20 @@ use kube::Api;
 use tokio::task::JoinHandle;
 
 use super::queue::WorkQueue;
-use super::transfer::matching::{are_peers, is_active, key_of, role_of};
+use super::transfer::matching::{are_peers, is_active, role_of};
+use crate::api::meta::Object;
 use crate::api::namespace_transfer::{NamespaceTransfer, Role};
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
-use crate::registry::{ListOptions, Store, WatchEvent, WatchOptions};
+use crate::registry::{ListOptions, Store, Strategy, WatchEvent, WatchOptions};
 
 /// How often every transfer is queued even without an event.
 const RESYNC: Duration = Duration::from_secs(30);
 /// The pause before a failed watch is started again.
 const RETRY: Duration = Duration::from_secs(1);
 
-type Known = Arc<RwLock<HashMap<String, NamespaceTransfer>>>;
+/// A local copy of every object of one kind, by `namespace/name`, kept from
+/// the registry's watch.
+pub(super) type Known<O> = Arc<RwLock<HashMap<String, O>>>;
 
 /// The running triggers; dropping this stops them.
 #[derive(Debug)]
@@ -57,9 +60,14 @@ impl Triggers {
         client: kube::Client,
         queue: WorkQueue,
     ) -> Self {
-        let known: Known = Arc::default();
+        let known: Known<NamespaceTransfer> = Arc::default();
         let mut tasks = vec![
-            tokio::spawn(watch_transfers(transfers, known.clone(), queue.clone())),
+            tokio::spawn(watch_objects(
+                transfers,
+                known.clone(),
+                queue.clone(),
+                related,
+            )),
             tokio::spawn(resync(known.clone(), queue.clone())),
         ];
 
@@ -110,16 +118,17 @@ impl Triggers {
     }
 }
 
-fn namespace<K>(obj: &PartialObjectMeta<K>) -> &str {
+pub(super) fn namespace<K>(obj: &PartialObjectMeta<K>) -> &str {
     obj.metadata.namespace.as_deref().unwrap_or_default()
 }
 
-fn name<K>(obj: &PartialObjectMeta<K>) -> &str {
+pub(super) fn name<K>(obj: &PartialObjectMeta<K>) -> &str {
     obj.metadata.name.as_deref().unwrap_or_default()
 }
 
 /// The objects of kind `K` that were added, changed or deleted, metadata only.
-fn metadata_events<K>(
+/// The EphemeralClaim triggers use it too.
+pub(super) fn metadata_events<K>(
     client: &kube::Client,
 ) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
 where
@@ -134,12 +143,12 @@ where
     .touched_objects()
 }
 
-/// Queues every known transfer that `concerns` an object of the stream.
-async fn forward<K>(
+/// Queues every known object that `concerns` an object of the stream.
+pub(super) async fn forward<K, O: Object>(
     events: impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>>,
-    known: Known,
+    known: Known<O>,
     queue: WorkQueue,
-    concerns: impl Fn(&NamespaceTransfer, &PartialObjectMeta<K>) -> bool,
+    concerns: impl Fn(&O, &PartialObjectMeta<K>) -> bool,
 ) {
     futures::pin_mut!(events);
     while let Some(event) = events.next().await {
@@ -152,8 +161,8 @@ async fn forward<K>(
         };
         let keys: Vec<String> = read(&known)
             .values()
-            .filter(|t| concerns(t, &obj))
-            .map(key_of)
+            .filter(|o| concerns(o, &obj))
+            .map(object_key)
             .collect();
         for key in keys {
             queue.add(&key);
@@ -161,18 +170,20 @@ async fn forward<K>(
     }
 }
 
-/// Our objects: every change queues the object and the transfers it may pair
-/// with.
-async fn watch_transfers(
-    transfers: Arc<Store<NamespaceTransferStrategy>>,
-    known: Known,
+/// Our objects of one kind: every change (deletions too: the reconciler
+/// reads what is left) queues the object and the keys `related` names.
+pub(super) async fn watch_objects<S: Strategy>(
+    store: Arc<Store<S>>,
+    known: Known<S::Object>,
     queue: WorkQueue,
+    related: impl Fn(&S::Object, &HashMap<String, S::Object>) -> Vec<String>,
 ) {
+    let kind = <S::Object as Object>::resource().kind;
     loop {
-        let list = match transfers.list(None, &ListOptions::default()).await {
+        let list = match store.list(None, &ListOptions::default()).await {
             Ok(list) => list,
             Err(err) => {
-                tracing::warn!(error = %err, "listing transfers failed; retrying");
+                tracing::warn!(kind, error = %err, "listing failed; retrying");
                 tokio::time::sleep(RETRY).await;
                 continue;
             }
@@ -180,48 +191,49 @@ async fn watch_transfers(
         {
             let mut map = write(&known);
             map.clear();
-            for t in list.items {
-                map.insert(key_of(&t), t);
+            for o in list.items {
+                map.insert(object_key(&o), o);
             }
         }
-        for key in read(&known).keys() {
-            queue.add(key);
+        let keys: Vec<String> = read(&known).keys().cloned().collect();
+        for key in keys {
+            queue.add(&key);
         }
         let opts = WatchOptions {
             resource_version: Some(list.resource_version.clone()),
             allow_bookmarks: true,
             ..WatchOptions::default()
         };
-        let mut watch = match transfers.watch(None, opts).await {
+        let mut watch = match store.watch(None, opts).await {
             Ok(w) => w,
             Err(err) => {
-                tracing::warn!(error = %err, "watching transfers failed; relisting");
+                tracing::warn!(kind, error = %err, "watching failed; relisting");
                 tokio::time::sleep(RETRY).await;
                 continue;
             }
         };
         while let Some(event) = watch.next().await {
-            let (t, deleted) = match event {
-                Ok(WatchEvent::Added(t) | WatchEvent::Modified(t)) => (t, false),
-                Ok(WatchEvent::Deleted(t)) => (t, true),
+            let (o, deleted) = match event {
+                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => (o, false),
+                Ok(WatchEvent::Deleted(o)) => (o, true),
                 Ok(WatchEvent::Bookmark { .. }) => continue,
                 Err(err) => {
-                    tracing::info!(error = %err, "transfer watch ended; relisting");
+                    tracing::info!(kind, error = %err, "watch ended; relisting");
                     break;
                 }
             };
-            let key = key_of(&t);
-            let related = related(&t, &read(&known));
+            let key = object_key(&o);
+            let others = related(&o, &read(&known));
             {
                 let mut map = write(&known);
                 if deleted {
                     map.remove(&key);
                 } else {
-                    map.insert(key.clone(), t);
+                    map.insert(key.clone(), o);
                 }
             }
             queue.add(&key);
-            for other in related {
+            for other in others {
                 queue.add(&other);
             }
         }
@@ -243,13 +255,13 @@ fn related(t: &NamespaceTransfer, known: &HashMap<String, NamespaceTransfer>) ->
         known
             .values()
             .filter(|o| are_peers(t, o) || are_peers(o, t))
-            .map(key_of),
+            .map(object_key),
     );
     keys
 }
 
-/// Every known transfer, every [`RESYNC`].
-async fn resync(known: Known, queue: WorkQueue) {
+/// Every known object, every [`RESYNC`].
+pub(super) async fn resync<O>(known: Known<O>, queue: WorkQueue) {
     loop {
         tokio::time::sleep(RESYNC).await;
         let keys: Vec<String> = read(&known).keys().cloned().collect();
@@ -259,10 +271,20 @@ async fn resync(known: Known, queue: WorkQueue) {
     }
 }
 
-fn read(known: &Known) -> std::sync::RwLockReadGuard<'_, HashMap<String, NamespaceTransfer>> {
+/// `namespace/name`, the queue key of every controller.
+pub(super) fn object_key<O: Object>(o: &O) -> String {
+    let m = o.metadata();
+    format!(
+        "{}/{}",
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn read<O>(known: &Known<O>) -> std::sync::RwLockReadGuard<'_, HashMap<String, O>> {
     known.read().unwrap_or_else(|p| p.into_inner())
 }
 
-fn write(known: &Known) -> std::sync::RwLockWriteGuard<'_, HashMap<String, NamespaceTransfer>> {
+fn write<O>(known: &Known<O>) -> std::sync::RwLockWriteGuard<'_, HashMap<String, O>> {
     known.write().unwrap_or_else(|p| p.into_inner())
 }

@@ -1,0 +1,507 @@
+use super::lifecycle::*;
+use super::*;
+use crate::api::ephemeral_claim::ReleasePolicy;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{json, Value};
+
+/// A claim that was made, is bound, and waits for its pod.
+fn waiting() -> Facts {
+    Facts {
+        phase: Phase::Bound,
+        release_policy: ReleasePolicy::Delete,
+        deleting: false,
+        has_finalizer: true,
+        claim_created: true,
+        first_used: false,
+        claim: ClaimState::Ours {
+            bound: true,
+            deleting: false,
+        },
+        owner: OwnerState::Active,
+        users: Users::default(),
+    }
+}
+
+/// A new EphemeralClaim whose owner pod exists.
+fn fresh() -> Facts {
+    Facts {
+        phase: Phase::Pending,
+        has_finalizer: false,
+        claim_created: false,
+        claim: ClaimState::Absent,
+        ..waiting()
+    }
+}
+
+fn with(base: Facts, edit: impl FnOnce(&mut Facts)) -> Facts {
+    let mut f = base;
+    edit(&mut f);
+    f
+}
+
+const OURS_BOUND: ClaimState = ClaimState::Ours {
+    bound: true,
+    deleting: false,
+};
+const OURS_UNBOUND: ClaimState = ClaimState::Ours {
+    bound: false,
+    deleting: false,
+};
+const OURS_DELETING: ClaimState = ClaimState::Ours {
+    bound: true,
+    deleting: true,
+};
+
+#[test]
+fn the_lifecycle_takes_the_step_its_facts_call_for() {
+    let used = |f: &mut Facts| {
+        f.phase = Phase::InUse;
+        f.first_used = true;
+    };
+    let cases: Vec<(&str, Facts, Step)> = vec![
+        (
+            "a new claim gets the finalizer first",
+            fresh(),
+            Step::AddFinalizer,
+        ),
+        (
+            "with the finalizer, the claim is made for an existing owner",
+            with(fresh(), |f| f.has_finalizer = true),
+            Step::CreateClaim,
+        ),
+        (
+            "an owner that does not exist yet is waited for",
+            with(fresh(), |f| {
+                f.has_finalizer = true;
+                f.owner = OwnerState::Gone;
+            }),
+            Step::WaitForOwner,
+        ),
+        (
+            "an owner that finished before the claim was made fails it",
+            with(fresh(), |f| {
+                f.has_finalizer = true;
+                f.owner = OwnerState::Finished;
+            }),
+            Step::FailOwnerFinished,
+        ),
+        (
+            "a claim of the name that is not ours is a conflict",
+            with(fresh(), |f| {
+                f.has_finalizer = true;
+                f.claim = ClaimState::Foreign;
+            }),
+            Step::FailConflict,
+        ),
+        (
+            "our claim found before it was recorded is recorded",
+            with(fresh(), |f| {
+                f.has_finalizer = true;
+                f.claim = OURS_UNBOUND;
+            }),
+            Step::RecordCreated,
+        ),
+        (
+            "a made claim waits to be bound",
+            with(fresh(), |f| {
+                f.has_finalizer = true;
+                f.claim_created = true;
+                f.claim = OURS_UNBOUND;
+            }),
+            Step::WaitForBinding,
+        ),
+        (
+            "a bound claim is recorded Bound",
+            with(waiting(), |f| f.phase = Phase::Pending),
+            Step::RecordBound,
+        ),
+        (
+            "a bound claim whose pod has not started is left alone",
+            waiting(),
+            Step::Idle,
+        ),
+        (
+            "a pod that references the claim but has not started does not release it",
+            with(waiting(), |f| {
+                f.users = Users {
+                    running: false,
+                    active: true,
+                }
+            }),
+            Step::Idle,
+        ),
+        (
+            "a running pod marks the first use",
+            with(waiting(), |f| {
+                f.users = Users {
+                    running: true,
+                    active: true,
+                }
+            }),
+            Step::RecordFirstUse,
+        ),
+        (
+            "a claim in use stays while a pod may still run",
+            with(waiting(), |f| {
+                used(f);
+                f.users = Users {
+                    running: true,
+                    active: true,
+                };
+            }),
+            Step::Idle,
+        ),
+        (
+            "a used claim no pod needs is deleted under Delete",
+            with(waiting(), used),
+            Step::RecordDeleted(Release::NoLongerUsed),
+        ),
+        (
+            "a used claim no pod needs is released under Retain",
+            with(waiting(), |f| {
+                used(f);
+                f.release_policy = ReleasePolicy::Retain;
+            }),
+            Step::Retain(Release::NoLongerUsed),
+        ),
+        (
+            "a finished owner releases a claim that was never used",
+            with(waiting(), |f| f.owner = OwnerState::Finished),
+            Step::RecordDeleted(Release::OwnerFinished),
+        ),
+        (
+            "a vanished owner releases a claim that was never used",
+            with(waiting(), |f| f.owner = OwnerState::Gone),
+            Step::RecordDeleted(Release::OwnerGone),
+        ),
+        (
+            "a vanished owner releases a claim that was never bound",
+            with(fresh(), |f| {
+                f.has_finalizer = true;
+                f.claim_created = true;
+                f.claim = OURS_UNBOUND;
+                f.owner = OwnerState::Gone;
+            }),
+            Step::RecordDeleted(Release::OwnerGone),
+        ),
+        (
+            "Deleted is recorded before our claim is deleted; then it is deleted",
+            with(waiting(), |f| f.phase = Phase::Deleted),
+            Step::DeleteClaim,
+        ),
+        (
+            "once our claim is on its way out, the finalizer goes",
+            with(waiting(), |f| {
+                f.phase = Phase::Deleted;
+                f.claim = OURS_DELETING;
+            }),
+            Step::RemoveFinalizer,
+        ),
+        (
+            "a Deleted claim with nothing left is done",
+            with(waiting(), |f| {
+                f.phase = Phase::Deleted;
+                f.claim = ClaimState::Absent;
+                f.has_finalizer = false;
+            }),
+            Step::Idle,
+        ),
+        (
+            "a made claim that someone else deleted is never made again",
+            with(waiting(), |f| f.claim = ClaimState::Absent),
+            Step::RecordDeleted(Release::ClaimDeleted),
+        ),
+        (
+            "a made claim replaced by a foreign one is gone, not a conflict",
+            with(waiting(), |f| f.claim = ClaimState::Foreign),
+            Step::RecordDeleted(Release::ClaimDeleted),
+        ),
+        (
+            "our claim deleted by someone else is recorded Deleted",
+            with(waiting(), |f| f.claim = OURS_DELETING),
+            Step::RecordDeleted(Release::ClaimDeleted),
+        ),
+        (
+            "a retained claim stays, whatever its pods do",
+            with(waiting(), |f| {
+                f.phase = Phase::Released;
+                f.owner = OwnerState::Gone;
+            }),
+            Step::Idle,
+        ),
+        (
+            "deleting the EphemeralClaim deletes a retained claim",
+            with(waiting(), |f| {
+                f.phase = Phase::Released;
+                f.deleting = true;
+            }),
+            Step::RecordDeleted(Release::EphemeralClaimDeleted),
+        ),
+        (
+            "deleting the EphemeralClaim deletes a claim in use",
+            with(waiting(), |f| {
+                used(f);
+                f.deleting = true;
+            }),
+            Step::RecordDeleted(Release::EphemeralClaimDeleted),
+        ),
+        (
+            "deleting an EphemeralClaim that made nothing only drops the finalizer",
+            with(fresh(), |f| {
+                f.has_finalizer = true;
+                f.deleting = true;
+            }),
+            Step::RemoveFinalizer,
+        ),
+        (
+            "a Failed claim never touches the conflicting claim, and lets go",
+            with(fresh(), |f| {
+                f.phase = Phase::Failed;
+                f.has_finalizer = true;
+                f.claim = ClaimState::Foreign;
+                f.deleting = true;
+            }),
+            Step::RemoveFinalizer,
+        ),
+        (
+            "a claim that lost its volume after being bound is not sent back to Pending",
+            with(waiting(), |f| f.claim = OURS_UNBOUND),
+            Step::Idle,
+        ),
+    ];
+    for (what, facts, want) in cases {
+        assert_eq!(next_step(&facts), want, "{what}: {facts:?}");
+    }
+}
+
+/// Every combination of facts in which the owner may still run and the claim
+/// was never used: no step releases or deletes it, unless the EphemeralClaim
+/// itself is being deleted or the claim is already gone.
+#[test]
+fn a_claim_is_never_released_before_use_while_its_owner_may_run() {
+    let phases = [Phase::Pending, Phase::Bound];
+    let claims = [
+        ClaimState::Absent,
+        ClaimState::Foreign,
+        OURS_BOUND,
+        OURS_UNBOUND,
+        OURS_DELETING,
+    ];
+    let mut checked = 0;
+    for phase in phases {
+        for claim in claims {
+            for policy in [ReleasePolicy::Delete, ReleasePolicy::Retain] {
+                for (has_finalizer, claim_created, active) in [
+                    (true, true, true),
+                    (true, true, false),
+                    (true, false, true),
+                    (true, false, false),
+                    (false, true, false),
+                    (false, false, false),
+                ] {
+                    let facts = Facts {
+                        phase,
+                        release_policy: policy,
+                        deleting: false,
+                        has_finalizer,
+                        claim_created,
+                        first_used: false,
+                        claim,
+                        owner: OwnerState::Active,
+                        users: Users {
+                            running: false,
+                            active,
+                        },
+                    };
+                    let step = next_step(&facts);
+                    let gone = (claim_created && !matches!(claim, ClaimState::Ours { .. }))
+                        || claim == OURS_DELETING;
+                    match step {
+                        Step::Retain(_) | Step::DeleteClaim => {
+                            panic!("{step:?} before use: {facts:?}")
+                        }
+                        Step::RecordDeleted(why) => assert!(
+                            gone && why == Release::ClaimDeleted,
+                            "{step:?} before use: {facts:?}"
+                        ),
+                        _ => {}
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 5 * 2 * 6);
+}
+
+#[test]
+fn release_needs_use_or_a_finished_owner() {
+    let cases = [
+        (OwnerState::Active, false, false, None),
+        (OwnerState::Active, true, true, None),
+        (OwnerState::Active, true, false, Some(Release::NoLongerUsed)),
+        (
+            OwnerState::Finished,
+            false,
+            true,
+            Some(Release::OwnerFinished),
+        ),
+        (OwnerState::Gone, false, true, Some(Release::OwnerGone)),
+    ];
+    for (owner, first_used, active, want) in cases {
+        let facts = with(waiting(), |f| {
+            f.owner = owner;
+            f.first_used = first_used;
+            f.users.active = active;
+        });
+        assert_eq!(release(&facts), want, "{facts:?}");
+    }
+}
+
+fn pvc(value: Value) -> PersistentVolumeClaim {
+    serde_json::from_value(value).unwrap()
+}
+
+fn pod(value: Value) -> Pod {
+    serde_json::from_value(value).unwrap()
+}
+
+#[test]
+fn only_a_claim_whose_controller_is_this_ephemeral_claim_is_ours() {
+    let owned = |controller: bool, uid: &str| {
+        pvc(json!({
+            "metadata": {"name": "runner-scratch", "ownerReferences": [{
+                "apiVersion": "storage.transfer.k8s.io/v1alpha1", "kind": "EphemeralClaim",
+                "name": "scratch", "uid": uid, "controller": controller,
+            }]},
+            "status": {"phase": "Bound"},
+        }))
+    };
+    assert_eq!(claim_state(None, "u1"), ClaimState::Absent);
+    assert_eq!(claim_state(Some(&owned(true, "u1")), "u1"), OURS_BOUND);
+    assert_eq!(
+        claim_state(Some(&owned(true, "u2")), "u1"),
+        ClaimState::Foreign
+    );
+    assert_eq!(
+        claim_state(Some(&owned(false, "u1")), "u1"),
+        ClaimState::Foreign
+    );
+    let plain = pvc(json!({"metadata": {"name": "runner-scratch"}}));
+    assert_eq!(claim_state(Some(&plain), "u1"), ClaimState::Foreign);
+    assert_eq!(claim_state(Some(&owned(true, "")), ""), ClaimState::Foreign);
+}
+
+#[test]
+fn the_owner_is_the_pod_whose_uid_the_claim_names() {
+    let pods = vec![
+        pod(json!({"metadata": {"name": "runner", "uid": "p2"}, "status": {"phase": "Pending"}})),
+        pod(json!({"metadata": {"name": "done", "uid": "p3"}, "status": {"phase": "Succeeded"}})),
+        pod(json!({"metadata": {"name": "leaving", "uid": "p4",
+            "deletionTimestamp": "2024-01-01T00:00:00Z"}, "status": {"phase": "Running"}})),
+    ];
+    assert_eq!(owner_state(&pods, "runner", None), OwnerState::Active);
+    assert_eq!(
+        owner_state(&pods, "runner", Some(Some("p2"))),
+        OwnerState::Active
+    );
+    assert_eq!(
+        owner_state(&pods, "runner", Some(Some("p1"))),
+        OwnerState::Gone,
+        "a new pod of the same name is not the owner"
+    );
+    assert_eq!(
+        owner_state(&pods, "runner", Some(None)),
+        OwnerState::Gone,
+        "a reference the garbage collector removed means the owner is gone"
+    );
+    assert_eq!(owner_state(&pods, "missing", None), OwnerState::Gone);
+    assert_eq!(owner_state(&pods, "done", None), OwnerState::Finished);
+    assert_eq!(owner_state(&pods, "leaving", None), OwnerState::Finished);
+}
+
+#[test]
+fn users_are_the_pods_that_name_the_claim_and_may_still_run() {
+    let using = |name: &str, phase: &str, deleting: bool| {
+        let mut meta = json!({"name": name});
+        if deleting {
+            meta["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+        }
+        pod(json!({
+            "metadata": meta,
+            "spec": {"containers": [], "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "runner-scratch"}}
+            ]},
+            "status": {"phase": phase},
+        }))
+    };
+    let other = pod(json!({
+        "metadata": {"name": "other"},
+        "spec": {"containers": [], "volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "something-else"}}
+        ]},
+        "status": {"phase": "Running"},
+    }));
+    let cases = [
+        (vec![], false, false),
+        (vec![other.clone()], false, false),
+        (vec![using("a", "Pending", false)], false, true),
+        (vec![using("a", "Running", false)], true, true),
+        (vec![using("a", "Running", true)], true, false),
+        (vec![using("a", "Succeeded", false)], false, false),
+        (vec![using("a", "Failed", false), other], false, false),
+    ];
+    for (pods, running, active) in cases {
+        let (got, names) = users(&pods, "runner-scratch");
+        assert_eq!(got, Users { running, active }, "{pods:?}");
+        assert_eq!(!names.is_empty(), running);
+    }
+}
+
+#[test]
+fn the_claim_is_made_from_the_template_owned_by_the_ephemeral_claim_and_the_pod() {
+    let ec: EphemeralClaim = serde_json::from_value(json!({
+        "metadata": {"name": "scratch", "namespace": "ci", "uid": "ec-uid"},
+        "spec": {
+            "owner": {"apiVersion": "v1", "kind": "Pod", "name": "runner"},
+            "claimTemplate": {
+                "metadata": {"labels": {"team": "ci"}, "annotations": {"note": "x"}},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "fast",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                    "dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "fixture"},
+                },
+            },
+        },
+    }))
+    .unwrap();
+    let claim = claim_from_template(&ec, "pod-uid");
+    let got = serde_json::to_value(&claim).unwrap();
+    assert_eq!(
+        got,
+        json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": "runner-scratch",
+                "namespace": "ci",
+                "labels": {"team": "ci"},
+                "annotations": {"note": "x"},
+                "ownerReferences": [
+                    {"apiVersion": "storage.transfer.k8s.io/v1alpha1", "kind": "EphemeralClaim",
+                     "name": "scratch", "uid": "ec-uid", "controller": true},
+                    {"apiVersion": "v1", "kind": "Pod", "name": "runner", "uid": "pod-uid"},
+                ],
+            },
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "fast",
+                "resources": {"requests": {"storage": "1Gi"}},
+                "dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "fixture"},
+            },
+        })
+    );
+    assert_eq!(claim_state(Some(&claim), "ec-uid"), OURS_UNBOUND);
+    assert_eq!(recorded_owner_uid(&claim, "runner"), Some("pod-uid"));
+}

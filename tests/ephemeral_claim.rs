@@ -1,0 +1,618 @@
+//! EphemeralClaim end to end (DESIGN §2.2): our controller makes the claim
+//! from the template, the real kube-controller-manager binds it to a
+//! statically provisioned volume, pods (without a kubelet: `spec.nodeName` set
+//! and `status.phase` patched) use it, and the claim is released when its pod
+//! is done, never before. Admission, conflicts and bad input too.
+
+#![allow(clippy::unwrap_used)] // Tests fail by panicking.
+
+mod ephemeral;
+mod scenario;
+
+use std::time::Duration;
+
+use ephemeral::*;
+use scenario::{
+    claim_json, consistently, delete_pod, events_about, eventually, set_pod_phase, unique,
+    volume_json,
+};
+use serde_json::{json, Value};
+use sta_testenv::{shared, ControlPlane, Kubectl};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn cp() -> &'static ControlPlane {
+    let cp = shared(env!("CARGO_BIN_EXE_storage-transfer-apiserver"));
+    static CLASS: std::sync::Once = std::sync::Once::new();
+    CLASS.call_once(|| ensure_class(cp.kubectl()));
+    cp
+}
+
+fn admin() -> &'static Kubectl {
+    cp().kubectl()
+}
+
+#[test]
+fn the_claim_is_made_from_the_template_under_a_deterministic_name_with_both_owners() {
+    let ns = cp().namespace("ec-template").unwrap();
+    let k = admin();
+    create_pod(
+        k,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Unscheduled,
+    );
+    apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
+    let ec = wait_ec(k, &ns.name, "scratch", |ec| {
+        ec["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "ClaimCreated"))
+    });
+    assert_eq!(ec["status"]["claimName"], "runner-scratch");
+    assert_eq!(ec["status"]["phase"], "Pending");
+    assert_eq!(ec["status"]["reason"], "WaitingForBinding");
+    assert_eq!(
+        ec["metadata"]["finalizers"],
+        json!(["storage.transfer.k8s.io/ephemeral-claim-protection"])
+    );
+
+    let claim = claim_json(k, &ns.name, "runner-scratch").expect("the claim was made");
+    assert_eq!(
+        claim["metadata"]["labels"],
+        json!({"purpose": "scratch", "team": "ci"})
+    );
+    assert_eq!(
+        claim["metadata"]["annotations"]["example.com/note"],
+        "made from a template"
+    );
+    assert_eq!(claim["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+    assert_eq!(claim["spec"]["storageClassName"], STATIC_CLASS);
+    assert_eq!(claim["spec"]["volumeMode"], "Filesystem");
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "1Gi");
+
+    let pod_uid = json_of(k, &["get", "pod", "runner", "-n", &ns.name])["metadata"]["uid"].clone();
+    assert_eq!(
+        claim["metadata"]["ownerReferences"],
+        json!([
+            {
+                "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+                "kind": "EphemeralClaim",
+                "name": "scratch",
+                "uid": ec["metadata"]["uid"],
+                "controller": true,
+            },
+            {"apiVersion": "v1", "kind": "Pod", "name": "runner", "uid": pod_uid},
+        ])
+    );
+    let events = events_about(k, &ns.name, "PersistentVolumeClaim", "runner-scratch");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("Created: made from the template")),
+        "a Created event on the claim: {events:?}"
+    );
+}
+
+#[test]
+fn a_claim_waits_for_its_owner_pod_to_exist_before_it_is_made() {
+    let ns = cp().namespace("ec-no-owner").unwrap();
+    let k = admin();
+    apply_ephemeral_claim(k, &ns.name, "scratch", "later", Policy::Delete);
+    let ec = wait_ec(k, &ns.name, "scratch", |ec| {
+        ec["status"]["reason"] == "WaitingForOwner"
+    });
+    assert_eq!(ec["status"]["phase"], "Pending");
+    assert!(claim_json(k, &ns.name, "later-scratch").is_none());
+    create_pod(
+        k,
+        &ns.name,
+        "later",
+        "later-scratch",
+        Scheduling::Unscheduled,
+    );
+    eventually("the claim to be made once its pod exists", WAIT, || {
+        claim_json(k, &ns.name, "later-scratch").is_some()
+    });
+}
+
+#[test]
+fn a_bound_claim_whose_pod_has_not_started_is_never_deleted() {
+    let ns = cp().namespace("ec-patient").unwrap();
+    let k = admin();
+    let pv = unique("ec-pv");
+    static_volume(k, &pv, &ns.name, "runner-scratch", "Delete");
+    create_pod(
+        k,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Unscheduled,
+    );
+    apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
+    let ec = wait_phase(k, &ns.name, "scratch", "Bound");
+    assert_eq!(ec["status"]["volumeName"], pv.as_str());
+    assert!(ec["status"]["firstUsedTime"].is_null());
+    let uid = claim_json(k, &ns.name, "runner-scratch").unwrap()["metadata"]["uid"].clone();
+    // Longer than the controller's resync, so every trigger has fired.
+    consistently(
+        "the unused claim stays bound",
+        Duration::from_secs(35),
+        || {
+            let claim = claim_json(k, &ns.name, "runner-scratch");
+            claim.is_some_and(|c| {
+                c["metadata"]["uid"] == uid
+                    && c["metadata"]["deletionTimestamp"].is_null()
+                    && c["status"]["phase"] == "Bound"
+            }) && ec_phase(k, &ns.name, "scratch") == "Bound"
+        },
+    );
+    let events = events_about(k, &ns.name, "EphemeralClaim", "scratch");
+    assert!(
+        events.iter().any(|e| e.starts_with("ClaimBound: Bound")),
+        "a Bound event: {events:?}"
+    );
+}
+
+#[test]
+fn a_claim_goes_in_use_when_its_pod_runs_and_is_deleted_when_it_succeeds() {
+    let ns = cp().namespace("ec-delete").unwrap();
+    let k = admin();
+    let pv = unique("ec-pv");
+    // A Retain volume shows what the reclaim policy did: it is Released.
+    static_volume(k, &pv, &ns.name, "runner-scratch", "Retain");
+    create_pod(
+        k,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Scheduled,
+    );
+    apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
+    wait_phase(k, &ns.name, "scratch", "Bound");
+    let claim_uid = claim_json(k, &ns.name, "runner-scratch").unwrap()["metadata"]["uid"].clone();
+
+    set_pod_phase(k, &ns.name, "runner", "Running");
+    let ec = wait_phase(k, &ns.name, "scratch", "InUse");
+    assert!(ec["status"]["firstUsedTime"].is_string(), "{ec}");
+    assert_eq!(ec["status"]["reason"], "PodRunning");
+
+    set_pod_phase(k, &ns.name, "runner", "Succeeded");
+    let ec = wait_phase(k, &ns.name, "scratch", "Deleted");
+    assert_eq!(ec["status"]["reason"], "OwnerFinished");
+    assert!(ec["status"]["releasedTime"].is_string(), "{ec}");
+    eventually("the claim to be deleted", WAIT, || {
+        claim_json(k, &ns.name, "runner-scratch")
+            .is_some_and(|c| c["metadata"]["deletionTimestamp"].is_string())
+    });
+    // pvc-protection holds the claim while the finished pod still names it.
+    delete_pod(k, &ns.name, "runner");
+    eventually("the claim to be gone", WAIT, || {
+        claim_json(k, &ns.name, "runner-scratch").is_none()
+    });
+    eventually("the volume to follow its Retain policy", WAIT, || {
+        volume_json(k, &pv).is_some_and(|v| {
+            v["status"]["phase"] == "Released" && v["spec"]["claimRef"]["uid"] == claim_uid
+        })
+    });
+
+    let events = events_about(k, &ns.name, "EphemeralClaim", "scratch");
+    for phase in ["Bound", "InUse", "Deleted"] {
+        assert!(
+            events.iter().any(|e| e.contains(&format!(": {phase}: "))),
+            "an Event for {phase}: {events:?}"
+        );
+    }
+    let events = events_about(k, &ns.name, "PersistentVolumeClaim", "runner-scratch");
+    for phase in ["Bound", "InUse", "Deleted"] {
+        assert!(
+            events.iter().any(|e| e.contains(&format!("is {phase}: "))),
+            "an Event on the claim for {phase}: {events:?}"
+        );
+    }
+}
+
+#[test]
+fn under_retain_a_used_claim_is_released_and_kept() {
+    let ns = cp().namespace("ec-retain").unwrap();
+    let k = admin();
+    let pv = unique("ec-pv");
+    static_volume(k, &pv, &ns.name, "runner-scratch", "Delete");
+    create_pod(
+        k,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Scheduled,
+    );
+    apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Retain);
+    wait_phase(k, &ns.name, "scratch", "Bound");
+    let uid = claim_json(k, &ns.name, "runner-scratch").unwrap()["metadata"]["uid"].clone();
+    set_pod_phase(k, &ns.name, "runner", "Running");
+    wait_phase(k, &ns.name, "scratch", "InUse");
+    set_pod_phase(k, &ns.name, "runner", "Succeeded");
+    let ec = wait_phase(k, &ns.name, "scratch", "Released");
+    assert_eq!(ec["status"]["reason"], "OwnerFinished");
+    assert!(ec["status"]["releasedTime"].is_string(), "{ec}");
+    delete_pod(k, &ns.name, "runner");
+    consistently("the retained claim stays", Duration::from_secs(5), || {
+        claim_json(k, &ns.name, "runner-scratch").is_some_and(|c| {
+            c["metadata"]["uid"] == uid
+                && c["metadata"]["deletionTimestamp"].is_null()
+                && c["status"]["phase"] == "Bound"
+        }) && ec_phase(k, &ns.name, "scratch") == "Released"
+    });
+}
+
+#[test]
+fn a_claim_stays_in_use_while_another_pod_may_still_use_it() {
+    let ns = cp().namespace("ec-shared").unwrap();
+    let k = admin();
+    let pv = unique("ec-pv");
+    static_volume(k, &pv, &ns.name, "runner-scratch", "Delete");
+    create_pod(
+        k,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Scheduled,
+    );
+    create_pod(
+        k,
+        &ns.name,
+        "helper",
+        "runner-scratch",
+        Scheduling::Scheduled,
+    );
+    apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
+    wait_phase(k, &ns.name, "scratch", "Bound");
+    set_pod_phase(k, &ns.name, "helper", "Running");
+    wait_phase(k, &ns.name, "scratch", "InUse");
+    set_pod_phase(k, &ns.name, "helper", "Succeeded");
+    // The owner has not run yet and still may: the claim is kept.
+    consistently(
+        "the claim is kept for its owner",
+        Duration::from_secs(5),
+        || {
+            ec_phase(k, &ns.name, "scratch") == "InUse"
+                && claim_json(k, &ns.name, "runner-scratch")
+                    .is_some_and(|c| c["metadata"]["deletionTimestamp"].is_null())
+        },
+    );
+    set_pod_phase(k, &ns.name, "runner", "Running");
+    set_pod_phase(k, &ns.name, "runner", "Failed");
+    let ec = wait_phase(k, &ns.name, "scratch", "Deleted");
+    assert_eq!(ec["status"]["reason"], "OwnerFinished");
+}
+
+#[test]
+fn an_owner_pod_deleted_before_use_releases_and_cleans_up_the_claim() {
+    let ns = cp().namespace("ec-unused").unwrap();
+    let k = admin();
+    let pv = unique("ec-pv");
+    static_volume(k, &pv, &ns.name, "runner-scratch", "Retain");
+    create_pod(
+        k,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Unscheduled,
+    );
+    apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
+    wait_phase(k, &ns.name, "scratch", "Bound");
+    delete_pod(k, &ns.name, "runner");
+    let ec = wait_phase(k, &ns.name, "scratch", "Deleted");
+    assert_eq!(ec["status"]["reason"], "OwnerGone");
+    assert!(ec["status"]["firstUsedTime"].is_null());
+    eventually("the claim to be gone", WAIT, || {
+        claim_json(k, &ns.name, "runner-scratch").is_none()
+    });
+    eventually("the finalizer to be released", WAIT, || {
+        ec_json(k, &ns.name, "scratch").is_some_and(|ec| ec["metadata"]["finalizers"].is_null())
+    });
+}
+
+#[test]
+fn deleting_the_ephemeral_claim_deletes_its_claim() {
+    let ns = cp().namespace("ec-remove").unwrap();
+    let k = admin();
+    let pv = unique("ec-pv");
+    static_volume(k, &pv, &ns.name, "runner-scratch", "Retain");
+    create_pod(
+        k,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Unscheduled,
+    );
+    apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Retain);
+    wait_phase(k, &ns.name, "scratch", "Bound");
+    k.ok(&[
+        "delete",
+        "ephemeralclaim",
+        "scratch",
+        "-n",
+        &ns.name,
+        "--wait=false",
+    ]);
+    eventually("the EphemeralClaim to be gone", WAIT, || {
+        ec_json(k, &ns.name, "scratch").is_none()
+    });
+    eventually("its claim to be gone", WAIT, || {
+        claim_json(k, &ns.name, "runner-scratch").is_none()
+    });
+}
+
+#[test]
+fn a_name_collision_with_an_existing_claim_is_a_claim_conflict_and_that_claim_is_untouched() {
+    let ns = cp().namespace("ec-conflict").unwrap();
+    let k = admin();
+    k.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: runner-scratch\n  namespace: {}\n  labels: {{owner: someone-else}}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {STATIC_CLASS}\n  resources:\n    requests:\n      storage: 2Gi\n",
+        ns.name
+    ))
+    .unwrap();
+    let before = raw_claim(k, &ns.name, "runner-scratch");
+    create_pod(
+        k,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Unscheduled,
+    );
+    apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
+    let ec = wait_phase(k, &ns.name, "scratch", "Failed");
+    assert_eq!(ec["status"]["reason"], "ClaimConflict");
+    let message = ec["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("runner-scratch")
+            && message.contains("not controlled by this EphemeralClaim"),
+        "{message}"
+    );
+    let events = events_about(k, &ns.name, "EphemeralClaim", "scratch");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("ClaimConflict: Failed")),
+        "{events:?}"
+    );
+    // Neither the conflict nor deleting the EphemeralClaim changes a byte.
+    k.ok(&["delete", "ephemeralclaim", "scratch", "-n", &ns.name]);
+    delete_pod(k, &ns.name, "runner");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(raw_claim(k, &ns.name, "runner-scratch"), before);
+}
+
+#[test]
+fn a_user_who_may_create_pods_but_not_claims_is_refused_naming_the_missing_right() {
+    let ns = cp().namespace("ec-rights").unwrap();
+    let user = tenant(cp(), &ns.name, "pod-maker");
+    create_pod(
+        &user,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Unscheduled,
+    );
+    let refused = user
+        .apply(&ephemeral_claim_yaml(
+            &ns.name,
+            "scratch",
+            "runner",
+            Policy::Delete,
+            "",
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(&format!(
+            "User \"pod-maker\" cannot create persistentvolumeclaims in namespace \"{}\", which creating the claim requires",
+            ns.name
+        )),
+        "{refused}"
+    );
+    assert!(ec_json(admin(), &ns.name, "scratch").is_none());
+}
+
+#[test]
+fn a_claim_is_not_made_for_a_requester_who_lost_the_right_to_create_claims() {
+    let ns = cp().namespace("ec-revoked").unwrap();
+    let user = tenant(cp(), &ns.name, "revoked");
+    grant(
+        cp(),
+        &ns.name,
+        "revoked",
+        "create",
+        "persistentvolumeclaims",
+    );
+    // The owner does not exist yet, so the claim waits and is not made.
+    eventually("the grant to take effect", WAIT, || {
+        user.apply(&ephemeral_claim_yaml(
+            &ns.name,
+            "scratch",
+            "runner",
+            Policy::Delete,
+            "",
+        ))
+        .is_ok()
+    });
+    wait_ec(admin(), &ns.name, "scratch", |ec| {
+        ec["status"]["reason"] == "WaitingForOwner"
+    });
+    admin().ok(&["delete", "rolebinding", "revoked-create", "-n", &ns.name]);
+    create_pod(
+        admin(),
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Unscheduled,
+    );
+    let ec = wait_phase(admin(), &ns.name, "scratch", "Failed");
+    assert_eq!(ec["status"]["reason"], "Forbidden");
+    let message = ec["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("User \"revoked\", who created EphemeralClaim")
+            && message.contains("can no longer create persistentvolumeclaims"),
+        "{message}"
+    );
+    assert!(claim_json(admin(), &ns.name, "runner-scratch").is_none());
+}
+
+#[test]
+fn a_clone_source_is_carried_onto_the_claim() {
+    let ns = cp().namespace("ec-clone").unwrap();
+    let k = admin();
+    create_pod(
+        k,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Unscheduled,
+    );
+    k.apply(&ephemeral_claim_yaml(
+        &ns.name,
+        "scratch",
+        "runner",
+        Policy::Delete,
+        "dataSourceRef: {kind: PersistentVolumeClaim, name: fixture}",
+    ))
+    .unwrap();
+    eventually("the clone to be made", WAIT, || {
+        claim_json(k, &ns.name, "runner-scratch").is_some()
+    });
+    let claim = claim_json(k, &ns.name, "runner-scratch").unwrap();
+    let source = &claim["spec"]["dataSourceRef"];
+    assert_eq!(source["kind"], "PersistentVolumeClaim", "{source}");
+    assert_eq!(source["name"], "fixture", "{source}");
+}
+
+#[test]
+fn a_requester_who_may_not_read_the_clone_source_is_refused() {
+    let ns = cp().namespace("ec-clone-rights").unwrap();
+    let user = tenant(cp(), &ns.name, "cloner");
+    grant(cp(), &ns.name, "cloner", "create", "persistentvolumeclaims");
+    let refused = user
+        .apply(&ephemeral_claim_yaml(
+            &ns.name,
+            "scratch",
+            "runner",
+            Policy::Delete,
+            "dataSourceRef: {kind: PersistentVolumeClaim, name: fixture}",
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(&format!(
+            "User \"cloner\" cannot get persistentvolumeclaims \"fixture\" in namespace \"{}\", which cloning from it requires",
+            ns.name
+        )),
+        "{refused}"
+    );
+}
+
+#[test]
+fn bad_input_is_unprocessable_and_names_the_field() {
+    let ns = cp().namespace("ec-bad").unwrap();
+    let http = cp().server_http().unwrap();
+    let url = format!(
+        "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/{}/ephemeralclaims",
+        ns.name
+    );
+    let claim = |name: &str, owner: Value| {
+        json!({
+            "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+            "kind": "EphemeralClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "owner": owner,
+                "claimTemplate": {"spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                }},
+            },
+        })
+    };
+    let long_owner = "o".repeat(127);
+    let long_name = "n".repeat(126);
+    let cases = [
+        (
+            "no owner",
+            claim("a", Value::Null),
+            "spec.owner",
+            "Required value",
+        ),
+        (
+            "an owner that is not a Pod",
+            claim(
+                "b",
+                json!({"apiVersion": "v1", "kind": "Deployment", "name": "web"}),
+            ),
+            "spec.owner.kind",
+            "Unsupported value: \"Deployment\": supported values: \"Pod\"",
+        ),
+        (
+            "a claim name of 254 characters",
+            claim(
+                &long_name,
+                json!({"apiVersion": "v1", "kind": "Pod", "name": long_owner}),
+            ),
+            "metadata.name",
+            "is not a valid PersistentVolumeClaim name",
+        ),
+    ];
+    for (what, body, field, says) in cases {
+        let resp = http
+            .request(
+                "POST",
+                &url,
+                &[("Content-Type", "application/json")],
+                &serde_json::to_vec(&body).unwrap(),
+            )
+            .unwrap();
+        let status = resp.json();
+        assert_eq!(resp.status, 422, "{what}: {}", resp.text());
+        assert_eq!(status["reason"], "Invalid", "{what}");
+        let causes = status["details"]["causes"].as_array().unwrap();
+        assert!(
+            causes
+                .iter()
+                .any(|c| c["field"] == field && c["message"].as_str().unwrap().contains(says)),
+            "{what}: {causes:?}"
+        );
+    }
+    let list = http.request("GET", &url, &[], b"").unwrap().json();
+    assert_eq!(list["items"], json!([]), "nothing was stored");
+}
+
+#[test]
+fn a_template_the_api_refuses_fails_the_claim_with_the_apis_own_message() {
+    let ns = cp().namespace("ec-invalid").unwrap();
+    let k = admin();
+    create_pod(
+        k,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Unscheduled,
+    );
+    k.apply(&ephemeral_claim_yaml(
+        &ns.name,
+        "scratch",
+        "runner",
+        Policy::Delete,
+        "selector: {matchLabels: {\"not a valid key!\": x}}",
+    ))
+    .unwrap();
+    let ec = wait_phase(k, &ns.name, "scratch", "Failed");
+    assert_eq!(ec["status"]["reason"], "ClaimRefused");
+    let message = ec["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("PersistentVolumeClaim \"runner-scratch\" is invalid")
+            && message.contains("spec.selector.matchLabels"),
+        "kube-apiserver's validation message: {message}"
+    );
+    assert!(claim_json(k, &ns.name, "runner-scratch").is_none());
+    eventually("the finalizer to be released", WAIT, || {
+        ec_json(k, &ns.name, "scratch").is_some_and(|ec| ec["metadata"]["finalizers"].is_null())
+    });
+}
