@@ -298,6 +298,9 @@ pub async fn serve(
     });
 
     let acceptor = TlsAcceptor::from(config.tls.clone());
+    if let Some(reloader) = config.tls_reloader.clone() {
+        tokio::spawn(reloader.run(stop.clone()));
+    }
     let graceful = GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);

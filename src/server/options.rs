@@ -38,6 +38,11 @@ pub struct Options {
     #[arg(long, requires = "tls_cert_file")]
     pub tls_private_key_file: Option<PathBuf>,
 
+    /// How often --tls-cert-file and --tls-private-key-file are checked for a
+    /// renewed pair, which is then served without a restart.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, hide = true)]
+    pub tls_reload_interval: Duration,
+
     /// How long to drain open connections after SIGTERM before closing them.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace_period: Duration,
@@ -101,6 +106,9 @@ pub struct Options {
 pub struct CompletedConfig {
     pub bind: SocketAddr,
     pub tls: Arc<rustls::ServerConfig>,
+    /// Reloads the serving certificate from its files; `None` when it is
+    /// self-signed.
+    pub tls_reloader: Option<tls::CertificateReloader>,
     pub shutdown_grace: Duration,
     pub etcd: EtcdConfig,
     pub etcd_prefix: String,
@@ -160,11 +168,14 @@ impl Options {
                 self.etcd_prefix
             )));
         }
-        let identity = match (&self.tls_cert_file, &self.tls_private_key_file) {
+        let (tls_config, tls_reloader) = match (&self.tls_cert_file, &self.tls_private_key_file) {
             (Some(cert), Some(key)) => {
-                let identity = tls::Identity::from_files(cert, key)?;
-                tracing::info!(sha256 = %identity.fingerprint(), "serving certificate");
-                identity
+                let (reloader, config) = tls::CertificateReloader::start(
+                    cert,
+                    key,
+                    self.tls_reload_interval.max(Duration::from_millis(10)),
+                )?;
+                (config, Some(reloader))
             }
             _ => {
                 let identity = tls::Identity::self_signed()?;
@@ -172,12 +183,13 @@ impl Options {
                     sha256 = %identity.fingerprint(),
                     "no --tls-cert-file given: serving a self-signed certificate"
                 );
-                identity
+                (identity.server_config()?, None)
             }
         };
         Ok(CompletedConfig {
             bind: SocketAddr::new(self.bind_address, self.secure_port),
-            tls: Arc::new(identity.server_config()?),
+            tls: Arc::new(tls_config),
+            tls_reloader,
             shutdown_grace: self.shutdown_grace_period,
             etcd: EtcdConfig {
                 endpoints: self.etcd_servers.clone(),
