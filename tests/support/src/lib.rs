@@ -520,12 +520,13 @@ impl ControlPlane {
         )
     }
 
-    /// Applies `deploy/` (namespace, ServiceAccount, the RBAC the server needs
-    /// and the user-facing roles) and gives the server a kubeconfig holding a
-    /// token of its ServiceAccount, so that it runs with exactly the rights
+    /// Applies `deploy/rbac/` (namespace, ServiceAccount, the RBAC the server
+    /// needs and the user-facing roles; not the workloads, since the server
+    /// runs here as a local process) and gives the server a kubeconfig holding
+    /// a token of its ServiceAccount, so that it runs with exactly the rights
     /// the deployment grants it, not as an administrator.
     fn install_server_identity(&self) -> Result<(), Error> {
-        let deploy = repo_root().join("deploy");
+        let deploy = repo_root().join("deploy").join("rbac");
         self.admin
             .eventually(
                 &["apply", "-k", &deploy.display().to_string()],
