@@ -25,6 +25,7 @@
 //! [`ControlPlane::restart_server`] (same port, so the APIService keeps
 //! working), and run more replicas with [`ControlPlane::start_replica`].
 
+pub mod balancer;
 pub mod http;
 pub mod kubectl;
 pub mod pki;

@@ -1,0 +1,222 @@
+//! Two server replicas on one etcd behind the APIService (DESIGN §3
+//! "Scale-out"; issue 7 item 6). A loopback balancer stands in for the
+//! Service's endpoints. While one replica is killed and restarted, a client
+//! keeps listing and watching through kube-apiserver's aggregator and sees at
+//! most one failed request per kill, which a retry answers; a transfer in
+//! flight completes. Both replicas are killed in turn, so whichever one the
+//! aggregator's connections went to is killed once.
+
+#![allow(clippy::unwrap_used)] // Tests fail by panicking.
+
+mod scenario;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use scenario::*;
+use sta_testenv::balancer::Balancer;
+use sta_testenv::{ControlPlane, Kubectl, Options};
+
+const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Lists every 100 ms; a failure is retried at once. Records the failures
+/// and whether any retry failed too.
+fn lister(
+    k: Kubectl,
+    ns: String,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(usize, Vec<String>)> {
+    std::thread::spawn(move || {
+        let (mut lists, mut failures) = (0, Vec::new());
+        while !stop.load(Ordering::Relaxed) {
+            let run = k.run(&["get", "namespacetransfers", "-n", &ns, "-o", "name"]);
+            lists += 1;
+            if !run.success {
+                let retry = k.run(&["get", "namespacetransfers", "-n", &ns, "-o", "name"]);
+                failures.push(format!(
+                    "{} (retry {})",
+                    run.stderr.trim(),
+                    if retry.success { "succeeded" } else { "FAILED" }
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (lists, failures)
+    })
+}
+
+/// Watches with `kubectl get -w`, starting again when the stream ends (as a
+/// reflector would); returns the names seen and how often it had to start
+/// again.
+fn watcher(
+    k: Kubectl,
+    ns: String,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<String>>>,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut restarts = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let mut child = Command::new(k.binary())
+                .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
+                .args(["get", "namespacetransfers", "-n", &ns, "-w", "-o", "name"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let stdout = child.stdout.take().unwrap();
+            let (stop2, ended) = (stop.clone(), Arc::new(AtomicBool::new(false)));
+            let ended2 = ended.clone();
+            let pid = child.id();
+            // Ends the watch when the test is over.
+            let killer = std::thread::spawn(move || {
+                while !stop2.load(Ordering::Relaxed) && !ended2.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                if !ended2.load(Ordering::Relaxed) {
+                    let _ = Command::new("kill").arg(pid.to_string()).status();
+                }
+            });
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                // An ERROR event (kubectl prints its Status as `status/…`)
+                // ends the watch, as it ends a reflector's: start again.
+                if line.starts_with("status/") {
+                    let _ = child.kill();
+                    break;
+                }
+                seen.lock().unwrap().push(line.trim().to_owned());
+            }
+            let _ = child.wait();
+            ended.store(true, Ordering::Relaxed);
+            let _ = killer.join();
+            if !stop.load(Ordering::Relaxed) {
+                restarts += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        restarts
+    })
+}
+
+/// Creates an offer (of a claim of its own name) as a client would: one
+/// failure is retried once.
+fn create(k: &Kubectl, ns: &str, name: &str, to: &str) {
+    let yaml = format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  source:\n    name: {name}\n  destination:\n    namespace: {to}\n"
+    );
+    if let Err(first) = k.apply(&yaml) {
+        std::thread::sleep(Duration::from_millis(200));
+        k.apply(&yaml)
+            .unwrap_or_else(|e| panic!("creating {ns}/{name} failed twice: {first}; then {e}"));
+        println!("HA: creating {ns}/{name} needed its retry: {first}");
+    }
+}
+
+#[test]
+fn clients_and_a_transfer_ride_through_each_replica_being_killed_in_turn() {
+    let mut opts = Options::for_tests(BIN);
+    opts.server_args
+        .push("--leader-elect-lease-duration=2s".to_owned());
+    let cp = ControlPlane::start(opts).unwrap_or_else(|e| panic!("{e}"));
+    ensure_classes(cp.kubectl());
+    let replica = cp.start_replica("replica-b", &[], &[]).unwrap();
+    let balancer = Balancer::start(vec![cp.server_port, replica.port]).unwrap();
+    cp.kubectl().ok(&[
+        "patch",
+        "apiservice",
+        "v1alpha1.storage.transfer.k8s.io",
+        "--type=merge",
+        &format!(
+            "--patch={{\"spec\":{{\"service\":{{\"port\":{}}}}}}}",
+            balancer.port()
+        ),
+    ]);
+    let admin = cp.kubectl();
+    eventually(
+        "the APIService to answer through the balancer",
+        WAIT,
+        || admin.run(&["get", "namespacetransfers", "-A"]).success,
+    );
+
+    // A transfer held before R1 by a running pod, so that it is in flight
+    // when a replica dies.
+    let src = cp.namespace("src").unwrap();
+    let dst = cp.namespace("dst").unwrap();
+    let pv = unique("pv");
+    bound_volume(admin, &pv, "1Gi", ALLOWED_CLASS, &src.name, "db");
+    running_pod(admin, &src.name, "app", "db");
+    offer(admin, &src.name, "give", "db", &dst.name);
+    request(admin, &dst.name, "take", &src.name, "db");
+    wait_phase(admin, &src.name, "give", "WaitingForRelease", WAIT);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let lists = lister(admin.clone(), dst.name.clone(), stop.clone());
+    let watch = watcher(admin.clone(), dst.name.clone(), stop.clone(), seen.clone());
+    std::thread::sleep(Duration::from_secs(2));
+
+    // Kill one replica; objects made while it is down and after it is back
+    // must all reach the watcher.
+    cp.kill_server();
+    let killed = Instant::now();
+    for i in 0..5 {
+        create(admin, &dst.name, &format!("down-{i}"), &src.name);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    set_pod_phase(admin, &src.name, "app", "Succeeded");
+    cp.restart_server(&[], &[]).unwrap();
+    let main_down = killed.elapsed();
+    for i in 0..5 {
+        create(admin, &dst.name, &format!("up-{i}"), &src.name);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    wait_phase(admin, &src.name, "give", "Completed", WAIT);
+    wait_phase(admin, &dst.name, "take", "Completed", WAIT);
+
+    // Then the other replica, so that whichever one kube-apiserver's
+    // connections went to has been killed once.
+    let before = balancer.forwarded_to(replica.port);
+    replica.kill();
+    for i in 0..5 {
+        create(admin, &dst.name, &format!("late-{i}"), &src.name);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let replacement = cp.start_replica("replica-c", &[], &[]).unwrap();
+    balancer.set_backends(vec![cp.server_port, replacement.port]);
+    let used = before + balancer.forwarded_to(cp.server_port);
+    assert!(
+        used > 0,
+        "the aggregator's connections went to a replica that was killed"
+    );
+    eventually("the watcher to see every object", WAIT, || {
+        let seen = seen.lock().unwrap();
+        (0..5).all(|i| {
+            seen.iter().any(|s| s.ends_with(&format!("/down-{i}")))
+                && seen.iter().any(|s| s.ends_with(&format!("/up-{i}")))
+                && seen.iter().any(|s| s.ends_with(&format!("/late-{i}")))
+        })
+    });
+    stop.store(true, Ordering::Relaxed);
+    let (lists, failures) = lists.join().unwrap();
+    let restarts = watch.join().unwrap();
+    println!(
+        "HA: {lists} lists, failures {failures:?}; watch restarted {restarts} time(s); the main replica was down for {main_down:?}"
+    );
+    assert!(
+        failures.iter().all(|f| f.ends_with("(retry succeeded)")),
+        "every failed list succeeded on its retry: {failures:?}"
+    );
+    assert!(
+        failures.len() <= 2,
+        "at most one failed list per kill: {failures:?}"
+    );
+    assert!(
+        restarts <= 2,
+        "the watch was cut at most once per kill: {restarts}"
+    );
+    drop(balancer);
+}
