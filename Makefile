@@ -4,6 +4,7 @@
 # and:
 #   make down   stop what `make dev` started
 #   make lint   rustfmt and clippy, as CI runs them
+#   make release   the release binary, by the Dockerfile's command (CI builds it too)
 #   make kube   only build the pinned Kubernetes binaries (cached outside the tree)
 #   make openapi   rewrite the checked-in OpenAPI documents under openapi/ from the code
 #   make bench-core   our server alone on etcd: throughput, latency, watch fan-out
@@ -12,7 +13,7 @@
 CARGO ?= cargo
 DEV_DIR ?= $(CURDIR)/.dev
 
-.PHONY: dev down test lint kube prereqs bench-core bench-auth openapi
+.PHONY: dev down test lint release kube prereqs bench-core bench-auth openapi
 
 prereqs:
 	@hack/prereqs.sh
@@ -40,6 +41,10 @@ bench-core: prereqs
 # What delegated authn/authz cost per request: no auth, authn only, SAR cache warm and cold.
 bench-auth: kube
 	$(CARGO) bench --locked --bench auth
+
+# The release binary, by the same command the Dockerfile runs.
+release: prereqs
+	$(CARGO) build --locked --release
 
 lint:
 	$(CARGO) fmt --all -- --check
