@@ -109,9 +109,18 @@ impl std::fmt::Debug for Dependencies {
     }
 }
 
-/// Starts the election; returns a handle on whether this replica leads. The
-/// controllers run while it does, and stop when `stop` is notified.
-pub fn start(config: ControllerConfig, deps: Dependencies, stop: Arc<Notify>) -> LeaderStatus {
+/// The running election: whether this replica leads, and the task to await
+/// after stopping it, so that the lease is revoked before the process exits.
+#[derive(Debug)]
+pub struct Running {
+    pub status: LeaderStatus,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the election. The controllers run while this replica leads, and
+/// stop when `stop` is notified; on stop a leader revokes its lease, so that
+/// another replica takes over at once.
+pub fn start(config: ControllerConfig, deps: Dependencies, stop: Arc<Notify>) -> Running {
     let election = LeaderElection::new(
         deps.etcd.clone(),
         config.election.clone(),
@@ -119,7 +128,7 @@ pub fn start(config: ControllerConfig, deps: Dependencies, stop: Arc<Notify>) ->
         config.lease_ttl,
     );
     let status = election.status();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let shutdown = async move { stop.notified().await };
         election
             .run(shutdown, |leadership| {
@@ -128,7 +137,7 @@ pub fn start(config: ControllerConfig, deps: Dependencies, stop: Arc<Notify>) ->
             })
             .await;
     });
-    status
+    Running { status, task }
 }
 
 /// One term as leader: for each controller its triggers, queue and workers,

@@ -257,7 +257,10 @@ pub async fn serve(
             }
         });
     }
-    let leader = match cluster {
+    // The controllers stop (and a leader hands over) as soon as shutdown
+    // begins; the API keeps serving while connections drain.
+    let controllers_stop = Arc::new(Notify::new());
+    let controllers = match cluster {
         Some(cluster) => Some(controller::start(
             ControllerConfig {
                 identity: replica_identity(),
@@ -279,12 +282,16 @@ pub async fn serve(
                 etcd: cluster.etcd,
                 authorizer: auth.authz.clone(),
             },
-            stop.clone(),
+            controllers_stop.clone(),
         )),
         None => {
             tracing::warn!("no cluster: the controllers do not run");
             None
         }
+    };
+    let (leader, election) = match controllers {
+        Some(running) => (Some(running.status), Some(running.task)),
+        None => (None, None),
     };
     let state = Arc::new(State {
         leader,
@@ -353,6 +360,15 @@ pub async fn serve(
     }
 
     state.health.begin_shutdown();
+    if let Some(election) = election {
+        controllers_stop.notify_waiters();
+        if tokio::time::timeout(Duration::from_secs(3), election)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the controllers did not stop within 3s");
+        }
+    }
     tracing::info!(
         grace = ?config.shutdown_grace,
         "shutting down: no longer accepting connections, draining"

@@ -220,3 +220,48 @@ fn clients_and_a_transfer_ride_through_each_replica_being_killed_in_turn() {
     );
     drop(balancer);
 }
+
+/// Whether a replica's `/metrics` says it leads.
+fn leads(k: &Kubectl) -> bool {
+    k.run(&["get", "--raw", "/metrics"])
+        .stdout
+        .lines()
+        .any(|l| l == "storage_transfer_leader 1")
+}
+
+#[test]
+fn a_leader_that_is_stopped_gracefully_hands_over_before_its_lease_runs_out() {
+    // The default 15 s lease: a hand-over by expiry would take that long.
+    let cp = ControlPlane::start(Options::for_tests(BIN)).unwrap_or_else(|e| panic!("{e}"));
+    let replica = cp.start_replica("replica-b", &[], &[]).unwrap();
+    eventually("one replica to lead", WAIT, || {
+        leads(cp.direct()) != leads(&replica.direct)
+    });
+    let (leader_is_main, other) = if leads(cp.direct()) {
+        (true, replica.direct.clone())
+    } else {
+        (false, cp.direct().clone())
+    };
+    let pid = if leader_is_main {
+        cp.server_pid().unwrap()
+    } else {
+        replica.pid
+    };
+    let stopped = Instant::now();
+    // SIGTERM, without waiting: the server drains its connections for a few
+    // seconds, but its controllers stop and hand over first.
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    eventually("the other replica to lead", WAIT, || leads(&other));
+    let handover = stopped.elapsed();
+    println!("HA: graceful stop handed over leadership in {handover:?}");
+    // Left to expire, the 15 s lease would last at least 10 s more (it is
+    // renewed every 5 s).
+    assert!(
+        handover < Duration::from_secs(8),
+        "the lease was revoked, not left to expire: {handover:?}"
+    );
+}
