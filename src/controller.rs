@@ -48,6 +48,17 @@ pub enum Error {
     Api(#[from] ApiError),
 }
 
+/// `namespace/name`: the queue key of every controller, and how objects are
+/// named in messages.
+pub fn object_key<O: crate::api::meta::Object>(o: &O) -> String {
+    let m = o.metadata();
+    format!(
+        "{}/{}",
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default()
+    )
+}
+
 /// What a reconcile asks of the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {

@@ -717,10 +717,5 @@ fn volume_of(claim: &PersistentVolumeClaim) -> Option<String> {
         .flatten()
 }
 
-/// `namespace/name`, the queue key.
-pub fn key_of(ec: &EphemeralClaim) -> String {
-    format!("{}/{}", namespace_of(ec), name_of(ec))
-}
-
 #[cfg(test)]
 mod tests;

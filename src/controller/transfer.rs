@@ -43,7 +43,7 @@ use super::cluster::{Cluster, ClusterError};
 use super::events::{claim_reference, reference_to, Events, Severity};
 use super::leader::Leadership;
 use super::queue::WorkQueue;
-use super::{fault, Error, Next};
+use super::{fault, object_key, Error, Next};
 use crate::admission::{first_missing, transfer_rights};
 use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::{self as apimeta, CONDITION_FALSE, CONDITION_TRUE};
@@ -59,7 +59,7 @@ use crate::authz::Authorizer;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{Context, DeleteOptions, ListOptions, Store};
 
-use matching::{is_active, key_of, reference, role_of, DestinationView};
+use matching::{is_active, reference, role_of, DestinationView};
 
 /// Reason: no transfer in the other namespace matches yet.
 pub const REASON_WAITING_FOR_PEER: &str = "WaitingForPeer";
@@ -261,7 +261,7 @@ impl TransferController {
                 if let Some(peer) = recorded_peer(&d) {
                     if let Some(s) = self.get(&peer.namespace, &peer.name).await? {
                         if has_finalizer(&s) {
-                            self.queue.add(&key_of(&s));
+                            self.queue.add(&object_key(&s));
                             return Ok(Next::Done);
                         }
                     }
@@ -273,7 +273,7 @@ impl TransferController {
         let all = self.all_transfers().await?;
         match matching::destination_view(&d, &all) {
             DestinationView::Matched(s) => {
-                self.queue.add(&key_of(s));
+                self.queue.add(&object_key(s));
                 Ok(Next::Done)
             }
             DestinationView::Taken { winner, .. } => {
@@ -290,7 +290,7 @@ impl TransferController {
                     // It was matched, and its Source is gone or finished.
                     match self.get(&peer.namespace, &peer.name).await? {
                         Some(s) if !is_active(&s) => {
-                            self.queue.add(&key_of(&s));
+                            self.queue.add(&object_key(&s));
                             return Ok(Next::Done);
                         }
                         _ => {
@@ -393,7 +393,11 @@ impl TransferController {
         if is_deleting(s) || is_deleting(d) {
             let outcome = Outcome::cancelled(format!(
                 "NamespaceTransfer {} was deleted before the volume was touched",
-                if is_deleting(s) { key_of(s) } else { key_of(d) }
+                if is_deleting(s) {
+                    object_key(s)
+                } else {
+                    object_key(d)
+                }
             ));
             return self.abort(s, Some(d), outcome).await;
         }
@@ -528,7 +532,7 @@ impl TransferController {
                 Step::Lock.action(),
                 &format!(
                     "locked for NamespaceTransfer {}: its volume {volume_name} moves to {dest_ns}/{dest_name}",
-                    key_of(s)
+                    object_key(s)
                 ),
             )
             .await;
@@ -590,7 +594,7 @@ impl TransferController {
         if is_deleting(s) || is_deleting(d) {
             let outcome = Outcome::cancelled(format!(
                 "NamespaceTransfer {} was deleted before the volume was handed over; the source is restored",
-                if is_deleting(s) { key_of(s) } else { key_of(d) }
+                if is_deleting(s) { object_key(s) } else { object_key(d) }
             ));
             return self.abort(s, Some(d), outcome).await;
         }
@@ -725,7 +729,7 @@ impl TransferController {
             if current.as_ref().is_none_or(is_deleting) {
                 let outcome = Outcome::cancelled(format!(
                     "NamespaceTransfer {} was deleted before the volume was handed over; the source is restored",
-                    key_of(t)
+                    object_key(t)
                 ));
                 return self.abort(s, Some(d), outcome).await;
             }
@@ -911,7 +915,7 @@ impl TransferController {
                     Severity::Warning,
                     outcome.reason,
                     "Transfer",
-                    &format!("NamespaceTransfer {}: {}", key_of(s), outcome.message),
+                    &format!("NamespaceTransfer {}: {}", object_key(s), outcome.message),
                 )
                 .await;
         }
@@ -1165,7 +1169,7 @@ impl TransferController {
             let Some(requester) = &t.spec.requester else {
                 return Ok(Some(format!(
                     "NamespaceTransfer {} records no requester",
-                    key_of(t)
+                    object_key(t)
                 )));
             };
             if let Some(right) = first_missing(
@@ -1179,7 +1183,7 @@ impl TransferController {
                 return Ok(Some(format!(
                     "User {:?}, who created NamespaceTransfer {}, can no longer {}, which {} requires",
                     requester.username,
-                    key_of(t),
+                    object_key(t),
                     right.describe(),
                     right.because
                 )));

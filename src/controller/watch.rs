@@ -22,6 +22,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 use tokio::task::JoinHandle;
 
+use super::object_key;
 use super::queue::WorkQueue;
 use super::transfer::matching::{are_peers, is_active, role_of};
 use crate::api::meta::Object;
@@ -269,16 +270,6 @@ pub(super) async fn resync<O>(known: Known<O>, queue: WorkQueue) {
             queue.add(&key);
         }
     }
-}
-
-/// `namespace/name`, the queue key of every controller.
-pub(super) fn object_key<O: Object>(o: &O) -> String {
-    let m = o.metadata();
-    format!(
-        "{}/{}",
-        m.namespace.as_deref().unwrap_or_default(),
-        m.name.as_deref().unwrap_or_default()
-    )
 }
 
 fn read<O>(known: &Known<O>) -> std::sync::RwLockReadGuard<'_, HashMap<String, O>> {

@@ -26,15 +26,6 @@ pub fn is_active(t: &NamespaceTransfer) -> bool {
         .is_some_and(|p| p.is_finished())
 }
 
-/// `namespace/name`, the queue key and the way transfers are named in messages.
-pub fn key_of(t: &NamespaceTransfer) -> String {
-    format!(
-        "{}/{}",
-        t.own_namespace(),
-        t.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
 /// A reference to `t`, as a peer sees it.
 pub fn reference(t: &NamespaceTransfer) -> PeerReference {
     PeerReference {
