@@ -153,10 +153,15 @@ impl Options {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| repo_root().join("target"));
+        // Tests in one binary run in parallel, and two of them may start a
+        // control plane within the same second: the counter keeps their
+        // directories (and so their PKI and etcd data) apart.
+        static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
             dir: target
                 .join("testenv")
-                .join(format!("{stem}-{stamp}-{}", std::process::id())),
+                .join(format!("{stem}-{stamp}-{}-{run}", std::process::id())),
             server_bin: server_bin.into(),
             server_args: Vec::new(),
             server_env: Vec::new(),
