@@ -101,7 +101,58 @@ pub struct ControllerConfig {
     pub lease_ttl: Duration,
     /// Reconciles that run at once, per controller.
     pub workers: usize,
+    /// Which controllers run (at least one, or none is started at all).
+    pub enabled: EnabledControllers,
     pub transfer: TransferOptions,
+}
+
+/// The controllers `--controllers` leaves running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnabledControllers {
+    pub transfers: bool,
+    pub claims: bool,
+}
+
+impl EnabledControllers {
+    pub const TRANSFERS: &'static str = "namespacetransfer";
+    pub const CLAIMS: &'static str = "ephemeralclaim";
+
+    /// Whether any controller runs.
+    pub fn any(&self) -> bool {
+        self.transfers || self.claims
+    }
+
+    /// Reads `--controllers`: the names are applied in order, so that
+    /// `*,-ephemeralclaim` runs only the transfer controller. An empty list
+    /// runs none.
+    pub fn parse(items: &[String]) -> Result<Self, String> {
+        let mut enabled = Self {
+            transfers: false,
+            claims: false,
+        };
+        for item in items.iter().map(|i| i.trim()).filter(|i| !i.is_empty()) {
+            let (on, name) = match item.strip_prefix('-') {
+                Some(name) => (false, name),
+                None => (true, item),
+            };
+            match name {
+                "*" if on => {
+                    enabled.transfers = true;
+                    enabled.claims = true;
+                }
+                Self::TRANSFERS => enabled.transfers = on,
+                Self::CLAIMS => enabled.claims = on,
+                _ => {
+                    return Err(format!(
+                        "unknown controller {item:?}: use '*', {:?} or {:?}, each optionally prefixed with '-'",
+                        Self::TRANSFERS,
+                        Self::CLAIMS
+                    ))
+                }
+            }
+        }
+        Ok(enabled)
+    }
 }
 
 /// Everything the controllers act with.
@@ -199,15 +250,21 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
         ctx,
     );
 
-    let workers = config.workers.max(1);
-    let transfer_workers = join_all((0..workers).map(|_| work(&transfer_queue, &transfers)));
-    let claim_workers = join_all((0..workers).map(|_| work(&claim_queue, &claims)));
     // The triggers and workers live exactly as long as this future.
     let _triggers = (transfer_triggers, claim_triggers);
     tokio::select! {
-        _ = transfer_workers => {}
-        _ = claim_workers => {}
+        _ = workers(config.enabled.transfers, config.workers, &transfer_queue, &transfers) => {}
+        _ = workers(config.enabled.claims, config.workers, &claim_queue, &claims) => {}
     }
+}
+
+/// A controller's workers, ending when they all stop; a controller that is
+/// not enabled has none and never ends.
+async fn workers(enabled: bool, count: usize, queue: &WorkQueue, controller: &dyn Reconciler) {
+    if !enabled {
+        return std::future::pending().await;
+    }
+    join_all((0..count.max(1)).map(|_| work(queue, controller))).await;
 }
 
 /// One worker: takes keys off the queue until it is shut down.

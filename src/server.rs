@@ -261,6 +261,10 @@ pub async fn serve(
     // begins; the API keeps serving while connections drain.
     let controllers_stop = Arc::new(Notify::new());
     let controllers = match cluster {
+        Some(_) if !config.controllers.enabled.any() => {
+            tracing::info!("--controllers enables none: this replica only serves the API");
+            None
+        }
         Some(cluster) => Some(controller::start(
             ControllerConfig {
                 identity: replica_identity(),
@@ -271,6 +275,7 @@ pub async fn serve(
                 ),
                 lease_ttl: config.controllers.lease_ttl,
                 workers: config.controllers.workers,
+                enabled: config.controllers.enabled,
                 transfer: TransferOptions {
                     allow_all_storage_classes: config.controllers.allow_all_storage_classes,
                 },

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::tls::{self, TlsError};
+use crate::controller::EnabledControllers;
 use crate::storage::etcd::EtcdConfig;
 
 /// The flags of `storage-transfer-apiserver`.
@@ -96,6 +97,13 @@ pub struct Options {
     #[arg(long, default_value_t = 4)]
     pub controller_workers: usize,
 
+    /// Which controllers run, as kube-controller-manager's flag of the same
+    /// name: `*` for all, `namespacetransfer` or `ephemeralclaim` to enable
+    /// one, `-name` to disable one. A replica with none only serves the API
+    /// and takes no part in the leader election.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+
     /// Log format: `text` or `json`.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -123,6 +131,7 @@ pub struct ControllerOptions {
     pub lease_ttl: Duration,
     pub allow_all_storage_classes: bool,
     pub workers: usize,
+    pub enabled: EnabledControllers,
 }
 
 /// How callers are authenticated and authorized.
@@ -145,6 +154,8 @@ pub enum ConfigError {
     EtcdPrefix(String),
     #[error("--kubeconfig: {0}")]
     Kubeconfig(String),
+    #[error("--controllers: {0}")]
+    Controllers(String),
 }
 
 impl Options {
@@ -217,6 +228,8 @@ impl Options {
                 lease_ttl: self.leader_elect_lease_duration.max(Duration::from_secs(1)),
                 allow_all_storage_classes: self.allow_all_storage_classes,
                 workers: self.controller_workers.max(1),
+                enabled: EnabledControllers::parse(&self.controllers)
+                    .map_err(ConfigError::Controllers)?,
             },
         })
     }

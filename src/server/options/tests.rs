@@ -91,3 +91,37 @@ fn etcd_flags_are_checked_and_name_the_flag() {
     assert_eq!(config.etcd.endpoints, ["http://a:1", "http://b:2"]);
     assert_eq!(config.etcd_prefix, "/custom");
 }
+
+#[test]
+fn controllers_are_enabled_and_disabled_in_order_as_kube_controller_manager_reads_them() {
+    let enabled = |list: &str| {
+        Options::try_parse_from([
+            "x",
+            "--insecure-allow-all",
+            &format!("--controllers={list}"),
+        ])
+        .unwrap()
+        .complete()
+        .map(|c| c.controllers.enabled)
+    };
+    let all = Options::try_parse_from(["x", "--insecure-allow-all"])
+        .unwrap()
+        .complete()
+        .unwrap()
+        .controllers
+        .enabled;
+    assert!(all.transfers && all.claims, "all run by default");
+    let only_transfers = enabled("*,-ephemeralclaim").unwrap();
+    assert!(only_transfers.transfers && !only_transfers.claims);
+    let only_claims = enabled("ephemeralclaim").unwrap();
+    assert!(!only_claims.transfers && only_claims.claims);
+    let none = enabled("-namespacetransfer,-ephemeralclaim").unwrap();
+    assert!(!none.any());
+    assert!(!enabled("").unwrap().any(), "an empty list runs none");
+    let err = enabled("*,pvc-protection").unwrap_err().to_string();
+    assert!(
+        err.starts_with("--controllers") && err.contains("pvc-protection"),
+        "{err}"
+    );
+    assert!(enabled("-*").is_err(), "'-*' is not a thing");
+}
