@@ -268,8 +268,8 @@ fn serialize<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
 }
 
 /// A JSON response with the given status.
-pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
-    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed_unsync());
+pub fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut resp = Response::new(Full::new(body.into()).boxed_unsync());
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -10,11 +10,13 @@
 pub mod ephemeral_claim;
 pub mod namespace_transfer;
 pub mod selectors;
+pub mod shared;
 pub mod store;
 pub mod strategy;
 pub mod table;
 
 pub use selectors::{FieldSelector, LabelSelector};
+pub use shared::Shared;
 pub use store::{
     DeleteOptions, DeleteOutcome, ListOptions, ObjectList, Store, Watch, WatchEvent, WatchOptions,
 };

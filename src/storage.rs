@@ -51,6 +51,53 @@ pub struct KeyValue {
     pub value: Bytes,
     pub create_revision: Revision,
     pub mod_revision: Revision,
+    /// What readers derive from this value, shared by every clone of it.
+    pub memo: Memo,
+}
+
+/// What an upper layer derives from one stored revision of a value (its
+/// decoded object and that object's encoding), kept beside the value so that
+/// every reader of the watch cache's copy shares one: N lists or N watchers
+/// decode and encode each revision once, as kube-apiserver's watch cache
+/// keeps decoded objects and serializes each event once for all watchers.
+///
+/// Opaque here: storage never looks inside. It is not part of the value, so
+/// equality ignores it; clones of a [`KeyValue`] share it.
+#[derive(Clone, Default)]
+pub struct Memo(std::sync::Arc<std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>>);
+
+impl Memo {
+    /// The memo, if it holds a `T`; otherwise `init()`, which is kept for
+    /// the next reader unless another reader got there first.
+    pub fn get_or_try_init<T, E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<T, E>
+    where
+        T: Clone + Send + Sync + 'static,
+    {
+        if let Some(value) = self.0.get().and_then(|v| v.downcast_ref::<T>()) {
+            return Ok(value.clone());
+        }
+        let value = init()?;
+        let _ = self.0.set(Box::new(value.clone()));
+        Ok(value)
+    }
+}
+
+impl PartialEq for Memo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Memo {}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "Memo(set)"
+        } else {
+            "Memo(empty)"
+        })
+    }
 }
 
 /// A change seen by a watch.

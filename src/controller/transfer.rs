@@ -57,7 +57,7 @@ use crate::api::namespace_transfer::{
 };
 use crate::authz::Authorizer;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
-use crate::registry::{Context, DeleteOptions, ListOptions, Store};
+use crate::registry::{Context, DeleteOptions, ListOptions, Shared, Store};
 
 use matching::{is_active, reference, role_of, DestinationView};
 
@@ -246,7 +246,8 @@ impl TransferController {
     }
 
     async fn all_transfers(&self) -> Result<Vec<NamespaceTransfer>, Error> {
-        Ok(self.store.list(None, &ListOptions::default()).await?.items)
+        let list = self.store.list(None, &ListOptions::default()).await?;
+        Ok(list.items.into_iter().map(Shared::into_owned).collect())
     }
 
     // ----- the destination side ---------------------------------------------------

@@ -193,7 +193,7 @@ pub(super) async fn watch_objects<S: Strategy>(
             let mut map = write(&known);
             map.clear();
             for o in list.items {
-                map.insert(object_key(&o), o);
+                map.insert(object_key(&*o), o.into_owned());
             }
         }
         let keys: Vec<String> = read(&known).keys().cloned().collect();
@@ -223,6 +223,7 @@ pub(super) async fn watch_objects<S: Strategy>(
                     break;
                 }
             };
+            let o = o.into_owned();
             let key = object_key(&o);
             let others = related(&o, &read(&known));
             {

@@ -1,6 +1,7 @@
 //! Decoding request bodies into objects (with `fieldValidation`) and encoding
 //! objects, lists, Tables and metadata-only views into response bodies.
 
+use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -8,7 +9,7 @@ use crate::api::errors::ApiError;
 use crate::api::meta::Object;
 use crate::api::{self};
 use crate::registry::table::{Table, TableRow};
-use crate::registry::{ObjectList, Strategy};
+use crate::registry::{ObjectList, Shared, Strategy};
 
 use super::negotiate::{IncludeObject, Output};
 
@@ -149,19 +150,34 @@ pub fn encode_object<S: Strategy>(
     strategy: &S,
     obj: &S::Object,
     output: Output,
-) -> Result<Value, ApiError> {
+) -> Result<Bytes, ApiError> {
     match output {
-        Output::Json => to_value(obj),
-        Output::Metadata => partial_metadata(obj),
+        // Straight from the typed object: no intermediate JSON tree.
+        Output::Json => to_bytes(obj).map(Bytes::from),
+        Output::Metadata => to_bytes(&partial_metadata(obj)?).map(Bytes::from),
         Output::Table { v1beta1, include } => {
             let metadata = json!({"resourceVersion": obj.metadata().resource_version});
-            table(
+            to_bytes(&table(
                 strategy,
                 vec![row(strategy, obj, include)?],
                 metadata,
                 v1beta1,
-            )
+            )?)
+            .map(Bytes::from)
         }
+    }
+}
+
+/// A shared object in the negotiated representation: as JSON, the encoding
+/// every reader of this revision shares.
+pub fn encode_shared<S: Strategy>(
+    strategy: &S,
+    obj: &Shared<S::Object>,
+    output: Output,
+) -> Result<Bytes, ApiError> {
+    match output {
+        Output::Json => obj.json(),
+        _ => encode_object(strategy, obj, output),
     }
 }
 
@@ -181,9 +197,9 @@ fn table<S: Strategy>(
 /// A list in the negotiated representation.
 pub fn encode_list<S: Strategy>(
     strategy: &S,
-    list: &ObjectList<S::Object>,
+    list: &ObjectList<Shared<S::Object>>,
     output: Output,
-) -> Result<Value, ApiError> {
+) -> Result<Bytes, ApiError> {
     let mut metadata = serde_json::Map::new();
     metadata.insert(
         "resourceVersion".to_owned(),
@@ -196,32 +212,45 @@ pub fn encode_list<S: Strategy>(
         metadata.insert("remainingItemCount".to_owned(), json!(remaining));
     }
     let metadata = Value::Object(metadata);
-    match output {
+    let value = match output {
         Output::Json => {
+            // The items' shared encodings, spliced in as they are.
             let items = list
                 .items
                 .iter()
-                .map(to_value)
+                .map(Shared::json)
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok(json!({
+            let head = to_bytes(&json!({
                 "apiVersion": api::GROUP_VERSION,
                 "kind": format!("{}List", S::Object::resource().kind),
                 "metadata": metadata,
-                "items": items,
-            }))
+            }))?;
+            let size = head.len() + items.iter().map(|i| i.len() + 1).sum::<usize>() + 12;
+            let mut out = Vec::with_capacity(size);
+            // `{…head…}` becomes `{…head…,"items":[…]}`.
+            out.extend_from_slice(&head[..head.len() - 1]);
+            out.extend_from_slice(b",\"items\":[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(item);
+            }
+            out.extend_from_slice(b"]}");
+            return Ok(Bytes::from(out));
         }
         Output::Metadata => {
             let items = list
                 .items
                 .iter()
-                .map(partial_metadata)
+                .map(|o| partial_metadata(&**o))
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok(json!({
+            json!({
                 "apiVersion": "meta.k8s.io/v1",
                 "kind": "PartialObjectMetadataList",
                 "metadata": metadata,
                 "items": items,
-            }))
+            })
         }
         Output::Table { v1beta1, include } => {
             let rows = list
@@ -229,9 +258,10 @@ pub fn encode_list<S: Strategy>(
                 .iter()
                 .map(|o| row(strategy, o, include))
                 .collect::<Result<Vec<_>, _>>()?;
-            table(strategy, rows, metadata, v1beta1)
+            table(strategy, rows, metadata, v1beta1)?
         }
-    }
+    };
+    to_bytes(&value).map(Bytes::from)
 }
 
 /// A bookmark's object: only kind, apiVersion and metadata.

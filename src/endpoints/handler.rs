@@ -17,8 +17,8 @@ use crate::api::errors::ApiError;
 use crate::api::meta::Object;
 use crate::api::{self};
 use crate::registry::{
-    Context, DeleteOptions, DeleteOutcome, LabelSelector, ListOptions, Store, Strategy, WatchEvent,
-    WatchOptions,
+    Context, DeleteOptions, DeleteOutcome, LabelSelector, ListOptions, Shared, Store, Strategy,
+    WatchEvent, WatchOptions,
 };
 
 use super::codec::{self, FieldValidation};
@@ -90,12 +90,12 @@ fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<Body
     resp
 }
 
-fn respond(status: StatusCode, value: &Value) -> Result<Response<Body>, ApiError> {
-    Ok(json_response(status, codec::to_bytes(value)?))
+fn respond(status: StatusCode, body: Bytes) -> Result<Response<Body>, ApiError> {
+    Ok(json_response(status, body))
 }
 
 impl<S: Strategy> Handler<S> {
-    fn encode(&self, obj: &S::Object, output: Output) -> Result<Value, ApiError> {
+    fn encode(&self, obj: &S::Object, output: Output) -> Result<Bytes, ApiError> {
         codec::encode_object(self.store.strategy(), obj, output)
     }
 
@@ -129,7 +129,7 @@ impl<S: Strategy> Handler<S> {
 
     async fn get(&self, call: &Call) -> Result<Response<Body>, ApiError> {
         let obj = self.store.get(namespace(call), name(call)).await?;
-        respond(StatusCode::OK, &self.encode(&obj, call.output)?)
+        respond(StatusCode::OK, self.encode(&obj, call.output)?)
     }
 
     async fn list(&self, call: &Call) -> Result<Response<Body>, ApiError> {
@@ -140,14 +140,14 @@ impl<S: Strategy> Handler<S> {
             .await?;
         respond(
             StatusCode::OK,
-            &codec::encode_list(self.store.strategy(), &list, call.output)?,
+            codec::encode_list(self.store.strategy(), &list, call.output)?,
         )
     }
 
     async fn create(&self, call: &Call) -> Result<Response<Body>, ApiError> {
         let (obj, warnings) = self.decode_body(call)?;
         let created = self.store.create(&call.ctx, namespace(call), obj).await?;
-        let resp = respond(StatusCode::CREATED, &self.encode(&created, call.output)?)?;
+        let resp = respond(StatusCode::CREATED, self.encode(&created, call.output)?)?;
         Ok(with_warnings(resp, &warnings))
     }
 
@@ -163,7 +163,7 @@ impl<S: Strategy> Handler<S> {
                 call.request.status,
             )
             .await?;
-        let resp = respond(StatusCode::OK, &self.encode(&updated, call.output)?)?;
+        let resp = respond(StatusCode::OK, self.encode(&updated, call.output)?)?;
         Ok(with_warnings(resp, &warnings))
     }
 
@@ -229,7 +229,7 @@ impl<S: Strategy> Handler<S> {
                 },
             )
             .await?;
-        let resp = respond(StatusCode::OK, &self.encode(&updated, call.output)?)?;
+        let resp = respond(StatusCode::OK, self.encode(&updated, call.output)?)?;
         let warnings = warnings.into_inner().unwrap_or_default();
         Ok(with_warnings(resp, &warnings))
     }
@@ -284,14 +284,12 @@ impl<S: Strategy> Handler<S> {
             .delete(&ctx, namespace(call), name(call), &opts)
             .await?
         {
-            DeleteOutcome::Pending(obj) => {
-                respond(StatusCode::OK, &self.encode(&obj, call.output)?)
-            }
+            DeleteOutcome::Pending(obj) => respond(StatusCode::OK, self.encode(&obj, call.output)?),
             DeleteOutcome::Deleted(obj) => {
                 let info = S::Object::resource();
                 respond(
                     StatusCode::OK,
-                    &json!({
+                    codec::to_bytes(&json!({
                         "kind": "Status",
                         "apiVersion": "v1",
                         "metadata": {},
@@ -302,7 +300,8 @@ impl<S: Strategy> Handler<S> {
                             "kind": info.plural,
                             "uid": obj.metadata().uid,
                         }
-                    }),
+                    }))?
+                    .into(),
                 )
             }
         }
@@ -319,7 +318,7 @@ impl<S: Strategy> Handler<S> {
             .await?;
         respond(
             StatusCode::OK,
-            &codec::encode_list(self.store.strategy(), &deleted, call.output)?,
+            codec::encode_list(self.store.strategy(), &deleted, call.output)?,
         )
     }
 
@@ -397,32 +396,43 @@ impl<S: Strategy> Handler<S> {
     }
 }
 
-/// One watch event as a JSON line.
-fn encode_event<S: Strategy>(strategy: &S, event: WatchEvent<S::Object>, output: Output) -> Bytes {
+/// One watch event as a JSON line. The object's encoding is the one every
+/// watcher of this revision shares, spliced in as it is.
+fn encode_event<S: Strategy>(
+    strategy: &S,
+    event: WatchEvent<Shared<S::Object>>,
+    output: Output,
+) -> Bytes {
     let (kind, object) = match event {
-        WatchEvent::Added(o) => ("ADDED", codec::encode_object(strategy, &o, output)),
-        WatchEvent::Modified(o) => ("MODIFIED", codec::encode_object(strategy, &o, output)),
-        WatchEvent::Deleted(o) => ("DELETED", codec::encode_object(strategy, &o, output)),
+        WatchEvent::Added(o) => ("ADDED", codec::encode_shared(strategy, &o, output)),
+        WatchEvent::Modified(o) => ("MODIFIED", codec::encode_shared(strategy, &o, output)),
+        WatchEvent::Deleted(o) => ("DELETED", codec::encode_shared(strategy, &o, output)),
         WatchEvent::Bookmark {
             resource_version,
             initial_events_end,
         } => (
             "BOOKMARK",
-            Ok(codec::bookmark_object::<S::Object>(
+            codec::to_bytes(&codec::bookmark_object::<S::Object>(
                 &resource_version,
                 initial_events_end,
-            )),
+            ))
+            .map(Bytes::from),
         ),
     };
-    let line = match object {
-        Ok(object) => json!({"type": kind, "object": object}),
-        Err(e) => {
-            json!({"type": "ERROR", "object": serde_json::to_value(e.to_status()).unwrap_or(Value::Null)})
-        }
+    let (kind, object) = match object {
+        Ok(object) => (kind, object),
+        Err(e) => (
+            "ERROR",
+            Bytes::from(serde_json::to_vec(&e.to_status()).unwrap_or_default()),
+        ),
     };
-    let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
-    bytes.push(b'\n');
-    Bytes::from(bytes)
+    let mut line = Vec::with_capacity(object.len() + kind.len() + 24);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(&object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
 }
 
 /// The body's namespace and name must agree with the URL.

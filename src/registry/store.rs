@@ -33,6 +33,7 @@ use crate::storage::{
 };
 
 use super::selectors::{FieldSelector, LabelSelector};
+use super::shared::Shared;
 use super::strategy::{Strategy, UniqueClaim, COMMON_FIELDS};
 use super::{storage_error, Admission, Context};
 
@@ -418,7 +419,7 @@ impl<S: Strategy> Store<S> {
         &self,
         namespace: Option<&str>,
         opts: &ListOptions,
-    ) -> Result<ObjectList<S::Object>, ApiError> {
+    ) -> Result<ObjectList<Shared<S::Object>>, ApiError> {
         let rv = parse_resource_version(opts.resource_version.as_deref())?;
         let exact = match opts.resource_version_match.as_deref().unwrap_or_default() {
             "" => false,
@@ -490,7 +491,7 @@ impl<S: Strategy> Store<S> {
                 let (kvs, revision) = self.cache.snapshot(&scope).map_err(cache_error)?;
                 let mut items = Vec::with_capacity(kvs.len());
                 for kv in &kvs {
-                    let obj = self.decode(kv)?;
+                    let obj = decode_shared(kv)?;
                     if self.matches(&obj, &opts.label_selector, &opts.field_selector) {
                         items.push(obj);
                     }
@@ -519,7 +520,7 @@ impl<S: Strategy> Store<S> {
         mut start_after: Option<String>,
         limit: Option<i64>,
         opts: &ListOptions,
-    ) -> Result<ObjectList<S::Object>, ApiError> {
+    ) -> Result<ObjectList<Shared<S::Object>>, ApiError> {
         let filtering = !opts.label_selector.is_empty() || !opts.field_selector.is_empty();
         let mut items = Vec::new();
         let mut read_at = revision;
@@ -547,7 +548,7 @@ impl<S: Strategy> Store<S> {
             for (i, kv) in page.items.iter().enumerate() {
                 let obj = self.decode(kv)?;
                 if self.matches(&obj, &opts.label_selector, &opts.field_selector) {
-                    items.push(obj);
+                    items.push(Shared::new(obj));
                     // Never more than `limit`: continue after the last item
                     // returned, even in the middle of a page.
                     if limit.is_some_and(|l| items.len() as i64 >= l) {
@@ -862,14 +863,16 @@ impl<S: Strategy> Store<S> {
         namespace: Option<&str>,
         list: &ListOptions,
         opts: &DeleteOptions,
-    ) -> Result<ObjectList<S::Object>, ApiError> {
+    ) -> Result<ObjectList<Shared<S::Object>>, ApiError> {
         let mut listed = self.list(namespace, list).await?;
         let mut deleted = Vec::with_capacity(listed.items.len());
         for obj in listed.items.drain(..) {
             let ns = obj.metadata().namespace.clone().unwrap_or_default();
             let name = obj.metadata().name.clone().unwrap_or_default();
             match self.delete(ctx, &ns, &name, opts).await {
-                Ok(DeleteOutcome::Deleted(o) | DeleteOutcome::Pending(o)) => deleted.push(o),
+                Ok(DeleteOutcome::Deleted(o) | DeleteOutcome::Pending(o)) => {
+                    deleted.push(Shared::new(o))
+                }
                 // Gone in the meantime: someone else deleted it.
                 Err(ApiError::NotFound { .. }) => {}
                 Err(e) => return Err(e),
@@ -930,7 +933,7 @@ impl<S: Strategy> Store<S> {
             }
             let snap = self.cache.snapshot_and_watch(&scope).map_err(cache_error)?;
             for kv in &snap.objects {
-                let obj = self.decode(kv)?;
+                let obj = decode_shared(kv)?;
                 if self.matches(&obj, &filter.labels, &filter.fields) {
                     queue.push_back(WatchEvent::Added(obj));
                 }
@@ -986,7 +989,7 @@ impl<S: Strategy> Store<S> {
         &self,
         filter: &WatchFilter,
         event: &CacheEvent,
-    ) -> Result<Option<WatchEvent<S::Object>>, ApiError> {
+    ) -> Result<Option<WatchEvent<Shared<S::Object>>>, ApiError> {
         translate(&self.strategy, filter, event)
     }
 }
@@ -1021,14 +1024,21 @@ fn decode_object<O: Object>(kv: &KeyValue) -> Result<O, ApiError> {
     Ok(obj)
 }
 
+/// A cached value as a [`Shared`] object: decoded by its first reader, then
+/// shared by every list and watch that reads the same revision.
+fn decode_shared<O: Object>(kv: &KeyValue) -> Result<Shared<O>, ApiError> {
+    kv.memo
+        .get_or_try_init(|| decode_object(kv).map(Shared::new))
+}
+
 /// Turns a cache event into what this watcher should see: selector
 /// transitions become ADDED or DELETED, as kube-apiserver's cacher does.
 fn translate<S: Strategy>(
     strategy: &S,
     filter: &WatchFilter,
     event: &CacheEvent,
-) -> Result<Option<WatchEvent<S::Object>>, ApiError> {
-    let decode = decode_object::<S::Object>;
+) -> Result<Option<WatchEvent<Shared<S::Object>>>, ApiError> {
+    let decode = decode_shared::<S::Object>;
     if !event.object.key.starts_with(&filter.scope) {
         return Ok(None);
     }
@@ -1044,7 +1054,7 @@ fn translate<S: Strategy>(
         EventKind::Modified => {
             let now = matches(&object);
             let before = match (&event.prev, filtering) {
-                (Some(prev), true) => matches(&decode(prev)?),
+                (Some(prev), true) => matches(&*decode(prev)?),
                 _ => now,
             };
             match (before, now) {
@@ -1060,7 +1070,7 @@ fn translate<S: Strategy>(
 /// A running watch: queued events first, then live ones from the cache.
 #[derive(Debug)]
 pub struct Watch<S: Strategy> {
-    queue: VecDeque<WatchEvent<S::Object>>,
+    queue: VecDeque<WatchEvent<Shared<S::Object>>>,
     live: broadcast::Receiver<Arc<CacheEvent>>,
     /// The revision of the last event delivered (or the starting point).
     after: Revision,
@@ -1073,7 +1083,7 @@ pub struct Watch<S: Strategy> {
 impl<S: Strategy> Watch<S> {
     /// The next event; `None` when the watch is over (the client should
     /// watch again from the last resourceVersion it saw, or re-list).
-    pub async fn next(&mut self) -> Option<Result<WatchEvent<S::Object>, ApiError>> {
+    pub async fn next(&mut self) -> Option<Result<WatchEvent<Shared<S::Object>>, ApiError>> {
         loop {
             if let Some(event) = self.queue.pop_front() {
                 return Some(Ok(event));

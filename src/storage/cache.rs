@@ -367,6 +367,7 @@ fn apply(inner: &Inner, events: Vec<Event>) {
                     let last_value = old.as_deref().cloned().unwrap_or(prev);
                     let object = Arc::new(KeyValue {
                         mod_revision: revision,
+                        memo: Default::default(),
                         ..last_value.clone()
                     });
                     CacheEvent {

@@ -115,6 +115,7 @@ fn convert(kv: &etcd_client::KeyValue) -> Result<KeyValue> {
         value: Bytes::copy_from_slice(kv.value()),
         create_revision: kv.create_revision(),
         mod_revision: kv.mod_revision(),
+        memo: Default::default(),
     })
 }
 
@@ -194,6 +195,7 @@ impl Storage for EtcdStorage {
             value,
             create_revision: revision,
             mod_revision: revision,
+            memo: Default::default(),
         })
     }
 
@@ -238,6 +240,7 @@ impl Storage for EtcdStorage {
             value,
             create_revision: 0,
             mod_revision: revision,
+            memo: Default::default(),
         })
     }
 
@@ -406,6 +409,7 @@ impl WatchStream for EtcdWatch {
                                 value: Bytes::new(),
                                 create_revision: 0,
                                 mod_revision: kv.mod_revision(),
+                                memo: Default::default(),
                             },
                         },
                     },

@@ -54,6 +54,7 @@ impl MemoryStorage {
             value,
             create_revision: prev.as_ref().map_or(state.revision, |p| p.create_revision),
             mod_revision: state.revision,
+            memo: Default::default(),
         };
         state.data.insert(key.to_owned(), kv.clone());
         self.record(
@@ -129,6 +130,7 @@ impl Storage for MemoryStorage {
         let kv = KeyValue {
             value,
             mod_revision: state.revision,
+            memo: Default::default(),
             ..prev.clone()
         };
         state.data.insert(key.to_owned(), kv.clone());

@@ -297,10 +297,10 @@ async fn lists_filter_by_labels_fields_and_namespace() {
     elsewhere.spec.destination.namespace = "qa".to_owned();
     s.create(&ctx("alice"), "staging", elsewhere).await.unwrap();
 
-    let names = |l: ObjectList<NamespaceTransfer>| -> Vec<String> {
+    let names = |l: ObjectList<Shared<NamespaceTransfer>>| -> Vec<String> {
         l.items
-            .into_iter()
-            .map(|o| o.metadata.name.unwrap())
+            .iter()
+            .map(|o| o.metadata.name.clone().unwrap())
             .collect()
     };
     let all = s.list(None, &ListOptions::default()).await.unwrap();
@@ -336,7 +336,7 @@ async fn paged_lists_continue_where_they_stopped() {
     loop {
         let page = s.list(Some("prod"), &opts).await.unwrap();
         pages += 1;
-        seen.extend(page.items.into_iter().map(|o| o.metadata.name.unwrap()));
+        seen.extend(page.items.iter().map(|o| o.metadata.name.clone().unwrap()));
         match page.continue_token {
             Some(token) => opts.continue_token = Some(token),
             None => break,
@@ -562,7 +562,7 @@ async fn a_filtered_page_never_holds_more_than_the_limit() {
     loop {
         let page = s.list(Some("prod"), &opts).await.unwrap();
         assert!(page.items.len() <= 2, "{} items", page.items.len());
-        seen.extend(page.items.into_iter().map(|o| o.metadata.name.unwrap()));
+        seen.extend(page.items.iter().map(|o| o.metadata.name.clone().unwrap()));
         match page.continue_token {
             Some(token) => opts.continue_token = Some(token),
             None => break,
@@ -945,4 +945,66 @@ async fn the_loser_of_a_race_for_a_claim_is_told_the_winner() {
     assert_claim_conflict(&err, "source claim prod/db", "prod/winner");
     assert_eq!(s.get("prod", "loser").await.unwrap_err().code(), 404);
     assert!(s.get("prod", "winner").await.is_ok());
+}
+
+#[tokio::test]
+async fn every_list_and_watch_of_one_revision_shares_one_decoded_object_and_one_encoding() {
+    let s = store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let before = s
+        .list(Some("prod"), &ListOptions::default())
+        .await
+        .unwrap()
+        .resource_version;
+    let watch_from = |rv: String| {
+        s.watch(
+            Some("prod"),
+            WatchOptions {
+                resource_version: Some(rv),
+                ..WatchOptions::default()
+            },
+        )
+    };
+    let (mut w1, mut w2) = (
+        watch_from(before.clone()).await.unwrap(),
+        watch_from(before).await.unwrap(),
+    );
+    let first = s.list(Some("prod"), &ListOptions::default()).await.unwrap();
+    let second = s.list(Some("prod"), &ListOptions::default()).await.unwrap();
+    assert_eq!(*first.items[0], created);
+    let json = first.items[0].json().unwrap();
+    assert_eq!(
+        json.as_ptr(),
+        second.items[0].json().unwrap().as_ptr(),
+        "the second list reuses the first one's encoding"
+    );
+
+    let mut changed = created.clone();
+    changed.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    let updated = s
+        .update(&ctx("alice"), "prod", "a", changed, false)
+        .await
+        .unwrap();
+    let (seen1, seen2) = (modified(&mut w1).await, modified(&mut w2).await);
+    assert_eq!(*seen1, updated);
+    let encoded = seen1.json().unwrap();
+    assert_eq!(encoded, serde_json::to_vec(&updated).unwrap());
+    assert_eq!(
+        encoded.as_ptr(),
+        seen2.json().unwrap().as_ptr(),
+        "two watchers share one encoding of the event"
+    );
+    assert_ne!(encoded, json, "a new revision is encoded afresh");
+}
+
+async fn modified(w: &mut Watch<NamespaceTransferStrategy>) -> Shared<NamespaceTransfer> {
+    match tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        WatchEvent::Modified(o) => o,
+        other => panic!("{other:?}"),
+    }
 }
