@@ -18,14 +18,15 @@ pub mod source;
 pub mod token;
 pub mod x509;
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use rustls::pki_types::CertificateDer;
 
 use crate::api::errors::ApiError;
 use crate::api::meta::Requester;
-use config::{AuthConfig, RequestHeaderConfig};
+use config::{AuthConfig, RequestHeaderConfig, TrustAnchor};
 use token::TokenAuthenticator;
 
 /// The authenticated user, as SubjectAccessReview and `spec.requester` name it.
@@ -34,12 +35,79 @@ pub type UserInfo = Requester;
 /// The group every authenticated user belongs to.
 pub const AUTHENTICATED: &str = "system:authenticated";
 
-/// What the TLS layer learned about the peer.
-#[derive(Debug, Clone, Default)]
+/// How long a connection's verified certificate chain is trusted without
+/// verifying it again: a certificate that expires while its connection stays
+/// open is refused at most this much later.
+pub const VERIFIED_FOR: Duration = Duration::from_secs(10);
+
+/// What the TLS layer learned about the peer: one per connection.
+#[derive(Debug, Default)]
 pub struct Peer {
     /// The certificate chain the client presented, leaf first (its signature
     /// was checked in the handshake; its trust is checked here).
-    pub certificates: Option<Vec<CertificateDer<'static>>>,
+    certificates: Option<Vec<CertificateDer<'static>>>,
+    /// The chain's verification against the current configuration's trust
+    /// anchors. A chain cannot change within a connection, so the requests
+    /// it carries (every request the aggregator proxies, multiplexed on a
+    /// few HTTP/2 connections) need not each repeat the signature checks.
+    /// Forgotten after [`VERIFIED_FOR`] and whenever the configuration
+    /// changes (a rotated CA).
+    verified: Mutex<Option<Verified>>,
+}
+
+#[derive(Debug)]
+struct Verified {
+    config: Arc<AuthConfig>,
+    at: Instant,
+    /// Per [`Anchor`]: not tried yet, or the subject (none: not trusted).
+    subjects: [Option<Option<x509::Subject>>; 2],
+}
+
+/// Which of the configuration's trust anchors a chain is verified against.
+#[derive(Debug, Clone, Copy)]
+enum Anchor {
+    RequestHeader = 0,
+    ClientCa = 1,
+}
+
+impl Peer {
+    /// A peer that presented `certificates` (leaf first), or none.
+    pub fn new(certificates: Option<Vec<CertificateDer<'static>>>) -> Self {
+        Self {
+            certificates,
+            verified: Mutex::new(None),
+        }
+    }
+
+    /// The subject of this peer's chain if it verifies against `anchor` (the
+    /// trust anchor `which` of `config`), verified once per connection,
+    /// configuration and [`VERIFIED_FOR`].
+    fn verified_subject(
+        &self,
+        config: &Arc<AuthConfig>,
+        which: Anchor,
+        anchor: &TrustAnchor,
+    ) -> Option<x509::Subject> {
+        let chain = self.certificates.as_deref().filter(|c| !c.is_empty())?;
+        let mut memo = self.verified.lock().unwrap_or_else(|p| p.into_inner());
+        let current = memo
+            .as_ref()
+            .is_some_and(|v| Arc::ptr_eq(&v.config, config) && v.at.elapsed() < VERIFIED_FOR);
+        if !current {
+            *memo = Some(Verified {
+                config: config.clone(),
+                at: Instant::now(),
+                subjects: [None, None],
+            });
+        }
+        let slot = memo.as_mut().map(|v| &mut v.subjects[which as usize])?;
+        if let Some(subject) = slot {
+            return subject.clone();
+        }
+        let subject = x509::verify(anchor, chain);
+        *slot = Some(subject.clone());
+        subject
+    }
 }
 
 /// Decides who sent a request.
@@ -113,20 +181,19 @@ impl Authenticator for Delegating {
                 "the authentication configuration has not been loaded yet".to_owned(),
             )
         })?;
-        if let Some(chain) = peer.certificates.as_deref().filter(|c| !c.is_empty()) {
-            if let Some(rh) = &config.request_header {
-                if let Some(user) = front_proxy_user(rh, chain, headers) {
-                    return Ok(with_authenticated(user));
-                }
+        if let Some(rh) = &config.request_header {
+            let proxy = peer.verified_subject(&config, Anchor::RequestHeader, &rh.ca);
+            if let Some(user) = proxy.and_then(|subject| front_proxy_user(rh, &subject, headers)) {
+                return Ok(with_authenticated(user));
             }
-            if let Some(ca) = &config.client_ca {
-                if let Some(subject) = x509::verify(ca, chain) {
-                    return Ok(with_authenticated(UserInfo {
-                        username: subject.common_name,
-                        groups: subject.organizations,
-                        ..UserInfo::default()
-                    }));
-                }
+        }
+        if let Some(ca) = &config.client_ca {
+            if let Some(subject) = peer.verified_subject(&config, Anchor::ClientCa, ca) {
+                return Ok(with_authenticated(UserInfo {
+                    username: subject.common_name,
+                    groups: subject.organizations,
+                    ..UserInfo::default()
+                }));
             }
         }
         if let Some(token) = bearer_token(headers)? {
@@ -149,14 +216,13 @@ impl Authenticator for Delegating {
     }
 }
 
-/// The user named by the front proxy's headers, if the client certificate is
-/// the front proxy's.
+/// The user named by the front proxy's headers, if the client certificate
+/// (verified against the requestheader CA, of `subject`) is the front proxy's.
 fn front_proxy_user(
     rh: &RequestHeaderConfig,
-    chain: &[CertificateDer<'static>],
+    subject: &x509::Subject,
     headers: &HeaderMap,
 ) -> Option<UserInfo> {
-    let subject = x509::verify(&rh.ca, chain)?;
     if !rh.allowed_names.is_empty() && !rh.allowed_names.contains(&subject.common_name) {
         return None;
     }

@@ -346,13 +346,10 @@ pub async fn serve(
                     return;
                 }
             };
-            let identity = Arc::new(Peer {
-                certificates: tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect()),
-            });
+            let identity =
+                Arc::new(Peer::new(tls.get_ref().1.peer_certificates().map(
+                    |chain| chain.iter().map(|c| c.clone().into_owned()).collect(),
+                )));
             let service = service_fn(move |req| {
                 let (state, identity) = (state.clone(), identity.clone());
                 async move { Ok::<_, std::convert::Infallible>(dispatch(&state, &identity, req).await) }

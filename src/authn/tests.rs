@@ -83,3 +83,105 @@ async fn remote_user_headers_are_ignored_without_a_certificate() {
         .unwrap();
     assert_eq!(user, anonymous_user());
 }
+
+/// A trust anchor that accepts every chain and counts how often it was asked.
+#[derive(Debug, Default)]
+struct CountingVerifier {
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl rustls::server::danger::ClientCertVerifier for CountingVerifier {
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Err(rustls::Error::General("not used".to_owned()))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Err(rustls::Error::General("not used".to_owned()))
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        Vec::new()
+    }
+}
+
+fn front_proxy_config(verifier: Arc<CountingVerifier>) -> Arc<AuthConfig> {
+    Arc::new(AuthConfig {
+        client_ca: None,
+        request_header: Some(config::RequestHeaderConfig {
+            ca: TrustAnchor {
+                verifier,
+                certificates: 1,
+            },
+            allowed_names: vec!["front-proxy-client".to_owned()],
+            username_headers: vec!["X-Remote-User".to_owned()],
+            uid_headers: Vec::new(),
+            group_headers: vec!["X-Remote-Group".to_owned()],
+            extra_headers_prefixes: Vec::new(),
+        }),
+    })
+}
+
+#[tokio::test]
+async fn a_connection_s_certificate_is_verified_once_until_the_configuration_changes() {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "front-proxy-client");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = params.self_signed(&key).unwrap().der().clone();
+    let verifier = Arc::new(CountingVerifier::default());
+    let shared: SharedConfig = Arc::new(RwLock::new(Some(front_proxy_config(verifier.clone()))));
+    let d = Delegating::new(shared.clone(), None);
+    let connection = Peer::new(Some(vec![leaf.clone()]));
+    let calls = || verifier.calls.load(std::sync::atomic::Ordering::SeqCst);
+
+    for user in ["alice", "bob", "carol"] {
+        let seen = d
+            .authenticate(&parts(&[("X-Remote-User", user)]), &connection)
+            .await
+            .unwrap();
+        assert_eq!(seen.username, user, "each request names its own user");
+    }
+    assert_eq!(
+        calls(),
+        1,
+        "three requests on one connection, one verification"
+    );
+
+    let other_connection = Peer::new(Some(vec![leaf]));
+    d.authenticate(&parts(&[("X-Remote-User", "dave")]), &other_connection)
+        .await
+        .unwrap();
+    assert_eq!(calls(), 2, "another connection is verified on its own");
+
+    // A new configuration (a rotated requestheader CA) is verified afresh.
+    *shared.write().unwrap() = Some(front_proxy_config(verifier.clone()));
+    d.authenticate(&parts(&[("X-Remote-User", "erin")]), &connection)
+        .await
+        .unwrap();
+    assert_eq!(calls(), 3);
+}
