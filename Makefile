@@ -7,13 +7,14 @@
 #   make release   the release binary, by the Dockerfile's command (CI builds it too)
 #   make kube   only build the pinned Kubernetes binaries (cached outside the tree)
 #   make openapi   rewrite the checked-in OpenAPI documents under openapi/ from the code
+#   make bench   our server against the same schema as a CRD, side by side (docs/benchmarks.md)
 #   make bench-core   our server alone on etcd: throughput, latency, watch fan-out
 #   make bench-auth   the per-request cost of delegated authn/authz (SAR cache warm and cold)
 
 CARGO ?= cargo
 DEV_DIR ?= $(CURDIR)/.dev
 
-.PHONY: dev down test lint release kube prereqs bench-core bench-auth openapi
+.PHONY: dev down test lint release kube prereqs bench bench-core bench-auth openapi
 
 prereqs:
 	@hack/prereqs.sh
@@ -32,6 +33,12 @@ down:
 
 test: kube
 	hack/test.sh
+
+# Our server (direct and through the aggregator) against the same schema as a CRD
+# in kube-apiserver: rewrites docs/benchmarks.md and its plots.
+# BENCH_SCALE=0.01 BENCH_OUT=<dir> runs it tiny and writes elsewhere.
+bench: kube
+	$(CARGO) bench --locked --bench compare
 
 # Our server alone on etcd: create/get/list throughput and latency, watch fan-out.
 # BENCH_SCALE=0.01 runs it tiny.

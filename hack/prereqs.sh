@@ -30,6 +30,11 @@ if ! command -v etcd >/dev/null 2>&1 && [[ -z "${ETCD_BIN:-}" ]]; then
   apt_packages+=(etcd-server)
 fi
 
+# `make bench` draws its plots with this font.
+if [[ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]]; then
+  apt_packages+=(fonts-dejavu-core)
+fi
+
 # etcd-client compiles etcd's protobuf definitions at build time.
 if ! command -v protoc >/dev/null 2>&1 && [[ -z "${PROTOC:-}" ]]; then
   apt_packages+=(protobuf-compiler)

@@ -34,6 +34,18 @@ pub(crate) fn scaled(n: usize) -> usize {
 /// An HTTP/2 connection to our server trusting `ca`, presenting `client`
 /// (certificate, key) if given.
 pub(crate) async fn connect(port: u16, ca: &Path, client: Option<(&Path, &Path)>) -> Client {
+    connect_to(port, SERVER_NAME, ca, client).await
+}
+
+/// An HTTP/2 connection to the server on `port` that presents a certificate
+/// for `server_name` signed by `ca`, presenting `client` (certificate, key)
+/// if given.
+pub(crate) async fn connect_to(
+    port: u16,
+    server_name: &str,
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+) -> Client {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
@@ -68,7 +80,7 @@ pub(crate) async fn connect(port: u16, ca: &Path, client: Option<(&Path, &Path)>
         }
     };
     tcp.set_nodelay(true).unwrap();
-    let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).unwrap();
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned()).unwrap();
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await

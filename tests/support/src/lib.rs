@@ -792,9 +792,17 @@ impl ControlPlane {
     /// Our server's pid, while a process of it is tracked (running or exited
     /// but not yet restarted).
     pub fn server_pid(&self) -> Option<u32> {
+        self.component_pid(SERVER)
+    }
+
+    /// The pid of a component this control plane started, by its name
+    /// (`etcd`, `kube-apiserver`, `kube-controller-manager`,
+    /// `storage-transfer-apiserver`); `None` when it is not tracked or the
+    /// etcd is shared.
+    pub fn component_pid(&self, name: &str) -> Option<u32> {
         lock(&self.processes)
             .iter()
-            .find(|p| p.name == SERVER)
+            .find(|p| p.name == name)
             .map(|p| p.pid)
     }
 

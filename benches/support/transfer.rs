@@ -1,0 +1,379 @@
+//! How long a NamespaceTransfer takes end to end, and the kube-controller-manager
+//! bind time it is compared with. Both run against a real control plane
+//! (etcd, kube-apiserver, kube-controller-manager, our server behind its
+//! APIService), as `sta_testenv::ControlPlane` starts it.
+//!
+//! - [`transfer_latency`]: a statically provisioned volume bound to `<src>/db`,
+//!   an offer from `<src>` (processed: phase `WaitingForPeer`), then the
+//!   request from `<dst>` (the second consent). The clock runs from the
+//!   request's `ADDED` event to the first event showing `<dst>/db` `Bound`.
+//! - [`kcm_bind_baseline`]: an `Available` volume whose `claimRef` names a claim
+//!   that does not exist yet (no uid), then that claim, created with
+//!   `spec.volumeName` = the volume. The clock runs from the claim's `ADDED`
+//!   event to its first `Bound` event. This is the shape our protocol hands
+//!   kube-controller-manager at its end, so the difference between the two
+//!   figures is what the protocol itself costs.
+//!
+//! Method, the same for both so that both carry the same measurement error:
+//! `kubectl get <resource> -w --output-watch-events -o json` on each object
+//! (field selector on its name), known to be established (its watch request
+//! has been answered, seen in its `-v=6` log) before the object is created;
+//! a reader thread stamps every event as it arrives. Both ends of the
+//! interval are watch deliveries, so the client's own cost (`kubectl apply`
+//! starting, discovery, its GET and POST) is outside it, and what remains of
+//! the error is the difference between two delivery delays (a few ms).
+//!
+//! Each run uses fresh namespaces and a fresh volume, and waits until its
+//! transfer has completed before the next starts, so runs never overlap. A
+//! benchmark fails by panicking: anything unexpected panics with what was seen.
+//! Namespaces and volumes are deleted after the last run of each function.
+
+// Each benchmark uses part of this module.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sta_testenv::{ControlPlane, Kubectl, Namespace};
+
+use crate::scenario::{self, ALLOWED_CLASS};
+
+/// How long any one step (a bind, a phase, a watch starting) may take.
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The claim name used on both sides, and by the baseline.
+const CLAIM: &str = "db";
+
+/// Second consent → destination claim Bound, for each capacity, `runs` times each.
+#[derive(Debug, Clone)]
+pub(crate) struct TransferTiming {
+    /// The volume's capacity, as given (e.g. "1Gi").
+    pub(crate) capacity: String,
+    /// One latency per run, in run order.
+    pub(crate) runs: Vec<Duration>,
+}
+
+/// The median of `samples` (the mean of the middle two for an even count);
+/// zero for none.
+pub(crate) fn median(samples: &[Duration]) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    match sorted.len() {
+        0 => Duration::ZERO,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2,
+    }
+}
+
+/// Moves a volume of each of `capacities` from a fresh source namespace to a
+/// fresh destination namespace, `runs` times per capacity, and returns the
+/// time from the second consent (the request) to the destination claim being
+/// `Bound`. Each run also checks that both transfers reached `Completed` and
+/// that the destination claim is bound to the same PV (name and uid).
+pub(crate) fn transfer_latency(
+    cp: &ControlPlane,
+    capacities: &[&str],
+    runs: usize,
+) -> Vec<TransferTiming> {
+    scenario::ensure_classes(cp.kubectl());
+    let mut leftovers = Leftovers::default();
+    let timings = capacities
+        .iter()
+        .map(|capacity| TransferTiming {
+            capacity: (*capacity).to_owned(),
+            runs: (0..runs)
+                .map(|_| one_transfer(cp, capacity, &mut leftovers))
+                .collect(),
+        })
+        .collect();
+    leftovers.clean_up(cp.kubectl());
+    timings
+}
+
+/// kube-controller-manager's own bind time, the baseline our protocol is compared with:
+/// an Available PV whose claimRef already names a claim (no uid), then that claim created with
+/// spec.volumeName = the PV; time from the claim's create to its phase Bound. This is the shape
+/// our protocol hands KCM at its end (R3 creates the destination claim with volumeName, R4 points
+/// the PV's claimRef at it). `runs` times.
+pub(crate) fn kcm_bind_baseline(cp: &ControlPlane, runs: usize) -> Vec<Duration> {
+    scenario::ensure_classes(cp.kubectl());
+    let mut leftovers = Leftovers::default();
+    let timings = (0..runs).map(|_| one_bind(cp, &mut leftovers)).collect();
+    leftovers.clean_up(cp.kubectl());
+    timings
+}
+
+/// One transfer of a fresh `capacity` volume; see [`transfer_latency`].
+fn one_transfer(cp: &ControlPlane, capacity: &str, leftovers: &mut Leftovers) -> Duration {
+    let k = cp.kubectl();
+    let src = cp.namespace("bench-src").expect("a source namespace");
+    let dst = cp.namespace("bench-dst").expect("a destination namespace");
+    let pv = scenario::unique("bench-pv");
+    leftovers.volumes.push(pv.clone());
+    let (src_ns, dst_ns) = (src.name.clone(), dst.name.clone());
+    leftovers.namespaces.extend([src, dst]);
+
+    let claim_uid = scenario::bound_volume(k, &pv, capacity, ALLOWED_CLASS, &src_ns, CLAIM);
+    let pv_uid = uid(&scenario::volume_json(k, &pv).expect("the PV exists"));
+    scenario::offer(k, &src_ns, "give", CLAIM, &dst_ns);
+    scenario::wait_phase(k, &src_ns, "give", "WaitingForPeer", WAIT);
+
+    let claim = EventWatch::start(cp, "pvc", &dst_ns, CLAIM);
+    let request = EventWatch::start(cp, "namespacetransfers", &dst_ns, "take");
+    scenario::request(k, &dst_ns, "take", &src_ns, CLAIM);
+    let second_consent = request.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let bound = claim.first("Bound", WAIT, is_bound);
+    let latency = bound.duration_since(second_consent);
+    drop((claim, request));
+
+    let give = scenario::wait_phase(k, &src_ns, "give", "Completed", WAIT);
+    let take = scenario::wait_phase(k, &dst_ns, "take", "Completed", WAIT);
+    for (side, t) in [("offer", &give), ("request", &take)] {
+        assert_eq!(
+            t["status"]["volumeName"],
+            pv.as_str(),
+            "the {side} reports another volume than {pv}: {}",
+            t["status"]
+        );
+    }
+    let dest = scenario::claim_json(k, &dst_ns, CLAIM).expect("the destination claim exists");
+    assert_eq!(
+        dest["spec"]["volumeName"],
+        pv.as_str(),
+        "{dst_ns}/{CLAIM} is bound to another volume than {pv}: {}",
+        dest["spec"]
+    );
+    scenario::assert_moved(k, &pv, &pv_uid, &src_ns, &dst_ns, CLAIM);
+    assert_ne!(
+        uid(&dest),
+        claim_uid,
+        "the destination claim is a new object"
+    );
+    latency
+}
+
+/// One bind by kube-controller-manager alone; see [`kcm_bind_baseline`].
+fn one_bind(cp: &ControlPlane, leftovers: &mut Leftovers) -> Duration {
+    let k = cp.kubectl();
+    let ns = cp.namespace("bench-kcm").expect("a namespace");
+    let pv = scenario::unique("bench-kcm-pv");
+    leftovers.volumes.push(pv.clone());
+    let namespace = ns.name.clone();
+    leftovers.namespaces.push(ns);
+
+    k.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity:\n    storage: 1Gi\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Delete\n  storageClassName: {ALLOWED_CLASS}\n  claimRef:\n    namespace: {namespace}\n    name: {CLAIM}\n  hostPath:\n    path: /var/tmp/storage-transfer-tests/{pv}\n    type: DirectoryOrCreate\n"
+    ))
+    .unwrap_or_else(|e| panic!("creating PV {pv}: {e}"));
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=Available",
+        &format!("pv/{pv}"),
+        "--timeout=60s",
+    ]);
+
+    let watch = EventWatch::start(cp, "pvc", &namespace, CLAIM);
+    k.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {CLAIM}\n  namespace: {namespace}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {ALLOWED_CLASS}\n  volumeName: {pv}\n  resources:\n    requests:\n      storage: 1Gi\n"
+    ))
+    .unwrap_or_else(|e| panic!("creating claim {namespace}/{CLAIM}: {e}"));
+    let created = watch.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let bound = watch.first("Bound", WAIT, is_bound);
+    let latency = bound.duration_since(created);
+    drop(watch);
+
+    let claim = scenario::claim_json(k, &namespace, CLAIM).expect("the claim exists");
+    let volume = scenario::volume_json(k, &pv).expect("the PV exists");
+    assert_eq!(
+        volume["spec"]["claimRef"]["uid"], claim["metadata"]["uid"],
+        "PV {pv} is bound to {namespace}/{CLAIM}: {}",
+        volume["spec"]["claimRef"]
+    );
+    latency
+}
+
+/// `metadata.uid` of an object.
+fn uid(object: &Value) -> String {
+    object["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_else(|| panic!("an object without a uid: {object}"))
+        .to_owned()
+}
+
+/// Whether a watch event shows a claim `Bound`.
+fn is_bound(event: &Value) -> bool {
+    event["object"]["status"]["phase"] == "Bound"
+}
+
+/// A `kubectl get -w` on one object, with every event stamped on arrival.
+struct EventWatch {
+    child: Child,
+    what: String,
+    events: Receiver<(Instant, Value)>,
+    /// The last lines kubectl wrote to stderr, for a failure message.
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl EventWatch {
+    /// Starts watching `resource` `namespace/name` (which need not exist
+    /// yet), and returns once the watch request has been answered, so that
+    /// every later change arrives through it.
+    fn start(cp: &ControlPlane, resource: &str, namespace: &str, name: &str) -> Self {
+        let k: &Kubectl = cp.kubectl();
+        let what = format!("{resource} {namespace}/{name}");
+        let mut child = Command::new(k.binary())
+            .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
+            .arg(format!(
+                "--cache-dir={}",
+                cp.dir.join("kube-cache").display()
+            ))
+            .args(["get", resource, "-n", namespace])
+            .arg(format!("--field-selector=metadata.name={name}"))
+            .args(["-w", "--output-watch-events", "-o", "json", "-v=6"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting kubectl get -w for {what}: {e}"));
+
+        let (events_tx, events) = mpsc::channel();
+        let stdout = child.stdout.take().expect("kubectl's stdout");
+        std::thread::spawn(move || {
+            let reader = BufReader::new(stdout);
+            for event in serde_json::Deserializer::from_reader(reader).into_iter::<Value>() {
+                let arrived = Instant::now();
+                let Ok(event) = event else { break };
+                if events_tx.send((arrived, event)).is_err() {
+                    break;
+                }
+            }
+        });
+
+        let (ready_tx, ready) = mpsc::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("kubectl's stderr");
+        let lines = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                // `"Response" verb="GET" url="…&watch=true" status="200 OK"`
+                if line.contains("watch=true") && line.contains("200 OK") {
+                    let _ = ready_tx.send(());
+                }
+                let mut lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+                if lines.len() == 20 {
+                    lines.remove(0);
+                }
+                lines.push(line);
+            }
+        });
+
+        let watch = Self {
+            child,
+            what,
+            events,
+            log,
+        };
+        if ready.recv_timeout(WAIT).is_err() {
+            panic!(
+                "the watch on {} did not start within {WAIT:?}:\n{}",
+                watch.what,
+                watch.log_tail()
+            );
+        }
+        watch
+    }
+
+    /// The arrival of the first event (not yet taken) that `wanted`
+    /// accepts; `what` names it in a failure.
+    fn first(&self, what: &str, timeout: Duration, wanted: impl Fn(&Value) -> bool) -> Instant {
+        let deadline = Instant::now() + timeout;
+        let mut last = Value::Null;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok((arrived, event)) => {
+                    if wanted(&event) {
+                        return arrived;
+                    }
+                    last = event;
+                }
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "{} was not {what} within {timeout:?}; last seen:\n{}",
+                    self.what,
+                    serde_json::to_string_pretty(&last["object"]).unwrap_or_default()
+                ),
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "the watch on {} ended before it was {what}; last seen:\n{}\nkubectl said:\n{}",
+                    self.what,
+                    serde_json::to_string_pretty(&last["object"]).unwrap_or_default(),
+                    self.log_tail()
+                ),
+            }
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .join("\n")
+    }
+}
+
+impl Drop for EventWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the runs of one function leave behind, deleted after its last run.
+#[derive(Default)]
+struct Leftovers {
+    namespaces: Vec<Namespace>,
+    volumes: Vec<String>,
+}
+
+impl Leftovers {
+    /// Deletes the volumes (pv-protection holds each until its claim is gone)
+    /// and the namespaces, and waits for both, so that the deletions do not
+    /// load the cluster during whatever is measured next. A cleanup that does
+    /// not finish in time is reported, not fatal.
+    fn clean_up(self, k: &Kubectl) {
+        let volumes: Vec<String> = self.volumes.iter().map(|v| format!("pv/{v}")).collect();
+        let volumes: Vec<&str> = volumes.iter().map(String::as_str).collect();
+        let namespaces: Vec<String> = self
+            .namespaces
+            .iter()
+            .map(|n| format!("namespace/{}", n.name))
+            .collect();
+        let namespaces: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+        let steps: [(&[&str], &[&str]); 3] = [
+            (&["delete", "--wait=false", "--ignore-not-found"], &volumes),
+            (
+                &["delete", "--timeout=120s", "--ignore-not-found"],
+                &namespaces,
+            ),
+            (&["wait", "--for=delete", "--timeout=60s"], &volumes),
+        ];
+        for (verb, objects) in steps {
+            if objects.is_empty() {
+                continue;
+            }
+            let args = [verb, objects].concat();
+            let run = k.run(&args);
+            if !run.success {
+                eprintln!(
+                    "transfer bench: cleanup `kubectl {}` failed: {}",
+                    args.join(" "),
+                    run.stderr.trim()
+                );
+            }
+        }
+    }
+}
