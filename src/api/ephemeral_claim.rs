@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::api::errors::FieldCause;
 use crate::api::meta::{string_enum_schema, Object, Requester};
 use crate::api::validation::{self, BadValue, FieldErrors};
-use crate::api::{ResourceInfo, EPHEMERAL_CLAIMS, GROUP_VERSION};
+use crate::api::EPHEMERAL_CLAIMS;
 
 /// The only owner `apiVersion` of v1alpha1.
 pub const OWNER_API_VERSION_V1: &str = "v1";
@@ -477,38 +477,7 @@ fn validate_template_unchanged(errs: &mut FieldErrors, new: &ClaimTemplate, old:
 }
 
 impl Object for EphemeralClaim {
-    fn resource() -> &'static ResourceInfo {
-        &EPHEMERAL_CLAIMS
-    }
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-
-    fn set_type_meta(&mut self) {
-        GROUP_VERSION.clone_into(&mut self.api_version);
-        EPHEMERAL_CLAIMS.kind.clone_into(&mut self.kind);
-    }
-
-    fn type_meta(&self) -> (&str, &str) {
-        (&self.api_version, &self.kind)
-    }
-
-    fn same_spec(&self, other: &Self) -> bool {
-        self.spec == other.spec
-    }
-
-    fn set_spec_from(&mut self, other: &Self) {
-        self.spec = other.spec.clone();
-    }
-
-    fn set_status_from(&mut self, other: &Self) {
-        self.status = other.status.clone();
-    }
+    crate::api::meta::object_fields!(EPHEMERAL_CLAIMS);
 
     /// A new claim is `Pending` until its controller has made the PVC.
     fn reset_status(&mut self) {

@@ -38,6 +38,50 @@ pub struct Requester {
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
+/// The [`Object`] methods every kind implements alike, from its fields
+/// `api_version`, `kind`, `metadata`, `spec` and `status` and its
+/// [`ResourceInfo`](crate::api::ResourceInfo) `$info`. Used inside the
+/// kind's `impl Object`, which adds what differs.
+macro_rules! object_fields {
+    ($info:expr) => {
+        fn resource() -> &'static $crate::api::ResourceInfo {
+            &$info
+        }
+
+        fn metadata(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+
+        fn metadata_mut(
+            &mut self,
+        ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+
+        fn set_type_meta(&mut self) {
+            $crate::api::GROUP_VERSION.clone_into(&mut self.api_version);
+            $info.kind.clone_into(&mut self.kind);
+        }
+
+        fn type_meta(&self) -> (&str, &str) {
+            (&self.api_version, &self.kind)
+        }
+
+        fn same_spec(&self, other: &Self) -> bool {
+            self.spec == other.spec
+        }
+
+        fn set_spec_from(&mut self, other: &Self) {
+            self.spec = other.spec.clone();
+        }
+
+        fn set_status_from(&mut self, other: &Self) {
+            self.status = other.status.clone();
+        }
+    };
+}
+pub(crate) use object_fields;
+
 /// The contract between a kind of this API group and the one generic store and
 /// registry that serve every kind. A new resource implements this and nothing else.
 pub trait Object:

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::api::errors::FieldCause;
 use crate::api::meta::{string_enum_schema, Object, Requester};
 use crate::api::validation::{self, BadValue, FieldErrors};
-use crate::api::{ResourceInfo, GROUP_VERSION, NAMESPACE_TRANSFERS};
+use crate::api::NAMESPACE_TRANSFERS;
 
 /// The only `spec.source.kind` of v1alpha1, and its default.
 pub const SOURCE_KIND_PERSISTENT_VOLUME_CLAIM: &str = "PersistentVolumeClaim";
@@ -527,38 +527,7 @@ fn validate_spec_unchanged(
 }
 
 impl Object for NamespaceTransfer {
-    fn resource() -> &'static ResourceInfo {
-        &NAMESPACE_TRANSFERS
-    }
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-
-    fn set_type_meta(&mut self) {
-        GROUP_VERSION.clone_into(&mut self.api_version);
-        NAMESPACE_TRANSFERS.kind.clone_into(&mut self.kind);
-    }
-
-    fn type_meta(&self) -> (&str, &str) {
-        (&self.api_version, &self.kind)
-    }
-
-    fn same_spec(&self, other: &Self) -> bool {
-        self.spec == other.spec
-    }
-
-    fn set_spec_from(&mut self, other: &Self) {
-        self.spec = other.spec.clone();
-    }
-
-    fn set_status_from(&mut self, other: &Self) {
-        self.status = other.status.clone();
-    }
+    crate::api::meta::object_fields!(NAMESPACE_TRANSFERS);
 
     /// A new transfer is `Pending`, with the role its namespaces give it.
     fn reset_status(&mut self) {
