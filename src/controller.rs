@@ -59,6 +59,34 @@ pub fn object_key<O: crate::api::meta::Object>(o: &O) -> String {
     )
 }
 
+/// The object `namespace/name` as etcd has it now, or `None` when it is gone
+/// (a reconcile of a deleted object has nothing left to do).
+pub(crate) async fn current<S: crate::registry::Strategy>(
+    store: &Store<S>,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<S::Object>, Error> {
+    match store.get(namespace, name).await {
+        Ok(o) => Ok(Some(o)),
+        Err(ApiError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The object a queue key names, read once leadership is confirmed; `None`
+/// when the key is malformed or the object is gone.
+pub(crate) async fn keyed<S: crate::registry::Strategy>(
+    leadership: &Leadership,
+    store: &Store<S>,
+    key: &str,
+) -> Result<Option<S::Object>, Error> {
+    leadership.check()?;
+    match key.split_once('/') {
+        Some((namespace, name)) => current(store, namespace, name).await,
+        None => Ok(None),
+    }
+}
+
 /// What a reconcile asks of the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {

@@ -124,14 +124,8 @@ impl ClaimController {
 
     /// Takes the next step for the EphemeralClaim `namespace/name`.
     pub async fn reconcile(&self, key: &str) -> Result<Next, Error> {
-        self.leadership.check()?;
-        let Some((namespace, name)) = key.split_once('/') else {
+        let Some(ec) = super::keyed(&self.leadership, &self.store, key).await? else {
             return Ok(Next::Done);
-        };
-        let ec = match self.store.get(namespace, name).await {
-            Ok(ec) => ec,
-            Err(ApiError::NotFound { .. }) => return Ok(Next::Done),
-            Err(e) => return Err(e.into()),
         };
         let observed = self.observe(&ec).await?;
         let step = lifecycle::next_step(&observed.facts);

@@ -217,14 +217,8 @@ impl TransferController {
     /// Brings the transfer `namespace/name` one step closer to where it
     /// should be.
     pub async fn reconcile(&self, key: &str) -> Result<Next, Error> {
-        self.leadership.check()?;
-        let Some((namespace, name)) = key.split_once('/') else {
+        let Some(t) = super::keyed(&self.leadership, &self.store, key).await? else {
             return Ok(Next::Done);
-        };
-        let t = match self.store.get(namespace, name).await {
-            Ok(t) => t,
-            Err(ApiError::NotFound { .. }) => return Ok(Next::Done),
-            Err(e) => return Err(e.into()),
         };
         if t.mode() != TransferMode::Move && is_active(&t) {
             let outcome = Outcome::failed(
@@ -1196,11 +1190,7 @@ impl TransferController {
     // ----- writing our objects --------------------------------------------------------
 
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<NamespaceTransfer>, Error> {
-        match self.store.get(namespace, name).await {
-            Ok(t) => Ok(Some(t)),
-            Err(ApiError::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        super::current(&self.store, namespace, name).await
     }
 
     /// Records that `s` and `d` are matched, on both.
