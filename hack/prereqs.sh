@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks (and where it can, installs) what `make dev` and `make test` need:
-# Rust's cargo, Go >= the version the pinned Kubernetes release asks for, etcd
-# from Debian's etcd-server package, and protoc (protobuf-compiler) for etcd-client.
+# Rust's cargo, Go >= the version the pinned releases ask for (etcd, Kubernetes
+# and the CSI stack are built with it, by hack/build-*.sh), and for etcd-client's
+# build protoc with the well-known .proto files it imports.
 #
 # Missing Debian packages are installed with apt-get when running as root (as
 # CI does); otherwise the exact command to run is printed and we exit non-zero.
@@ -26,18 +27,19 @@ else
   fi
 fi
 
-if ! command -v etcd >/dev/null 2>&1 && [[ -z "${ETCD_BIN:-}" ]]; then
-  apt_packages+=(etcd-server)
-fi
-
 # `make bench` draws its plots with this font.
 if [[ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]]; then
   apt_packages+=(fonts-dejavu-core)
 fi
 
-# etcd-client compiles etcd's protobuf definitions at build time.
+# etcd-client compiles etcd's protobuf definitions at build time. They import
+# google/protobuf/descriptor.proto, which is in libprotobuf-dev: protoc alone
+# (protobuf-compiler, which only recommends it) fails with "File not found".
 if ! command -v protoc >/dev/null 2>&1 && [[ -z "${PROTOC:-}" ]]; then
   apt_packages+=(protobuf-compiler)
+fi
+if [[ -z "${PROTOC_INCLUDE:-}" && ! -f /usr/include/google/protobuf/descriptor.proto ]]; then
+  apt_packages+=(libprotobuf-dev)
 fi
 
 if ((${#apt_packages[@]})); then
