@@ -58,6 +58,8 @@ pub enum ServeError {
     Etcd(#[from] crate::storage::StorageError),
     #[error("--kubeconfig: {0}")]
     Kube(String),
+    #[error("--etcd-servers: {0}")]
+    EtcdUnsupported(#[from] crate::storage::etcd::version::UnsupportedEtcd),
 }
 
 /// Runs the server until `shutdown` resolves, then drains connections for at most
@@ -74,6 +76,17 @@ pub async fn run(
         })?;
     let local = listener.local_addr().unwrap_or(config.bind);
     let etcd = EtcdStorage::connect(&config.etcd).await?;
+    // etcd may still be starting (or unreachable: readiness says so), so the
+    // version is checked as soon as it answers, and an unsupported one stops
+    // the server with the reason.
+    let (refuse, refused) = tokio::sync::oneshot::channel();
+    tokio::spawn(verify_etcd_version(etcd.clone(), refuse));
+    let refused = async move {
+        match refused.await {
+            Ok(why) => Some(why),
+            Err(_) => std::future::pending().await,
+        }
+    };
     let etcd_client = etcd.client();
     let storage: Arc<dyn Storage> = Arc::new(etcd);
     let (auth, cluster) = match &config.auth {
@@ -90,8 +103,49 @@ pub async fn run(
         }
     };
     tracing::info!(address = %local, "serving HTTPS");
-    serve(listener, config, storage, auth, cluster, shutdown).await;
-    Ok(())
+    let refusal = std::sync::Mutex::new(None);
+    let stop = async {
+        tokio::select! {
+            () = shutdown => {}
+            why = refused => {
+                *refusal.lock().unwrap_or_else(|p| p.into_inner()) = why;
+            }
+        }
+    };
+    serve(listener, config, storage, auth, cluster, stop).await;
+    match refusal.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(why) => Err(why.into()),
+        None => Ok(()),
+    }
+}
+
+/// Asks etcd for its version until it answers, then sends the reason on
+/// `refuse` if this server cannot run on it (see
+/// [`crate::storage::etcd::version`]).
+async fn verify_etcd_version(
+    etcd: EtcdStorage,
+    refuse: tokio::sync::oneshot::Sender<crate::storage::etcd::version::UnsupportedEtcd>,
+) {
+    let mut logged = false;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), etcd.server_version()).await {
+            Ok(Ok(version)) => {
+                match crate::storage::etcd::version::check(&version) {
+                    Ok(()) => tracing::info!(%version, "etcd version supported"),
+                    Err(why) => {
+                        let _ = refuse.send(why);
+                    }
+                }
+                return;
+            }
+            Ok(Err(err)) if !logged => {
+                tracing::warn!(error = %err, "cannot read etcd's version yet; retrying");
+                logged = true;
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// A client for the cluster this server extends.

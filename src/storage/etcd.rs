@@ -3,6 +3,8 @@
 //! Every write is one transaction guarded on the key's revision, so optimistic
 //! concurrency holds across any number of server replicas sharing the cluster.
 
+pub mod version;
+
 use std::path::PathBuf;
 
 use bytes::Bytes;
@@ -70,6 +72,18 @@ impl EtcdStorage {
             .await
             .map_err(map_err)?;
         Ok(Self { client })
+    }
+
+    /// The version the etcd member this client reaches reports, for example
+    /// `3.6.16`.
+    pub async fn server_version(&self) -> Result<String> {
+        let status = self
+            .client
+            .maintenance_client()
+            .status()
+            .await
+            .map_err(map_err)?;
+        Ok(status.version().to_owned())
     }
 
     /// The raw client, for tests and leader election.
