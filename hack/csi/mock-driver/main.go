@@ -1,0 +1,138 @@
+// Command csi-mock-driver serves the CSI mock driver that Kubernetes' own e2e
+// tests use (k8s.io/kubernetes/test/e2e/storage/drivers/csi-test) on a unix
+// socket, for the test harness and `make dev`. hack/build-csi.sh builds it in
+// a wrapper module pinned to the Kubernetes release of hack/kube-version.
+//
+// Every CSI call is appended to --call-log as one JSON line
+// {"method","request","response","error"}, so that tests can assert on what
+// the driver was asked to do (tests/support's CSI call log reads it). A
+// DeleteVolume line also says whether the volume existed when the call came
+// ("existed"): the external-provisioner may repeat the call, which CSI
+// requires to be idempotent, and only the first one deletes anything.
+//
+// A CreateVolume whose parameters (the StorageClass's) carry
+// "fail-create-volume" fails with ResourceExhausted and that value as its
+// message: a volume that cannot be provisioned, as a full backend answers.
+//
+// Volumes live in memory: a restart forgets them.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/test/e2e/storage/drivers/csi-test/driver"
+	"k8s.io/kubernetes/test/e2e/storage/drivers/csi-test/mock/service"
+)
+
+// failCreateParameter makes CreateVolume fail with its value as the message.
+const failCreateParameter = "fail-create-volume"
+
+type callLog struct {
+	mu  sync.Mutex
+	out *os.File
+	// svc answers whether a volume exists; deletions holds DeleteVolume
+	// calls apart, so that the answer stays true until the call is done.
+	svc       service.Service
+	deletions sync.Mutex
+}
+
+type call struct {
+	Method   string      `json:"method"`
+	Request  interface{} `json:"request"`
+	Response interface{} `json:"response"`
+	Error    string      `json:"error"`
+	Existed  *bool       `json:"existed,omitempty"`
+}
+
+func (l *callLog) record(method string, req, resp interface{}, err error, existed *bool) {
+	c := call{Method: method, Request: req, Response: resp, Existed: existed}
+	if err != nil {
+		c.Error = err.Error()
+	}
+	line, mErr := json.Marshal(c)
+	if mErr != nil {
+		line, _ = json.Marshal(call{Method: method, Error: "unloggable: " + mErr.Error()})
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// One write per line, synced, so that a reader never sees half a call and
+	// a killed driver loses none it answered.
+	_, _ = l.out.Write(append(line, '\n'))
+	_ = l.out.Sync()
+}
+
+func (l *callLog) intercept(ctx context.Context, req interface{}, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (interface{}, error) {
+	if create, ok := req.(*csi.CreateVolumeRequest); ok {
+		if msg, fail := create.GetParameters()[failCreateParameter]; fail {
+			err := status.Error(codes.ResourceExhausted, msg)
+			l.record(info.FullMethod, req, nil, err, nil)
+			return nil, err
+		}
+	}
+	var existed *bool
+	if del, ok := req.(*csi.DeleteVolumeRequest); ok {
+		l.deletions.Lock()
+		defer l.deletions.Unlock()
+		_, getErr := l.svc.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: del.GetVolumeId()})
+		found := getErr == nil
+		existed = &found
+	}
+	resp, err := handler(ctx, req)
+	l.record(info.FullMethod, req, resp, err, existed)
+	return resp, err
+}
+
+func main() {
+	endpoint := flag.String("endpoint", "", "unix socket to serve on, as unix:///path or /path")
+	name := flag.String("driver-name", "csi-mock.storage.transfer.k8s.io", "the CSI driver name (a StorageClass's provisioner)")
+	logPath := flag.String("call-log", "", "file every CSI call is appended to, one JSON line each")
+	klog.InitFlags(nil)
+	flag.Parse()
+
+	if *endpoint == "" || *logPath == "" {
+		fmt.Fprintln(os.Stderr, "csi-mock-driver: --endpoint and --call-log are required")
+		os.Exit(2)
+	}
+	socket := strings.TrimPrefix(*endpoint, "unix://")
+	out, err := os.OpenFile(*logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "csi-mock-driver: --call-log: %v\n", err)
+		os.Exit(1)
+	}
+	svc := service.New(service.Config{DisableAttach: true, DriverName: *name})
+	log := &callLog{out: out, svc: svc}
+	d := driver.NewCSIDriver(&driver.CSIDriverServers{Controller: svc, Identity: svc, Node: svc})
+
+	// A socket left by a killed driver would make Listen fail.
+	_ = os.Remove(socket)
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "csi-mock-driver: --endpoint: %v\n", err)
+		os.Exit(1)
+	}
+	if err := d.Start(l, log.intercept); err != nil {
+		fmt.Fprintf(os.Stderr, "csi-mock-driver: %v\n", err)
+		os.Exit(1)
+	}
+	klog.Infof("csi-mock-driver %s serving on %s, calls logged to %s", *name, socket, *logPath)
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	<-stop
+	d.Stop()
+	_ = os.Remove(socket)
+}
