@@ -262,7 +262,7 @@ fn main() {
     server.stop(Duration::from_secs(5));
     drop(etcd);
 
-    println!("\nstorage-transfer-apiserver alone on etcd (Debian etcd-server), concurrency {concurrency}, one HTTP/2 connection\n");
+    println!("\nstorage-transfer-apiserver alone on etcd (the pinned release, hack/etcd-version), concurrency {concurrency}, one HTTP/2 connection\n");
     println!("| operation | requests | ops/s | p50 ms | p99 ms |");
     println!("|---|---|---|---|---|");
     for row in rows {

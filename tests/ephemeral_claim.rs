@@ -1,6 +1,6 @@
 //! EphemeralClaim end to end (DESIGN §2.2): our controller makes the claim
-//! from the template, the real kube-controller-manager binds it to a
-//! statically provisioned volume, pods (without a kubelet: `spec.nodeName` set
+//! from the template, the CSI stack provisions its volume and the real
+//! kube-controller-manager binds it, pods (without a kubelet: `spec.nodeName` set
 //! and `status.phase` patched) use it, and the claim is released when its pod
 //! is done, never before. Admission, conflicts and bad input too.
 
@@ -12,10 +12,7 @@ mod scenario;
 use std::time::Duration;
 
 use ephemeral::*;
-use scenario::{
-    claim_json, consistently, delete_pod, events_about, eventually, set_pod_phase, unique,
-    volume_json,
-};
+use scenario::{claim_json, consistently, delete_pod, events_about, eventually, set_pod_phase};
 use serde_json::{json, Value};
 use sta_testenv::{shared, ControlPlane, Kubectl};
 
@@ -67,7 +64,7 @@ fn the_claim_is_made_from_the_template_under_a_deterministic_name_with_both_owne
         "made from a template"
     );
     assert_eq!(claim["spec"]["accessModes"], json!(["ReadWriteOnce"]));
-    assert_eq!(claim["spec"]["storageClassName"], STATIC_CLASS);
+    assert_eq!(claim["spec"]["storageClassName"], CSI_CLASS);
     assert_eq!(claim["spec"]["volumeMode"], "Filesystem");
     assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "1Gi");
 
@@ -120,8 +117,6 @@ fn a_claim_waits_for_its_owner_pod_to_exist_before_it_is_made() {
 fn a_bound_claim_whose_pod_has_not_started_is_never_deleted() {
     let ns = cp().namespace("ec-patient").unwrap();
     let k = admin();
-    let pv = unique("ec-pv");
-    static_volume(k, &pv, &ns.name, "runner-scratch", "Delete");
     create_pod(
         k,
         &ns.name,
@@ -131,6 +126,7 @@ fn a_bound_claim_whose_pod_has_not_started_is_never_deleted() {
     );
     apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
     let ec = wait_phase(k, &ns.name, "scratch", "Bound");
+    let (pv, handle) = bound_volume_of(k, &ns.name, "runner-scratch");
     assert_eq!(ec["status"]["volumeName"], pv.as_str());
     assert!(ec["status"]["firstUsedTime"].is_null());
     let uid = claim_json(k, &ns.name, "runner-scratch").unwrap()["metadata"]["uid"].clone();
@@ -147,6 +143,7 @@ fn a_bound_claim_whose_pod_has_not_started_is_never_deleted() {
             }) && ec_phase(k, &ns.name, "scratch") == "Bound"
         },
     );
+    assert_volume_kept(&cp().csi, &handle);
     let events = events_about(k, &ns.name, "EphemeralClaim", "scratch");
     assert!(
         events.iter().any(|e| e.starts_with("ClaimBound: Bound")),
@@ -158,9 +155,6 @@ fn a_bound_claim_whose_pod_has_not_started_is_never_deleted() {
 fn a_claim_goes_in_use_when_its_pod_runs_and_is_deleted_when_it_succeeds() {
     let ns = cp().namespace("ec-delete").unwrap();
     let k = admin();
-    let pv = unique("ec-pv");
-    // A Retain volume shows what the reclaim policy did: it is Released.
-    static_volume(k, &pv, &ns.name, "runner-scratch", "Retain");
     create_pod(
         k,
         &ns.name,
@@ -170,12 +164,13 @@ fn a_claim_goes_in_use_when_its_pod_runs_and_is_deleted_when_it_succeeds() {
     );
     apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
     wait_phase(k, &ns.name, "scratch", "Bound");
-    let claim_uid = claim_json(k, &ns.name, "runner-scratch").unwrap()["metadata"]["uid"].clone();
+    let (_, handle) = bound_volume_of(k, &ns.name, "runner-scratch");
 
     set_pod_phase(k, &ns.name, "runner", "Running");
     let ec = wait_phase(k, &ns.name, "scratch", "InUse");
     assert!(ec["status"]["firstUsedTime"].is_string(), "{ec}");
     assert_eq!(ec["status"]["reason"], "PodRunning");
+    assert_volume_kept(&cp().csi, &handle);
 
     set_pod_phase(k, &ns.name, "runner", "Succeeded");
     let ec = wait_phase(k, &ns.name, "scratch", "Deleted");
@@ -190,11 +185,8 @@ fn a_claim_goes_in_use_when_its_pod_runs_and_is_deleted_when_it_succeeds() {
     eventually("the claim to be gone", WAIT, || {
         claim_json(k, &ns.name, "runner-scratch").is_none()
     });
-    eventually("the volume to follow its Retain policy", WAIT, || {
-        volume_json(k, &pv).is_some_and(|v| {
-            v["status"]["phase"] == "Released" && v["spec"]["claimRef"]["uid"] == claim_uid
-        })
-    });
+    // Destroyed on detach: the class's Delete policy reaches the driver.
+    assert_volume_destroyed_once(&cp().csi, &handle);
 
     let events = events_about(k, &ns.name, "EphemeralClaim", "scratch");
     for phase in ["Bound", "InUse", "Deleted"] {
@@ -216,8 +208,6 @@ fn a_claim_goes_in_use_when_its_pod_runs_and_is_deleted_when_it_succeeds() {
 fn under_retain_a_used_claim_is_released_and_kept() {
     let ns = cp().namespace("ec-retain").unwrap();
     let k = admin();
-    let pv = unique("ec-pv");
-    static_volume(k, &pv, &ns.name, "runner-scratch", "Delete");
     create_pod(
         k,
         &ns.name,
@@ -227,6 +217,7 @@ fn under_retain_a_used_claim_is_released_and_kept() {
     );
     apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Retain);
     wait_phase(k, &ns.name, "scratch", "Bound");
+    let (_, handle) = bound_volume_of(k, &ns.name, "runner-scratch");
     let uid = claim_json(k, &ns.name, "runner-scratch").unwrap()["metadata"]["uid"].clone();
     set_pod_phase(k, &ns.name, "runner", "Running");
     wait_phase(k, &ns.name, "scratch", "InUse");
@@ -242,14 +233,13 @@ fn under_retain_a_used_claim_is_released_and_kept() {
                 && c["status"]["phase"] == "Bound"
         }) && ec_phase(k, &ns.name, "scratch") == "Released"
     });
+    assert_volume_kept(&cp().csi, &handle);
 }
 
 #[test]
 fn a_claim_stays_in_use_while_another_pod_may_still_use_it() {
     let ns = cp().namespace("ec-shared").unwrap();
     let k = admin();
-    let pv = unique("ec-pv");
-    static_volume(k, &pv, &ns.name, "runner-scratch", "Delete");
     create_pod(
         k,
         &ns.name,
@@ -289,8 +279,6 @@ fn a_claim_stays_in_use_while_another_pod_may_still_use_it() {
 fn an_owner_pod_deleted_before_use_releases_and_cleans_up_the_claim() {
     let ns = cp().namespace("ec-unused").unwrap();
     let k = admin();
-    let pv = unique("ec-pv");
-    static_volume(k, &pv, &ns.name, "runner-scratch", "Retain");
     create_pod(
         k,
         &ns.name,
@@ -300,6 +288,7 @@ fn an_owner_pod_deleted_before_use_releases_and_cleans_up_the_claim() {
     );
     apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
     wait_phase(k, &ns.name, "scratch", "Bound");
+    let (_, handle) = bound_volume_of(k, &ns.name, "runner-scratch");
     delete_pod(k, &ns.name, "runner");
     let ec = wait_phase(k, &ns.name, "scratch", "Deleted");
     assert_eq!(ec["status"]["reason"], "OwnerGone");
@@ -307,6 +296,7 @@ fn an_owner_pod_deleted_before_use_releases_and_cleans_up_the_claim() {
     eventually("the claim to be gone", WAIT, || {
         claim_json(k, &ns.name, "runner-scratch").is_none()
     });
+    assert_volume_destroyed_once(&cp().csi, &handle);
     eventually("the finalizer to be released", WAIT, || {
         ec_json(k, &ns.name, "scratch").is_some_and(|ec| ec["metadata"]["finalizers"].is_null())
     });
@@ -316,8 +306,6 @@ fn an_owner_pod_deleted_before_use_releases_and_cleans_up_the_claim() {
 fn deleting_the_ephemeral_claim_deletes_its_claim() {
     let ns = cp().namespace("ec-remove").unwrap();
     let k = admin();
-    let pv = unique("ec-pv");
-    static_volume(k, &pv, &ns.name, "runner-scratch", "Retain");
     create_pod(
         k,
         &ns.name,
@@ -327,6 +315,7 @@ fn deleting_the_ephemeral_claim_deletes_its_claim() {
     );
     apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Retain);
     wait_phase(k, &ns.name, "scratch", "Bound");
+    let (_, handle) = bound_volume_of(k, &ns.name, "runner-scratch");
     k.ok(&[
         "delete",
         "ephemeralclaim",
@@ -341,6 +330,7 @@ fn deleting_the_ephemeral_claim_deletes_its_claim() {
     eventually("its claim to be gone", WAIT, || {
         claim_json(k, &ns.name, "runner-scratch").is_none()
     });
+    assert_volume_destroyed_once(&cp().csi, &handle);
 }
 
 #[test]
@@ -348,7 +338,7 @@ fn a_name_collision_with_an_existing_claim_is_a_claim_conflict_and_that_claim_is
     let ns = cp().namespace("ec-conflict").unwrap();
     let k = admin();
     k.apply(&format!(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: runner-scratch\n  namespace: {}\n  labels: {{owner: someone-else}}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {STATIC_CLASS}\n  resources:\n    requests:\n      storage: 2Gi\n",
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: runner-scratch\n  namespace: {}\n  labels: {{owner: someone-else}}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: no-such-class\n  resources:\n    requests:\n      storage: 2Gi\n",
         ns.name
     ))
     .unwrap();
@@ -459,9 +449,18 @@ fn a_claim_is_not_made_for_a_requester_who_lost_the_right_to_create_claims() {
 }
 
 #[test]
-fn a_clone_source_is_carried_onto_the_claim() {
+fn a_clone_source_is_carried_onto_the_claim_and_the_driver_clones_it() {
     let ns = cp().namespace("ec-clone").unwrap();
     let k = admin();
+    k.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: fixture\n  namespace: {}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {CSI_CLASS}\n  resources:\n    requests:\n      storage: 1Gi\n",
+        ns.name
+    ))
+    .unwrap();
+    eventually("the fixture to be Bound", WAIT, || {
+        claim_json(k, &ns.name, "fixture").is_some_and(|c| c["status"]["phase"] == "Bound")
+    });
+    let (_, fixture) = bound_volume_of(k, &ns.name, "fixture");
     create_pod(
         k,
         &ns.name,
@@ -484,6 +483,20 @@ fn a_clone_source_is_carried_onto_the_claim() {
     let source = &claim["spec"]["dataSourceRef"];
     assert_eq!(source["kind"], "PersistentVolumeClaim", "{source}");
     assert_eq!(source["name"], "fixture", "{source}");
+    wait_phase(k, &ns.name, "scratch", "Bound");
+    let (_, clone) = bound_volume_of(k, &ns.name, "runner-scratch");
+    assert_ne!(clone, fixture);
+    let created = cp()
+        .csi
+        .creation_of(&clone)
+        .expect("the driver logged the clone's CreateVolume");
+    assert_eq!(
+        created.request["volume_content_source"]["Type"]["Volume"]["volume_id"],
+        fixture.as_str(),
+        "the clone's content source is the fixture's volume: {}",
+        created.request
+    );
+    assert_volume_kept(&cp().csi, &fixture);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use ephemeral::*;
-use scenario::{claim_json, consistently, delete_pod, eventually, set_pod_phase, unique};
+use scenario::{claim_json, consistently, delete_pod, eventually, set_pod_phase};
 use sta_testenv::{ControlPlane, Options};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
@@ -48,8 +48,6 @@ fn an_owner_pod_deleted_while_the_server_is_down_leaves_no_claim_and_shows_delet
     let (cp, _turn) = turn();
     let k = cp.kubectl();
     let ns = cp.namespace("ec-down").unwrap();
-    let pv = unique("ec-pv");
-    static_volume(k, &pv, &ns.name, "runner-scratch", "Retain");
     create_pod(
         k,
         &ns.name,
@@ -59,6 +57,7 @@ fn an_owner_pod_deleted_while_the_server_is_down_leaves_no_claim_and_shows_delet
     );
     apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
     wait_phase(k, &ns.name, "scratch", "Bound");
+    let (_, handle) = bound_volume_of(k, &ns.name, "runner-scratch");
     set_pod_phase(k, &ns.name, "runner", "Running");
     wait_phase(k, &ns.name, "scratch", "InUse");
 
@@ -81,6 +80,7 @@ fn an_owner_pod_deleted_while_the_server_is_down_leaves_no_claim_and_shows_delet
     eventually("no claim to be left", WAIT, || {
         claim_json(k, &ns.name, "runner-scratch").is_none()
     });
+    assert_volume_destroyed_once(&cp.csi, &handle);
     eventually("the finalizer to be released", WAIT, || {
         ec_json(k, &ns.name, "scratch").is_some_and(|ec| ec["metadata"]["finalizers"].is_null())
     });
@@ -91,8 +91,6 @@ fn a_pod_that_finished_while_the_server_was_down_has_its_claim_deleted_on_restar
     let (cp, _turn) = turn();
     let k = cp.kubectl();
     let ns = cp.namespace("ec-finished").unwrap();
-    let pv = unique("ec-pv");
-    static_volume(k, &pv, &ns.name, "runner-scratch", "Retain");
     create_pod(
         k,
         &ns.name,
@@ -102,6 +100,7 @@ fn a_pod_that_finished_while_the_server_was_down_has_its_claim_deleted_on_restar
     );
     apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
     wait_phase(k, &ns.name, "scratch", "Bound");
+    let (_, handle) = bound_volume_of(k, &ns.name, "runner-scratch");
 
     cp.kill_server();
     // It ran and finished without the server ever seeing it run.
@@ -119,6 +118,7 @@ fn a_pod_that_finished_while_the_server_was_down_has_its_claim_deleted_on_restar
     eventually("no claim to be left", WAIT, || {
         claim_json(k, &ns.name, "runner-scratch").is_none()
     });
+    assert_volume_destroyed_once(&cp.csi, &handle);
 }
 
 #[test]
@@ -126,8 +126,6 @@ fn restarts_while_a_bound_claim_waits_for_its_pod_never_delete_it() {
     let (cp, _turn) = turn();
     let k = cp.kubectl();
     let ns = cp.namespace("ec-wait").unwrap();
-    let pv = unique("ec-pv");
-    static_volume(k, &pv, &ns.name, "runner-scratch", "Delete");
     create_pod(
         k,
         &ns.name,
@@ -137,6 +135,7 @@ fn restarts_while_a_bound_claim_waits_for_its_pod_never_delete_it() {
     );
     apply_ephemeral_claim(k, &ns.name, "scratch", "runner", Policy::Delete);
     wait_phase(k, &ns.name, "scratch", "Bound");
+    let (_, handle) = bound_volume_of(k, &ns.name, "runner-scratch");
     let uid = claim_json(k, &ns.name, "runner-scratch").unwrap()["metadata"]["uid"].clone();
     let unchanged = || {
         claim_json(k, &ns.name, "runner-scratch").is_some_and(|c| {
@@ -154,6 +153,7 @@ fn restarts_while_a_bound_claim_waits_for_its_pod_never_delete_it() {
             unchanged,
         );
     }
+    assert_volume_kept(&cp.csi, &handle);
     // And it still goes on as usual once the pod runs.
     set_pod_phase(k, &ns.name, "runner", "Running");
     wait_phase(k, &ns.name, "scratch", "InUse");

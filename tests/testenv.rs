@@ -98,6 +98,33 @@ fn a_component_that_fails_to_start_reports_its_log_tail_and_leaves_nothing_runni
     assert!(leftovers.is_empty(), "still running: {leftovers:?}");
 }
 
+#[test]
+fn a_csi_component_that_fails_to_start_is_named_with_its_log_and_leaves_no_process_or_socket() {
+    let mut opts = Options::for_tests(BIN);
+    opts.dir = opts
+        .dir
+        .with_file_name(format!("failing-csi-{}", std::process::id()));
+    opts.component_args = vec![("csi-provisioner".to_owned(), "--no-such-flag".to_owned())];
+    let err = ControlPlane::start(opts.clone()).unwrap_err().to_string();
+    let log = opts.dir.join("logs/csi-provisioner.log");
+    assert!(
+        err.contains("csi-provisioner exited during start-up")
+            && err.contains(&log.display().to_string()),
+        "{err}"
+    );
+    assert!(
+        err.contains("no-such-flag"),
+        "the log tail is missing: {err}"
+    );
+    let leftovers: Vec<_> = pids_of_run(&opts.dir)
+        .into_iter()
+        .map(|p| (p, sta_testenv::process::cmdline(p)))
+        .collect();
+    assert!(leftovers.is_empty(), "still running: {leftovers:?}");
+    let socket = sta_testenv::csi::socket_path(&opts.dir);
+    assert!(!socket.exists(), "{} was left behind", socket.display());
+}
+
 /// Run in a child process by the test below: starts its own control plane, says
 /// so, and hangs until it is killed.
 #[test]
@@ -145,8 +172,15 @@ fn killing_the_test_binary_still_tears_the_control_plane_down() {
     }
     let running = pids_of_run(&dir);
     assert!(
-        running.len() >= 4,
-        "expected 4 components, found {running:?}"
+        running.len() >= sta_testenv::COMPONENTS.len(),
+        "expected {:?}, found {running:?}",
+        sta_testenv::COMPONENTS
+    );
+    let socket = sta_testenv::csi::socket_path(&dir);
+    assert!(
+        socket.exists(),
+        "the CSI driver listens on {}",
+        socket.display()
     );
 
     child.kill().unwrap(); // SIGKILL: no destructor, no panic hook runs.
@@ -161,6 +195,15 @@ fn killing_the_test_binary_still_tears_the_control_plane_down() {
         assert!(
             Instant::now() < deadline,
             "still running after SIGKILL: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the CSI socket {} was not removed",
+            socket.display()
         );
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -1,8 +1,12 @@
 //! NamespaceTransfer end to end (DESIGN §2.1): two namespaces consent, our
-//! controller rebinds a statically provisioned volume, and the real
-//! kube-controller-manager binds the destination claim. Consent, RBAC at the
-//! moment of action, the preconditions, rollback, cancellation, TTL and
-//! deadline.
+//! controller rebinds a volume that the CSI stack provisioned under reclaim
+//! policy Delete, and the real kube-controller-manager binds the destination
+//! claim. Consent, RBAC at the moment of action, the preconditions, rollback,
+//! cancellation, TTL and deadline. Every test checks with the CSI driver's
+//! own call log that the volume was never deleted.
+//!
+//! The 1 TiB move is the one statically provisioned (hostPath) volume: the
+//! mock driver refuses to provision 1 TiB or more.
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
@@ -33,23 +37,37 @@ struct Setup {
     pv: String,
     pv_uid: String,
     claim_uid: String,
+    /// The CSI volume id; `None` for a statically provisioned volume.
+    handle: Option<String>,
 }
 
 fn setup(capacity: &str, class: &str) -> Setup {
     let src = cp().namespace("src").unwrap();
     let dst = cp().namespace("dst").unwrap();
-    let pv = unique("pv");
-    let claim_uid = bound_volume(admin(), &pv, capacity, class, &src.name, "db");
-    let pv_uid = volume_json(admin(), &pv).unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    if class == STATIC_ALLOWED_CLASS {
+        let pv = unique("pv");
+        let claim_uid = bound_volume(admin(), &pv, capacity, class, &src.name, "db");
+        let pv_uid = volume_json(admin(), &pv).unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        return Setup {
+            src,
+            dst,
+            pv,
+            pv_uid,
+            claim_uid,
+            handle: None,
+        };
+    }
+    let v = provisioned_volume(admin(), class, &src.name, "db", capacity);
     Setup {
         src,
         dst,
-        pv,
-        pv_uid,
-        claim_uid,
+        pv: v.pv,
+        pv_uid: v.pv_uid,
+        claim_uid: v.claim_uid,
+        handle: Some(v.handle),
     }
 }
 
@@ -78,13 +96,36 @@ impl Setup {
         assert!(volume["metadata"]["annotations"]
             .get("storage.transfer.k8s.io/original-reclaim-policy")
             .is_none());
+        self.assert_never_deleted_by_driver();
+    }
+
+    #[track_caller]
+    fn assert_never_deleted_by_driver(&self) {
+        if let Some(handle) = &self.handle {
+            assert_never_deleted_by_driver(&cp().csi, handle);
+        }
+    }
+
+    /// The volume is bound to `dest_ns/claim` (see [`assert_moved`]), and the
+    /// driver never deleted it.
+    #[track_caller]
+    fn assert_moved_to(&self, dest_ns: &str, claim: &str) {
+        assert_moved(
+            admin(),
+            &self.pv,
+            &self.pv_uid,
+            &self.src.name,
+            dest_ns,
+            claim,
+        );
+        self.assert_never_deleted_by_driver();
     }
 }
 
 /// Moves one volume and returns the time from the second consent to the
 /// destination claim being Bound.
-fn move_volume(capacity: &str) -> Duration {
-    let s = setup(capacity, ALLOWED_CLASS);
+fn move_volume(capacity: &str, class: &str) -> Duration {
+    let s = setup(capacity, class);
     let recorder = VolumeRecorder::start(admin(), &s.pv);
     offer(admin(), &s.src.name, "give", "db", &s.dst.name);
     let second_consent = Instant::now();
@@ -95,7 +136,7 @@ fn move_volume(capacity: &str) -> Duration {
     let latency = second_consent.elapsed();
     let give = wait_phase(admin(), &s.src.name, "give", "Completed", WAIT);
     let take = wait_phase(admin(), &s.dst.name, "take", "Completed", WAIT);
-    assert_moved(admin(), &s.pv, &s.pv_uid, &s.src.name, &s.dst.name, "db");
+    s.assert_moved_to(&s.dst.name, "db");
     assert_eq!(give["status"]["volumeName"], s.pv.as_str());
     assert_eq!(take["status"]["volumeName"], s.pv.as_str());
     assert_eq!(take["status"]["peer"]["namespace"], s.src.name.as_str());
@@ -132,13 +173,24 @@ fn move_volume(capacity: &str) -> Duration {
         events.iter().any(|e| e.starts_with("Completed")),
         "a Completed event: {events:?}"
     );
+    // The moved volume is intact and the destination's own: deleting its new
+    // claim reclaims it, once.
+    if let Some(handle) = &s.handle {
+        assert_deleting_the_claim_deletes_the_volume_once(
+            admin(),
+            &cp().csi,
+            &s.dst.name,
+            "db",
+            handle,
+        );
+    }
     latency
 }
 
 #[test]
 fn a_1gib_and_a_1tib_volume_each_move_to_another_namespace_keeping_their_pv() {
-    let small = move_volume("1Gi");
-    let large = move_volume("1Ti");
+    let small = move_volume("1Gi", ALLOWED_CLASS);
+    let large = move_volume("1Ti", STATIC_ALLOWED_CLASS);
     println!("transfer latency, second consent to destination Bound: 1Gi {small:?}, 1Ti {large:?}");
 }
 
@@ -357,7 +409,7 @@ fn a_running_pod_holds_the_transfer_in_waiting_for_release_until_it_succeeds() {
     set_pod_phase(admin(), &s.src.name, "app", "Succeeded");
     wait_phase(admin(), &s.src.name, "give", "Completed", WAIT);
     delete_pod(admin(), &s.src.name, "app");
-    assert_moved(admin(), &s.pv, &s.pv_uid, &s.src.name, &s.dst.name, "db");
+    s.assert_moved_to(&s.dst.name, "db");
 }
 
 #[test]
@@ -478,14 +530,7 @@ fn a_rename_within_one_namespace_is_its_own_peer() {
         .unwrap();
     let t = wait_phase(admin(), &s.src.name, "rename", "Completed", WAIT);
     assert_eq!(t["status"]["role"], "Both");
-    assert_moved(
-        admin(),
-        &s.pv,
-        &s.pv_uid,
-        &s.src.name,
-        &s.src.name,
-        "db-renamed",
-    );
+    s.assert_moved_to(&s.src.name, "db-renamed");
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //! moments; the leader of two replicas dies mid-transfer; the world changes
 //! between the last check and the commit. Throughout, a recorder watches each
 //! PV: it is never deleted, never Released or Failed, and never bound to any
-//! claim but the source and the destination.
+//! claim but the source and the destination. The volumes are the CSI mock
+//! driver's under reclaim policy Delete, and the driver's call log shows no
+//! `DeleteVolume` of any of them.
 //!
 //! These tests restart the server, so they share one private control plane
 //! and take turns. They need the `fault-injection` feature (`make test`).
@@ -61,23 +63,21 @@ struct Setup {
     pv: String,
     pv_uid: String,
     claim_uid: String,
+    /// The CSI volume id, which a `DeleteVolume` would name.
+    handle: String,
 }
 
 fn setup(cp: &ControlPlane) -> Setup {
     let src = cp.namespace("src").unwrap();
     let dst = cp.namespace("dst").unwrap();
-    let pv = unique("pv");
-    let claim_uid = bound_volume(cp.kubectl(), &pv, "1Gi", ALLOWED_CLASS, &src.name, "db");
-    let pv_uid = volume_json(cp.kubectl(), &pv).unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let v = provisioned_volume(cp.kubectl(), ALLOWED_CLASS, &src.name, "db", "1Gi");
     Setup {
         src,
         dst,
-        pv,
-        pv_uid,
-        claim_uid,
+        pv: v.pv,
+        pv_uid: v.pv_uid,
+        claim_uid: v.claim_uid,
+        handle: v.handle,
     }
 }
 
@@ -133,6 +133,7 @@ impl Setup {
             .unwrap()
             .to_owned();
         recorder.assert_never_lost(&[&self.claim_uid, &dest_uid]);
+        assert_never_deleted_by_driver(&cp.csi, &self.handle);
     }
 }
 
@@ -337,6 +338,7 @@ fn deleting_either_side_between_r3_and_r4_cancels_and_restores_the_source() {
             .get("storage.transfer.k8s.io/transfer")
             .is_none());
         recorder.assert_never_lost(&[&s.claim_uid]);
+        assert_never_deleted_by_driver(&cp.csi, &s.handle);
     }
     restart(cp, &[]);
 }
@@ -387,6 +389,7 @@ fn deleting_both_sides_after_the_commit_completes_the_transfer_first() {
         .unwrap()
         .to_owned();
     recorder.assert_never_lost(&[&s.claim_uid, &dest_uid]);
+    assert_never_deleted_by_driver(&cp.csi, &s.handle);
     restart(cp, &[]);
 }
 
@@ -427,6 +430,7 @@ fn a_pod_that_starts_using_the_source_before_the_commit_is_reported_and_waited_f
         &s.dst.name,
         "db",
     );
+    assert_never_deleted_by_driver(&cp.csi, &s.handle);
 }
 
 #[test]
@@ -450,4 +454,5 @@ fn the_source_claim_deleted_by_its_owner_between_r2_and_r4_does_not_lose_the_pv(
     );
     let pv = volume_json(cp.kubectl(), &s.pv).unwrap();
     assert_eq!(pv["status"]["phase"], "Bound");
+    assert_never_deleted_by_driver(&cp.csi, &s.handle);
 }

@@ -1,36 +1,75 @@
-//! Building blocks of the EphemeralClaim scenarios: a statically provisioned
-//! volume pre-bound to the claim an EphemeralClaim will make (so that
-//! kube-controller-manager binds exactly that claim), pods without a kubelet,
-//! EphemeralClaims from one template, tenants with chosen rights, and waiting
-//! on phases.
+//! Building blocks of the EphemeralClaim scenarios: a StorageClass of the CSI
+//! mock driver under reclaim policy Delete (so the external-provisioner makes
+//! each claim's volume, and deletes it for real once the claim goes), pods
+//! without a kubelet, EphemeralClaims from one template, tenants with chosen
+//! rights, and waiting on phases.
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sta_testenv::{ControlPlane, Kubectl};
+use sta_testenv::csi::storage_class_yaml;
+use sta_testenv::{ControlPlane, Csi, Kubectl};
 
-/// A StorageClass without a provisioner: volumes are made by hand.
-pub(crate) const STATIC_CLASS: &str = "ephemeral-static";
+/// The CSI mock driver's class the templates use: reclaim policy Delete.
+pub(crate) const CSI_CLASS: &str = "ephemeral-csi";
 
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Makes the test StorageClass (idempotent).
 pub(crate) fn ensure_class(k: &Kubectl) {
-    k.apply(&format!(
-        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {STATIC_CLASS}\nprovisioner: kubernetes.io/no-provisioner\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n"
-    ))
-    .unwrap();
+    k.apply(&storage_class_yaml(CSI_CLASS, "{}", "{}")).unwrap();
 }
 
-/// A 1Gi hostPath PersistentVolume with reclaim policy `reclaim`, pre-bound to
-/// `namespace/claim` (by name: the claim may not exist yet).
-pub(crate) fn static_volume(k: &Kubectl, pv: &str, namespace: &str, claim: &str, reclaim: &str) {
-    k.apply(&format!(
-        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity:\n    storage: 1Gi\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: {reclaim}\n  storageClassName: {STATIC_CLASS}\n  claimRef:\n    namespace: {namespace}\n    name: {claim}\n  hostPath:\n    path: /var/tmp/storage-transfer-tests/{pv}\n    type: DirectoryOrCreate\n"
-    ))
-    .unwrap();
+/// The volume bound to `namespace/claim`: its PV name and CSI volume id.
+pub(crate) fn bound_volume_of(k: &Kubectl, namespace: &str, claim: &str) -> (String, String) {
+    let pvc = json_of(k, &["get", "pvc", claim, "-n", namespace]);
+    let pv = pvc["spec"]["volumeName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{namespace}/{claim} is not bound: {}", pvc["status"]))
+        .to_owned();
+    let volume = json_of(k, &["get", "pv", &pv]);
+    let handle = volume["spec"]["csi"]["volumeHandle"]
+        .as_str()
+        .unwrap_or_else(|| panic!("PV {pv} is not a CSI volume"))
+        .to_owned();
+    (pv, handle)
+}
+
+/// The driver has not been asked to delete the volume `handle`.
+#[track_caller]
+pub(crate) fn assert_volume_kept(csi: &Csi, handle: &str) {
+    let deletions = csi.deletions_of(handle);
+    assert!(
+        deletions.is_empty(),
+        "the CSI driver was asked to delete volume {handle}: {deletions:?}"
+    );
+}
+
+/// The driver deletes the volume `handle`, once: the claim was destroyed and
+/// the cluster reclaimed its volume under Delete. (The provisioner may repeat
+/// the call, as CSI allows; a repeat finds no volume.)
+#[track_caller]
+pub(crate) fn assert_volume_destroyed_once(csi: &Csi, handle: &str) {
+    let deadline = Instant::now() + WAIT;
+    while csi.destructions_of(handle).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the CSI driver never deleted volume {handle}: {:?}",
+            csi.deletions_of(handle)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A second deletion of a live volume would show up within a moment.
+    std::thread::sleep(Duration::from_secs(1));
+    let destroyed = csi.destructions_of(handle);
+    assert_eq!(
+        destroyed.len(),
+        1,
+        "one DeleteVolume found volume {handle}: {:?}",
+        csi.deletions_of(handle)
+    );
 }
 
 /// Whether a pod is on a node (as if scheduled: KCM's pvc-protection counts it
@@ -62,7 +101,7 @@ pub(crate) enum Policy {
 }
 
 /// An EphemeralClaim `name` owned by pod `owner`: 1Gi, ReadWriteOnce, of the
-/// static class, with two labels and an annotation; `extra` is one more line
+/// CSI class, with two labels and an annotation; `extra` is one more line
 /// of the template's spec (or empty).
 pub(crate) fn ephemeral_claim_yaml(
     namespace: &str,
@@ -81,7 +120,7 @@ pub(crate) fn ephemeral_claim_yaml(
         format!("      {extra}\n")
     };
     format!(
-        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: EphemeralClaim\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  owner: {{apiVersion: v1, kind: Pod, name: {owner}}}\n  releasePolicy: {policy}\n  claimTemplate:\n    metadata:\n      labels: {{team: ci, purpose: scratch}}\n      annotations: {{example.com/note: made from a template}}\n    spec:\n      accessModes: [ReadWriteOnce]\n      storageClassName: {STATIC_CLASS}\n      volumeMode: Filesystem\n      resources: {{requests: {{storage: 1Gi}}}}\n{extra}"
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: EphemeralClaim\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  owner: {{apiVersion: v1, kind: Pod, name: {owner}}}\n  releasePolicy: {policy}\n  claimTemplate:\n    metadata:\n      labels: {{team: ci, purpose: scratch}}\n      annotations: {{example.com/note: made from a template}}\n    spec:\n      accessModes: [ReadWriteOnce]\n      storageClassName: {CSI_CLASS}\n      volumeMode: Filesystem\n      resources: {{requests: {{storage: 1Gi}}}}\n{extra}"
     )
 }
 

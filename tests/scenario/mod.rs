@@ -1,8 +1,11 @@
-//! Building blocks of the NamespaceTransfer scenarios: a statically provisioned
-//! volume bound to a claim (kube-controller-manager does the binding), the two
-//! consents, waiting on phases, and a recorder of everything that happens to a
+//! Building blocks of the NamespaceTransfer scenarios: a claim whose volume
+//! the CSI stack provisions (the mock driver behind the external-provisioner,
+//! under reclaim policy Delete, so a Released PV would really be deleted), or
+//! for shapes the driver cannot make a statically provisioned one; the two
+//! consents; waiting on phases; and a recorder of everything that happens to a
 //! PersistentVolume, for the "never released, never bound elsewhere, never
-//! deleted" invariant.
+//! deleted" invariant, with the driver's own call log as the last word on
+//! deletion.
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
@@ -11,24 +14,120 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sta_testenv::Kubectl;
+use sta_testenv::csi::storage_class_yaml;
+use sta_testenv::{Csi, Kubectl};
 
-/// A StorageClass that allows transfers (DESIGN §2.1.4).
+/// The CSI mock driver's StorageClass that allows transfers (DESIGN §2.1.4).
 pub(crate) const ALLOWED_CLASS: &str = "transfer-allowed";
-/// A StorageClass without the annotation.
+/// The CSI mock driver's StorageClass without the annotation.
 pub(crate) const PLAIN_CLASS: &str = "transfer-plain";
+/// A class for statically provisioned volumes that allows transfers: only for
+/// shapes the mock driver cannot provision (it refuses 1 TiB and more).
+pub(crate) const STATIC_ALLOWED_CLASS: &str = "transfer-allowed-static";
 
-/// Makes both test StorageClasses (idempotent).
+const ALLOW: &str = "{storage.transfer.k8s.io/allow-namespace-transfer: \"true\"}";
+
+/// Makes the test StorageClasses (idempotent).
 pub(crate) fn ensure_classes(k: &Kubectl) {
     let yaml = format!(
-        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {ALLOWED_CLASS}\n  annotations:\n    storage.transfer.k8s.io/allow-namespace-transfer: \"true\"\nprovisioner: kubernetes.io/no-provisioner\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {PLAIN_CLASS}\nprovisioner: kubernetes.io/no-provisioner\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n"
+        "{}---\n{}---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {STATIC_ALLOWED_CLASS}\n  annotations: {ALLOW}\nprovisioner: kubernetes.io/no-provisioner\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n",
+        storage_class_yaml(ALLOWED_CLASS, ALLOW, "{}"),
+        storage_class_yaml(PLAIN_CLASS, "{}", "{}"),
     );
     k.apply(&yaml).unwrap();
 }
 
-/// A PersistentVolume of `capacity` with reclaim policy Delete, pre-bound to
-/// `namespace/claim`, and that claim; waits until it is Bound. Returns the
-/// claim's uid.
+/// A claim and the volume the CSI stack provisioned for it.
+#[derive(Debug, Clone)]
+pub(crate) struct Provisioned {
+    pub(crate) claim_uid: String,
+    pub(crate) pv: String,
+    pub(crate) pv_uid: String,
+    /// The CSI volume id (`spec.csi.volumeHandle`), which `DeleteVolume`
+    /// names.
+    pub(crate) handle: String,
+}
+
+/// Creates `namespace/claim` of `capacity` in `class` (a CSI class) and waits
+/// until the external-provisioner has made its volume and kube-controller-
+/// manager has bound it.
+pub(crate) fn provisioned_volume(
+    k: &Kubectl,
+    class: &str,
+    namespace: &str,
+    claim: &str,
+    capacity: &str,
+) -> Provisioned {
+    k.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: {namespace}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {class}\n  resources:\n    requests:\n      storage: {capacity}\n"
+    ))
+    .unwrap();
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=Bound",
+        &format!("pvc/{claim}"),
+        "-n",
+        namespace,
+        "--timeout=60s",
+    ]);
+    let pvc = claim_json(k, namespace, claim).unwrap();
+    let pv = pvc["spec"]["volumeName"].as_str().unwrap().to_owned();
+    let volume = volume_json(k, &pv).unwrap();
+    Provisioned {
+        claim_uid: pvc["metadata"]["uid"].as_str().unwrap().to_owned(),
+        pv_uid: volume["metadata"]["uid"].as_str().unwrap().to_owned(),
+        handle: volume["spec"]["csi"]["volumeHandle"]
+            .as_str()
+            .unwrap_or_else(|| panic!("PV {pv} is not a CSI volume: {}", volume["spec"]))
+            .to_owned(),
+        pv,
+    }
+}
+
+/// The driver was never asked to delete the volume `handle`.
+#[track_caller]
+pub(crate) fn assert_never_deleted_by_driver(csi: &Csi, handle: &str) {
+    let deletions = csi.deletions_of(handle);
+    assert!(
+        deletions.is_empty(),
+        "the CSI driver was asked to delete volume {handle}: {deletions:?}"
+    );
+}
+
+/// Deletes `namespace/claim` (bound to the CSI volume `handle` under Delete)
+/// and waits until the driver has deleted that volume, exactly once: the
+/// volume was intact and still the cluster's to reclaim. (The provisioner may
+/// repeat the call, as CSI allows; a repeat finds no volume.)
+#[track_caller]
+pub(crate) fn assert_deleting_the_claim_deletes_the_volume_once(
+    k: &Kubectl,
+    csi: &Csi,
+    namespace: &str,
+    claim: &str,
+    handle: &str,
+) {
+    k.ok(&["delete", "pvc", claim, "-n", namespace, "--wait=false"]);
+    eventually(
+        "the CSI driver to delete the volume",
+        Duration::from_secs(60),
+        || !csi.destructions_of(handle).is_empty(),
+    );
+    // A second deletion of a live volume would show up within a moment.
+    std::thread::sleep(Duration::from_secs(1));
+    let destroyed = csi.destructions_of(handle);
+    assert_eq!(
+        destroyed.len(),
+        1,
+        "one DeleteVolume found volume {handle}: {:?}",
+        csi.deletions_of(handle)
+    );
+}
+
+/// A statically provisioned (hostPath) PersistentVolume of `capacity` with
+/// reclaim policy Delete, pre-bound to `namespace/claim`, and that claim;
+/// waits until it is Bound. Returns the claim's uid. For the shapes the CSI
+/// mock driver cannot provision; everything else uses
+/// [`provisioned_volume`].
 pub(crate) fn bound_volume(
     k: &Kubectl,
     pv: &str,

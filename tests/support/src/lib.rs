@@ -2,20 +2,23 @@
 //!
 //! [`ControlPlane::start`] brings up, on free 127.0.0.1 ports:
 //!
-//! 1. etcd (Debian's `etcd-server`), with a fresh data dir;
+//! 1. etcd (the pinned 3.6 release, built by `hack/build-etcd.sh`), with a
+//!    fresh data dir;
 //! 2. kube-apiserver, with RBAC, ServiceAccount keys, a client CA, and the
 //!    aggregation flags (requestheader CA and names, proxy client certificate);
 //! 3. kube-controller-manager, with the PV binder, pvc-protection, garbage
 //!    collector, ServiceAccount, namespace and quota controllers;
-//! 4. our server, with a serving certificate for
+//! 4. the CSI stack of [`csi`]: the e2e mock driver on a unix socket, the
+//!    external-provisioner, the snapshot controller and the csi-snapshotter;
+//! 5. our server, with a serving certificate for
 //!    `storage-transfer-apiserver.storage-transfer-system.svc`;
 //!
 //! then applies `apiservice/` (an ExternalName Service to `localhost` and the
 //! APIService with the matching `caBundle`) and waits until the APIService is
 //! `Available` and our group is in discovery.
 //!
-//! Kubernetes binaries come from `hack/build-kube.sh` (pinned, cached outside the
-//! tree). Tests share one control plane per test binary through [`shared`]; it is
+//! Binaries come from `hack/build-{etcd,kube,csi}.sh` (pinned, cached outside
+//! the tree). Tests share one control plane per test binary through [`shared`]; it is
 //! torn down by a watchdog when the binary exits, however it exits. `make dev`
 //! runs the same start-up in detached mode through the `devenv` binary.
 //!
@@ -26,6 +29,7 @@
 //! working), and run more replicas with [`ControlPlane::start_replica`].
 
 pub mod balancer;
+pub mod csi;
 pub mod http;
 pub mod kubectl;
 pub mod pki;
@@ -37,6 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub use csi::{Csi, CsiBinaries, CsiCall};
 pub use kubectl::{Kubectl, Run};
 use pki::{Pki, Usage};
 use process::{Process, Watchdog};
@@ -48,6 +53,19 @@ pub const SERVICE_NAME: &str = "storage-transfer-apiserver";
 pub const APISERVICE: &str = "v1alpha1.storage.transfer.k8s.io";
 /// Our API group.
 pub const GROUP: &str = "storage.transfer.k8s.io";
+
+/// Every process a control plane runs, by its log and pid-file name, in the
+/// order they start.
+pub const COMPONENTS: &[&str] = &[
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    csi::MOCK_DRIVER,
+    csi::PROVISIONER,
+    csi::SNAPSHOT_CONTROLLER,
+    csi::SNAPSHOTTER,
+    SERVER,
+];
 
 const CONTROLLERS: &[&str] = &[
     "persistentvolume-binder-controller",
@@ -103,8 +121,8 @@ pub enum Error {
     },
     #[error("kubectl {args} failed: {stderr}")]
     Kubectl { args: String, stderr: String },
-    #[error("hack/build-kube.sh failed:\n{0}")]
-    BuildKube(String),
+    #[error("{script} failed:\n{stderr}")]
+    Build { script: String, stderr: String },
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -137,6 +155,9 @@ pub struct Options {
     pub server_env: Vec<(String, String)>,
     /// Leave the processes running when this process exits (`make dev`).
     pub detached: bool,
+    /// Extra flags for other components, by name (one of [`COMPONENTS`]),
+    /// appended to their standard set.
+    pub component_args: Vec<(String, String)>,
 }
 
 impl Options {
@@ -166,6 +187,7 @@ impl Options {
             server_args: Vec::new(),
             server_env: Vec::new(),
             detached: false,
+            component_args: Vec::new(),
         }
     }
 }
@@ -177,51 +199,51 @@ pub struct Binaries {
     pub kube_apiserver: PathBuf,
     pub kube_controller_manager: PathBuf,
     pub kubectl: PathBuf,
+    pub csi: CsiBinaries,
 }
 
 impl Binaries {
-    /// Finds etcd on PATH (or `$ETCD_BIN`) and the pinned Kubernetes binaries
-    /// through `hack/build-kube.sh`, which builds them on first use.
+    /// The pinned etcd, Kubernetes and CSI binaries, through
+    /// `hack/build-{etcd,kube,csi}.sh`, which build them on first use and
+    /// otherwise answer at once from their cache. `$ETCD_BIN` overrides etcd.
     pub fn locate() -> Result<Self, Error> {
         let etcd = etcd_binary()?;
-        let script = repo_root().join("hack/build-kube.sh");
-        let out = std::process::Command::new("bash")
-            .arg(&script)
-            .stderr(std::process::Stdio::piped())
-            .output()
-            .map_err(io_err(&script))?;
-        if !out.status.success() {
-            return Err(Error::BuildKube(
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            ));
-        }
-        let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let kube = PathBuf::from(build("build-kube.sh")?);
+        let csi = PathBuf::from(build("build-csi.sh")?);
         Ok(Self {
             etcd,
-            kube_apiserver: bin.join("kube-apiserver"),
-            kube_controller_manager: bin.join("kube-controller-manager"),
-            kubectl: bin.join("kubectl"),
+            kube_apiserver: kube.join("kube-apiserver"),
+            kube_controller_manager: kube.join("kube-controller-manager"),
+            kubectl: kube.join("kubectl"),
+            csi: CsiBinaries::under(&csi),
         })
     }
 }
 
-/// etcd: `$ETCD_BIN`, or `etcd` on PATH.
+/// Runs `hack/<script>` and returns the one line it prints: where its build
+/// output is.
+fn build(script: &str) -> Result<String, Error> {
+    let path = repo_root().join("hack").join(script);
+    let out = std::process::Command::new("bash")
+        .arg(&path)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(io_err(&path))?;
+    if !out.status.success() {
+        return Err(Error::Build {
+            script: format!("hack/{script}"),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// etcd: `$ETCD_BIN`, or the pinned release from `hack/build-etcd.sh`.
 fn etcd_binary() -> Result<PathBuf, Error> {
     match std::env::var_os("ETCD_BIN") {
         Some(p) => Ok(PathBuf::from(p)),
-        None => which("etcd").ok_or_else(|| Error::MissingTool {
-            tool: "etcd".to_owned(),
-            hint: "install Debian's etcd-server package (apt-get install etcd-server), or set ETCD_BIN"
-                .to_owned(),
-        }),
+        None => build("build-etcd.sh").map(PathBuf::from),
     }
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
 }
 
 /// A free TCP port on 127.0.0.1, at the moment of asking.
@@ -265,6 +287,8 @@ pub struct ControlPlane {
     /// Our server, directly (not through the aggregator).
     pub server_url: String,
     pub server_port: u16,
+    /// The CSI driver's socket and call log.
+    pub csi: Csi,
     admin: Kubectl,
     direct: Kubectl,
     etcd_data: PathBuf,
@@ -273,6 +297,8 @@ pub struct ControlPlane {
     watchdog: Arc<Mutex<Option<Watchdog>>>,
     server: ServerSpec,
     detached: bool,
+    /// [`Options::component_args`].
+    component_args: Vec<(String, String)>,
 }
 
 impl ControlPlane {
@@ -303,7 +329,14 @@ impl ControlPlane {
         let record = dir.join("etcd-data.path");
         std::fs::write(&record, etcd_data.display().to_string()).map_err(io_err(&record))?;
 
+        // The call log names the run directory on the driver's command line,
+        // so `make down` finds the driver even when its socket lives elsewhere.
+        let csi = Csi {
+            socket: csi::socket_path(&dir),
+            call_log: dir.join("logs").join("csi-calls.jsonl"),
+        };
         let mut cp = Self {
+            csi,
             admin: Kubectl::new(
                 &bins.kubectl,
                 &dir.join("kubeconfig"),
@@ -329,10 +362,12 @@ impl ControlPlane {
                 args: opts.server_args.clone(),
             },
             detached: opts.detached,
+            component_args: opts.component_args.clone(),
         };
         if !opts.detached {
             let mut dog = Watchdog::start()?;
             dog.guard_path(&cp.etcd_data);
+            dog.guard_path(&cp.csi.socket);
             *lock(&cp.watchdog) = Some(dog);
         }
         // On error `cp` is dropped, which stops what was started (detached too:
@@ -358,6 +393,7 @@ impl ControlPlane {
         self.start_etcd()?;
         self.start_apiserver()?;
         self.start_controller_manager()?;
+        self.start_csi()?;
         self.install_server_identity()?;
         self.start_server(opts)?;
         self.register_apiservice()
@@ -384,7 +420,19 @@ impl ControlPlane {
         timeout: Duration,
         ready: impl FnMut() -> bool,
     ) -> Result<(), Error> {
-        let p = self.spawn_ready(name, program, args_for, env, timeout, ready)?;
+        let mut args_for = args_for;
+        let extra: Vec<String> = self
+            .component_args
+            .iter()
+            .filter(|(component, _)| component == name)
+            .map(|(_, arg)| arg.clone())
+            .collect();
+        let with_extra = || {
+            let mut args = args_for()?;
+            args.extend(extra.iter().cloned());
+            Ok(args)
+        };
+        let p = self.spawn_ready(name, program, with_extra, env, timeout, ready)?;
         self.track(p);
         Ok(())
     }
@@ -539,28 +587,130 @@ impl ControlPlane {
                 Duration::from_secs(30),
             )
             .into_result()?;
+        self.service_account_kubeconfig(
+            SERVICE_NAMESPACE,
+            SERVICE_NAME,
+            &self.dir.join("server.kubeconfig"),
+        )
+    }
+
+    /// Writes a kubeconfig at `path` that authenticates as the ServiceAccount
+    /// `namespace/name` with a fresh token, so that a component runs with
+    /// exactly the rights RBAC grants that account.
+    fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        name: &str,
+        path: &Path,
+    ) -> Result<(), Error> {
         let token = self
             .admin
             .eventually(
-                &[
-                    "create",
-                    "token",
-                    SERVICE_NAME,
-                    "-n",
-                    SERVICE_NAMESPACE,
-                    "--duration=48h",
-                ],
+                &["create", "token", name, "-n", namespace, "--duration=48h"],
                 Duration::from_secs(30),
             )
             .into_result()?;
-        let path = self.dir.join("server.kubeconfig");
         let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: server\n  user:\n    token: {}\ncontexts:\n- name: testenv\n  context:\n    cluster: testenv\n    user: server\ncurrent-context: testenv\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: {name}\n  user:\n    token: {}\ncontexts:\n- name: testenv\n  context:\n    cluster: testenv\n    user: {name}\ncurrent-context: testenv\n",
             self.apiserver_url,
             self.pki.cluster_ca.cert.display(),
             token.trim()
         );
-        std::fs::write(&path, text).map_err(io_err(&path))
+        std::fs::write(path, text).map_err(io_err(path))
+    }
+
+    /// Starts the CSI stack of [`csi`]: its RBAC and the snapshot CRDs, then
+    /// the mock driver, the external-provisioner, the snapshot controller and
+    /// the csi-snapshotter, each with its own ServiceAccount token.
+    fn start_csi(&self) -> Result<(), Error> {
+        let rbac = repo_root().join("hack/csi/rbac.yaml");
+        self.admin
+            .eventually(
+                &["apply", "-f", &rbac.display().to_string()],
+                Duration::from_secs(30),
+            )
+            .into_result()?;
+        let crds = self.bins.csi.crds.display().to_string();
+        self.admin.try_ok(&["apply", "-f", &crds])?;
+        self.admin.try_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "-f",
+            &crds,
+            "--timeout=60s",
+        ])?;
+
+        let dir = self.dir.join("csi");
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        if let Some(parent) = self.csi.socket.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        let _ = std::fs::remove_file(&self.csi.socket);
+        let socket = self.csi.socket.clone();
+        let endpoint = format!("unix://{}", socket.display());
+        let call_log = self.csi.call_log.display().to_string();
+        self.start_component(
+            csi::MOCK_DRIVER,
+            &self.bins.csi.mock_driver,
+            || {
+                Ok(vec![
+                    format!("--endpoint={endpoint}"),
+                    format!("--driver-name={}", csi::DRIVER),
+                    format!("--call-log={call_log}"),
+                    "--v=2".to_owned(),
+                ])
+            },
+            &[],
+            Duration::from_secs(30),
+            || std::os::unix::net::UnixStream::connect(&socket).is_ok(),
+        )?;
+
+        let sidecars: [(&str, &Path, &[&str], &str); 3] = [
+            (
+                csi::PROVISIONER,
+                &self.bins.csi.provisioner,
+                // No topology, no capacity tracking: there are no nodes. The
+                // claim's name and namespace go into CreateVolume's
+                // parameters, so that the call log says whose volume it is.
+                &["--extra-create-metadata", "--timeout=30s"],
+                "Started provisioner controller",
+            ),
+            (
+                csi::SNAPSHOT_CONTROLLER,
+                &self.bins.csi.snapshot_controller,
+                &[],
+                "Starting snapshot controller",
+            ),
+            (
+                csi::SNAPSHOTTER,
+                &self.bins.csi.snapshotter,
+                &["--timeout=30s"],
+                "Starting CSI snapshotter",
+            ),
+        ];
+        for (name, program, extra, started) in sidecars {
+            let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+            self.service_account_kubeconfig(csi::NAMESPACE, name, &kubeconfig)?;
+            let mut args = vec![
+                format!("--kubeconfig={}", kubeconfig.display()),
+                "--leader-election=false".to_owned(),
+                "--v=2".to_owned(),
+            ];
+            if name != csi::SNAPSHOT_CONTROLLER {
+                args.push(format!("--csi-address={}", socket.display()));
+            }
+            args.extend(extra.iter().map(|a| (*a).to_owned()));
+            let log = self.log_path(name);
+            self.start_component(
+                name,
+                program,
+                || Ok(args.clone()),
+                &[],
+                Duration::from_secs(60),
+                || std::fs::read_to_string(&log).is_ok_and(|l| l.contains(started)),
+            )?;
+        }
+        Ok(())
     }
 
     fn start_server(&mut self, opts: &Options) -> Result<(), Error> {
@@ -929,8 +1079,7 @@ impl ControlPlane {
         env: &[(String, String)],
     ) -> Result<Replica, Error> {
         let file = sanitize(name);
-        let reserved = ["etcd", "kube-apiserver", "kube-controller-manager", SERVER];
-        if reserved.contains(&file.as_str()) {
+        if COMPONENTS.contains(&file.as_str()) {
             return Err(Error::Spawn {
                 component: name.to_owned(),
                 program: self.server.bin.clone(),
@@ -983,6 +1132,8 @@ impl ControlPlane {
             let _ = std::fs::remove_file(self.dir.join("pids").join(format!("{}.pid", p.name)));
         }
         let _ = std::fs::remove_dir_all(&self.etcd_data);
+        // A driver killed without grace leaves its socket behind.
+        let _ = std::fs::remove_file(&self.csi.socket);
     }
 }
 
@@ -1090,8 +1241,10 @@ impl Drop for Namespace {
 }
 
 /// Applies the `make dev` demo (`hack/dev/demo.yaml`: namespaces `prod` and
-/// `dev`, a StorageClass that allows transfers, a hostPath PV) and waits until
-/// kube-controller-manager has bound `prod/db`.
+/// `dev`, the CSI mock driver's StorageClass `transferable` that allows
+/// transfers, a VolumeSnapshotClass, the claim `prod/db` and a snapshot of it)
+/// and waits until the provisioner has made and bound `prod/db`'s volume and
+/// the snapshot is ready to use.
 pub fn create_demo(k: &Kubectl) -> Result<(), Error> {
     let demo = repo_root().join("hack/dev/demo.yaml");
     // Namespace and ServiceAccount set-up take a moment on a fresh cluster, and
@@ -1105,6 +1258,14 @@ pub fn create_demo(k: &Kubectl) -> Result<(), Error> {
         "wait",
         "--for=jsonpath={.status.phase}=Bound",
         "pvc/db",
+        "-n",
+        "prod",
+        "--timeout=60s",
+    ])?;
+    k.try_ok(&[
+        "wait",
+        "--for=jsonpath={.status.readyToUse}=true",
+        "volumesnapshot/db-before-transfer",
         "-n",
         "prod",
         "--timeout=60s",

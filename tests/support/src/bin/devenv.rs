@@ -85,8 +85,9 @@ fn up(dir: &Path, server_bin: &Path) -> ExitCode {
         server_args: Vec::new(),
         server_env: Vec::new(),
         detached: true,
+        component_args: Vec::new(),
     };
-    eprintln!("devenv: starting etcd, kube-apiserver, kube-controller-manager and storage-transfer-apiserver…");
+    eprintln!("devenv: starting {}…", sta_testenv::COMPONENTS.join(", "));
     let cp = match ControlPlane::start(opts) {
         Ok(cp) => cp,
         Err(e) => {
@@ -146,7 +147,7 @@ fn recorded_pids(dir: &Path) -> Vec<(PathBuf, Option<u32>)> {
 
 fn all_recorded_pids_alive(dir: &Path) -> bool {
     let pids = recorded_pids(dir);
-    pids.len() == 4
+    pids.len() == sta_testenv::COMPONENTS.len()
         && pids
             .iter()
             .all(|(_, pid)| pid.is_some_and(|p| owned_by(p, dir)))
@@ -173,6 +174,8 @@ fn down(dir: &Path) {
     if let Ok(data) = std::fs::read_to_string(dir.join("etcd-data.path")) {
         let _ = std::fs::remove_dir_all(data.trim());
     }
+    // The CSI driver removes its socket when stopped gracefully; not when killed.
+    let _ = std::fs::remove_file(sta_testenv::csi::socket_path(dir));
 }
 
 fn print_next_steps(dir: &Path) {
