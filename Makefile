@@ -5,7 +5,8 @@
 #   make down   stop what `make dev` started
 #   make lint   rustfmt and clippy, as CI runs them
 #   make release   the release binary, by the Dockerfile's command (CI builds it too)
-#   make kube   only build the pinned Kubernetes binaries (cached outside the tree)
+#   make tools  only build the pinned etcd, Kubernetes and CSI binaries (cached outside the tree)
+#   make fresh-check   run the README's commands on a bare Debian root, as on a new machine
 #   make openapi   rewrite the checked-in OpenAPI documents under openapi/ from the code
 #   make bench   our server against the same schema as a CRD, side by side (docs/benchmarks.md)
 #   make bench-core   our server alone on etcd: throughput, latency, watch fan-out
@@ -14,15 +15,21 @@
 CARGO ?= cargo
 DEV_DIR ?= $(CURDIR)/.dev
 
-.PHONY: dev down test lint release kube prereqs bench bench-core bench-auth openapi
+.PHONY: dev down test lint release tools kube prereqs bench bench-core bench-auth openapi fresh-check
 
 prereqs:
 	@hack/prereqs.sh
 
-kube: prereqs
+# etcd 3.6, kube-apiserver, kube-controller-manager, kubectl and the CSI stack,
+# each pinned under hack/ and built once into ~/.cache/storage-transfer-apiserver.
+tools: prereqs
+	@hack/build-etcd.sh >/dev/null
 	@hack/build-kube.sh >/dev/null
+	@hack/build-csi.sh >/dev/null
 
-dev: kube
+kube: tools
+
+dev: tools
 	$(CARGO) build --locked --bin storage-transfer-apiserver
 	$(CARGO) build --locked -p sta-testenv --bin devenv
 	target/debug/devenv up --dir $(DEV_DIR) --server-bin target/debug/storage-transfer-apiserver
@@ -31,34 +38,39 @@ down:
 	@$(CARGO) build --quiet --locked -p sta-testenv --bin devenv
 	@target/debug/devenv down --dir $(DEV_DIR)
 
-test: kube
+test: tools
 	hack/test.sh
+
+# The README's two commands, the demo transfer and `make down`, from a clone,
+# in a bare Debian root with only the toolchains: what a new machine would do.
+fresh-check:
+	hack/fresh-check.sh
 
 # Our server (direct and through the aggregator) against the same schema as a CRD
 # in kube-apiserver: rewrites docs/benchmarks.md and its plots.
 # BENCH_SCALE=0.01 BENCH_OUT=<dir> runs it tiny and writes elsewhere.
-bench: kube
+bench: tools
 	$(CARGO) bench --locked --bench compare
 
 # Our server alone on etcd: create/get/list throughput and latency, watch fan-out.
 # BENCH_SCALE=0.01 runs it tiny.
-bench-core: prereqs
+bench-core: tools
 	$(CARGO) bench --locked --bench core
 
 # What delegated authn/authz cost per request: no auth, authn only, SAR cache warm and cold.
-bench-auth: kube
+bench-auth: tools
 	$(CARGO) bench --locked --bench auth
 
 # The release binary, by the same command the Dockerfile runs.
 release: prereqs
 	$(CARGO) build --locked --release
 
-lint:
+lint: prereqs
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) clippy --workspace --all-targets --locked --features fault-injection -- -D warnings
 
 # The OpenAPI documents under openapi/ are generated from the API types; a test
 # fails when they drift. This rewrites them.
-openapi:
+openapi: prereqs
 	UPDATE_OPENAPI=1 $(CARGO) test --locked --test openapi checked_in_openapi_matches_the_code

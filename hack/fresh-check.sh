@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# make fresh-check: runs the README's commands as a new user would, on a bare
+# Debian root, because a warm machine hides missing install steps (it hid
+# libprotobuf-dev once).
+#
+# 1. Builds a minimal root of the Debian release this machine runs
+#    (mmdebstrap, from this machine's own apt sources), with only what a fresh
+#    machine of this project's kind has besides the toolchains: a C compiler,
+#    make, git and CA certificates.
+# 2. Mounts the toolchains read-only (Go's GOROOT, rustup's toolchains and
+#    cargo's binaries) and shares only pure download and build caches (cargo's
+#    registry, Go's module and build caches). The project's cache of built
+#    binaries and target/ are never shared: inside, everything is built afresh.
+# 3. In a clone of the commit under test ($FRESH_CHECK_REF, default HEAD):
+#      make dev            and the README's demo transfer, until both sides
+#                          are Completed and dev/db is Bound
+#      make down           then checks that nothing of it still runs
+#      make test           with STA_TEST_SAMPLE=1: every unit test, and the
+#                          first integration test of each test binary (the
+#                          whole suite twice does not fit CI's budget)
+# 4. Kills whatever still runs in the root, unmounts it and removes it, also
+#    when a step fails.
+#
+# Needs root (chroot and bind mounts) and mmdebstrap (installed with apt-get
+# when missing). Exit code 0 only if every step passed.
+set -euo pipefail
+
+log() { echo "fresh-check: $*" >&2; }
+die() { echo "fresh-check: error: $*" >&2; exit 1; }
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ref="${FRESH_CHECK_REF:-HEAD}"
+work="${FRESH_CHECK_DIR:-/var/tmp/sta-fresh-check-$$}"
+root="$work/root"
+
+[[ "$(id -u)" == 0 ]] || die "needs root, for chroot and bind mounts (run it as root, as CI does)"
+command -v go >/dev/null || die "go is not on PATH: the check mounts this machine's Go toolchain"
+command -v cargo >/dev/null || die "cargo is not on PATH: the check mounts this machine's Rust toolchain"
+if ! command -v mmdebstrap >/dev/null; then
+  log "installing mmdebstrap with apt-get"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >&2
+fi
+
+goroot="$(go env GOROOT)"
+gomodcache="$(go env GOMODCACHE)"
+gocache="$(go env GOCACHE)"
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+rustup_home="${RUSTUP_HOME:-$HOME/.rustup}"
+[[ -d "$rustup_home/toolchains" ]] || die "no rustup toolchains in $rustup_home"
+suite="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+[[ -n "$suite" ]] || die "cannot tell which Debian release this machine runs (/etc/os-release)"
+
+# Everything mounted into the root, as "host-path root-path mode".
+mounts=(
+  "$goroot /usr/local/go ro"
+  "$rustup_home /root/.rustup ro"
+  "$cargo_home/bin /root/.cargo/bin ro"
+  "$cargo_home/registry /root/.cargo/registry rw"
+  "$gomodcache /root/go/pkg/mod rw"
+  "$gocache /root/.cache/go-build rw"
+)
+
+# Undo everything, whatever state the run is in. Nothing under $root is
+# removed while anything is still mounted there: a shared cache is mounted
+# read-write, and rm -rf through it would empty it.
+cleanup() {
+  local status=$? pid left
+  set +e
+  if [[ -d "$root" ]]; then
+    for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+      [[ "$(readlink "/proc/$pid/root" 2>/dev/null)" == "$root" ]] && kill -KILL "$pid" 2>/dev/null
+    done
+    sleep 1
+    # Deepest first.
+    for m in $(findmnt -rn -o TARGET | grep -F "$root" | sort -r); do
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+    done
+    left="$(findmnt -rn -o TARGET | grep -F "$root" || true)"
+    if [[ -n "$left" ]]; then
+      log "left $work in place: still mounted there: $left"
+    else
+      rm -rf "$work"
+    fi
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+phase_start=$(date +%s)
+phase() {
+  local now
+  now=$(date +%s)
+  log "[$((now - phase_start))s] $*"
+}
+
+mkdir -p "$work"
+phase "building a bare Debian $suite root in $root"
+sources=()
+shopt -s nullglob
+for f in /etc/apt/sources.list.d/*.sources; do sources+=("$f"); done
+shopt -u nullglob
+if ((${#sources[@]})); then
+  cat "${sources[@]}" > "$work/sources"
+else
+  grep -E '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list > "$work/sources" || die "no apt sources on this machine"
+fi
+mmdebstrap --quiet --variant=minbase \
+  --include=ca-certificates,git,make,gcc,g++,libc6-dev \
+  "$suite" "$root" - < "$work/sources" >&2
+
+for m in "${mounts[@]}"; do
+  read -r from to mode <<< "$m"
+  [[ -d "$from" ]] || mkdir -p "$from"
+  mkdir -p "$root$to"
+  mount --bind "$from" "$root$to"
+  [[ "$mode" == ro ]] && mount -o remount,bind,ro "$root$to"
+done
+mount -t proc proc "$root/proc"
+mount --rbind /dev "$root/dev"
+mount --make-rslave "$root/dev"
+mount -t sysfs sysfs "$root/sys"
+cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+
+phase "cloning $ref"
+git -C "$repo" rev-parse --verify "$ref^{commit}" >/dev/null || die "$ref is not a commit"
+commit="$(git -C "$repo" rev-parse "$ref^{commit}")"
+git clone --quiet --no-local --no-checkout "$repo" "$root/work/clone"
+git -C "$root/work/clone" checkout --quiet "$commit"
+log "checked out $commit"
+
+# in_root SCRIPT: runs SCRIPT with bash in the clone, as a new user's shell
+# would: a clean environment with the toolchains on PATH.
+in_root() {
+  chroot "$root" /usr/bin/env -i \
+    HOME=/root \
+    PATH=/root/.cargo/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    RUSTUP_HOME=/root/.rustup CARGO_HOME=/root/.cargo \
+    LANG=C.UTF-8 TERM=dumb CI="${CI:-}" \
+    CARGO_TERM_COLOR=never CARGO_TERM_PROGRESS_WHEN=never \
+    /bin/bash -euo pipefail -c "cd /work/clone && $1"
+}
+
+# The README's demo transfer, exactly as the README shows it.
+demo="$(awk '/^kubectl apply -f - <<.YAML.$/ { on = 1 } on { print } on && /^YAML$/ { exit }' "$root/work/clone/README.md")"
+[[ -n "$demo" ]] || die "the README has no demo transfer (kubectl apply -f - <<'YAML' … YAML)"
+
+phase "make dev"
+in_root "make dev"
+
+phase "the README's demo transfer"
+in_root "export KUBECONFIG=\$PWD/.dev/kubeconfig
+# The pinned kubectl, as make dev's next steps alias it.
+kubectl() { /root/.cache/storage-transfer-apiserver/kube/*/bin/kubectl \"\$@\"; }
+$demo
+kubectl wait --for=jsonpath='{.status.phase}'=Completed nst/db-to-dev -n prod --timeout=60s
+kubectl wait --for=jsonpath='{.status.phase}'=Completed nst/db-from-prod -n dev --timeout=60s
+kubectl wait --for=jsonpath='{.status.phase}'=Bound pvc/db -n dev --timeout=60s
+kubectl get nst -A
+kubectl get pvc -n dev db"
+
+phase "make down"
+in_root "make down"
+running=""
+for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+  [[ "$(readlink "/proc/$pid/root" 2>/dev/null)" == "$root" ]] && running+=" $pid:$(tr '\0' ' ' < "/proc/$pid/cmdline" | cut -c1-80)"
+done
+[[ -z "$running" ]] || die "make down left processes running:$running"
+sockets="$(find "$root/work/clone/.dev" -type s 2>/dev/null || true)"
+[[ -z "$sockets" ]] || die "make down left sockets behind: $sockets"
+
+phase "make test (STA_TEST_SAMPLE=1: unit tests, and one integration test of each test binary)"
+in_root "STA_TEST_SAMPLE=1 make test"
+
+phase "passed: make dev, the demo transfer, make down and make test on a bare Debian $suite root, at $commit"
