@@ -117,6 +117,24 @@ for m in "${mounts[@]}"; do
   mount --bind "$from" "$root$to"
   [[ "$mode" == ro ]] && mount -o remount,bind,ro "$root$to"
 done
+# The machine's own trust anchors: a machine of this kind reaches the
+# package registries through a TLS proxy whose CA its trust store holds, and a
+# fresh one would hold it too. Each certificate of this machine's bundle that
+# the root's lacks goes where update-ca-certificates keeps local ones.
+awk -v dir="$root/usr/local/share/ca-certificates" '
+  /BEGIN CERTIFICATE/ { n++; file = sprintf("%s/machine-%03d.crt", dir, n) }
+  file { print > file }
+  /END CERTIFICATE/ { close(file); file = "" }
+' /etc/ssl/certs/ca-certificates.crt
+for f in "$root"/usr/local/share/ca-certificates/machine-*.crt; do
+  if grep -qF -- "$(sed -n '2p' "$f")" "$root/etc/ssl/certs/ca-certificates.crt" \
+    && grep -qF -- "$(sed -n '3p' "$f")" "$root/etc/ssl/certs/ca-certificates.crt"; then
+    rm -f "$f"
+  fi
+done
+chroot "$root" update-ca-certificates >/dev/null
+log "trusting $(ls "$root"/usr/local/share/ca-certificates | wc -l) certificate(s) of this machine that Debian's bundle lacks"
+
 mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
 mount --make-rslave "$root/dev"
