@@ -139,7 +139,10 @@ mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
 mount --make-rslave "$root/dev"
 mount -t sysfs sysfs "$root/sys"
+# Name resolution as the machine has it, like any new machine: its DNS, and
+# /etc/hosts, where localhost (which the loopback APIService points at) is.
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+cp /etc/hosts "$root/etc/hosts"
 
 phase "cloning $ref"
 git -C "$repo" rev-parse --verify "$ref^{commit}" >/dev/null || die "$ref is not a commit"
