@@ -27,6 +27,11 @@ else
   fi
 fi
 
+# hack/gen-certs.sh (and the tests of it) issue certificates with openssl.
+if ! command -v openssl >/dev/null 2>&1; then
+  apt_packages+=(openssl)
+fi
+
 # `make bench` draws its plots with this font.
 if [[ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]]; then
   apt_packages+=(fonts-dejavu-core)

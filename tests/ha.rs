@@ -78,7 +78,7 @@ fn watcher(
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 if !ended2.load(Ordering::Relaxed) {
-                    let _ = Command::new("kill").arg(pid.to_string()).status();
+                    sta_testenv::process::sigterm(pid);
                 }
             });
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -250,11 +250,7 @@ fn a_leader_that_is_stopped_gracefully_hands_over_before_its_lease_runs_out() {
     let stopped = Instant::now();
     // SIGTERM, without waiting: the server drains its connections for a few
     // seconds, but its controllers stop and hand over first.
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    assert!(sta_testenv::process::sigterm(pid));
     eventually("the other replica to lead", WAIT, || leads(&other));
     let handover = stopped.elapsed();
     println!("HA: graceful stop handed over leadership in {handover:?}");

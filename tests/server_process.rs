@@ -191,9 +191,5 @@ fn server_exits_zero_on_sigterm_after_draining_connections() {
 }
 
 fn nix_term(pid: u32) {
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    assert!(sta_testenv::process::sigterm(pid), "SIGTERM to {pid}");
 }

@@ -151,6 +151,14 @@ pub fn status_code(status: ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
+/// SIGTERM to `pid`, without waiting; whether it was delivered.
+pub fn sigterm(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    kill(Pid::from_raw(raw), Signal::SIGTERM).is_ok()
+}
+
 /// SIGTERM to `pid`, SIGKILL if it is still alive after `grace`.
 pub fn terminate(pid: u32, grace: Duration) {
     let Ok(raw) = i32::try_from(pid) else { return };
