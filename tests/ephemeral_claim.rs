@@ -143,7 +143,7 @@ fn a_bound_claim_whose_pod_has_not_started_is_never_deleted() {
             }) && ec_phase(k, &ns.name, "scratch") == "Bound"
         },
     );
-    assert_volume_kept(&cp().csi, &handle);
+    cp().csi.assert_never_deleted(&handle);
     let events = events_about(k, &ns.name, "EphemeralClaim", "scratch");
     assert!(
         events.iter().any(|e| e.starts_with("ClaimBound: Bound")),
@@ -170,7 +170,7 @@ fn a_claim_goes_in_use_when_its_pod_runs_and_is_deleted_when_it_succeeds() {
     let ec = wait_phase(k, &ns.name, "scratch", "InUse");
     assert!(ec["status"]["firstUsedTime"].is_string(), "{ec}");
     assert_eq!(ec["status"]["reason"], "PodRunning");
-    assert_volume_kept(&cp().csi, &handle);
+    cp().csi.assert_never_deleted(&handle);
 
     set_pod_phase(k, &ns.name, "runner", "Succeeded");
     let ec = wait_phase(k, &ns.name, "scratch", "Deleted");
@@ -186,7 +186,7 @@ fn a_claim_goes_in_use_when_its_pod_runs_and_is_deleted_when_it_succeeds() {
         claim_json(k, &ns.name, "runner-scratch").is_none()
     });
     // Destroyed on detach: the class's Delete policy reaches the driver.
-    assert_volume_destroyed_once(&cp().csi, &handle);
+    cp().csi.assert_deleted_once(&handle, WAIT);
 
     let events = events_about(k, &ns.name, "EphemeralClaim", "scratch");
     for phase in ["Bound", "InUse", "Deleted"] {
@@ -233,7 +233,7 @@ fn under_retain_a_used_claim_is_released_and_kept() {
                 && c["status"]["phase"] == "Bound"
         }) && ec_phase(k, &ns.name, "scratch") == "Released"
     });
-    assert_volume_kept(&cp().csi, &handle);
+    cp().csi.assert_never_deleted(&handle);
 }
 
 #[test]
@@ -296,7 +296,7 @@ fn an_owner_pod_deleted_before_use_releases_and_cleans_up_the_claim() {
     eventually("the claim to be gone", WAIT, || {
         claim_json(k, &ns.name, "runner-scratch").is_none()
     });
-    assert_volume_destroyed_once(&cp().csi, &handle);
+    cp().csi.assert_deleted_once(&handle, WAIT);
     eventually("the finalizer to be released", WAIT, || {
         ec_json(k, &ns.name, "scratch").is_some_and(|ec| ec["metadata"]["finalizers"].is_null())
     });
@@ -330,7 +330,7 @@ fn deleting_the_ephemeral_claim_deletes_its_claim() {
     eventually("its claim to be gone", WAIT, || {
         claim_json(k, &ns.name, "runner-scratch").is_none()
     });
-    assert_volume_destroyed_once(&cp().csi, &handle);
+    cp().csi.assert_deleted_once(&handle, WAIT);
 }
 
 #[test]
@@ -496,7 +496,7 @@ fn a_clone_source_is_carried_onto_the_claim_and_the_driver_clones_it() {
         "the clone's content source is the fixture's volume: {}",
         created.request
     );
-    assert_volume_kept(&cp().csi, &fixture);
+    cp().csi.assert_never_deleted(&fixture);
 }
 
 #[test]

@@ -80,7 +80,7 @@ fn an_owner_pod_deleted_while_the_server_is_down_leaves_no_claim_and_shows_delet
     eventually("no claim to be left", WAIT, || {
         claim_json(k, &ns.name, "runner-scratch").is_none()
     });
-    assert_volume_destroyed_once(&cp.csi, &handle);
+    cp.csi.assert_deleted_once(&handle, WAIT);
     eventually("the finalizer to be released", WAIT, || {
         ec_json(k, &ns.name, "scratch").is_some_and(|ec| ec["metadata"]["finalizers"].is_null())
     });
@@ -118,7 +118,7 @@ fn a_pod_that_finished_while_the_server_was_down_has_its_claim_deleted_on_restar
     eventually("no claim to be left", WAIT, || {
         claim_json(k, &ns.name, "runner-scratch").is_none()
     });
-    assert_volume_destroyed_once(&cp.csi, &handle);
+    cp.csi.assert_deleted_once(&handle, WAIT);
 }
 
 #[test]
@@ -153,7 +153,7 @@ fn restarts_while_a_bound_claim_waits_for_its_pod_never_delete_it() {
             unchanged,
         );
     }
-    assert_volume_kept(&cp.csi, &handle);
+    cp.csi.assert_never_deleted(&handle);
     // And it still goes on as usual once the pod runs.
     set_pod_phase(k, &ns.name, "runner", "Running");
     wait_phase(k, &ns.name, "scratch", "InUse");

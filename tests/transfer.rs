@@ -102,7 +102,7 @@ impl Setup {
     #[track_caller]
     fn assert_never_deleted_by_driver(&self) {
         if let Some(handle) = &self.handle {
-            assert_never_deleted_by_driver(&cp().csi, handle);
+            cp().csi.assert_never_deleted(handle);
         }
     }
 

@@ -133,7 +133,7 @@ impl Setup {
             .unwrap()
             .to_owned();
         recorder.assert_never_lost(&[&self.claim_uid, &dest_uid]);
-        assert_never_deleted_by_driver(&cp.csi, &self.handle);
+        cp.csi.assert_never_deleted(&self.handle);
     }
 }
 
@@ -338,7 +338,7 @@ fn deleting_either_side_between_r3_and_r4_cancels_and_restores_the_source() {
             .get("storage.transfer.k8s.io/transfer")
             .is_none());
         recorder.assert_never_lost(&[&s.claim_uid]);
-        assert_never_deleted_by_driver(&cp.csi, &s.handle);
+        cp.csi.assert_never_deleted(&s.handle);
     }
     restart(cp, &[]);
 }
@@ -389,7 +389,7 @@ fn deleting_both_sides_after_the_commit_completes_the_transfer_first() {
         .unwrap()
         .to_owned();
     recorder.assert_never_lost(&[&s.claim_uid, &dest_uid]);
-    assert_never_deleted_by_driver(&cp.csi, &s.handle);
+    cp.csi.assert_never_deleted(&s.handle);
     restart(cp, &[]);
 }
 
@@ -430,7 +430,7 @@ fn a_pod_that_starts_using_the_source_before_the_commit_is_reported_and_waited_f
         &s.dst.name,
         "db",
     );
-    assert_never_deleted_by_driver(&cp.csi, &s.handle);
+    cp.csi.assert_never_deleted(&s.handle);
 }
 
 #[test]
@@ -454,5 +454,5 @@ fn the_source_claim_deleted_by_its_owner_between_r2_and_r4_does_not_lose_the_pv(
     );
     let pv = volume_json(cp.kubectl(), &s.pv).unwrap();
     assert_eq!(pv["status"]["phase"], "Bound");
-    assert_never_deleted_by_driver(&cp.csi, &s.handle);
+    cp.csi.assert_never_deleted(&s.handle);
 }

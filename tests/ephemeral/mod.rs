@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sta_testenv::csi::storage_class_yaml;
-use sta_testenv::{ControlPlane, Csi, Kubectl};
+use sta_testenv::{ControlPlane, Kubectl};
 
 /// The CSI mock driver's class the templates use: reclaim policy Delete.
 pub(crate) const CSI_CLASS: &str = "ephemeral-csi";
@@ -35,41 +35,6 @@ pub(crate) fn bound_volume_of(k: &Kubectl, namespace: &str, claim: &str) -> (Str
         .unwrap_or_else(|| panic!("PV {pv} is not a CSI volume"))
         .to_owned();
     (pv, handle)
-}
-
-/// The driver has not been asked to delete the volume `handle`.
-#[track_caller]
-pub(crate) fn assert_volume_kept(csi: &Csi, handle: &str) {
-    let deletions = csi.deletions_of(handle);
-    assert!(
-        deletions.is_empty(),
-        "the CSI driver was asked to delete volume {handle}: {deletions:?}"
-    );
-}
-
-/// The driver deletes the volume `handle`, once: the claim was destroyed and
-/// the cluster reclaimed its volume under Delete. (The provisioner may repeat
-/// the call, as CSI allows; a repeat finds no volume.)
-#[track_caller]
-pub(crate) fn assert_volume_destroyed_once(csi: &Csi, handle: &str) {
-    let deadline = Instant::now() + WAIT;
-    while csi.destructions_of(handle).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the CSI driver never deleted volume {handle}: {:?}",
-            csi.deletions_of(handle)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // A second deletion of a live volume would show up within a moment.
-    std::thread::sleep(Duration::from_secs(1));
-    let destroyed = csi.destructions_of(handle);
-    assert_eq!(
-        destroyed.len(),
-        1,
-        "one DeleteVolume found volume {handle}: {:?}",
-        csi.deletions_of(handle)
-    );
 }
 
 /// Whether a pod is on a node (as if scheduled: KCM's pvc-protection counts it

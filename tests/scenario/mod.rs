@@ -62,14 +62,7 @@ pub(crate) fn provisioned_volume(
         "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: {namespace}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {class}\n  resources:\n    requests:\n      storage: {capacity}\n"
     ))
     .unwrap();
-    k.ok(&[
-        "wait",
-        "--for=jsonpath={.status.phase}=Bound",
-        &format!("pvc/{claim}"),
-        "-n",
-        namespace,
-        "--timeout=60s",
-    ]);
+    wait_bound(k, namespace, claim);
     let pvc = claim_json(k, namespace, claim).unwrap();
     let pv = pvc["spec"]["volumeName"].as_str().unwrap().to_owned();
     let volume = volume_json(k, &pv).unwrap();
@@ -84,20 +77,9 @@ pub(crate) fn provisioned_volume(
     }
 }
 
-/// The driver was never asked to delete the volume `handle`.
-#[track_caller]
-pub(crate) fn assert_never_deleted_by_driver(csi: &Csi, handle: &str) {
-    let deletions = csi.deletions_of(handle);
-    assert!(
-        deletions.is_empty(),
-        "the CSI driver was asked to delete volume {handle}: {deletions:?}"
-    );
-}
-
-/// Deletes `namespace/claim` (bound to the CSI volume `handle` under Delete)
-/// and waits until the driver has deleted that volume, exactly once: the
-/// volume was intact and still the cluster's to reclaim. (The provisioner may
-/// repeat the call, as CSI allows; a repeat finds no volume.)
+/// Deletes `namespace/claim`, bound to the CSI volume `handle` under Delete,
+/// and waits until the driver has deleted that volume, exactly once: it was
+/// intact and still the cluster's to reclaim.
 #[track_caller]
 pub(crate) fn assert_deleting_the_claim_deletes_the_volume_once(
     k: &Kubectl,
@@ -107,20 +89,20 @@ pub(crate) fn assert_deleting_the_claim_deletes_the_volume_once(
     handle: &str,
 ) {
     k.ok(&["delete", "pvc", claim, "-n", namespace, "--wait=false"]);
-    eventually(
-        "the CSI driver to delete the volume",
-        Duration::from_secs(60),
-        || !csi.destructions_of(handle).is_empty(),
-    );
-    // A second deletion of a live volume would show up within a moment.
-    std::thread::sleep(Duration::from_secs(1));
-    let destroyed = csi.destructions_of(handle);
-    assert_eq!(
-        destroyed.len(),
-        1,
-        "one DeleteVolume found volume {handle}: {:?}",
-        csi.deletions_of(handle)
-    );
+    csi.assert_deleted_once(handle, Duration::from_secs(60));
+}
+
+/// Waits until `namespace/claim` is Bound.
+#[track_caller]
+pub(crate) fn wait_bound(k: &Kubectl, namespace: &str, claim: &str) {
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=Bound",
+        &format!("pvc/{claim}"),
+        "-n",
+        namespace,
+        "--timeout=60s",
+    ]);
 }
 
 /// A statically provisioned (hostPath) PersistentVolume of `capacity` with
@@ -140,14 +122,7 @@ pub(crate) fn bound_volume(
         "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\n  labels:\n    test-volume: {pv}\nspec:\n  capacity:\n    storage: {capacity}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Delete\n  storageClassName: {class}\n  claimRef:\n    namespace: {namespace}\n    name: {claim}\n  hostPath:\n    path: /var/tmp/storage-transfer-tests/{pv}\n    type: DirectoryOrCreate\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: {namespace}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {class}\n  volumeName: {pv}\n  resources:\n    requests:\n      storage: {capacity}\n"
     );
     k.apply(&yaml).unwrap();
-    k.ok(&[
-        "wait",
-        "--for=jsonpath={.status.phase}=Bound",
-        &format!("pvc/{claim}"),
-        "-n",
-        namespace,
-        "--timeout=60s",
-    ]);
+    wait_bound(k, namespace, claim);
     claim_json(k, namespace, claim).unwrap()["metadata"]["uid"]
         .as_str()
         .unwrap()

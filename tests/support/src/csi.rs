@@ -141,6 +141,41 @@ impl Csi {
             .collect()
     }
 
+    /// Panics if the driver was ever asked to delete `volume_id`.
+    #[track_caller]
+    pub fn assert_never_deleted(&self, volume_id: &str) {
+        let deletions = self.deletions_of(volume_id);
+        assert!(
+            deletions.is_empty(),
+            "the CSI driver was asked to delete volume {volume_id}: {deletions:?}"
+        );
+    }
+
+    /// Waits up to `timeout` until the driver has deleted `volume_id`, then
+    /// panics unless exactly one call found and deleted it. The provisioner
+    /// may repeat the call, as CSI allows; a repeat finds no volume.
+    #[track_caller]
+    pub fn assert_deleted_once(&self, volume_id: &str, timeout: std::time::Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        while self.destructions_of(volume_id).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the CSI driver did not delete volume {volume_id} within {timeout:?}: {:?}",
+                self.deletions_of(volume_id)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        // A second deletion of a live volume would show up within a moment.
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let destroyed = self.destructions_of(volume_id);
+        assert_eq!(
+            destroyed.len(),
+            1,
+            "one DeleteVolume found volume {volume_id}: {:?}",
+            self.deletions_of(volume_id)
+        );
+    }
+
     /// The successful `CreateVolume` call that made `volume_id`.
     pub fn creation_of(&self, volume_id: &str) -> Option<CsiCall> {
         self.calls("CreateVolume")
