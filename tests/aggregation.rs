@@ -120,7 +120,7 @@ fn our_server_answers_readyz_directly_with_its_serving_certificate() {
 }
 
 #[test]
-fn demo_pvc_is_bound_by_kube_controller_manager() {
+fn the_demo_claim_is_provisioned_through_csi_bound_and_snapshotted() {
     let k = cp().kubectl();
     sta_testenv::create_demo(k).unwrap();
     let pvc = |path: &str| {
@@ -134,20 +134,46 @@ fn demo_pvc_is_bound_by_kube_controller_manager() {
             &format!("jsonpath={path}"),
         ])
     };
-    assert_eq!(pvc("{.spec.volumeName}"), "demo-db");
-    let claim = k.ok(&[
-        "get",
-        "pv",
-        "demo-db",
-        "-o",
-        "jsonpath={.spec.claimRef.namespace}/{.spec.claimRef.name}",
-    ]);
-    assert_eq!(claim, "prod/db");
+    let pv = pvc("{.spec.volumeName}");
+    let volume = |path: &str| k.ok(&["get", "pv", &pv, "-o", &format!("jsonpath={path}")]);
+    assert_eq!(
+        volume("{.spec.claimRef.namespace}/{.spec.claimRef.name}"),
+        "prod/db"
+    );
+    assert_eq!(volume("{.spec.csi.driver}"), sta_testenv::csi::DRIVER);
+    assert_eq!(volume("{.spec.persistentVolumeReclaimPolicy}"), "Delete");
+    let handle = volume("{.spec.csi.volumeHandle}");
+    let created = cp()
+        .csi
+        .creation_of(&handle)
+        .expect("the driver logged the CreateVolume of the demo volume");
+    assert_eq!(
+        created.request["parameters"]["csi.storage.k8s.io/pvc/name"], "db",
+        "{}",
+        created.request
+    );
     // StorageObjectInUseProtection admission puts pvc-protection on the claim,
     // as in a real cluster.
     let finalizers = pvc("{.metadata.finalizers}");
     assert!(
         finalizers.contains("kubernetes.io/pvc-protection"),
         "{finalizers}"
+    );
+    let snapshot = k.ok(&[
+        "get",
+        "volumesnapshot",
+        "db-before-transfer",
+        "-n",
+        "prod",
+        "-o",
+        "jsonpath={.status.readyToUse} {.status.boundVolumeSnapshotContentName}",
+    ]);
+    assert!(snapshot.starts_with("true snapcontent-"), "{snapshot}");
+    let snapshots = cp().csi.calls("CreateSnapshot");
+    assert!(
+        snapshots
+            .iter()
+            .any(|c| c.succeeded() && c.request["source_volume_id"] == handle.as_str()),
+        "the driver snapshotted the demo volume: {snapshots:?}"
     );
 }

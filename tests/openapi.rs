@@ -111,9 +111,10 @@ fn our_server_serves_the_v3_document_its_root_points_at() {
 
 #[test]
 fn kubectl_explain_describes_spec_source_from_our_schema() {
+    // Start the control plane before the clock of `eventually` does.
+    let k = cp().kubectl();
     let out = eventually("kubectl explain namespacetransfer.spec.source", || {
-        cp().kubectl()
-            .try_ok(&["explain", "namespacetransfer.spec.source"])
+        k.try_ok(&["explain", "namespacetransfer.spec.source"])
             .map_err(|e| e.to_string())
     });
     assert!(out.contains("KIND:       NamespaceTransfer"), "{out}");
@@ -132,9 +133,9 @@ fn kubectl_explain_describes_spec_source_from_our_schema() {
 
 #[test]
 fn kubectl_explain_shows_enum_values_of_ephemeral_claim_release_policy() {
+    let k = cp().kubectl();
     let out = eventually("kubectl explain ephemeralclaim.spec.releasePolicy", || {
-        cp().kubectl()
-            .try_ok(&["explain", "ephemeralclaim.spec.releasePolicy"])
+        k.try_ok(&["explain", "ephemeralclaim.spec.releasePolicy"])
             .map_err(|e| e.to_string())
     });
     assert!(out.contains("FIELD: releasePolicy <string>"), "{out}");
