@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sta_testenv::{ControlPlane, Kubectl, Namespace};
 
-use crate::scenario::{self, ALLOWED_CLASS};
+use crate::scenario::{self, STATIC_ALLOWED_CLASS};
 
 /// How long any one step (a bind, a phase, a watch starting) may take.
 const WAIT: Duration = Duration::from_secs(120);
@@ -117,7 +117,7 @@ fn one_transfer(cp: &ControlPlane, capacity: &str, leftovers: &mut Leftovers) ->
     let (src_ns, dst_ns) = (src.name.clone(), dst.name.clone());
     leftovers.namespaces.extend([src, dst]);
 
-    let claim_uid = scenario::bound_volume(k, &pv, capacity, ALLOWED_CLASS, &src_ns, CLAIM);
+    let claim_uid = scenario::bound_volume(k, &pv, capacity, STATIC_ALLOWED_CLASS, &src_ns, CLAIM);
     let pv_uid = uid(&scenario::volume_json(k, &pv).expect("the PV exists"));
     scenario::offer(k, &src_ns, "give", CLAIM, &dst_ns);
     scenario::wait_phase(k, &src_ns, "give", "WaitingForPeer", WAIT);
@@ -166,7 +166,7 @@ fn one_bind(cp: &ControlPlane, leftovers: &mut Leftovers) -> Duration {
     leftovers.namespaces.push(ns);
 
     k.apply(&format!(
-        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity:\n    storage: 1Gi\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Delete\n  storageClassName: {ALLOWED_CLASS}\n  claimRef:\n    namespace: {namespace}\n    name: {CLAIM}\n  hostPath:\n    path: /var/tmp/storage-transfer-tests/{pv}\n    type: DirectoryOrCreate\n"
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity:\n    storage: 1Gi\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Delete\n  storageClassName: {STATIC_ALLOWED_CLASS}\n  claimRef:\n    namespace: {namespace}\n    name: {CLAIM}\n  hostPath:\n    path: /var/tmp/storage-transfer-tests/{pv}\n    type: DirectoryOrCreate\n"
     ))
     .unwrap_or_else(|e| panic!("creating PV {pv}: {e}"));
     k.ok(&[
@@ -178,7 +178,7 @@ fn one_bind(cp: &ControlPlane, leftovers: &mut Leftovers) -> Duration {
 
     let watch = EventWatch::start(cp, "pvc", &namespace, CLAIM);
     k.apply(&format!(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {CLAIM}\n  namespace: {namespace}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {ALLOWED_CLASS}\n  volumeName: {pv}\n  resources:\n    requests:\n      storage: 1Gi\n"
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {CLAIM}\n  namespace: {namespace}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {STATIC_ALLOWED_CLASS}\n  volumeName: {pv}\n  resources:\n    requests:\n      storage: 1Gi\n"
     ))
     .unwrap_or_else(|e| panic!("creating claim {namespace}/{CLAIM}: {e}"));
     let created = watch.first("ADDED", WAIT, |e| e["type"] == "ADDED");
