@@ -259,37 +259,12 @@ fn of_two_requests_for_one_offer_exactly_one_completes_and_the_other_reports_pee
     assert!(claim_json(admin(), &s.dst.name, "db-copy").is_none());
 }
 
-/// A user holding the roles a party needs: the built-in `edit` role in
-/// `ns`, which covers PVCs and (aggregated) our kinds.
 fn editor(name: &str, ns: &str) -> Kubectl {
-    let k = cp().user(name, None).unwrap();
-    admin().ok(&[
-        "create",
-        "rolebinding",
-        &format!("{name}-edit"),
-        "--clusterrole=edit",
-        &format!("--user={name}"),
-        "-n",
-        ns,
-    ]);
-    eventually("the role to apply", WAIT, || {
-        admin()
-            .run(&[
-                "auth",
-                "can-i",
-                "create",
-                "namespacetransfers.storage.transfer.k8s.io",
-                "-n",
-                ns,
-                &format!("--as={name}"),
-            ])
-            .success
-    });
-    k
+    scenario::editor(cp(), name, ns)
 }
 
 fn revoke(ns: &str, user: &str) {
-    admin().ok(&["delete", "rolebinding", &format!("{user}-edit"), "-n", ns]);
+    scenario::revoke(admin(), ns, user);
 }
 
 #[test]

@@ -456,3 +456,105 @@ fn the_source_claim_deleted_by_its_owner_between_r2_and_r4_does_not_lose_the_pv(
     assert_eq!(pv["status"]["phase"], "Bound");
     cp.csi.assert_never_deleted(&s.handle);
 }
+
+#[test]
+fn the_destination_claim_deleted_after_the_commit_never_gets_the_volume_deleted() {
+    let (cp, _turn) = turn();
+    pause_before(cp, "R5");
+    let s = setup(cp);
+    s.consent(cp.direct());
+    eventually("R4 to point the PV at the destination", WAIT, || {
+        volume_json(cp.kubectl(), &s.pv)
+            .is_some_and(|pv| pv["spec"]["claimRef"]["namespace"] == s.dst.name.as_str())
+    });
+    // The destination's owner (or GitOps pruning, or a namespace deletion)
+    // removes the new claim before the transfer has settled.
+    cp.kubectl()
+        .ok(&["delete", "pvc", "db", "-n", &s.dst.name, "--wait=false"]);
+    restart(cp, &[]);
+    let give = wait_phase(cp.direct(), &s.src.name, "give", "Rebinding", WAIT);
+    eventually("the transfer to say the destination is gone", WAIT, || {
+        transfer_json(cp.direct(), &s.src.name, "give")
+            .is_some_and(|t| t["status"]["reason"] == "DestinationLost")
+    });
+    let _ = give;
+    // Long enough for the PV controller and the provisioner to act on a
+    // Released volume.
+    std::thread::sleep(Duration::from_secs(10));
+    let pv = volume_json(cp.kubectl(), &s.pv).expect("the volume is kept");
+    assert_eq!(pv["metadata"]["uid"], s.pv_uid.as_str());
+    assert_eq!(
+        pv["spec"]["persistentVolumeReclaimPolicy"], "Retain",
+        "Delete is never restored on a volume whose claim is gone"
+    );
+    cp.csi.assert_never_deleted(&s.handle);
+    for (ns, name) in [(&s.src.name, "give"), (&s.dst.name, "take")] {
+        let t = transfer_json(cp.direct(), ns, name).unwrap();
+        assert_ne!(t["status"]["phase"], "Failed", "{}", t["status"]);
+        assert_ne!(t["status"]["phase"], "Cancelled", "{}", t["status"]);
+        assert_ne!(t["status"]["phase"], "Completed", "{}", t["status"]);
+    }
+}
+
+#[test]
+fn rights_revoked_between_r3_and_r4_fail_the_transfer_and_restore_the_source() {
+    let (cp, _turn) = turn();
+    pause_before(cp, "R4");
+    let s = setup(cp);
+    let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+    let alice = editor(cp, &unique("alice"), &s.src.name);
+    let bob = editor(cp, &unique("bob"), &s.dst.name);
+    offer(&alice, &s.src.name, "give", "db", &s.dst.name);
+    request(&bob, &s.dst.name, "take", &s.src.name, "db");
+    wait_for_r3(cp, &s);
+    revoke(cp.kubectl(), &s.dst.name, &whoami(&bob));
+    let give = wait_phase(cp.direct(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "Forbidden", "{}", give["status"]);
+    eventually("the destination claim to be gone", WAIT, || {
+        claim_json(cp.kubectl(), &s.dst.name, "db").is_none()
+    });
+    let pv = volume_json(cp.kubectl(), &s.pv).unwrap();
+    assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+    assert_eq!(pv["spec"]["claimRef"]["uid"], s.claim_uid.as_str());
+    recorder.assert_never_lost(&[&s.claim_uid]);
+    cp.csi.assert_never_deleted(&s.handle);
+    restart(cp, &[]);
+}
+
+#[test]
+fn a_tenant_cannot_remove_the_transfer_protection_finalizer_mid_protocol() {
+    let (cp, _turn) = turn();
+    pause_before(cp, "R4");
+    let s = setup(cp);
+    let bob = editor(cp, &unique("bob"), &s.dst.name);
+    offer(cp.direct(), &s.src.name, "give", "db", &s.dst.name);
+    request(&bob, &s.dst.name, "take", &s.src.name, "db");
+    wait_for_r3(cp, &s);
+    eventually("the finalizer on the request", WAIT, || {
+        transfer_json(cp.direct(), &s.dst.name, "take").is_some_and(|t| {
+            t["metadata"]["finalizers"]
+                .to_string()
+                .contains("storage.transfer.k8s.io/transfer-protection")
+        })
+    });
+    let stripped = bob.run(&[
+        "patch",
+        "namespacetransfer",
+        "take",
+        "-n",
+        &s.dst.name,
+        "--type=json",
+        "--patch=[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]",
+    ]);
+    assert!(!stripped.success, "the finalizer was removed");
+    assert!(
+        stripped
+            .stderr
+            .contains("storage.transfer.k8s.io/transfer-protection"),
+        "{}",
+        stripped.stderr
+    );
+    restart(cp, &[]);
+    wait_phase(cp.direct(), &s.src.name, "give", "Completed", WAIT);
+    cp.csi.assert_never_deleted(&s.handle);
+}

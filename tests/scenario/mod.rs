@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sta_testenv::csi::storage_class_yaml;
-use sta_testenv::{Csi, Kubectl};
+use sta_testenv::{ControlPlane, Csi, Kubectl};
 
 /// The CSI mock driver's StorageClass that allows transfers (DESIGN §2.1.4).
 pub(crate) const ALLOWED_CLASS: &str = "transfer-allowed";
@@ -424,6 +424,53 @@ impl Drop for VolumeRecorder {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A user holding the roles a party needs: the built-in `edit` role in
+/// `ns`, which covers PVCs and (aggregated) our kinds.
+pub(crate) fn editor(cp: &ControlPlane, name: &str, ns: &str) -> Kubectl {
+    let k = cp.user(name, None).unwrap();
+    let admin = cp.kubectl();
+    admin.ok(&[
+        "create",
+        "rolebinding",
+        &format!("{name}-edit"),
+        "--clusterrole=edit",
+        &format!("--user={name}"),
+        "-n",
+        ns,
+    ]);
+    eventually("the role to apply", Duration::from_secs(60), || {
+        admin
+            .run(&[
+                "auth",
+                "can-i",
+                "create",
+                "namespacetransfers.storage.transfer.k8s.io",
+                "-n",
+                ns,
+                &format!("--as={name}"),
+            ])
+            .success
+    });
+    k
+}
+
+/// Takes back what [`editor`] granted.
+pub(crate) fn revoke(admin: &Kubectl, ns: &str, user: &str) {
+    admin.ok(&["delete", "rolebinding", &format!("{user}-edit"), "-n", ns]);
+}
+
+/// The user name a per-user kubectl authenticates as.
+pub(crate) fn whoami(k: &Kubectl) -> String {
+    k.ok(&[
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ])
+    .trim()
+    .to_owned()
 }
 
 /// A name unique to this process and call.

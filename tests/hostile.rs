@@ -1,0 +1,417 @@
+//! Hostile tenants against the rebind protocol (issue 13, DESIGN §2.1.4
+//! "Status is output, never input"): every field a tenant can write (spec,
+//! metadata, `/status`, finalizers, claims in its own namespace, pods) is
+//! attacker input, and none of it may move, read or delete what another
+//! namespace did not consent to. Each test is an attack that succeeded
+//! before its fix.
+//!
+//! The volumes are the CSI mock driver's, under reclaim policy Delete.
+
+#![allow(clippy::unwrap_used)] // Tests fail by panicking.
+
+mod scenario;
+
+use std::time::Duration;
+
+use scenario::*;
+use serde_json::Value;
+use sta_testenv::{shared, ControlPlane, Kubectl, Namespace};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn cp() -> &'static ControlPlane {
+    let cp = shared(env!("CARGO_BIN_EXE_storage-transfer-apiserver"));
+    static CLASSES: std::sync::Once = std::sync::Once::new();
+    CLASSES.call_once(|| ensure_classes(cp.kubectl()));
+    cp
+}
+
+fn admin() -> &'static Kubectl {
+    cp().kubectl()
+}
+
+/// A user who owns `ns` the way many platforms give namespace owners: every
+/// verb on every resource (subresources included) there, and no right
+/// anywhere else.
+fn namespace_owner(name: &str, ns: &str) -> Kubectl {
+    let k = cp().user(name, None).unwrap();
+    admin()
+        .apply(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: owner\n  namespace: {ns}\nrules:\n- apiGroups: ['*']\n  resources: ['*']\n  verbs: ['*']\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: owner\n  namespace: {ns}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: owner}}\nsubjects:\n- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: {name}}}\n"
+        ))
+        .unwrap();
+    eventually("the owner's role to apply", WAIT, || {
+        admin()
+            .run(&[
+                "auth",
+                "can-i",
+                "patch",
+                "namespacetransfers.storage.transfer.k8s.io",
+                "--subresource=status",
+                "-n",
+                ns,
+                &format!("--as={name}"),
+            ])
+            .success
+    });
+    k
+}
+
+/// The victim's claim `db`, its volume, and that nothing happened to either.
+struct Victim {
+    ns: Namespace,
+    volume: Provisioned,
+}
+
+impl Victim {
+    fn new() -> Self {
+        let ns = cp().namespace("victim").unwrap();
+        let volume = provisioned_volume(admin(), ALLOWED_CLASS, &ns.name, "db", "1Gi");
+        Self { ns, volume }
+    }
+
+    /// `db` is bound to its own volume, unlocked, and the volume is whole.
+    fn untouched(&self) -> bool {
+        let claim = claim_json(admin(), &self.ns.name, "db");
+        let pv = volume_json(admin(), &self.volume.pv);
+        claim.is_some_and(|c| {
+            c["metadata"]["uid"] == self.volume.claim_uid.as_str()
+                && c["status"]["phase"] == "Bound"
+                && c["metadata"]["deletionTimestamp"].is_null()
+                && c["metadata"]["annotations"]
+                    .get("storage.transfer.k8s.io/transfer")
+                    .is_none()
+        }) && pv.is_some_and(|v| {
+            v["spec"]["claimRef"]["uid"] == self.volume.claim_uid.as_str()
+                && v["spec"]["persistentVolumeReclaimPolicy"] == "Delete"
+        }) && cp().csi.deletions_of(&self.volume.handle).is_empty()
+    }
+}
+
+#[test]
+fn a_tenant_that_forges_its_status_cannot_take_another_namespaces_volume() {
+    let victim = Victim::new();
+    let thief_ns = cp().namespace("thief").unwrap();
+    let thief = namespace_owner(&unique("thief"), &thief_ns.name);
+    // A request for a claim `victim` never offered.
+    request(&thief, &thief_ns.name, "grab", &victim.ns.name, "db");
+    wait_phase(admin(), &thief_ns.name, "grab", "WaitingForPeer", WAIT);
+    // It claims to be its own peer: a rename, matched with itself.
+    let forged = thief.run(&[
+        "patch",
+        "namespacetransfer",
+        "grab",
+        "-n",
+        &thief_ns.name,
+        "--subresource=status",
+        "--type=merge",
+        &format!(
+            "--patch={{\"status\":{{\"role\":\"Both\",\"phase\":\"WaitingForRelease\",\"peer\":{{\"namespace\":\"{}\",\"name\":\"grab\"}}}}}}",
+            thief_ns.name
+        ),
+    ]);
+    assert!(!forged.success, "the forged status was accepted");
+    assert!(
+        forged.stderr.contains("status.role") && forged.stderr.contains("status.peer"),
+        "the refusal names the fields: {}",
+        forged.stderr
+    );
+    consistently(
+        "the victim's claim and volume stay as they were",
+        Duration::from_secs(10),
+        || victim.untouched(),
+    );
+    assert!(claim_json(admin(), &thief_ns.name, "db").is_none());
+    let grab = transfer_json(admin(), &thief_ns.name, "grab").unwrap();
+    assert_eq!(grab["status"]["role"], "Destination", "{}", grab["status"]);
+    assert_eq!(grab["status"]["phase"], "WaitingForPeer");
+}
+
+#[test]
+fn a_tenant_cannot_take_the_claim_protection_finalizer_off_its_ephemeral_claim() {
+    let ns = cp().namespace("ec-finalizer").unwrap();
+    let owner = namespace_owner(&unique("owner"), &ns.name);
+    owner
+        .apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: runner\n  namespace: {0}\nspec:\n  containers:\n  - name: app\n    image: registry.invalid/app\n    volumeMounts: [{{name: data, mountPath: /data}}]\n  volumes:\n  - name: data\n    persistentVolumeClaim: {{claimName: runner-scratch}}\n---\napiVersion: storage.transfer.k8s.io/v1alpha1\nkind: EphemeralClaim\nmetadata:\n  name: scratch\n  namespace: {0}\nspec:\n  owner: {{apiVersion: v1, kind: Pod, name: runner}}\n  claimTemplate:\n    spec:\n      accessModes: [ReadWriteOnce]\n      storageClassName: {ALLOWED_CLASS}\n      resources: {{requests: {{storage: 1Gi}}}}\n",
+            ns.name
+        ))
+        .unwrap();
+    eventually("the claim-protection finalizer", WAIT, || {
+        admin()
+            .run(&[
+                "get",
+                "ephemeralclaim",
+                "scratch",
+                "-n",
+                &ns.name,
+                "-o",
+                "jsonpath={.metadata.finalizers}",
+            ])
+            .stdout
+            .contains("ephemeral-claim-protection")
+    });
+    let stripped = owner.run(&[
+        "patch",
+        "ephemeralclaim",
+        "scratch",
+        "-n",
+        &ns.name,
+        "--type=json",
+        "--patch=[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]",
+    ]);
+    assert!(!stripped.success, "the finalizer was removed");
+    assert!(
+        stripped.stderr.contains("metadata.finalizers")
+            && stripped
+                .stderr
+                .contains("storage.transfer.k8s.io/ephemeral-claim-protection"),
+        "{}",
+        stripped.stderr
+    );
+}
+
+#[test]
+fn a_forged_destination_claim_carrying_the_lock_is_never_adopted() {
+    // A rename: the namespace owner is both parties, and pre-creates the
+    // destination claim with the transfer's lock and a 1Mi request, hoping
+    // to have the 1Gi volume bound to it (its quota would count 1Mi).
+    let victim = Victim::new();
+    let ns = &victim.ns.name;
+    running_pod(admin(), ns, "app", "db");
+    admin()
+        .apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: rename\n  namespace: {ns}\nspec:\n  source:\n    name: db\n  destination:\n    name: db-renamed\n"
+        ))
+        .unwrap();
+    let t = wait_phase(admin(), ns, "rename", "WaitingForRelease", WAIT);
+    let uid = t["metadata"]["uid"].as_str().unwrap().to_owned();
+    admin()
+        .apply(&format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: db-renamed\n  namespace: {ns}\n  annotations:\n    storage.transfer.k8s.io/transfer: {uid}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {ALLOWED_CLASS}\n  volumeName: {}\n  resources:\n    requests:\n      storage: 1Mi\n",
+            victim.volume.pv
+        ))
+        .unwrap();
+    let forged_before = claim_json(admin(), ns, "db-renamed").unwrap();
+    set_pod_phase(admin(), ns, "app", "Succeeded");
+    let t = wait_phase(admin(), ns, "rename", "Failed", WAIT);
+    assert_eq!(
+        t["status"]["reason"], "DestinationExists",
+        "{}",
+        t["status"]
+    );
+    delete_pod(admin(), ns, "app");
+    eventually("the source to be as it was", WAIT, || victim.untouched());
+    let forged_after = claim_json(admin(), ns, "db-renamed").unwrap();
+    assert_eq!(
+        forged_before["metadata"]["uid"], forged_after["metadata"]["uid"],
+        "the tenant's own claim is left alone"
+    );
+    assert_ne!(forged_after["status"]["phase"], "Bound");
+}
+
+#[test]
+fn an_unscheduled_pod_using_the_source_holds_the_transfer() {
+    let victim = Victim::new();
+    let dst = cp().namespace("dst").unwrap();
+    // No nodeName yet: the scheduler may place it any moment.
+    admin()
+        .apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: pending\n  namespace: {}\nspec:\n  containers:\n  - name: app\n    image: registry.invalid/app\n    volumeMounts: [{{name: data, mountPath: /data}}]\n  volumes:\n  - name: data\n    persistentVolumeClaim: {{claimName: db}}\n",
+            victim.ns.name
+        ))
+        .unwrap();
+    offer(admin(), &victim.ns.name, "give", "db", &dst.name);
+    request(admin(), &dst.name, "take", &victim.ns.name, "db");
+    eventually("the transfer to wait for the pod", WAIT, || {
+        transfer_json(admin(), &victim.ns.name, "give")
+            .is_some_and(|t| t["status"]["reason"] == "SourceInUse")
+    });
+    consistently("the transfer keeps waiting", Duration::from_secs(5), || {
+        phase(admin(), &victim.ns.name, "give") == "WaitingForRelease" && victim.untouched()
+    });
+    admin().ok(&[
+        "delete",
+        "pod",
+        "pending",
+        "-n",
+        &victim.ns.name,
+        "--grace-period=0",
+        "--force",
+    ]);
+    wait_phase(admin(), &victim.ns.name, "give", "Completed", WAIT);
+}
+
+#[test]
+fn the_destination_never_learns_the_sources_pods_requester_or_volume() {
+    let victim = Victim::new();
+    let dst = cp().namespace("dst").unwrap();
+    let alice_name = unique("alice");
+    let alice = editor(cp(), &alice_name, &victim.ns.name);
+    let bob = editor(cp(), &unique("bob"), &dst.name);
+    running_pod(admin(), &victim.ns.name, "secret-app", "db");
+    offer(&alice, &victim.ns.name, "give", "db", &dst.name);
+    request(&bob, &dst.name, "take", &victim.ns.name, "db");
+    wait_phase(admin(), &dst.name, "take", "WaitingForRelease", WAIT);
+    let waiting = transfer_json(&bob, &dst.name, "take").unwrap();
+    revoke(admin(), &victim.ns.name, &whoami(&alice));
+    std::thread::sleep(Duration::from_secs(1));
+    set_pod_phase(admin(), &victim.ns.name, "secret-app", "Succeeded");
+    let failed = wait_phase(admin(), &dst.name, "take", "Failed", WAIT);
+    let source_side = wait_phase(admin(), &victim.ns.name, "give", "Failed", WAIT);
+    // The source side learns why, in full.
+    assert!(
+        source_side["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&alice_name),
+        "{}",
+        source_side["status"]
+    );
+    // The destination side learns the peer, its phase and a reason.
+    assert_eq!(
+        failed["status"]["peer"]["namespace"],
+        victim.ns.name.as_str()
+    );
+    assert_eq!(failed["status"]["reason"], "Forbidden");
+    let events = events_about(admin(), &dst.name, "NamespaceTransfer", "take");
+    let seen_by_destination = format!(
+        "{}\n{}\n{}",
+        serde_json::to_string(&waiting["status"]).unwrap(),
+        serde_json::to_string(&failed["status"]).unwrap(),
+        events.join("\n")
+    );
+    for secret in ["secret-app", alice_name.as_str(), victim.volume.pv.as_str()] {
+        assert!(
+            !seen_by_destination.contains(secret),
+            "the destination learned {secret:?}: {seen_by_destination}"
+        );
+    }
+}
+
+#[test]
+fn a_peer_recreated_under_the_same_name_is_not_the_matched_one() {
+    let victim = Victim::new();
+    let dst = cp().namespace("dst").unwrap();
+    running_pod(admin(), &victim.ns.name, "app", "db");
+    offer(admin(), &victim.ns.name, "give", "db", &dst.name);
+    request(admin(), &dst.name, "take", &victim.ns.name, "db");
+    let matched = wait_phase(admin(), &victim.ns.name, "give", "WaitingForRelease", WAIT);
+    assert_eq!(matched["status"]["peer"]["name"], "take");
+    admin().ok(&["delete", "namespacetransfer", "take", "-n", &dst.name]);
+    request(admin(), &dst.name, "take", &victim.ns.name, "db");
+    let give = wait_phase(admin(), &victim.ns.name, "give", "Cancelled", WAIT);
+    assert_eq!(give["status"]["reason"], "Deleted", "{}", give["status"]);
+    set_pod_phase(admin(), &victim.ns.name, "app", "Succeeded");
+    consistently(
+        "nothing moves for the new request",
+        Duration::from_secs(5),
+        || phase(admin(), &dst.name, "take") != "Completed" && victim.untouched(),
+    );
+}
+
+/// A ValidatingAdmissionPolicy in `ns` that refuses every deletion of a
+/// claim; removed on drop, so that the namespace can go.
+struct KeepClaims {
+    name: String,
+}
+
+impl KeepClaims {
+    fn in_namespace(ns: &str) -> Self {
+        let name = format!("keep-claims-{ns}");
+        admin()
+            .apply(&format!(
+                "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: {name}\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n    resourceRules:\n    - apiGroups: ['']\n      apiVersions: [v1]\n      operations: [DELETE]\n      resources: [persistentvolumeclaims]\n  validations:\n  - expression: 'false'\n    message: claims in this namespace are kept by policy\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: {name}\nspec:\n  policyName: {name}\n  validationActions: [Deny]\n  matchResources:\n    namespaceSelector:\n      matchLabels: {{kubernetes.io/metadata.name: {ns}}}\n"
+            ))
+            .unwrap();
+        Self { name }
+    }
+}
+
+impl Drop for KeepClaims {
+    fn drop(&mut self) {
+        let _ = admin().run(&[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            &self.name,
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+#[test]
+fn a_policy_that_refuses_releasing_the_source_fails_the_transfer_before_anything_is_touched() {
+    let victim = Victim::new();
+    let dst = cp().namespace("dst").unwrap();
+    let _policy = KeepClaims::in_namespace(&victim.ns.name);
+    eventually("the policy to refuse a deletion", WAIT, || {
+        let probe = admin().run(&[
+            "delete",
+            "pvc",
+            "db",
+            "-n",
+            &victim.ns.name,
+            "--dry-run=server",
+        ]);
+        !probe.success && probe.stderr.contains("kept by policy")
+    });
+    offer(admin(), &victim.ns.name, "give", "db", &dst.name);
+    request(admin(), &dst.name, "take", &victim.ns.name, "db");
+    let give = wait_phase(admin(), &victim.ns.name, "give", "Failed", WAIT);
+    let message = give["status"]["message"].as_str().unwrap();
+    assert!(message.contains("kept by policy"), "{message}");
+    assert!(victim.untouched());
+    assert!(claim_json(admin(), &dst.name, "db").is_none());
+}
+
+#[test]
+fn the_destination_claim_requests_the_whole_volume_in_its_class() {
+    // A 2Gi volume bound to a claim that asked for 1Gi: the destination's
+    // quota must count what it receives, 2Gi.
+    let src = cp().namespace("src").unwrap();
+    let dst = cp().namespace("dst").unwrap();
+    let pv = unique("pv");
+    admin()
+        .apply(&format!(
+            "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity:\n    storage: 2Gi\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Delete\n  storageClassName: {STATIC_ALLOWED_CLASS}\n  claimRef:\n    namespace: {0}\n    name: db\n  hostPath:\n    path: /var/tmp/storage-transfer-tests/{pv}\n    type: DirectoryOrCreate\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: db\n  namespace: {0}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {STATIC_ALLOWED_CLASS}\n  volumeName: {pv}\n  resources:\n    requests:\n      storage: 1Gi\n",
+            src.name
+        ))
+        .unwrap();
+    wait_bound(admin(), &src.name, "db");
+    offer(admin(), &src.name, "give", "db", &dst.name);
+    request(admin(), &dst.name, "take", &src.name, "db");
+    wait_phase(admin(), &dst.name, "take", "Completed", WAIT);
+    let dest = claim_json(admin(), &dst.name, "db").unwrap();
+    assert_eq!(dest["spec"]["resources"]["requests"]["storage"], "2Gi");
+    assert_eq!(dest["spec"]["storageClassName"], STATIC_ALLOWED_CLASS);
+    assert_eq!(dest["spec"]["volumeName"], pv.as_str());
+}
+
+#[test]
+fn a_leftover_reclaim_policy_annotation_does_not_skip_the_rights_check() {
+    let victim = Victim::new();
+    let dst = cp().namespace("dst").unwrap();
+    // Left on the volume by someone, or by an earlier transfer: it names no
+    // transfer, so it proves nothing about this one.
+    admin().ok(&[
+        "annotate",
+        "pv",
+        &victim.volume.pv,
+        "storage.transfer.k8s.io/original-reclaim-policy=Delete",
+    ]);
+    let alice = editor(cp(), &unique("alice"), &victim.ns.name);
+    let bob = editor(cp(), &unique("bob"), &dst.name);
+    running_pod(admin(), &victim.ns.name, "app", "db");
+    offer(&alice, &victim.ns.name, "give", "db", &dst.name);
+    request(&bob, &dst.name, "take", &victim.ns.name, "db");
+    wait_phase(admin(), &victim.ns.name, "give", "WaitingForRelease", WAIT);
+    revoke(admin(), &victim.ns.name, &whoami(&alice));
+    std::thread::sleep(Duration::from_secs(1));
+    set_pod_phase(admin(), &victim.ns.name, "app", "Succeeded");
+    let give = wait_phase(admin(), &victim.ns.name, "give", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "Forbidden", "{}", give["status"]);
+    delete_pod(admin(), &victim.ns.name, "app");
+    let claim: Value = claim_json(admin(), &victim.ns.name, "db").unwrap();
+    assert_eq!(claim["metadata"]["uid"], victim.volume.claim_uid.as_str());
+    assert!(claim_json(admin(), &dst.name, "db").is_none());
+}
