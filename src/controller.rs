@@ -243,6 +243,7 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
             ..Default::default()
         },
         dry_run: false,
+        writer: crate::registry::Writer::Controller,
     };
 
     let transfer_queue = WorkQueue::new();

@@ -40,6 +40,31 @@ pub struct Context {
     pub user: Requester,
     /// `dryRun=All`: run every step but the write.
     pub dry_run: bool,
+    /// Whether the write comes from a client or from this server's controllers.
+    pub writer: Writer,
+}
+
+/// Where a write comes from. Only the controllers write status and their own
+/// finalizers: status is the protocol's output, never a tenant's input.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Writer {
+    /// A request through the API; every HTTP request is one.
+    #[default]
+    Client,
+    /// This server's own controllers, in process. No request can claim it.
+    Controller,
+}
+
+/// The group whose members kube-apiserver always allows; they may also write
+/// what only the controllers write, as a break-glass.
+pub const SYSTEM_MASTERS: &str = "system:masters";
+
+impl Context {
+    /// Whether this write may change status and the controllers' finalizers:
+    /// the controllers themselves, or a cluster administrator.
+    pub fn may_write_controller_fields(&self) -> bool {
+        self.writer == Writer::Controller || self.user.groups.iter().any(|g| g == SYSTEM_MASTERS)
+    }
 }
 
 /// The one mapping from storage errors to API errors.

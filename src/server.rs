@@ -473,6 +473,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
             let ctx = Context {
                 user,
                 dry_run: false,
+                writer: crate::registry::Writer::Client,
             };
             endpoints::serve_api(&state.api, req, ctx).await
         }

@@ -1,9 +1,10 @@
 //! The EphemeralClaim strategy: its Table columns (Name, Owner, Claim, Phase,
-//! Age) and field selectors.
+//! Age), field selectors, and the claim-protection finalizer, which is the
+//! controller's alone.
 
 use serde_json::Value;
 
-use crate::api::ephemeral_claim::EphemeralClaim;
+use crate::api::ephemeral_claim::{EphemeralClaim, FINALIZER_CLAIM_PROTECTION};
 
 use super::strategy::{age_cell, text_cell, Strategy};
 use super::table::TableColumn;
@@ -14,6 +15,10 @@ pub struct EphemeralClaimStrategy;
 
 impl Strategy for EphemeralClaimStrategy {
     type Object = EphemeralClaim;
+
+    fn controller_finalizers(&self) -> &'static [&'static str] {
+        &[FINALIZER_CLAIM_PROTECTION]
+    }
 
     fn table_columns(&self) -> Vec<TableColumn> {
         vec![

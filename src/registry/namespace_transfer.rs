@@ -2,11 +2,12 @@
 //! (Name, Role, Source, Destination, Phase, Age), field selectors, and the
 //! claims an active transfer holds alone (DESIGN §2.1.2 item 3): a Source-role
 //! transfer its source claim, a Destination-role transfer its destination claim
-//! name, a rename (`Both`) both.
+//! name, a rename (`Both`) both. The transfer-protection finalizer is the
+//! controller's alone.
 
 use serde_json::Value;
 
-use crate::api::namespace_transfer::{NamespaceTransfer, Role};
+use crate::api::namespace_transfer::{NamespaceTransfer, Role, FINALIZER_TRANSFER_PROTECTION};
 
 use super::strategy::{age_cell, text_cell, Strategy, UniqueClaim};
 use super::table::TableColumn;
@@ -17,6 +18,10 @@ pub struct NamespaceTransferStrategy;
 
 impl Strategy for NamespaceTransferStrategy {
     type Object = NamespaceTransfer;
+
+    fn controller_finalizers(&self) -> &'static [&'static str] {
+        &[FINALIZER_TRANSFER_PROTECTION]
+    }
 
     fn unique_claims(&self, obj: &NamespaceTransfer) -> Vec<UniqueClaim> {
         let source = || {

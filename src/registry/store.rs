@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, Notify};
@@ -693,6 +693,12 @@ impl<S: Strategy> Store<S> {
             // A status write changes status and nothing else.
             new.set_spec_from(&old);
             *new.metadata_mut() = old_meta.clone();
+            if !ctx.may_write_controller_fields() {
+                let causes = status_changes(&old, &new);
+                if !causes.is_empty() {
+                    return Err(UpdateError::Api(self.invalid(&new, causes)));
+                }
+            }
         } else {
             new.set_status_from(&old);
             if let Some(requester) = old.requester() {
@@ -712,6 +718,16 @@ impl<S: Strategy> Store<S> {
             m.self_link = None;
             if !new.same_spec(&old) {
                 new.metadata_mut().generation = Some(old_meta.generation.unwrap_or(1) + 1);
+            }
+            if !ctx.may_write_controller_fields() {
+                let causes = controller_finalizer_changes(
+                    self.strategy.controller_finalizers(),
+                    &old_meta,
+                    new.metadata(),
+                );
+                if !causes.is_empty() {
+                    return Err(UpdateError::Api(self.invalid(&new, causes)));
+                }
             }
             if old_meta.deletion_timestamp.is_some() {
                 let old_finalizers = old_meta.finalizers.clone().unwrap_or_default();
@@ -1016,6 +1032,54 @@ struct WatchFilter {
 }
 
 /// A stored value as an object, with its resourceVersion from etcd.
+/// The status fields a client's `/status` write would change, one cause each:
+/// status is the controllers' output, and the protocols decide on it.
+fn status_changes<O: Object>(old: &O, new: &O) -> Vec<FieldCause> {
+    let field = |o: &O| {
+        serde_json::to_value(o)
+            .ok()
+            .and_then(|v| v.get("status").cloned())
+            .and_then(|v| match v {
+                serde_json::Value::Object(map) => Some(map),
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    let (before, after) = (field(old), field(new));
+    let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .map(|k| FieldCause {
+            reason: "FieldValueForbidden".to_owned(),
+            field: format!("status.{k}"),
+            message: "Forbidden: status is written by the storage-transfer controllers only"
+                .to_owned(),
+        })
+        .collect()
+}
+
+/// The controller-only finalizers a client's write would add or remove.
+fn controller_finalizer_changes(
+    owned: &[&str],
+    old: &ObjectMeta,
+    new: &ObjectMeta,
+) -> Vec<FieldCause> {
+    let has = |m: &ObjectMeta, f: &str| m.finalizers.iter().flatten().any(|x| x == f);
+    owned
+        .iter()
+        .filter(|f| has(old, f) != has(new, f))
+        .map(|f| FieldCause {
+            reason: "FieldValueForbidden".to_owned(),
+            field: "metadata.finalizers".to_owned(),
+            message: format!(
+                "Forbidden: the finalizer {f} is added and removed by the storage-transfer controllers only"
+            ),
+        })
+        .collect()
+}
+
 fn decode_object<O: Object>(kv: &KeyValue) -> Result<O, ApiError> {
     let mut obj: O = serde_json::from_slice(&kv.value)
         .map_err(|e| ApiError::Internal(format!("decoding {} from storage: {e}", kv.key)))?;

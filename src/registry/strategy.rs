@@ -54,6 +54,13 @@ pub trait Strategy: Clone + Send + Sync + std::fmt::Debug + 'static {
         true
     }
 
+    /// The finalizers only the controllers add and remove: a client's write
+    /// that adds or removes one is refused (422), so that no tenant can let an
+    /// object go before its controller has finished with it.
+    fn controller_finalizers(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// The Table columns, Name first and Age last.
     fn table_columns(&self) -> Vec<TableColumn>;
 

@@ -2,6 +2,7 @@ use super::*;
 use crate::api::meta::Requester;
 use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase, NamespaceTransferStatus, Role,
+    FINALIZER_TRANSFER_PROTECTION,
 };
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::storage::memory::MemoryStorage;
@@ -35,6 +36,16 @@ fn ctx(user: &str) -> Context {
             ..Requester::default()
         },
         dry_run: false,
+        writer: crate::registry::Writer::Client,
+    }
+}
+
+/// The controllers' context: the only writer of status and of their
+/// finalizers.
+fn controller() -> Context {
+    Context {
+        writer: crate::registry::Writer::Controller,
+        ..ctx("system:controller:test")
     }
 }
 
@@ -200,6 +211,100 @@ async fn a_spec_change_is_invalid_because_spec_is_immutable() {
 }
 
 #[tokio::test]
+async fn a_client_status_write_that_changes_a_field_is_refused_naming_it() {
+    let s = store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let mut forged = created.clone();
+    forged.status = Some(
+        serde_json::from_value(serde_json::json!({
+            "phase": "Rebinding",
+            "role": "Both",
+            "peer": {"namespace": "thief", "name": "grab"}
+        }))
+        .unwrap(),
+    );
+    let err = s
+        .update(&ctx("thief"), "prod", "a", forged, true)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 422, "{err}");
+    let text = err.to_string();
+    for field in ["status.phase", "status.role", "status.peer"] {
+        assert!(text.contains(field), "{field} is named: {text}");
+    }
+    let stored = s.get("prod", "a").await.unwrap();
+    assert_eq!(stored.status, created.status, "nothing was written");
+}
+
+#[tokio::test]
+async fn a_client_status_write_that_changes_nothing_is_a_no_op() {
+    let s = store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let same = s
+        .update(&ctx("alice"), "prod", "a", created.clone(), true)
+        .await
+        .unwrap();
+    assert_eq!(
+        same.metadata.resource_version,
+        created.metadata.resource_version
+    );
+}
+
+#[tokio::test]
+async fn a_cluster_admin_may_write_status_as_a_break_glass() {
+    let s = store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let mut admin = ctx("admin");
+    admin.user.groups = vec!["system:masters".to_owned()];
+    let mut failed = created.clone();
+    failed.status = Some(serde_json::from_value(serde_json::json!({"phase": "Failed"})).unwrap());
+    let written = s.update(&admin, "prod", "a", failed, true).await.unwrap();
+    assert_eq!(written.phase(), Some("Failed"));
+}
+
+#[tokio::test]
+async fn a_client_can_neither_remove_nor_add_the_controllers_finalizer() {
+    let s = store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let protected = s
+        .guaranteed_update(&controller(), "prod", "a", false, |current| {
+            let mut next = current.clone();
+            next.metadata.finalizers = Some(vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]);
+            Ok(next)
+        })
+        .await
+        .unwrap();
+    let mut stripped = protected.clone();
+    stripped.metadata.finalizers = None;
+    let err = s
+        .update(&ctx("alice"), "prod", "a", stripped, false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 422, "{err}");
+    assert!(err.to_string().contains("metadata.finalizers"), "{err}");
+    assert!(
+        err.to_string().contains(FINALIZER_TRANSFER_PROTECTION),
+        "{err}"
+    );
+
+    let other = s.create(&ctx("alice"), "prod", offer("b")).await.unwrap();
+    let mut added = other.clone();
+    added.metadata.finalizers = Some(vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]);
+    let err = s
+        .update(&ctx("alice"), "prod", "b", added, false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 422, "{err}");
+    // Their own finalizers stay theirs.
+    let mut own = s.get("prod", "b").await.unwrap();
+    own.metadata.finalizers = Some(vec!["example.com/mine".to_owned()]);
+    s.update(&ctx("alice"), "prod", "b", own, false)
+        .await
+        .unwrap();
+    let _ = created;
+}
+
+#[tokio::test]
 async fn status_writes_change_only_status_and_main_writes_ignore_status() {
     let s = store().await;
     let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
@@ -209,7 +314,7 @@ async fn status_writes_change_only_status_and_main_writes_ignore_status() {
         Some(serde_json::from_value(serde_json::json!({"phase": "Pending"})).unwrap());
     with_status.metadata.labels = Some([("sneaky".to_owned(), "yes".to_owned())].into());
     let after_status = s
-        .update(&ctx("ctrl"), "prod", "a", with_status.clone(), true)
+        .update(&controller(), "prod", "a", with_status.clone(), true)
         .await
         .unwrap();
     assert_eq!(after_status.phase(), Some("Pending"));
@@ -633,7 +738,7 @@ fn assert_claim_conflict(err: &ApiError, what: &str, holder: &str) {
 async fn finish(s: &NstStore, namespace: &str, name: &str, phase: NamespaceTransferPhase) {
     let mut obj = s.get(namespace, name).await.unwrap();
     obj.status.get_or_insert_with(Default::default).phase = Some(phase);
-    s.update(&ctx("controller"), namespace, name, obj, true)
+    s.update(&controller(), namespace, name, obj, true)
         .await
         .unwrap();
 }
