@@ -56,7 +56,12 @@ pub const ANNOTATION_ORIGINAL_RECLAIM_POLICY: &str =
     "storage.transfer.k8s.io/original-reclaim-policy";
 /// Destination-PVC annotation naming the source claim, `<namespace>/<name>` (R3).
 pub const ANNOTATION_TRANSFERRED_FROM: &str = "storage.transfer.k8s.io/transferred-from";
-/// Finalizer holding both transfer objects from R2 until completion or rollback.
+/// PV annotation naming the uid of a destination claim that was deleted after
+/// the commit and before the transfer completed: the volume is kept (reclaim
+/// policy Retain) for an administrator.
+pub const ANNOTATION_DESTINATION_LOST: &str = "storage.transfer.k8s.io/destination-lost";
+/// Finalizer holding both transfer objects from R2 until completion or rollback,
+/// and the destination claim from R3 until the transfer is done with it.
 pub const FINALIZER_TRANSFER_PROTECTION: &str = "storage.transfer.k8s.io/transfer-protection";
 
 /// A request, made in one namespace, to give a PersistentVolumeClaim's volume to
@@ -280,9 +285,16 @@ pub struct NamespaceTransferStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_name: Option<String>,
     /// A copy of the source claim taken when it was locked, so that the destination
-    /// claim can be made identical even after the source claim is gone.
+    /// claim can be made identical even after the source claim is gone. Set on the
+    /// side that gives the volume away (Source or Both) only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_claim: Option<SourceClaimSnapshot>,
+    /// The destination claim the controller created, with its uid, recorded right
+    /// after it was created (step R3). The transfer is committed exactly when the
+    /// volume's `claimRef` names this claim and uid. Set on the side that gives the
+    /// volume away (Source or Both) only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_claim: Option<ClaimReference>,
     /// When the transfer completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
@@ -309,6 +321,22 @@ pub struct PeerReference {
     pub namespace: String,
     /// The peer's name.
     pub name: String,
+    /// The peer's uid, so that a peer deleted and created again under the same name
+    /// is never taken for the one that was matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+/// Names one PersistentVolumeClaim, uid and all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimReference {
+    /// The claim's namespace.
+    pub namespace: String,
+    /// The claim's name.
+    pub name: String,
+    /// The claim's uid.
+    pub uid: String,
 }
 
 /// What the rebind needs to know about the source claim, saved when the claim is
@@ -337,6 +365,9 @@ pub struct SourceClaimSnapshot {
     /// The claim's `spec.volumeMode`, given to the destination claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_mode: Option<String>,
+    /// The claim's `spec.volumeAttributesClassName`, given to the destination claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_attributes_class_name: Option<String>,
 }
 
 impl NamespaceTransfer {

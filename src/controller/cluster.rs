@@ -154,6 +154,41 @@ impl Cluster {
             .await?)
     }
 
+    /// Whether kube-apiserver would create `claim` (`dryRun=All`): quota,
+    /// admission and validation run, nothing is stored.
+    pub async fn create_claim_dry_run(
+        &self,
+        namespace: &str,
+        claim: &PersistentVolumeClaim,
+    ) -> Result<(), ClusterError> {
+        let params = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        self.claims(namespace).create(&params, claim).await?;
+        Ok(())
+    }
+
+    /// Whether kube-apiserver would delete the claim with `uid`
+    /// (`dryRun=All`).
+    pub async fn delete_claim_dry_run(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<(), ClusterError> {
+        let params = DeleteParams {
+            dry_run: true,
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        self.claims(namespace).delete(name, &params).await?;
+        Ok(())
+    }
+
     /// Deletes the claim if it is still the one with `uid`; a claim already
     /// gone is not an error.
     pub async fn delete_claim(
@@ -205,6 +240,55 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// The pods in `namespace` that use claim `name` or may start to: not
+    /// Succeeded or Failed, scheduled or not yet (a pod waiting for the
+    /// scheduler may be placed any moment), naming the claim in a volume. A
+    /// live LIST, never a cache: what a transfer must not move a volume
+    /// from under.
+    pub async fn pods_using_for_transfer(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Vec<String>, ClusterError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let list = pods.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .filter(|pod| pod_may_use_claim(pod, name))
+            .filter_map(|pod| pod.metadata.name.clone())
+            .collect())
+    }
+}
+
+/// Whether `pod` uses `claim` or may start to: [`pod_uses_claim`] without
+/// the requirement that it be scheduled yet.
+pub fn pod_may_use_claim(pod: &Pod, claim: &str) -> bool {
+    let Some(spec) = &pod.spec else {
+        return false;
+    };
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default();
+    if phase == "Succeeded" || phase == "Failed" {
+        return false;
+    }
+    names_claim(pod, spec, claim)
+}
+
+fn names_claim(pod: &Pod, spec: &k8s_openapi::api::core::v1::PodSpec, claim: &str) -> bool {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    spec.volumes.iter().flatten().any(|v| {
+        v.persistent_volume_claim
+            .as_ref()
+            .is_some_and(|c| c.claim_name == claim)
+            || (v.ephemeral.is_some() && format!("{pod_name}-{}", v.name) == claim)
+    })
+}
+
 /// The pvc-protection rule for one pod.
 pub fn pod_uses_claim(pod: &Pod, claim: &str) -> bool {
     let Some(spec) = &pod.spec else {
@@ -221,13 +305,7 @@ pub fn pod_uses_claim(pod: &Pod, claim: &str) -> bool {
     if phase == "Succeeded" || phase == "Failed" {
         return false;
     }
-    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-    spec.volumes.iter().flatten().any(|v| {
-        v.persistent_volume_claim
-            .as_ref()
-            .is_some_and(|c| c.claim_name == claim)
-            || (v.ephemeral.is_some() && format!("{pod_name}-{}", v.name) == claim)
-    })
+    names_claim(pod, spec, claim)
 }
 
 #[cfg(test)]

@@ -27,6 +27,21 @@ pub fn after(step: Step) {
 #[inline(always)]
 pub fn after(_step: Step) {}
 
+/// Whether [`before`] pauses before `step`.
+#[cfg(feature = "fault-injection")]
+pub fn pauses_before(step: Step) -> bool {
+    std::env::var("STA_FAULT_PAUSE_BEFORE")
+        .ok()
+        .and_then(|spec| spec.split_once(':').map(|(name, _)| name == step.name()))
+        .unwrap_or(false)
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn pauses_before(_step: Step) -> bool {
+    false
+}
+
 /// Called right before `step` starts.
 #[cfg(feature = "fault-injection")]
 pub async fn before(step: Step) {

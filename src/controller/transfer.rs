@@ -1,39 +1,53 @@
-//! The NamespaceTransfer controller (DESIGN §2.1.3–2.1.6): matching, the
-//! preconditions, the rebind protocol R1–R6 with its rollback, phases,
-//! conditions, cancellation, finalizers, TTL and deadline, and Events.
+//! The NamespaceTransfer controller (DESIGN §2.1.3–2.1.6): it gathers the
+//! facts of a pair, asks [`decide::decide`] what to do, and does that one
+//! thing. Matching, the preconditions, the rebind protocol R1–R6 with its
+//! rollback, phases, conditions, cancellation, finalizers, TTL and deadline,
+//! and Events.
 //!
-//! # How it decides
+//! # How it is built
+//! - [`facts`]: what a reconcile reads, as plain data.
+//! - [`decide`]: the protocol, one pure function from facts to an
+//!   [`decide::Action`]. It holds every rule about what is safe when.
+//! - this module: the gathering (every read live: our objects from etcd,
+//!   claims, volumes and pods from kube-apiserver) and the executor, which
+//!   performs one action, conditional on the resourceVersion or uid it was
+//!   decided on, after checking the leadership lease. Then the next
+//!   reconcile starts from scratch (level-triggered): nothing is kept in
+//!   memory between two writes, so a crash between any two loses nothing.
+//!
 //! The Source-role (or Both) object of a pair drives it; a Destination-role
 //! object only reports that it waits or was taken, and wakes its Source.
-//! Every reconcile starts from scratch: it reads our objects from etcd and the
-//! PV and PVCs live from kube-apiserver, and works out where the protocol is
-//! from that alone (level-triggered). Memory is only a hint of what to look
-//! at. The facts it reads:
 //!
-//! - `status.sourceClaim` is set: R1 is done (the source claim carries our
-//!   lock annotation and we know its uid and volume).
-//! - the PV carries `original-reclaim-policy`: R2 is done.
-//! - the destination claim exists with our lock annotation: R3 is done.
-//! - the PV's `claimRef` names the destination claim's uid: R4, the commit
-//!   point, is done (and the lock then leaves the destination claim). Before it, everything can be undone; after it, the
-//!   transfer only ever goes forward.
-//! - a finished phase (Failed, Cancelled) while our finalizer is still on:
-//!   the rollback was decided and is being carried out. The phase is written
-//!   *before* the rollback, so a crash mid-rollback never redoes a step.
+//! # What the facts mean
+//! - `status.sourceClaim` on the source object: R1 is done.
+//! - the volume's marker annotation (`storage.transfer.k8s.io/transfer`)
+//!   names this transfer's uid: R2 is done (and `original-reclaim-policy`
+//!   holds the policy to restore).
+//! - `status.destinationClaim` on the source object: R3 is done, and this is
+//!   the claim's uid.
+//! - the volume's `claimRef` names that claim and uid: R4, the commit, is
+//!   done. Before it, everything can be undone; after it, the transfer only
+//!   goes forward.
+//! - a finished phase (Failed, Cancelled) recorded before the commit: the
+//!   rollback is being carried out. The phase is written *before* the
+//!   rollback, so a crash mid-rollback never redoes a step.
 //!
-//! Each step is idempotent and conditional on the resourceVersion it was
-//! decided on, and the leadership lease is checked before every write.
+//! Only the controllers write status (the registry refuses clients), and
+//! still nothing recorded there is acted on before it is checked against the
+//! live objects.
 
+pub mod decide;
+pub mod facts;
 pub mod matching;
+
+#[cfg(test)]
+mod model;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
-};
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store as Reflector};
@@ -49,44 +63,23 @@ use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::{self as apimeta, CONDITION_FALSE, CONDITION_TRUE};
 use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus, Role,
-    SourceClaimSnapshot, TransferMode, ANNOTATION_ALLOW_NAMESPACE_TRANSFER,
-    ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFERRED_FROM, ANNOTATION_TRANSFER_LOCK,
-    CONDITION_AUTHORIZED, CONDITION_PEER_MATCHED, CONDITION_READY, CONDITION_REBOUND,
-    CONDITION_SOURCE_RELEASED, FINALIZER_TRANSFER_PROTECTION, REASON_DEADLINE_EXCEEDED,
-    REASON_DESTINATION_EXISTS, REASON_FORBIDDEN, REASON_PEER_TAKEN,
+    ANNOTATION_ALLOW_NAMESPACE_TRANSFER, ANNOTATION_DESTINATION_LOST,
+    ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK, CONDITION_AUTHORIZED,
+    CONDITION_PEER_MATCHED, CONDITION_READY, CONDITION_REBOUND, CONDITION_SOURCE_RELEASED,
+    FINALIZER_TRANSFER_PROTECTION, REASON_DEADLINE_EXCEEDED, REASON_PEER_TAKEN,
 };
 use crate::authz::Authorizer;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{Context, DeleteOptions, ListOptions, Shared, Store};
 
-use matching::{is_active, reference, role_of, DestinationView};
-
-/// Reason: no transfer in the other namespace matches yet.
-pub const REASON_WAITING_FOR_PEER: &str = "WaitingForPeer";
-/// Reason: the source claim does not exist.
-pub const REASON_SOURCE_NOT_FOUND: &str = "SourceNotFound";
-/// Reason: the source claim is not (yet) bound to its volume.
-pub const REASON_SOURCE_NOT_BOUND: &str = "SourceNotBound";
-/// Reason: a running pod uses the source claim.
-pub const REASON_SOURCE_IN_USE: &str = "SourceInUse";
-/// Reason: another active transfer holds the source claim's lock.
-pub const REASON_SOURCE_LOCKED: &str = "SourceLocked";
-/// Reason: the volume's StorageClass does not allow transfers.
-pub const REASON_STORAGE_CLASS_NOT_ALLOWED: &str = "StorageClassNotAllowed";
-/// Reason: kube-apiserver refused to create the destination claim (quota,
-/// admission, validation); its message is kept.
-pub const REASON_DESTINATION_REFUSED: &str = "DestinationRefused";
-/// Reason: the volume vanished or was bound elsewhere by someone else.
-pub const REASON_VOLUME_CHANGED: &str = "VolumeChanged";
-/// Reason: one side was deleted before the commit point.
-pub const REASON_DELETED: &str = "Deleted";
-/// Reason: the transfer asks for a mode this server does not run (Clone).
-pub const REASON_MODE_NOT_SUPPORTED: &str = "ModeNotSupported";
-/// Reason: the transfer completed.
-pub const REASON_COMPLETED: &str = "Completed";
-
-/// How often a waiting pair looks again even without a triggering event.
-const WAIT_POLL: Duration = Duration::from_secs(5);
+use decide::{
+    decide, destination_claim, destination_of, destination_text, has_finalizer, name_of,
+    recorded_destination, recorded_source, uid_of, Action, Refusal, Report, Side, REASON_COMPLETED,
+    REASON_DESTINATION_LOST, REASON_DESTINATION_REFUSED, REASON_SOURCE_IN_USE,
+    REASON_SOURCE_RELEASE_REFUSED, REASON_WAITING_FOR_PEER,
+};
+use facts::{Admission, Claim, ClassPolicy, Facts, Peer, Volume, VOLUME_MARKER};
+use matching::{is_active, is_named, reference, role_of, DestinationView};
 
 /// The steps of the rebind protocol (§2.1.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -148,32 +141,6 @@ pub struct TransferOptions {
     pub allow_all_storage_classes: bool,
 }
 
-/// An outcome to record: the finished phase, why, and what to tell people.
-#[derive(Debug, Clone)]
-struct Outcome {
-    phase: Phase,
-    reason: &'static str,
-    message: String,
-}
-
-impl Outcome {
-    fn failed(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            phase: Phase::Failed,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    fn cancelled(message: impl Into<String>) -> Self {
-        Self {
-            phase: Phase::Cancelled,
-            reason: REASON_DELETED,
-            message: message.into(),
-        }
-    }
-}
-
 /// The reconciler of NamespaceTransfers.
 #[derive(Debug, Clone)]
 pub struct TransferController {
@@ -220,20 +187,9 @@ impl TransferController {
         let Some(t) = super::keyed(&self.leadership, &self.store, key).await? else {
             return Ok(Next::Done);
         };
-        if t.mode() != TransferMode::Move && is_active(&t) {
-            let outcome = Outcome::failed(
-                REASON_MODE_NOT_SUPPORTED,
-                format!(
-                    "mode {} is not implemented by this server yet; only Move is",
-                    t.mode()
-                ),
-            );
-            self.record_outcome(&t, None, &outcome).await?;
-            return Ok(Next::Done);
-        }
         match role_of(&t) {
             Some(Role::Destination) => self.reconcile_destination(t).await,
-            Some(Role::Source | Role::Both) => self.reconcile_source(t).await,
+            Some(Role::Source | Role::Both) => self.drive(t).await,
             // Validation refuses a transfer without a role; nothing to do.
             None => Ok(Next::Done),
         }
@@ -249,20 +205,42 @@ impl TransferController {
     /// A Destination-role object: wakes the Source that drives it, or says
     /// that it waits or was taken.
     async fn reconcile_destination(&self, d: NamespaceTransfer) -> Result<Next, Error> {
+        let recorded = d.status.as_ref().and_then(|st| st.peer.clone());
+        let source = match &recorded {
+            Some(p) => self
+                .get(&p.namespace, &p.name)
+                .await?
+                .filter(|s| is_named(s, p)),
+            None => None,
+        };
         if !is_active(&d) {
             if has_finalizer(&d) {
-                // The pair's Source removes this finalizer when it is done;
+                // The pair's Source takes this finalizer off when it is done;
                 // if the Source is gone or done, do it here.
-                if let Some(peer) = recorded_peer(&d) {
-                    if let Some(s) = self.get(&peer.namespace, &peer.name).await? {
-                        if has_finalizer(&s) {
-                            self.queue.add(&object_key(&s));
-                            return Ok(Next::Done);
-                        }
+                if let Some(s) = &source {
+                    if has_finalizer(s) {
+                        self.queue.add(&object_key(s));
+                        return Ok(Next::Done);
                     }
                 }
                 self.set_finalizer(&d, false).await?;
             }
+            return self.expire(&d).await;
+        }
+        if let Some(s) = source {
+            // Matched: its Source drives the pair.
+            self.queue.add(&object_key(&s));
+            return Ok(Next::Done);
+        }
+        if recorded.is_some() {
+            // It was matched, and its Source is gone. Before the commit the
+            // Source side undoes what was done; this side only says so.
+            let report = Report::shared(
+                decide::REASON_DELETED,
+                "the matched transfer in the source namespace was deleted",
+            );
+            self.write_finish(&d, None, Phase::Cancelled, &report)
+                .await?;
             return self.expire(&d).await;
         }
         let all = self.all_transfers().await?;
@@ -271,32 +249,15 @@ impl TransferController {
                 self.queue.add(&object_key(s));
                 Ok(Next::Done)
             }
-            DestinationView::Taken { winner, .. } => {
+            DestinationView::Taken { .. } => {
                 let message = format!(
-                    "the offer from namespace {:?} was matched first by NamespaceTransfer {:?} in this namespace",
+                    "the offer from namespace {:?} was matched first by another NamespaceTransfer in this namespace",
                     d.source_namespace(),
-                    winner.metadata.name.as_deref().unwrap_or_default()
                 );
                 self.unmatched(&d, Phase::Pending, REASON_PEER_TAKEN, &message)
                     .await
             }
             DestinationView::Unmatched => {
-                if let Some(peer) = recorded_peer(&d) {
-                    // It was matched, and its Source is gone or finished.
-                    match self.get(&peer.namespace, &peer.name).await? {
-                        Some(s) if !is_active(&s) => {
-                            self.queue.add(&object_key(&s));
-                            return Ok(Next::Done);
-                        }
-                        _ => {
-                            let outcome = Outcome::cancelled(
-                                "the peer transfer in the source namespace was deleted",
-                            );
-                            self.record_outcome(&d, None, &outcome).await?;
-                            return self.expire(&d).await;
-                        }
-                    }
-                }
                 let message = format!(
                     "waiting for a NamespaceTransfer in namespace {:?} that offers claim {:?} to this namespace",
                     d.source_namespace(),
@@ -308,8 +269,8 @@ impl TransferController {
         }
     }
 
-    /// An object without a peer: says why (`PeerMatched=False`), then minds
-    /// its deadline.
+    /// A destination without a peer: says why (`PeerMatched=False`), then
+    /// minds its deadline.
     async fn unmatched(
         &self,
         t: &NamespaceTransfer,
@@ -324,704 +285,802 @@ impl TransferController {
             set(st, CONDITION_PEER_MATCHED, false, reason, message);
         })
         .await?;
-        self.check_deadline(t).await
-    }
-
-    /// Fails an unmatched object whose `activeDeadlineSeconds` has passed, or
-    /// asks to be woken when it will.
-    async fn check_deadline(&self, t: &NamespaceTransfer) -> Result<Next, Error> {
         match remaining_until_deadline(t) {
             None => Ok(Next::Done),
             Some(left) if !left.is_zero() => Ok(Next::After(left)),
             Some(_) => {
-                let outcome = Outcome::failed(
+                let report = Report::shared(
                     REASON_DEADLINE_EXCEEDED,
                     "activeDeadlineSeconds passed before the transfer was matched",
                 );
-                self.record_outcome(t, None, &outcome).await?;
+                self.write_finish(t, None, Phase::Failed, &report).await?;
                 self.expire(t).await
             }
         }
     }
 
-    // ----- the source side: the pair ---------------------------------------------
+    // ----- the source side: gather, decide, do ---------------------------------------
 
-    /// A Source-role or Both object: finds its peer and drives the pair.
-    async fn reconcile_source(&self, s: NamespaceTransfer) -> Result<Next, Error> {
-        let recorded = recorded_peer(&s);
+    /// A Source-role or Both object: decides the pair's next step from the
+    /// facts, and takes it.
+    async fn drive(&self, s: NamespaceTransfer) -> Result<Next, Error> {
+        let mut facts = self.gather(s).await?;
+        let mut paused = false;
+        // At most: rights, admission, one pause and its fresh facts.
+        for _ in 0..6 {
+            let action = decide(&facts);
+            match action {
+                Action::CheckRights => {
+                    facts.rights = Some(self.check_rights(&facts).await?);
+                }
+                Action::CheckAdmission => {
+                    facts.admission = Some(self.check_admission(&facts).await?);
+                }
+                Action::Commit { .. } | Action::ReleaseSource { .. }
+                    if !paused && fault::pauses_before(step_of(&action)) =>
+                {
+                    // The tests change the world here; decide again on what
+                    // is then true, as a slow reconcile would.
+                    fault::before(step_of(&action)).await;
+                    paused = true;
+                    facts = self.gather(facts.source).await?;
+                }
+                action => return self.execute(&facts, action).await,
+            }
+        }
+        Ok(Next::Now)
+    }
+
+    /// Reads every fact the decision needs, live.
+    async fn gather(&self, s: NamespaceTransfer) -> Result<Facts, Error> {
+        let recorded = s.status.as_ref().and_then(|st| st.peer.clone());
         let peer = if role_of(&s) == Some(Role::Both) {
-            Some(s.clone())
+            Peer::Itself
         } else if let Some(p) = &recorded {
-            self.get(&p.namespace, &p.name).await?
+            match self.get(&p.namespace, &p.name).await? {
+                Some(d) if is_named(&d, p) => Peer::Found(Box::new(d)),
+                _ => Peer::Gone,
+            }
         } else {
             let all = self.all_transfers().await?;
-            matching::peer_of(&s, &all).cloned()
-        };
-        if !is_active(&s) {
-            return self.finish(&s, peer.as_ref()).await;
-        }
-        let Some(d) = peer else {
-            if recorded.is_some() {
-                let outcome = Outcome::cancelled(
-                    "the peer transfer in the destination namespace was deleted",
-                );
-                return self.abort(&s, None, outcome).await;
+            match matching::peer_of(&s, &all) {
+                Some(d) => Peer::Found(Box::new(d.clone())),
+                None => Peer::Unmatched,
             }
-            let message = format!(
-                "waiting for a NamespaceTransfer in namespace {:?} that requests claim {:?}",
-                s.destination_namespace(),
-                s.spec.source.name
-            );
-            return self
-                .unmatched(&s, Phase::WaitingForPeer, REASON_WAITING_FOR_PEER, &message)
-                .await;
         };
-        match source_snapshot(&s) {
-            None => self.start(&s, &d).await,
-            Some(snapshot) => self.advance(&s, &d, &snapshot).await,
-        }
-    }
-
-    /// Before R1: nothing has been touched. Checks every precondition, then
-    /// locks the source claim.
-    async fn start(&self, s: &NamespaceTransfer, d: &NamespaceTransfer) -> Result<Next, Error> {
-        if is_deleting(s) || is_deleting(d) {
-            let outcome = Outcome::cancelled(format!(
-                "NamespaceTransfer {} was deleted before the volume was touched",
-                if is_deleting(s) {
-                    object_key(s)
-                } else {
-                    object_key(d)
-                }
-            ));
-            return self.abort(s, Some(d), outcome).await;
-        }
-        if deadline_passed(s) || deadline_passed(d) {
-            let outcome = Outcome::failed(
-                REASON_DEADLINE_EXCEEDED,
-                "activeDeadlineSeconds passed before the volume could be moved",
-            );
-            return self.abort(s, Some(d), outcome).await;
-        }
-        let (s, d) = self.record_match(s, d).await?;
-        let (s, d) = (&s, &d);
-        let source_ns = s.source_namespace();
-        let source_name = &s.spec.source.name;
-
-        // The source claim exists and is bound to a volume that names it.
-        let Some(claim) = self.cluster.claim(source_ns, source_name).await? else {
-            let outcome = Outcome::failed(
-                REASON_SOURCE_NOT_FOUND,
-                format!("PersistentVolumeClaim {source_ns}/{source_name} does not exist"),
-            );
-            return self.abort(s, Some(d), outcome).await;
-        };
-        let volume_name = claim
-            .spec
+        let source_ns = s.source_namespace().to_owned();
+        let source_claim = self
+            .cluster
+            .claim(&source_ns, &s.spec.source.name)
+            .await?
             .as_ref()
-            .and_then(|sp| sp.volume_name.clone())
-            .unwrap_or_default();
-        let bound = claim_phase(&claim) == "Bound" && !volume_name.is_empty();
-        let volume = if bound {
-            self.cluster.volume(&volume_name).await?
-        } else {
-            None
-        };
-        let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
-        let Some(volume) = volume.filter(|v| claim_ref_is(v, source_ns, source_name, &claim_uid))
-        else {
-            let message = format!(
-                "PersistentVolumeClaim {source_ns}/{source_name} is not bound to a volume yet"
-            );
-            self.wait(s, d, REASON_SOURCE_NOT_BOUND, &message, false)
-                .await?;
-            return Ok(Next::After(WAIT_POLL));
-        };
-
-        // The StorageClass allows transfers.
-        if let Some(refusal) = self.class_refusal(&volume).await? {
-            let outcome = Outcome::failed(REASON_STORAGE_CLASS_NOT_ALLOWED, refusal);
-            return self.abort(s, Some(d), outcome).await;
+            .map(Claim::from);
+        let destination = match &peer {
+            Peer::Itself => Some(destination_of(&s, &s)),
+            Peer::Found(d) => Some(destination_of(&s, d)),
+            _ => None,
         }
-
-        // No other active transfer holds the lock.
-        let my_uid = uid_of(s);
-        if let Some(holder) = annotation(&claim.metadata, ANNOTATION_TRANSFER_LOCK) {
-            if holder != my_uid && self.lock_holder_is_active(holder).await? {
-                let message = format!(
-                    "PersistentVolumeClaim {source_ns}/{source_name} is locked by another transfer ({holder})"
-                );
-                self.wait(s, d, REASON_SOURCE_LOCKED, &message, false)
-                    .await?;
-                return Ok(Next::After(WAIT_POLL));
-            }
-        }
-
-        // The destination name is free.
-        let (dest_ns, dest_name) = destination_of(s, d);
-        if let Some(existing) = self.cluster.claim(dest_ns, dest_name).await? {
-            if annotation(&existing.metadata, ANNOTATION_TRANSFER_LOCK) != Some(my_uid) {
-                let outcome = Outcome::failed(
-                    REASON_DESTINATION_EXISTS,
-                    format!(
-                        "PersistentVolumeClaim {dest_ns}/{dest_name} already exists and was not created by this transfer"
-                    ),
-                );
-                return self.abort(s, Some(d), outcome).await;
-            }
-        }
-
-        // Nobody uses the source claim.
-        let users = self.cluster.pods_using(source_ns, source_name).await?;
-        if !users.is_empty() {
-            let message = in_use_message(source_ns, source_name, &users);
-            self.wait(s, d, REASON_SOURCE_IN_USE, &message, true)
-                .await?;
-            return Ok(Next::After(WAIT_POLL));
-        }
-
-        // From here on the finalizer holds both objects.
-        self.set_finalizer(s, true).await?;
-        if !same_object(s, d) {
-            self.set_finalizer(d, true).await?;
-        }
-
-        // R1: lock, conditional on the claim we checked.
-        self.leadership.check()?;
-        let lock = json!({"metadata": {
-            "resourceVersion": claim.metadata.resource_version,
-            "annotations": {ANNOTATION_TRANSFER_LOCK: my_uid},
-        }});
-        match self
-            .cluster
-            .patch_claim(source_ns, source_name, &lock)
-            .await
-        {
-            Ok(_) => {}
-            Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => {
-                return Ok(Next::Now)
-            }
-            Err(e) => return Err(e.into()),
-        }
-        let snapshot = snapshot_of(&claim, &volume_name);
-        let released =
-            format!("no running pod uses PersistentVolumeClaim {source_ns}/{source_name}");
-        self.update_pair(s, d, |st, is_source| {
-            st.phase = Some(Phase::Rebinding);
-            st.reason = None;
-            st.message = Some(format!(
-                "locked PersistentVolumeClaim {source_ns}/{source_name}; moving volume {volume_name}"
-            ));
-            if is_source {
-                st.source_claim = Some(snapshot.clone());
-            }
-            set(st, CONDITION_SOURCE_RELEASED, true, "NotInUse", &released);
-        })
-        .await?;
-        fault::after(Step::Lock);
-        self.events
-            .publish(
-                &claim_reference(source_ns, source_name, Some(&claim_uid)),
-                Severity::Normal,
-                "Locked",
-                Step::Lock.action(),
-                &format!(
-                    "locked for NamespaceTransfer {}: its volume {volume_name} moves to {dest_ns}/{dest_name}",
-                    object_key(s)
-                ),
-            )
-            .await;
-        Ok(Next::Now)
-    }
-
-    /// After R1: works out which steps are done from the volume and the
-    /// claims, and takes the next one.
-    async fn advance(
-        &self,
-        s: &NamespaceTransfer,
-        d: &NamespaceTransfer,
-        snapshot: &SourceClaimSnapshot,
-    ) -> Result<Next, Error> {
-        let source_ns = s.source_namespace();
-        let (dest_ns, dest_name) = destination_of(s, d);
-        let my_uid = uid_of(s);
-        // Only the controller writes status; still, never act on a snapshot
-        // of a claim other than the one both parties consented to.
-        if snapshot.name != s.spec.source.name {
-            let outcome = Outcome::failed(
-                REASON_VOLUME_CHANGED,
-                format!(
-                    "status.sourceClaim names claim {:?}, not spec.source.name {:?}; refusing to act on it",
-                    snapshot.name, s.spec.source.name
-                ),
-            );
-            return self.abort(s, Some(d), outcome).await;
-        }
-        let Some(volume) = self.cluster.volume(&snapshot.volume_name).await? else {
-            let outcome = Outcome::failed(
-                REASON_VOLUME_CHANGED,
-                format!(
-                    "PersistentVolume {} was deleted during the transfer",
-                    snapshot.volume_name
-                ),
-            );
-            return self.abort(s, Some(d), outcome).await;
-        };
-        let destination = self.cluster.claim(dest_ns, dest_name).await?;
-        // Committed: the volume names the destination claim, uid and all.
-        // (Our lock leaves the destination claim right after R4, so this
-        // does not look for it.)
-        if let Some(dest) = &destination {
-            if claim_ref_is(
-                &volume,
-                dest_ns,
-                dest_name,
-                dest.metadata.uid.as_deref().unwrap_or_default(),
-            ) {
-                return self.settle(s, d, snapshot, volume, dest.clone()).await;
-            }
-        }
-        // Before R4 a destination claim is ours only if it carries our lock.
-        let destination = destination
-            .filter(|c| annotation(&c.metadata, ANNOTATION_TRANSFER_LOCK) == Some(my_uid));
-
-        // Before R4: everything can still be undone.
-        if is_deleting(s) || is_deleting(d) {
-            let outcome = Outcome::cancelled(format!(
-                "NamespaceTransfer {} was deleted before the volume was handed over; the source is restored",
-                if is_deleting(s) { object_key(s) } else { object_key(d) }
-            ));
-            return self.abort(s, Some(d), outcome).await;
-        }
-        if deadline_passed(s) || deadline_passed(d) {
-            let outcome = Outcome::failed(
-                REASON_DEADLINE_EXCEEDED,
-                "activeDeadlineSeconds passed before the volume could be moved; the source is restored",
-            );
-            return self.abort(s, Some(d), outcome).await;
-        }
-        if !claim_ref_is(&volume, source_ns, &snapshot.name, &snapshot.uid) {
-            let outcome = Outcome::failed(
-                REASON_VOLUME_CHANGED,
-                format!(
-                    "PersistentVolume {} is no longer bound to {source_ns}/{}; someone else changed it",
-                    snapshot.volume_name, snapshot.name
-                ),
-            );
-            return self.abort(s, Some(d), outcome).await;
-        }
-
-        // R2: re-check both parties' rights, then keep the volume whatever
-        // happens to its claims.
-        let mut volume = volume;
-        if annotation(&volume.metadata, ANNOTATION_ORIGINAL_RECLAIM_POLICY).is_none() {
-            if let Some(refusal) = self.recheck_rights(s, d).await? {
-                let outcome = Outcome::failed(REASON_FORBIDDEN, refusal);
-                return self.abort(s, Some(d), outcome).await;
-            }
-            let authorized = "both parties still hold the rights the transfer needs";
-            self.update_pair(s, d, |st, _| {
-                set(
-                    st,
-                    CONDITION_AUTHORIZED,
-                    true,
-                    "RightsConfirmed",
-                    authorized,
-                );
-            })
-            .await?;
-            let policy = volume
-                .spec
-                .as_ref()
-                .and_then(|sp| sp.persistent_volume_reclaim_policy.clone())
-                .unwrap_or_else(|| "Retain".to_owned());
-            self.leadership.check()?;
-            let retain = json!({
-                "metadata": {
-                    "resourceVersion": volume.metadata.resource_version,
-                    "annotations": {ANNOTATION_ORIGINAL_RECLAIM_POLICY: policy},
-                },
-                "spec": {"persistentVolumeReclaimPolicy": "Retain"},
-            });
-            volume = match self
+        .map(|(ns, name)| (ns.to_owned(), name.to_owned()));
+        let destination_claim = match &destination {
+            Some((ns, name)) if !name.is_empty() => self
                 .cluster
-                .patch_volume(&snapshot.volume_name, &retain)
-                .await
-            {
-                Ok(v) => v,
-                Err(ClusterError::Conflict { .. }) => return Ok(Next::Now),
-                Err(e) => return Err(e.into()),
-            };
-            fault::after(Step::Retain);
-        }
-
-        // R3: the destination claim, pre-bound to the volume.
-        let destination = match destination {
-            Some(dest) => dest,
-            None => {
-                if self.cluster.claim(dest_ns, dest_name).await?.is_some() {
-                    let outcome = Outcome::failed(
-                        REASON_DESTINATION_EXISTS,
-                        format!(
-                            "PersistentVolumeClaim {dest_ns}/{dest_name} already exists and was not created by this transfer"
-                        ),
-                    );
-                    return self.abort(s, Some(d), outcome).await;
-                }
-                self.leadership.check()?;
-                let claim = destination_claim(s, dest_ns, dest_name, snapshot);
-                match self.cluster.create_claim(dest_ns, &claim).await {
-                    Ok(created) => {
-                        fault::after(Step::CreateTarget);
-                        self.events
-                            .publish(
-                                &claim_reference(
-                                    dest_ns,
-                                    dest_name,
-                                    created.metadata.uid.as_deref(),
-                                ),
-                                Severity::Normal,
-                                "Created",
-                                Step::CreateTarget.action(),
-                                &format!(
-                                    "created to receive volume {} from {source_ns}/{}",
-                                    snapshot.volume_name, snapshot.name
-                                ),
-                            )
-                            .await;
-                        created
-                    }
-                    Err(ClusterError::AlreadyExists { .. }) => return Ok(Next::Now),
-                    Err(ClusterError::Refused { message, .. }) => {
-                        let outcome = Outcome::failed(
-                            REASON_DESTINATION_REFUSED,
-                            format!("creating PersistentVolumeClaim {dest_ns}/{dest_name} was refused: {message}"),
-                        );
-                        return self.abort(s, Some(d), outcome).await;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
+                .claim(ns, name)
+                .await?
+                .as_ref()
+                .map(Claim::from),
+            _ => None,
         };
-
-        // A pod may have started using the source since it was checked.
-        fault::before(Step::Commit).await;
-        let users = self.cluster.pods_using(source_ns, &snapshot.name).await?;
-        if !users.is_empty() {
-            let message = format!(
-                "{}; it started after the claim was checked, so the rebind waits before committing",
-                in_use_message(source_ns, &snapshot.name, &users)
-            );
-            self.wait(s, d, REASON_SOURCE_IN_USE, &message, true)
-                .await?;
-            return Ok(Next::After(WAIT_POLL));
-        }
-
-        // A deletion asked for while this reconcile ran still cancels: look
-        // once more, just before the point of no return.
-        for t in [s, d] {
-            let current = self.get(t.own_namespace(), name_of(t)).await?;
-            if current.as_ref().is_none_or(is_deleting) {
-                let outcome = Outcome::cancelled(format!(
-                    "NamespaceTransfer {} was deleted before the volume was handed over; the source is restored",
-                    object_key(t)
-                ));
-                return self.abort(s, Some(d), outcome).await;
-            }
-        }
-
-        // R4: commit, conditional on the volume we decided on.
-        self.leadership.check()?;
-        let dest_uid = destination.metadata.uid.clone().unwrap_or_default();
-        let commit = json!({
-            "metadata": {"resourceVersion": volume.metadata.resource_version},
-            "spec": {"claimRef": {
-                "kind": "PersistentVolumeClaim",
-                "apiVersion": "v1",
-                "namespace": dest_ns,
-                "name": dest_name,
-                "uid": dest_uid,
-                "resourceVersion": null,
-                "fieldPath": null,
-            }},
+        let volume_name = recorded_source(&s)
+            .map(|snap| snap.volume_name.clone())
+            .or_else(|| source_claim.as_ref().and_then(|c| c.volume_name.clone()));
+        let volume = match &volume_name {
+            Some(name) => self.cluster.volume(name).await?.as_ref().map(Volume::from),
+            None => None,
+        };
+        let class = match &volume {
+            Some(v) => self.class_policy(v).await?,
+            None => ClassPolicy::Unknown,
+        };
+        let committed = recorded_destination(&s).is_some_and(|d| {
+            volume
+                .as_ref()
+                .is_some_and(|v| v.names(&d.namespace, &d.name, &d.uid))
         });
-        match self
-            .cluster
-            .patch_volume(&snapshot.volume_name, &commit)
-            .await
-        {
-            Ok(_) => {}
-            Err(ClusterError::Conflict { .. }) => return Ok(Next::Now),
-            Err(e) => return Err(e.into()),
-        }
-        fault::after(Step::Commit);
-        // The lock has done its work on the destination claim. Taking it off
-        // also changes the claim, which makes the cluster's PV controller
-        // bind it now rather than at its next periodic resync.
-        self.unlock_destination(dest_ns, dest_name).await?;
-        let rebound = format!(
-            "PersistentVolume {} now names {dest_ns}/{dest_name}",
-            snapshot.volume_name
-        );
-        self.update_pair(s, d, |st, _| {
-            set(st, CONDITION_REBOUND, true, "ClaimRefMoved", &rebound);
+        let users = if is_active(&s) && !committed {
+            self.cluster
+                .pods_using_for_transfer(&source_ns, &s.spec.source.name)
+                .await?
+        } else {
+            Vec::new()
+        };
+        let mine = uid_of(&s).to_owned();
+        let lock_holder_active = match source_claim.as_ref().and_then(|c| c.lock.clone()) {
+            Some(holder) if holder != mine => self.lock_holder_is_active(&holder).await?,
+            _ => false,
+        };
+        Ok(Facts {
+            now: Timestamp::now().as_second(),
+            allow_all_storage_classes: self.options.allow_all_storage_classes,
+            source: s,
+            peer,
+            source_claim,
+            destination_claim,
+            volume,
+            class,
+            users,
+            lock_holder_active,
+            rights: None,
+            admission: None,
         })
-        .await?;
-        self.events
-            .publish(
-                &reference_to(s),
-                Severity::Normal,
-                "Committed",
-                Step::Commit.action(),
-                &rebound,
-            )
-            .await;
-        Ok(Next::Now)
     }
 
-    /// After R4: release the source claim (R5), and once the destination is
-    /// Bound, restore the reclaim policy and complete (R6).
-    async fn settle(
-        &self,
-        s: &NamespaceTransfer,
-        d: &NamespaceTransfer,
-        snapshot: &SourceClaimSnapshot,
-        volume: PersistentVolume,
-        destination: PersistentVolumeClaim,
-    ) -> Result<Next, Error> {
+    /// Performs one decided action, each write conditional on what it was
+    /// decided on; a lost race just decides again.
+    async fn execute(&self, f: &Facts, action: Action) -> Result<Next, Error> {
+        let s = &f.source;
+        let d = peer_of(f);
         let source_ns = s.source_namespace();
-        let (dest_ns, dest_name) = destination_of(s, d);
-        // R5: the source claim no longer holds the volume; delete it.
-        fault::before(Step::ReleaseSource).await;
-        if let Some(source) = self.cluster.claim(source_ns, &snapshot.name).await? {
-            if source.metadata.uid.as_deref() == Some(&snapshot.uid)
-                && source.metadata.deletion_timestamp.is_none()
-            {
-                let users = self.cluster.pods_using(source_ns, &snapshot.name).await?;
-                if !users.is_empty() {
-                    let note = format!(
-                        "{}, but its volume {} was already handed to {dest_ns}/{dest_name}",
-                        in_use_message(source_ns, &snapshot.name, &users),
-                        snapshot.volume_name
-                    );
-                    for regarding in [
-                        reference_to(s),
-                        claim_reference(source_ns, &snapshot.name, Some(&snapshot.uid)),
-                    ] {
+        let mine = uid_of(s);
+        match action {
+            Action::Nothing { after } => Ok(after.map_or(Next::Done, Next::After)),
+            Action::Wait {
+                phase,
+                report,
+                in_use,
+                after,
+            } => {
+                let was = s.status.as_ref().and_then(|st| st.reason.clone());
+                self.update_pair(s, d, &report, |st, _| {
+                    st.phase = Some(phase);
+                    if in_use {
+                        set(
+                            st,
+                            CONDITION_SOURCE_RELEASED,
+                            false,
+                            report.reason,
+                            st.message.clone().unwrap_or_default().as_str(),
+                        );
+                    }
+                })
+                .await?;
+                if was.as_deref() != Some(report.reason) && report.reason == REASON_SOURCE_IN_USE {
+                    let claim = claim_reference(source_ns, &s.spec.source.name, None);
+                    for regarding in [reference_to(s), claim] {
                         self.events
                             .publish(
                                 &regarding,
                                 Severity::Warning,
-                                REASON_SOURCE_IN_USE,
-                                Step::ReleaseSource.action(),
-                                &note,
+                                report.reason,
+                                "Wait",
+                                &report.source,
                             )
                             .await;
                     }
                 }
+                Ok(Next::After(after))
+            }
+            Action::RecordMatch => {
+                let report = Report::shared(
+                    "Matched",
+                    "matched with the transfer in the other namespace",
+                );
+                self.update_pair(s, d, &report, |st, _| {
+                    st.phase = Some(Phase::WaitingForRelease);
+                    set(
+                        st,
+                        CONDITION_PEER_MATCHED,
+                        true,
+                        "Matched",
+                        "matched with the transfer in the other namespace",
+                    );
+                })
+                .await?;
+                Ok(Next::Now)
+            }
+            Action::Finish { phase, report } => {
+                self.write_finish(s, d, phase, &report).await?;
+                if let Some(claim) = &f.source_claim {
+                    self.events
+                        .publish(
+                            &claim_reference(source_ns, &claim.name, Some(&claim.uid)),
+                            Severity::Warning,
+                            report.reason,
+                            "Transfer",
+                            &format!("NamespaceTransfer {}: {}", object_key(s), report.source),
+                        )
+                        .await;
+                }
+                Ok(Next::Now)
+            }
+            Action::CheckRights | Action::CheckAdmission => Ok(Next::Now),
+            Action::Protect => {
+                self.set_finalizer(s, true).await?;
+                if let Some(d) = d {
+                    self.set_finalizer(d, true).await?;
+                }
+                Ok(Next::Now)
+            }
+            Action::Lock { resource_version } => {
                 self.leadership.check()?;
-                self.cluster
-                    .delete_claim(source_ns, &snapshot.name, &snapshot.uid)
+                let lock = json!({"metadata": {
+                    "resourceVersion": resource_version,
+                    "annotations": {ANNOTATION_TRANSFER_LOCK: mine},
+                }});
+                match self
+                    .cluster
+                    .patch_claim(source_ns, &s.spec.source.name, &lock)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => {
+                        return Ok(Next::Now)
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                Ok(Next::Now)
+            }
+            Action::RecordSource(snapshot) => {
+                let volume_name = snapshot.volume_name.clone();
+                let report = Report::new(
+                    "Locked",
+                    format!(
+                        "locked PersistentVolumeClaim {source_ns}/{}; moving volume {volume_name}",
+                        snapshot.name
+                    ),
+                );
+                let released = format!(
+                    "no pod uses PersistentVolumeClaim {source_ns}/{}",
+                    snapshot.name
+                );
+                self.update_pair(s, d, &report, |st, is_source| {
+                    st.phase = Some(Phase::Rebinding);
+                    st.reason = None;
+                    if is_source {
+                        st.source_claim = Some(snapshot.clone());
+                    }
+                    set(st, CONDITION_SOURCE_RELEASED, true, "NotInUse", &released);
+                })
+                .await?;
+                fault::after(Step::Lock);
+                if let Some(claim) = &f.source_claim {
+                    let (dest_ns, dest_name) = d.map_or((source_ns, ""), |d| destination_of(s, d));
+                    self.events
+                        .publish(
+                            &claim_reference(source_ns, &claim.name, Some(&claim.uid)),
+                            Severity::Normal,
+                            "Locked",
+                            Step::Lock.action(),
+                            &format!(
+                                "locked for NamespaceTransfer {}: its volume {volume_name} moves to {dest_ns}/{dest_name}",
+                                object_key(s)
+                            ),
+                        )
+                        .await;
+                }
+                Ok(Next::Now)
+            }
+            Action::Retain {
+                resource_version,
+                policy,
+            } => {
+                let authorized = "both parties still hold the rights the transfer needs";
+                self.update_pair(s, d, &Report::shared("Authorized", authorized), |st, _| {
+                    set(
+                        st,
+                        CONDITION_AUTHORIZED,
+                        true,
+                        "RightsConfirmed",
+                        authorized,
+                    );
+                    st.reason = None;
+                })
+                .await?;
+                self.leadership.check()?;
+                let retain = json!({
+                    "metadata": {
+                        "resourceVersion": resource_version,
+                        "annotations": {
+                            ANNOTATION_ORIGINAL_RECLAIM_POLICY: policy,
+                            VOLUME_MARKER: mine,
+                        },
+                    },
+                    "spec": {"persistentVolumeReclaimPolicy": "Retain"},
+                });
+                let Some(volume) = &f.volume else {
+                    return Ok(Next::Now);
+                };
+                match self.cluster.patch_volume(&volume.name, &retain).await {
+                    Ok(_) => fault::after(Step::Retain),
+                    Err(ClusterError::Conflict { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                Ok(Next::Now)
+            }
+            Action::CreateDestination(claim) => {
+                let Some(d) = d else { return Ok(Next::Now) };
+                let (dest_ns, dest_name) = destination_of(s, d);
+                self.leadership.check()?;
+                match self.cluster.create_claim(dest_ns, &claim).await {
+                    Ok(created) => {
+                        fault::after(Step::CreateTarget);
+                        let uid = created.metadata.uid.clone().unwrap_or_default();
+                        self.record_destination(s, dest_ns, dest_name, &uid).await?;
+                        let from = recorded_source(s)
+                            .map(|snap| format!("{source_ns}/{}", snap.name))
+                            .unwrap_or_default();
+                        self.events
+                            .publish(
+                                &claim_reference(dest_ns, dest_name, Some(&uid)),
+                                Severity::Normal,
+                                "Created",
+                                Step::CreateTarget.action(),
+                                &format!("created to receive a volume from {from}"),
+                            )
+                            .await;
+                        Ok(Next::Now)
+                    }
+                    Err(ClusterError::AlreadyExists { .. }) => Ok(Next::Now),
+                    Err(ClusterError::Refused { message, .. }) => {
+                        let report = Report::shared(
+                            REASON_DESTINATION_REFUSED,
+                            format!(
+                                "creating PersistentVolumeClaim {dest_ns}/{dest_name} was refused: {message}"
+                            ),
+                        );
+                        self.write_finish(s, Some(d), Phase::Failed, &report)
+                            .await?;
+                        Ok(Next::Now)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Action::RecordDestination(reference) => {
+                self.record_destination(s, &reference.namespace, &reference.name, &reference.uid)
                     .await?;
-                fault::after(Step::ReleaseSource);
+                Ok(Next::Now)
+            }
+            Action::Commit {
+                resource_version,
+                destination,
+            } => {
+                let Some(volume) = &f.volume else {
+                    return Ok(Next::Now);
+                };
+                self.leadership.check()?;
+                let commit = json!({
+                    "metadata": {"resourceVersion": resource_version},
+                    "spec": {"claimRef": {
+                        "kind": "PersistentVolumeClaim",
+                        "apiVersion": "v1",
+                        "namespace": destination.namespace,
+                        "name": destination.name,
+                        "uid": destination.uid,
+                        "resourceVersion": null,
+                        "fieldPath": null,
+                    }},
+                });
+                match self.cluster.patch_volume(&volume.name, &commit).await {
+                    Ok(_) => {}
+                    Err(ClusterError::Conflict { .. }) => return Ok(Next::Now),
+                    Err(e) => return Err(e.into()),
+                }
+                fault::after(Step::Commit);
+                // The lock has done its work on the destination claim. Taking
+                // it off also changes the claim, which makes the cluster's PV
+                // controller bind it now rather than at its next resync.
+                self.unlock_destination(&destination.namespace, &destination.name)
+                    .await?;
+                let rebound = format!(
+                    "the volume now names {}/{}",
+                    destination.namespace, destination.name
+                );
+                self.update_pair(
+                    s,
+                    d,
+                    &Report::shared("Committed", rebound.clone()),
+                    |st, _| {
+                        set(st, CONDITION_REBOUND, true, "ClaimRefMoved", &rebound);
+                        st.reason = None;
+                    },
+                )
+                .await?;
+                self.events
+                    .publish(
+                        &reference_to(s),
+                        Severity::Normal,
+                        "Committed",
+                        Step::Commit.action(),
+                        &format!(
+                            "PersistentVolume {} now names {}/{}",
+                            volume.name, destination.namespace, destination.name
+                        ),
+                    )
+                    .await;
+                Ok(Next::Now)
+            }
+            Action::ProtectDestination {
+                resource_version,
+                finalizers,
+            }
+            | Action::ReleaseDestination {
+                resource_version,
+                finalizers,
+            } => {
+                let Some(dest) = recorded_destination(s) else {
+                    return Ok(Next::Now);
+                };
+                self.leadership.check()?;
+                let patch = json!({"metadata": {
+                    "resourceVersion": resource_version,
+                    "finalizers": finalizers,
+                }});
+                match self
+                    .cluster
+                    .patch_claim(&dest.namespace, &dest.name, &patch)
+                    .await
+                {
+                    Ok(_) | Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => {
+                        Ok(Next::Now)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Action::Rehold { resource_version } => {
+                let Some(volume) = &f.volume else {
+                    return Ok(Next::Now);
+                };
+                self.leadership.check()?;
+                let original = volume
+                    .original_policy
+                    .clone()
+                    .unwrap_or_else(|| volume.reclaim_policy.clone());
+                let lost = recorded_destination(s)
+                    .map(|d| d.uid.clone())
+                    .unwrap_or_default();
+                let rehold = json!({
+                    "metadata": {
+                        "resourceVersion": resource_version,
+                        "annotations": {
+                            ANNOTATION_ORIGINAL_RECLAIM_POLICY: original,
+                            VOLUME_MARKER: mine,
+                            ANNOTATION_DESTINATION_LOST: lost,
+                        },
+                    },
+                    "spec": {"persistentVolumeReclaimPolicy": "Retain"},
+                });
+                match self.cluster.patch_volume(&volume.name, &rehold).await {
+                    Ok(_) | Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => {
+                        Ok(Next::Now)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Action::UnlockDestination => {
+                if let Some(dest) = recorded_destination(s) {
+                    self.unlock_destination(&dest.namespace, &dest.name).await?;
+                }
+                Ok(Next::Now)
+            }
+            Action::ReleaseSource { uid } => {
+                self.leadership.check()?;
+                let name = recorded_source(s)
+                    .map(|snap| snap.name.clone())
+                    .unwrap_or_else(|| s.spec.source.name.clone());
+                match self.cluster.delete_claim(source_ns, &name, &uid).await {
+                    Ok(()) => {
+                        fault::after(Step::ReleaseSource);
+                        Ok(Next::Now)
+                    }
+                    Err(ClusterError::Refused { message, .. }) => {
+                        // Admission said yes to the dry run before R2, and no
+                        // now: the volume is the destination's already, so
+                        // wait, saying why, and try again.
+                        let report = Report::new(
+                            REASON_SOURCE_RELEASE_REFUSED,
+                            format!(
+                                "the volume was handed over, but deleting PersistentVolumeClaim {source_ns}/{name} is refused: {message}"
+                            ),
+                        );
+                        self.update_pair(s, d, &report, |st, _| st.phase = Some(Phase::Rebinding))
+                            .await?;
+                        self.events
+                            .publish(
+                                &reference_to(s),
+                                Severity::Warning,
+                                report.reason,
+                                Step::ReleaseSource.action(),
+                                &report.source,
+                            )
+                            .await;
+                        Ok(Next::After(Duration::from_secs(30)))
+                    }
+                    Err(ClusterError::Conflict { .. }) => Ok(Next::Now),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Action::Settle {
+                resource_version,
+                policy,
+            } => {
+                let Some(volume) = &f.volume else {
+                    return Ok(Next::Now);
+                };
+                self.restore_volume(volume, &resource_version, Some(&policy))
+                    .await?;
+                fault::after(Step::Settle);
+                Ok(Next::Now)
+            }
+            Action::Complete => {
+                let (volume_name, dest) = match (&f.volume, recorded_destination(s)) {
+                    (Some(v), Some(dest)) => (v.name.clone(), dest.clone()),
+                    _ => return Ok(Next::Now),
+                };
+                let from = recorded_source(s)
+                    .map(|snap| format!("{source_ns}/{}", snap.name))
+                    .unwrap_or_default();
+                let message = format!(
+                    "volume {volume_name} moved from {from} to {}/{}",
+                    dest.namespace, dest.name
+                );
+                let report = Report::shared(REASON_COMPLETED, message.clone());
+                let now = now();
+                self.update_pair(s, d, &report, |st, _| {
+                    st.phase = Some(Phase::Completed);
+                    st.volume_name = Some(volume_name.clone());
+                    st.completion_time = Some(now.clone());
+                    set(st, CONDITION_READY, true, REASON_COMPLETED, &message);
+                })
+                .await?;
+                self.events
+                    .publish(
+                        &claim_reference(&dest.namespace, &dest.name, Some(&dest.uid)),
+                        Severity::Normal,
+                        "TransferCompleted",
+                        Step::Settle.action(),
+                        &message,
+                    )
+                    .await;
+                Ok(Next::Now)
+            }
+            Action::DestinationLost { report } => {
+                self.update_pair(s, d, &report, |st, _| {
+                    st.phase = Some(Phase::Rebinding);
+                    set(
+                        st,
+                        CONDITION_READY,
+                        false,
+                        report.reason,
+                        st.message.clone().unwrap_or_default().as_str(),
+                    );
+                })
+                .await?;
+                self.events
+                    .publish(
+                        &reference_to(s),
+                        Severity::Warning,
+                        REASON_DESTINATION_LOST,
+                        "Settle",
+                        &report.source,
+                    )
+                    .await;
+                Ok(Next::Now)
+            }
+            Action::Unmark {
+                resource_version,
+                restore,
+            } => {
+                let Some(volume) = &f.volume else {
+                    return Ok(Next::Now);
+                };
+                self.restore_volume(volume, &resource_version, restore.as_deref())
+                    .await?;
+                Ok(Next::Now)
+            }
+            Action::DeleteDestination { uid } => {
+                if let Some(dest) = recorded_destination(s) {
+                    self.leadership.check()?;
+                    self.cluster
+                        .delete_claim(&dest.namespace, &dest.name, &uid)
+                        .await?;
+                }
+                Ok(Next::Now)
+            }
+            Action::Unlock { resource_version } => {
+                self.leadership.check()?;
+                let name = recorded_source(s)
+                    .map(|snap| snap.name.clone())
+                    .unwrap_or_else(|| s.spec.source.name.clone());
+                let unlock = json!({"metadata": {
+                    "resourceVersion": resource_version,
+                    "annotations": {ANNOTATION_TRANSFER_LOCK: null},
+                }});
+                match self.cluster.patch_claim(source_ns, &name, &unlock).await {
+                    Ok(_) | Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => {
+                        Ok(Next::Now)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Action::Mirror => {
+                if let Some(d) = d.filter(|d| d.metadata.uid != s.metadata.uid) {
+                    let status = s.status.clone().unwrap_or_default();
+                    self.update_status(d, |st| mirror(st, &status, s)).await?;
+                }
+                Ok(Next::Now)
+            }
+            Action::Release => {
+                self.release_finalizers(s, d).await?;
+                Ok(Next::Now)
+            }
+            Action::Expire => self.expire(s).await,
+        }
+    }
+
+    // ----- reads ------------------------------------------------------------------------
+
+    /// Whether the volume's StorageClass allows transfers.
+    async fn class_policy(&self, volume: &Volume) -> Result<ClassPolicy, Error> {
+        if self.options.allow_all_storage_classes {
+            return Ok(ClassPolicy::Allowed);
+        }
+        let Some(class) = volume.storage_class_name.clone() else {
+            return Ok(ClassPolicy::Refused(format!(
+                "PersistentVolume {} has no StorageClass, and this server does not run with --allow-all-storage-classes",
+                volume.name
+            )));
+        };
+        let meta = match self.classes.get(&ObjectRef::new(&class)) {
+            Some(meta) => Some(meta.metadata.clone()),
+            None => self.cluster.storage_class(&class).await?,
+        };
+        let allowed = meta
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get(ANNOTATION_ALLOW_NAMESPACE_TRANSFER))
+            .is_some_and(|v| v == "true");
+        Ok(if allowed {
+            ClassPolicy::Allowed
+        } else {
+            ClassPolicy::Refused(format!(
+                "StorageClass {class:?} of PersistentVolume {} does not allow namespace transfers: it lacks the annotation {ANNOTATION_ALLOW_NAMESPACE_TRANSFER}: \"true\"",
+                volume.name
+            ))
+        })
+    }
+
+    /// Whether the transfer with uid `holder` exists and is active.
+    async fn lock_holder_is_active(&self, holder: &str) -> Result<bool, Error> {
+        Ok(self
+            .all_transfers()
+            .await?
+            .iter()
+            .any(|t| t.metadata.uid.as_deref() == Some(holder) && is_active(t)))
+    }
+
+    /// Re-runs the create-time SubjectAccessReviews for both stored
+    /// requesters, never from a cache.
+    async fn check_rights(&self, f: &Facts) -> Result<Result<(), Refusal>, Error> {
+        let s = &f.source;
+        let mut parties = vec![(s, Side::Source)];
+        if let Some(d) = peer_of(f).filter(|d| d.metadata.uid != s.metadata.uid) {
+            parties.push((d, Side::Destination));
+        }
+        for (t, side) in parties {
+            let Some(requester) = &t.spec.requester else {
+                return Ok(Err(Refusal {
+                    side,
+                    message: format!("NamespaceTransfer {} records no requester", object_key(t)),
+                }));
+            };
+            if let Some(right) = first_missing(
+                self.authorizer.as_ref(),
+                requester,
+                transfer_rights(t),
+                true,
+            )
+            .await?
+            {
+                return Ok(Err(Refusal {
+                    side,
+                    message: format!(
+                        "User {:?}, who created NamespaceTransfer {}, can no longer {}, which {} requires",
+                        requester.username,
+                        object_key(t),
+                        right.describe(),
+                        right.because
+                    ),
+                }));
             }
         }
-
-        // R6: wait for the cluster's PV controller to bind the destination.
-        let bound = claim_phase(&destination) == "Bound"
-            && destination
-                .spec
-                .as_ref()
-                .and_then(|sp| sp.volume_name.as_deref())
-                == Some(snapshot.volume_name.as_str());
-        if !bound {
-            let message = format!(
-                "waiting for PersistentVolumeClaim {dest_ns}/{dest_name} to be bound to {}",
-                snapshot.volume_name
-            );
-            self.update_pair(s, d, |st, _| {
-                st.phase = Some(Phase::Rebinding);
-                st.message = Some(message.clone());
-            })
-            .await?;
-            return Ok(Next::After(Duration::from_secs(1)));
-        }
-        match self.restore_reclaim_policy(&volume).await {
-            Ok(()) => {}
-            Err(Error::Cluster(ClusterError::Conflict { .. })) => return Ok(Next::Now),
-            Err(e) => return Err(e),
-        }
-        if annotation(&destination.metadata, ANNOTATION_TRANSFER_LOCK).is_some() {
-            self.unlock_destination(dest_ns, dest_name).await?;
-        }
-        let message = format!(
-            "volume {} moved from {source_ns}/{} to {dest_ns}/{dest_name}",
-            snapshot.volume_name, snapshot.name
-        );
-        let volume_name = snapshot.volume_name.clone();
-        let now = now();
-        self.update_pair(s, d, |st, _| {
-            st.phase = Some(Phase::Completed);
-            st.reason = Some(REASON_COMPLETED.to_owned());
-            st.message = Some(message.clone());
-            st.volume_name = Some(volume_name.clone());
-            st.completion_time = Some(now.clone());
-            set(st, CONDITION_READY, true, REASON_COMPLETED, &message);
-        })
-        .await?;
-        fault::after(Step::Settle);
-        self.events
-            .publish(
-                &claim_reference(dest_ns, dest_name, destination.metadata.uid.as_deref()),
-                Severity::Normal,
-                "TransferCompleted",
-                Step::Settle.action(),
-                &message,
-            )
-            .await;
-        self.release_finalizers(s, d).await?;
-        Ok(Next::Now)
+        Ok(Ok(()))
     }
 
-    // ----- finishing ----------------------------------------------------------------
+    /// Asks kube-apiserver, with `dryRun=All`, whether it would admit the R3
+    /// create and the R5 delete, so that a policy that would refuse them
+    /// after the commit refuses them before anything is touched.
+    async fn check_admission(&self, f: &Facts) -> Result<Admission, Error> {
+        let s = &f.source;
+        let (Some(d), Some(snapshot), Some(volume)) = (peer_of(f), recorded_source(s), &f.volume)
+        else {
+            return Ok(Admission::Admitted);
+        };
+        let (dest_ns, dest_name) = destination_of(s, d);
+        let claim = destination_claim(s, dest_ns, dest_name, snapshot, volume);
+        match self.cluster.create_claim_dry_run(dest_ns, &claim).await {
+            Ok(()) | Err(ClusterError::AlreadyExists { .. }) => {}
+            Err(ClusterError::Refused { message, .. }) => {
+                return Ok(Admission::DestinationRefused(message))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        match self
+            .cluster
+            .delete_claim_dry_run(s.source_namespace(), &snapshot.name, &snapshot.uid)
+            .await
+        {
+            Ok(()) | Err(ClusterError::NotFound { .. }) => Ok(Admission::Admitted),
+            Err(ClusterError::Refused { message, .. }) => {
+                Ok(Admission::SourceReleaseRefused(message))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
 
-    /// Records `outcome` on the pair (phase first, so that a crash cannot
-    /// lose the decision), then undoes whatever was done and lets both
-    /// objects go.
-    async fn abort(
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<NamespaceTransfer>, Error> {
+        super::current(&self.store, namespace, name).await
+    }
+
+    // ----- writes -----------------------------------------------------------------------
+
+    /// Records R3's claim, uid and all, on the source object: from now on
+    /// only that claim is the destination.
+    async fn record_destination(
         &self,
         s: &NamespaceTransfer,
-        d: Option<&NamespaceTransfer>,
-        outcome: Outcome,
-    ) -> Result<Next, Error> {
-        self.record_outcome(s, d, &outcome).await?;
-        if let Some(source) = self
-            .cluster
-            .claim(s.source_namespace(), &s.spec.source.name)
-            .await?
-        {
-            self.events
-                .publish(
-                    &claim_reference(
-                        s.source_namespace(),
-                        &s.spec.source.name,
-                        source.metadata.uid.as_deref(),
-                    ),
-                    Severity::Warning,
-                    outcome.reason,
-                    "Transfer",
-                    &format!("NamespaceTransfer {}: {}", object_key(s), outcome.message),
-                )
-                .await;
-        }
-        Ok(Next::Now)
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<(), Error> {
+        let reference = crate::api::namespace_transfer::ClaimReference {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+        };
+        self.update_status(s, |st| st.destination_claim = Some(reference.clone()))
+            .await?;
+        Ok(())
     }
 
-    /// Writes a finished phase on `t` and, if given, its peer.
-    async fn record_outcome(
+    /// Writes a finished phase on `t` and, if given, its peer, each with the
+    /// words its side may read.
+    async fn write_finish(
         &self,
         t: &NamespaceTransfer,
         peer: Option<&NamespaceTransfer>,
-        outcome: &Outcome,
+        phase: Phase,
+        report: &Report,
     ) -> Result<(), Error> {
         let change = |st: &mut NamespaceTransferStatus, _: bool| {
-            st.phase = Some(outcome.phase);
-            st.reason = Some(outcome.reason.to_owned());
-            st.message = Some(outcome.message.clone());
-            set(st, CONDITION_READY, false, outcome.reason, &outcome.message);
+            st.phase = Some(phase);
+            let message = st.message.clone().unwrap_or_default();
+            set(st, CONDITION_READY, false, report.reason, &message);
         };
         match peer {
-            Some(d) => self.update_pair(t, d, change).await.map(|_| ()),
-            None => self
-                .update_status(t, |st| change(st, true))
-                .await
-                .map(|_| ()),
-        }
-    }
-
-    /// A finished Source (or Both): finishes the clean-up its phase calls for,
-    /// makes sure the peer shows the same outcome, lets both objects go, and
-    /// deletes it once its TTL has passed.
-    async fn finish(
-        &self,
-        s: &NamespaceTransfer,
-        d: Option<&NamespaceTransfer>,
-    ) -> Result<Next, Error> {
-        let phase = s.status.as_ref().and_then(|st| st.phase);
-        if let Some(d) = d.filter(|d| !same_object(s, d)) {
-            let peer_phase = d.status.as_ref().and_then(|st| st.phase);
-            let ours = recorded_peer(d).is_some_and(|p| matching::is_named(s, &p));
-            if peer_phase != phase && (ours || has_finalizer(d)) {
-                let status = s.status.clone().unwrap_or_default();
-                self.update_status(d, |st| mirror(st, &status, s)).await?;
+            Some(_) => {
+                self.update_pair(t, peer, report, change).await?;
             }
-        }
-        if has_finalizer(s) || d.is_some_and(has_finalizer) {
-            if phase != Some(Phase::Completed) {
-                self.roll_back(s, d).await?;
-            }
-            if let Some(d) = d {
-                self.release_finalizers(s, d).await?;
-            } else {
-                self.set_finalizer(s, false).await?;
-            }
-            return Ok(Next::Now);
-        }
-        self.expire(s).await
-    }
-
-    /// Undoes R3, R2 and R1, each only if it was done, each idempotent. Never
-    /// runs after R4: an outcome other than Completed is only ever recorded
-    /// before the commit.
-    async fn roll_back(
-        &self,
-        s: &NamespaceTransfer,
-        d: Option<&NamespaceTransfer>,
-    ) -> Result<(), Error> {
-        let my_uid = uid_of(s);
-        let source_ns = s.source_namespace();
-        let snapshot = source_snapshot(s);
-        let volume = match &snapshot {
-            Some(snap) => self.cluster.volume(&snap.volume_name).await?,
-            None => None,
-        };
-        // R3: a destination claim we made, and never committed to.
-        if let Some(d) = d {
-            let (dest_ns, dest_name) = destination_of(s, d);
-            if let Some(dest) = self.cluster.claim(dest_ns, dest_name).await? {
-                let dest_uid = dest.metadata.uid.clone().unwrap_or_default();
-                let committed = volume
-                    .as_ref()
-                    .is_some_and(|v| claim_ref_is(v, dest_ns, dest_name, &dest_uid));
-                if annotation(&dest.metadata, ANNOTATION_TRANSFER_LOCK) == Some(my_uid)
-                    && !committed
-                {
-                    self.leadership.check()?;
-                    self.cluster
-                        .delete_claim(dest_ns, dest_name, &dest_uid)
-                        .await?;
-                }
-            }
-        }
-        // R2: the reclaim policy.
-        if let Some(volume) = &volume {
-            self.restore_reclaim_policy(volume).await?;
-        }
-        // R1: the lock, if it is ours.
-        let source_name = snapshot
-            .as_ref()
-            .map(|snap| snap.name.as_str())
-            .unwrap_or(&s.spec.source.name);
-        if let Some(source) = self.cluster.claim(source_ns, source_name).await? {
-            if annotation(&source.metadata, ANNOTATION_TRANSFER_LOCK) == Some(my_uid) {
-                self.leadership.check()?;
-                let unlock = json!({"metadata": {
-                    "resourceVersion": source.metadata.resource_version,
-                    "annotations": {ANNOTATION_TRANSFER_LOCK: null},
-                }});
-                self.cluster
-                    .patch_claim(source_ns, source_name, &unlock)
-                    .await?;
+            None => {
+                let text = if role_of(t) == Some(Role::Destination) {
+                    report.destination.clone()
+                } else {
+                    report.source.clone()
+                };
+                self.update_status(t, |st| {
+                    st.reason = Some(report.reason.to_owned());
+                    st.message = Some(text.clone());
+                    change(st, true);
+                })
+                .await?;
             }
         }
         Ok(())
@@ -1037,23 +1096,31 @@ impl TransferController {
         }
     }
 
-    /// Undoes R2: the reclaim policy recorded in the volume's annotation
-    /// comes back and the annotation goes, conditional on the version read.
-    async fn restore_reclaim_policy(&self, volume: &PersistentVolume) -> Result<(), Error> {
-        let Some(policy) = annotation(&volume.metadata, ANNOTATION_ORIGINAL_RECLAIM_POLICY) else {
-            return Ok(());
-        };
+    /// Removes our marks from the volume, at the version decided on, and
+    /// sets its reclaim policy to `policy` if given (else leaves it).
+    async fn restore_volume(
+        &self,
+        volume: &Volume,
+        resource_version: &str,
+        policy: Option<&str>,
+    ) -> Result<(), Error> {
         self.leadership.check()?;
-        let restore = json!({
+        let mut patch = json!({
             "metadata": {
-                "resourceVersion": volume.metadata.resource_version,
-                "annotations": {ANNOTATION_ORIGINAL_RECLAIM_POLICY: null},
+                "resourceVersion": resource_version,
+                "annotations": {
+                    ANNOTATION_ORIGINAL_RECLAIM_POLICY: null,
+                    VOLUME_MARKER: null,
+                },
             },
-            "spec": {"persistentVolumeReclaimPolicy": policy},
         });
-        let name = volume.metadata.name.as_deref().unwrap_or_default();
-        self.cluster.patch_volume(name, &restore).await?;
-        Ok(())
+        if let Some(policy) = policy {
+            patch["spec"] = json!({"persistentVolumeReclaimPolicy": policy});
+        }
+        match self.cluster.patch_volume(&volume.name, &patch).await {
+            Ok(_) | Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Removes the protection finalizer from the destination side, then the
@@ -1061,9 +1128,9 @@ impl TransferController {
     async fn release_finalizers(
         &self,
         s: &NamespaceTransfer,
-        d: &NamespaceTransfer,
+        d: Option<&NamespaceTransfer>,
     ) -> Result<(), Error> {
-        if !same_object(s, d) {
+        if let Some(d) = d.filter(|d| d.metadata.uid != s.metadata.uid) {
             if let Some(current) = self.get(d.own_namespace(), name_of(d)).await? {
                 self.set_finalizer(&current, false).await?;
             }
@@ -1080,7 +1147,7 @@ impl TransferController {
         let Some(ttl) = t.spec.ttl_seconds_after_finished else {
             return Ok(Next::Done);
         };
-        if has_finalizer(t) || is_deleting(t) {
+        if has_finalizer(t) || t.metadata.deletion_timestamp.is_some() || is_active(t) {
             return Ok(Next::Done);
         }
         let Some(finished) = finish_time(t) else {
@@ -1106,173 +1173,46 @@ impl TransferController {
         }
     }
 
-    // ----- checks -------------------------------------------------------------------
-
-    /// Why the volume's StorageClass forbids transfers, if it does.
-    async fn class_refusal(&self, volume: &PersistentVolume) -> Result<Option<String>, Error> {
-        if self.options.allow_all_storage_classes {
-            return Ok(None);
-        }
-        let class = volume
-            .spec
-            .as_ref()
-            .and_then(|sp| sp.storage_class_name.clone())
-            .unwrap_or_default();
-        let volume_name = volume.metadata.name.as_deref().unwrap_or_default();
-        if class.is_empty() {
-            return Ok(Some(format!(
-                "PersistentVolume {volume_name} has no StorageClass, and this server does not run with --allow-all-storage-classes"
-            )));
-        }
-        let meta = match self.classes.get(&ObjectRef::new(&class)) {
-            Some(meta) => Some(meta.metadata.clone()),
-            None => self.cluster.storage_class(&class).await?,
-        };
-        let allowed = meta
-            .as_ref()
-            .and_then(|m| annotation(m, ANNOTATION_ALLOW_NAMESPACE_TRANSFER))
-            == Some("true");
-        Ok((!allowed).then(|| {
-            format!(
-                "StorageClass {class:?} of PersistentVolume {volume_name} does not allow namespace transfers: it lacks the annotation {ANNOTATION_ALLOW_NAMESPACE_TRANSFER}: \"true\""
-            )
-        }))
-    }
-
-    /// Whether the transfer with uid `holder` exists and is active.
-    async fn lock_holder_is_active(&self, holder: &str) -> Result<bool, Error> {
-        Ok(self
-            .all_transfers()
-            .await?
-            .iter()
-            .any(|t| t.metadata.uid.as_deref() == Some(holder) && is_active(t)))
-    }
-
-    /// Re-runs the create-time SubjectAccessReviews for both stored
-    /// requesters, never from a cache. Returns why one is refused.
-    async fn recheck_rights(
-        &self,
-        s: &NamespaceTransfer,
-        d: &NamespaceTransfer,
-    ) -> Result<Option<String>, Error> {
-        let parties = if same_object(s, d) {
-            vec![s]
-        } else {
-            vec![s, d]
-        };
-        for t in parties {
-            let Some(requester) = &t.spec.requester else {
-                return Ok(Some(format!(
-                    "NamespaceTransfer {} records no requester",
-                    object_key(t)
-                )));
-            };
-            if let Some(right) = first_missing(
-                self.authorizer.as_ref(),
-                requester,
-                transfer_rights(t),
-                true,
-            )
-            .await?
-            {
-                return Ok(Some(format!(
-                    "User {:?}, who created NamespaceTransfer {}, can no longer {}, which {} requires",
-                    requester.username,
-                    object_key(t),
-                    right.describe(),
-                    right.because
-                )));
-            }
-        }
-        Ok(None)
-    }
-
-    // ----- writing our objects --------------------------------------------------------
-
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<NamespaceTransfer>, Error> {
-        super::current(&self.store, namespace, name).await
-    }
-
-    /// Records that `s` and `d` are matched, on both.
-    async fn record_match(
-        &self,
-        s: &NamespaceTransfer,
-        d: &NamespaceTransfer,
-    ) -> Result<(NamespaceTransfer, NamespaceTransfer), Error> {
-        let already = recorded_peer(s).is_some_and(|p| matching::is_named(d, &p))
-            && recorded_peer(d).is_some_and(|p| matching::is_named(s, &p));
-        if already {
-            return Ok((s.clone(), d.clone()));
-        }
-        let message = "matched with the transfer in the other namespace".to_owned();
-        self.update_pair(s, d, |st, _| {
-            st.phase = Some(Phase::WaitingForRelease);
-            st.reason = None;
-            st.message = Some(message.clone());
-            set(st, CONDITION_PEER_MATCHED, true, "Matched", &message);
-        })
-        .await
-    }
-
-    /// A matched pair that must wait before R1 (or R4): says why on both.
-    async fn wait(
-        &self,
-        s: &NamespaceTransfer,
-        d: &NamespaceTransfer,
-        reason: &'static str,
-        message: &str,
-        in_use: bool,
-    ) -> Result<(), Error> {
-        let was = s.status.as_ref().and_then(|st| st.reason.clone());
-        self.update_pair(s, d, |st, _| {
-            st.phase = Some(Phase::WaitingForRelease);
-            st.reason = Some(reason.to_owned());
-            st.message = Some(message.to_owned());
-            if in_use {
-                set(st, CONDITION_SOURCE_RELEASED, false, reason, message);
-            }
-        })
-        .await?;
-        if was.as_deref() != Some(reason) {
-            let claim = claim_reference(s.source_namespace(), &s.spec.source.name, None);
-            for regarding in [reference_to(s), claim] {
-                self.events
-                    .publish(&regarding, Severity::Warning, reason, "Wait", message)
-                    .await;
-            }
-        }
-        Ok(())
-    }
-
     /// Applies `change` to the status of `s` and of its peer `d` (once when
-    /// they are the same object), each with its own role, peer and peer phase.
+    /// they are the same object), each with its own role, peer (by uid) and
+    /// peer phase, and each with the words of `report` its side may read.
     /// The Source is written first: its record is the one the pair goes by.
     async fn update_pair(
         &self,
         s: &NamespaceTransfer,
-        d: &NamespaceTransfer,
+        d: Option<&NamespaceTransfer>,
+        report: &Report,
         change: impl Fn(&mut NamespaceTransferStatus, bool),
-    ) -> Result<(NamespaceTransfer, NamespaceTransfer), Error> {
-        let d_ref = reference(d);
+    ) -> Result<(), Error> {
+        let d = d.filter(|d| d.metadata.uid != s.metadata.uid);
+        let d_ref = d.map(reference);
+        let itself = role_of(s) == Some(Role::Both);
         let s_ref = reference(s);
         let new_s = self
             .update_status(s, |st| {
+                st.reason = Some(report.reason.to_owned());
+                st.message = Some(report.source.clone());
                 change(st, true);
-                st.peer = Some(d_ref.clone());
+                if let Some(r) = &d_ref {
+                    st.peer = Some(r.clone());
+                } else if itself {
+                    st.peer = Some(s_ref.clone());
+                }
                 st.peer_phase = st.phase;
             })
             .await?;
-        if same_object(s, d) {
-            return Ok((new_s.clone(), new_s));
-        }
-        let new_d = self
-            .update_status(d, |st| {
+        if let Some(d) = d {
+            let phase = new_s.status.as_ref().and_then(|st| st.phase);
+            self.update_status(d, |st| {
+                st.reason = Some(report.reason.to_owned());
+                st.message = Some(report.destination.clone());
                 change(st, false);
                 st.peer = Some(s_ref.clone());
-                st.peer_phase = st.phase;
+                st.peer_phase = phase;
             })
             .await?;
-        Ok((new_s, new_d))
+        }
+        Ok(())
     }
 
     /// A read-modify-write of `t`'s status; emits an Event when the phase
@@ -1287,8 +1227,16 @@ impl TransferController {
         let updated = self
             .store
             .guaranteed_update(&self.ctx, t.own_namespace(), name_of(t), true, |current| {
+                if current.metadata.uid != t.metadata.uid {
+                    return Err(ApiError::Conflict {
+                        resource: GroupResource::new(crate::api::GROUP, "namespacetransfers"),
+                        name: name_of(t).to_owned(),
+                        message: "the transfer was replaced while it was being reconciled"
+                            .to_owned(),
+                    });
+                }
                 // A decision made on an active transfer never overwrites an
-                // outcome someone else recorded meanwhile.
+                // outcome recorded meanwhile.
                 if is_active(t) && !is_active(current) {
                     return Err(ApiError::Conflict {
                         resource: GroupResource::new(crate::api::GROUP, "namespacetransfers"),
@@ -1371,6 +1319,27 @@ impl TransferController {
 
 // ----- pure helpers ---------------------------------------------------------------------
 
+/// The peer object of the facts, if there is one to write to.
+fn peer_of(f: &Facts) -> Option<&NamespaceTransfer> {
+    match &f.peer {
+        Peer::Itself => Some(&f.source),
+        Peer::Found(d) => Some(d.as_ref()),
+        Peer::Gone | Peer::Unmatched => None,
+    }
+}
+
+/// The protocol step an action carries out, for the fault hooks.
+fn step_of(action: &Action) -> Step {
+    match action {
+        Action::Lock { .. } | Action::RecordSource(_) => Step::Lock,
+        Action::Retain { .. } => Step::Retain,
+        Action::CreateDestination(_) | Action::RecordDestination(_) => Step::CreateTarget,
+        Action::Commit { .. } => Step::Commit,
+        Action::ReleaseSource { .. } => Step::ReleaseSource,
+        _ => Step::Settle,
+    }
+}
+
 fn now() -> Time {
     Time(Timestamp::now())
 }
@@ -1389,7 +1358,8 @@ fn set(st: &mut NamespaceTransferStatus, type_: &str, ok: bool, reason: &str, me
     );
 }
 
-/// The peer's view of a finished pair: the same outcome, its own role.
+/// The peer's view of a finished pair: the same outcome and reason, in the
+/// words the receiving side may read, and its own role.
 fn mirror(
     st: &mut NamespaceTransferStatus,
     source: &NamespaceTransferStatus,
@@ -1397,148 +1367,23 @@ fn mirror(
 ) {
     st.phase = source.phase;
     st.reason = source.reason.clone();
-    st.message = source.message.clone();
-    st.volume_name = source.volume_name.clone();
+    let reason = source.reason.clone().unwrap_or_default();
+    st.message = Some(if source.phase == Some(Phase::Completed) {
+        source.message.clone().unwrap_or_default()
+    } else {
+        destination_text(&reason).to_owned()
+    });
+    if source.phase == Some(Phase::Completed) {
+        st.volume_name = source.volume_name.clone();
+    }
     st.completion_time = source.completion_time.clone();
-    st.conditions = source.conditions.clone();
+    let message = st.message.clone().unwrap_or_default();
+    if let Some(ready) = apimeta::find_condition(&source.conditions, CONDITION_READY) {
+        let ok = ready.status == CONDITION_TRUE;
+        set(st, CONDITION_READY, ok, &ready.reason, &message);
+    }
     st.peer = Some(reference(s));
     st.peer_phase = source.phase;
-}
-
-fn name_of(t: &NamespaceTransfer) -> &str {
-    t.metadata.name.as_deref().unwrap_or_default()
-}
-
-fn uid_of(t: &NamespaceTransfer) -> &str {
-    t.metadata.uid.as_deref().unwrap_or_default()
-}
-
-fn same_object(a: &NamespaceTransfer, b: &NamespaceTransfer) -> bool {
-    a.metadata.uid == b.metadata.uid
-}
-
-fn has_finalizer(t: &NamespaceTransfer) -> bool {
-    t.metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|f| f == FINALIZER_TRANSFER_PROTECTION))
-}
-
-fn is_deleting(t: &NamespaceTransfer) -> bool {
-    t.metadata.deletion_timestamp.is_some()
-}
-
-fn recorded_peer(t: &NamespaceTransfer) -> Option<crate::api::namespace_transfer::PeerReference> {
-    t.status.as_ref().and_then(|st| st.peer.clone())
-}
-
-fn source_snapshot(t: &NamespaceTransfer) -> Option<SourceClaimSnapshot> {
-    t.status.as_ref().and_then(|st| st.source_claim.clone())
-}
-
-/// The destination claim: the Destination side's name (defaulted from the
-/// source name at create), in its namespace.
-fn destination_of<'a>(s: &'a NamespaceTransfer, d: &'a NamespaceTransfer) -> (&'a str, &'a str) {
-    if same_object(s, d) {
-        (s.destination_namespace(), &s.spec.destination.name)
-    } else {
-        (d.own_namespace(), &d.spec.destination.name)
-    }
-}
-
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
-fn claim_phase(claim: &PersistentVolumeClaim) -> &str {
-    claim
-        .status
-        .as_ref()
-        .and_then(|st| st.phase.as_deref())
-        .unwrap_or_default()
-}
-
-/// Whether the volume's claimRef names exactly this claim.
-fn claim_ref_is(volume: &PersistentVolume, namespace: &str, name: &str, uid: &str) -> bool {
-    volume
-        .spec
-        .as_ref()
-        .and_then(|sp| sp.claim_ref.as_ref())
-        .is_some_and(|r| {
-            r.namespace.as_deref() == Some(namespace)
-                && r.name.as_deref() == Some(name)
-                && !uid.is_empty()
-                && r.uid.as_deref() == Some(uid)
-        })
-}
-
-fn in_use_message(namespace: &str, claim: &str, pods: &[String]) -> String {
-    format!(
-        "PersistentVolumeClaim {namespace}/{claim} is in use by running pod(s) {}",
-        pods.join(", ")
-    )
-}
-
-/// What R3 and R4 need of the source claim.
-fn snapshot_of(claim: &PersistentVolumeClaim, volume_name: &str) -> SourceClaimSnapshot {
-    let spec = claim.spec.clone().unwrap_or_default();
-    SourceClaimSnapshot {
-        name: claim.metadata.name.clone().unwrap_or_default(),
-        uid: claim.metadata.uid.clone().unwrap_or_default(),
-        volume_name: volume_name.to_owned(),
-        storage_request: spec
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("storage").cloned()),
-        storage_class_name: spec.storage_class_name,
-        access_modes: spec.access_modes.unwrap_or_default(),
-        volume_mode: spec.volume_mode,
-    }
-}
-
-/// The destination claim of R3: pre-bound to the volume, shaped like the
-/// source, marked as ours, with no ownerReferences.
-fn destination_claim(
-    s: &NamespaceTransfer,
-    dest_ns: &str,
-    dest_name: &str,
-    snapshot: &SourceClaimSnapshot,
-) -> PersistentVolumeClaim {
-    let annotations = [
-        (
-            ANNOTATION_TRANSFERRED_FROM.to_owned(),
-            format!("{}/{}", s.source_namespace(), snapshot.name),
-        ),
-        (ANNOTATION_TRANSFER_LOCK.to_owned(), uid_of(s).to_owned()),
-    ];
-    PersistentVolumeClaim {
-        metadata: ObjectMeta {
-            name: Some(dest_name.to_owned()),
-            namespace: Some(dest_ns.to_owned()),
-            annotations: Some(annotations.into_iter().collect()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PersistentVolumeClaimSpec {
-            volume_name: Some(snapshot.volume_name.clone()),
-            storage_class_name: snapshot.storage_class_name.clone(),
-            access_modes: (!snapshot.access_modes.is_empty())
-                .then(|| snapshot.access_modes.clone()),
-            volume_mode: snapshot.volume_mode.clone(),
-            resources: snapshot
-                .storage_request
-                .clone()
-                .map(|q| VolumeResourceRequirements {
-                    requests: Some([("storage".to_owned(), q)].into_iter().collect()),
-                    ..VolumeResourceRequirements::default()
-                }),
-            ..PersistentVolumeClaimSpec::default()
-        }),
-        status: None,
-    }
 }
 
 /// When a finished transfer finished: its completion time, or when Ready
@@ -1556,10 +1401,6 @@ fn remaining_until_deadline(t: &NamespaceTransfer) -> Option<Duration> {
     let created = t.metadata.creation_timestamp.as_ref()?.0.as_second();
     let left = created.saturating_add(deadline) - Timestamp::now().as_second();
     Some(Duration::from_secs(left.max(0).unsigned_abs()))
-}
-
-fn deadline_passed(t: &NamespaceTransfer) -> bool {
-    remaining_until_deadline(t).is_some_and(|left| left.is_zero())
 }
 
 #[cfg(test)]

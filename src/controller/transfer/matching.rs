@@ -9,13 +9,10 @@ use std::cmp::Ordering;
 
 use crate::api::namespace_transfer::{NamespaceTransfer, PeerReference, Role};
 
-/// The role an object speaks for, from its status or, before the server has
-/// written one, from its namespaces.
+/// The role an object speaks for, from its spec alone (its namespaces):
+/// `status.role` only reports it, and status is never input.
 pub fn role_of(t: &NamespaceTransfer) -> Option<Role> {
-    t.status
-        .as_ref()
-        .and_then(|s| s.role)
-        .or_else(|| t.role().ok())
+    t.role().ok()
 }
 
 /// Not Completed, Failed or Cancelled.
@@ -31,12 +28,20 @@ pub fn reference(t: &NamespaceTransfer) -> PeerReference {
     PeerReference {
         namespace: t.own_namespace().to_owned(),
         name: t.metadata.name.clone().unwrap_or_default(),
+        uid: t.metadata.uid.clone(),
     }
 }
 
-/// Whether `d` names the same object as `peer`.
+/// Whether `d` is the object `peer` names: namespace, name and, when the
+/// reference records one, uid (a peer recreated under the same name is another
+/// object).
 pub fn is_named(d: &NamespaceTransfer, peer: &PeerReference) -> bool {
-    d.own_namespace() == peer.namespace && d.metadata.name.as_deref() == Some(&peer.name)
+    d.own_namespace() == peer.namespace
+        && d.metadata.name.as_deref() == Some(&peer.name)
+        && peer
+            .uid
+            .as_deref()
+            .is_none_or(|uid| d.metadata.uid.as_deref() == Some(uid))
 }
 
 /// Whether Source-role `s` and Destination-role `d` are peers: the same

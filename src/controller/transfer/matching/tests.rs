@@ -119,6 +119,7 @@ fn a_recorded_peer_keeps_the_match_even_against_an_older_request() {
     s.status.as_mut().unwrap().peer = Some(PeerReference {
         namespace: "dev".to_owned(),
         name: "late".to_owned(),
+        uid: None,
     });
     let all = vec![s, request("dev", "early", 0), request("dev", "late", 7)];
     assert_eq!(
@@ -154,6 +155,7 @@ fn a_request_that_lost_an_offer_stays_taken_after_the_offer_completes() {
     st.peer = Some(PeerReference {
         namespace: "dev".to_owned(),
         name: "winner".to_owned(),
+        uid: None,
     });
     st.conditions
         .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {

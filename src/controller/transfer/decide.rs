@@ -1,0 +1,977 @@
+//! The rebind protocol (DESIGN §2.1.5) as one pure function: given every
+//! fact a reconcile read ([`Facts`]), [`decide`] names the one thing to do
+//! next ([`Action`]). No I/O, no clock, no memory between calls: the
+//! controller gathers the facts, the executor performs the action with its
+//! precondition, and the next reconcile decides again from what is then
+//! true. A crash between any two writes therefore loses nothing, and a
+//! model checker can run this very function against a model of the cluster
+//! (`model/`).
+//!
+//! What it holds to:
+//! - **The commit is a fact on the volume.** R4 happened exactly when the
+//!   volume's `claimRef` names the destination claim and uid recorded after
+//!   R3. After it, the protocol only goes forward, whatever any status says
+//!   and whether or not the destination claim still exists.
+//! - **Status is memory, never authority.** What the source object recorded
+//!   (its peer's uid, the source snapshot, the destination's uid) is checked
+//!   against the live objects before anything is done with it; roles come
+//!   from the spec.
+//! - **Ownership is proven, not claimed.** A destination claim is ours when
+//!   its uid is the one recorded; before that (a crash right after R3), only
+//!   when it is exactly the claim R3 makes. A lock annotation alone proves
+//!   nothing: a tenant can write it.
+//! - **`Delete` is never restored on a volume that is not Bound to a live
+//!   claim it names**, so a rollback can never hand a volume to the
+//!   provisioner for deletion.
+//! - **The volume is fenced first.** A rollback's first write is to the
+//!   volume, conditional on its resourceVersion, so that a stale leader's R4
+//!   decided on the old volume fails.
+//! - **The destination claim cannot vanish under a decision.** R3 makes it
+//!   with the transfer-protection finalizer, and the finalizer comes off only
+//!   once the transfer has Completed, or once the volume is under Retain
+//!   again. A claim deleted between the decision to restore `Delete` and the
+//!   write therefore still exists; the next decision sees it deleting, puts
+//!   the volume back under Retain, and only then lets the claim go. (The
+//!   model check found this race.)
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::facts::{
+    larger_quantity, quantity_bytes, Admission, Claim, ClassPolicy, Facts, Peer, Volume,
+};
+pub use super::facts::{Refusal, Side};
+use super::matching::is_named;
+use crate::api::namespace_transfer::{
+    ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, Role, SourceClaimSnapshot,
+    TransferMode, ANNOTATION_TRANSFERRED_FROM, ANNOTATION_TRANSFER_LOCK,
+    FINALIZER_TRANSFER_PROTECTION, REASON_DEADLINE_EXCEEDED, REASON_DESTINATION_EXISTS,
+    REASON_FORBIDDEN,
+};
+
+/// Reason: no transfer in the other namespace matches yet.
+pub const REASON_WAITING_FOR_PEER: &str = "WaitingForPeer";
+/// Reason: the source claim does not exist.
+pub const REASON_SOURCE_NOT_FOUND: &str = "SourceNotFound";
+/// Reason: the source claim is not (yet) bound to its volume.
+pub const REASON_SOURCE_NOT_BOUND: &str = "SourceNotBound";
+/// Reason: a pod uses the source claim.
+pub const REASON_SOURCE_IN_USE: &str = "SourceInUse";
+/// Reason: another active transfer holds the source claim or its volume.
+pub const REASON_SOURCE_LOCKED: &str = "SourceLocked";
+/// Reason: the volume's StorageClass does not allow transfers.
+pub const REASON_STORAGE_CLASS_NOT_ALLOWED: &str = "StorageClassNotAllowed";
+/// Reason: kube-apiserver refuses (or would refuse) to create the destination
+/// claim (quota, admission, validation); its message is kept.
+pub const REASON_DESTINATION_REFUSED: &str = "DestinationRefused";
+/// Reason: kube-apiserver would refuse to delete the source claim at R5.
+pub const REASON_SOURCE_RELEASE_REFUSED: &str = "SourceReleaseRefused";
+/// Reason: the volume vanished or was changed by someone else.
+pub const REASON_VOLUME_CHANGED: &str = "VolumeChanged";
+/// Reason: one side was deleted before the commit point.
+pub const REASON_DELETED: &str = "Deleted";
+/// Reason: the transfer asks for a mode this server does not run (Clone).
+pub const REASON_MODE_NOT_SUPPORTED: &str = "ModeNotSupported";
+/// Reason: after the commit, waiting for the cluster to bind the destination.
+pub const REASON_WAITING_FOR_BINDING: &str = "WaitingForBinding";
+/// Reason: the destination claim was deleted after the commit; the volume is
+/// kept (reclaim policy Retain) for an administrator.
+pub const REASON_DESTINATION_LOST: &str = "DestinationLost";
+/// Reason: the transfer completed.
+pub const REASON_COMPLETED: &str = "Completed";
+
+/// How often a waiting pair looks again even without a triggering event.
+pub const WAIT_POLL: Duration = Duration::from_secs(5);
+
+/// What each side is told: a reason from a fixed vocabulary, the whole story
+/// for the side that gives the volume away, and for the receiving side only
+/// what it may know (never the source's pods, requester or volume).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub reason: &'static str,
+    pub source: String,
+    pub destination: String,
+}
+
+impl Report {
+    /// `source` in full for the source side; the reason's fixed sentence for
+    /// the destination.
+    pub fn new(reason: &'static str, source: impl Into<String>) -> Self {
+        Self {
+            reason,
+            source: source.into(),
+            destination: destination_text(reason).to_owned(),
+        }
+    }
+
+    /// The same words for both sides: the facts are the destination's own.
+    pub fn shared(reason: &'static str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self {
+            reason,
+            source: message.clone(),
+            destination: message,
+        }
+    }
+}
+
+/// The one next thing to do. Every write carries what it was decided on
+/// (a resourceVersion or uid), so that it fails if the world moved.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Nothing to do now; look again after `after`, if given.
+    Nothing { after: Option<Duration> },
+    /// Say on both sides why the pair waits, and look again after `after`.
+    /// `in_use` also marks `SourceReleased=False`.
+    Wait {
+        phase: Phase,
+        report: Report,
+        in_use: bool,
+        after: Duration,
+    },
+    /// Record the match on both objects, each naming the other by uid.
+    RecordMatch,
+    /// Record the end before the commit: Failed or Cancelled, on both. The
+    /// rollback is decided afterwards, from the recorded phase.
+    Finish { phase: Phase, report: Report },
+    /// Re-run both parties' SubjectAccessReviews (uncached) and decide again.
+    CheckRights,
+    /// Ask kube-apiserver with `dryRun=All` whether the R3 create and the R5
+    /// delete would be admitted, and decide again.
+    CheckAdmission,
+    /// Put the transfer-protection finalizer on both objects.
+    Protect,
+    /// R1: put our lock on the source claim, at the version decided on.
+    Lock { resource_version: String },
+    /// R1's memory: the source snapshot, on the source object.
+    RecordSource(SourceClaimSnapshot),
+    /// R2: mark the volume as ours, record its reclaim policy, set Retain.
+    Retain {
+        resource_version: String,
+        policy: String,
+    },
+    /// R3: create the destination claim.
+    CreateDestination(Box<PersistentVolumeClaim>),
+    /// R3's memory: the destination claim's uid, on the source object.
+    RecordDestination(ClaimReference),
+    /// R4, the commit: point the volume's `claimRef` at the destination.
+    Commit {
+        resource_version: String,
+        destination: ClaimReference,
+    },
+    /// Before R4: put the transfer-protection finalizer on the destination
+    /// claim (one adopted after a crash may lack it), at the version seen.
+    ProtectDestination {
+        resource_version: String,
+        finalizers: Vec<String>,
+    },
+    /// Take the transfer-protection finalizer off the destination claim, at
+    /// the version seen: the transfer is done with it.
+    ReleaseDestination {
+        resource_version: String,
+        finalizers: Vec<String>,
+    },
+    /// After R4 the destination claim is being deleted before the transfer
+    /// completed: put the volume back under Retain (marked as ours, naming
+    /// the lost claim) before letting the claim go.
+    Rehold { resource_version: String },
+    /// After R4: take our lock off the destination claim, which also makes
+    /// the cluster's PV controller look at it again.
+    UnlockDestination,
+    /// R5: delete the source claim, if it is still the one locked.
+    ReleaseSource { uid: String },
+    /// R6: the destination is Bound; restore the reclaim policy and remove
+    /// our marks from the volume.
+    Settle {
+        resource_version: String,
+        policy: String,
+    },
+    /// R6: record Completed on both.
+    Complete,
+    /// After R4 the destination claim is gone: say so, keep the volume.
+    DestinationLost { report: Report },
+    /// Rollback, first: remove our marks from the volume, restoring the
+    /// reclaim policy only if that is safe (`restore`).
+    Unmark {
+        resource_version: String,
+        restore: Option<String>,
+    },
+    /// Rollback: delete the destination claim we made, by its uid.
+    DeleteDestination { uid: String },
+    /// Rollback: take our lock off the source claim.
+    Unlock { resource_version: String },
+    /// Make the peer show the source side's outcome.
+    Mirror,
+    /// Take the transfer-protection finalizer off both objects.
+    Release,
+    /// Delete the finished source object once its TTL has passed.
+    Expire,
+}
+
+/// The next step for the pair that `f.source` drives.
+pub fn decide(f: &Facts) -> Action {
+    let s = &f.source;
+    let status = s.status.as_ref();
+    let phase = status.and_then(|st| st.phase);
+    if phase == Some(Phase::Completed) {
+        return tidy(f);
+    }
+    // The commit is a fact on the volume, whatever the phase says.
+    if let (Some(dest), Some(volume)) = (recorded_destination(s), &f.volume) {
+        if volume.names(&dest.namespace, &dest.name, &dest.uid) {
+            return forward(f, dest, volume);
+        }
+    }
+    if phase.is_some_and(Phase::is_finished) {
+        return roll_back(f);
+    }
+    active(f)
+}
+
+// ----- before the commit ---------------------------------------------------------
+
+fn active(f: &Facts) -> Action {
+    let s = &f.source;
+    let d = match &f.peer {
+        Peer::Itself => s,
+        Peer::Found(d) => d.as_ref(),
+        Peer::Gone => {
+            return cancel("the matched transfer in the destination namespace was deleted")
+        }
+        Peer::Unmatched => {
+            let recorded_peer = s.status.as_ref().and_then(|st| st.peer.as_ref()).is_some();
+            if recorded_peer || recorded_source(s).is_some() {
+                return cancel("the matched transfer in the destination namespace was deleted");
+            }
+            if deadline_passed(s, f.now) {
+                return finish_failed(Report::shared(
+                    REASON_DEADLINE_EXCEEDED,
+                    "activeDeadlineSeconds passed before the transfer was matched",
+                ));
+            }
+            return Action::Wait {
+                phase: Phase::WaitingForPeer,
+                report: Report::shared(
+                    REASON_WAITING_FOR_PEER,
+                    format!(
+                        "waiting for a NamespaceTransfer in namespace {:?} that requests claim {:?}",
+                        s.destination_namespace(),
+                        s.spec.source.name
+                    ),
+                ),
+                in_use: false,
+                after: remaining(s, f.now).unwrap_or(Duration::ZERO).max(WAIT_POLL),
+            };
+        }
+    };
+    for t in [s, d] {
+        if t.metadata.deletion_timestamp.is_some() {
+            return cancel(&format!(
+                "NamespaceTransfer {}/{} was deleted before the volume was handed over",
+                t.own_namespace(),
+                name_of(t)
+            ));
+        }
+    }
+    if deadline_passed(s, f.now) || deadline_passed(d, f.now) {
+        return finish_failed(Report::shared(
+            REASON_DEADLINE_EXCEEDED,
+            "activeDeadlineSeconds passed before the volume could be moved",
+        ));
+    }
+    if s.mode() != TransferMode::Move {
+        return finish_failed(Report::shared(
+            REASON_MODE_NOT_SUPPORTED,
+            format!(
+                "mode {} is not implemented by this server yet; only Move is",
+                s.mode()
+            ),
+        ));
+    }
+    if !match_recorded(s, d) {
+        return Action::RecordMatch;
+    }
+    match recorded_source(s) {
+        None => before_lock(f, d),
+        Some(snapshot) => after_lock(f, d, snapshot),
+    }
+}
+
+/// Before R1 nothing has been touched: check every precondition, then lock.
+fn before_lock(f: &Facts, d: &NamespaceTransfer) -> Action {
+    let s = &f.source;
+    let (source_ns, source_name) = (s.source_namespace(), s.spec.source.name.as_str());
+    let Some(claim) = &f.source_claim else {
+        return finish_failed(Report::new(
+            REASON_SOURCE_NOT_FOUND,
+            format!("PersistentVolumeClaim {source_ns}/{source_name} does not exist"),
+        ));
+    };
+    let volume = f.volume.as_ref().filter(|v| {
+        claim.phase == "Bound"
+            && claim.volume_name.as_deref() == Some(v.name.as_str())
+            && v.names(source_ns, &claim.name, &claim.uid)
+    });
+    let Some(volume) = volume else {
+        return wait(
+            Phase::WaitingForRelease,
+            Report::new(
+                REASON_SOURCE_NOT_BOUND,
+                format!(
+                    "PersistentVolumeClaim {source_ns}/{source_name} is not bound to a volume yet"
+                ),
+            ),
+            false,
+        );
+    };
+    if let ClassPolicy::Refused(why) = &f.class {
+        return finish_failed(Report::new(REASON_STORAGE_CLASS_NOT_ALLOWED, why.clone()));
+    }
+    let mine = uid_of(s);
+    if claim.lock.as_deref().is_some_and(|l| l != mine) && f.lock_holder_active {
+        return wait(
+            Phase::WaitingForRelease,
+            Report::new(
+                REASON_SOURCE_LOCKED,
+                format!(
+                    "PersistentVolumeClaim {source_ns}/{source_name} is locked by another transfer ({})",
+                    claim.lock.as_deref().unwrap_or_default()
+                ),
+            ),
+            false,
+        );
+    }
+    if volume.marker.as_deref().is_some_and(|m| m != mine) {
+        return wait(
+            Phase::WaitingForRelease,
+            Report::new(
+                REASON_SOURCE_LOCKED,
+                format!(
+                    "PersistentVolume {} is marked by another transfer ({})",
+                    volume.name,
+                    volume.marker.as_deref().unwrap_or_default()
+                ),
+            ),
+            false,
+        );
+    }
+    let (dest_ns, dest_name) = destination_of(s, d);
+    if f.destination_claim.is_some() {
+        return finish_failed(Report::shared(
+            REASON_DESTINATION_EXISTS,
+            format!(
+                "PersistentVolumeClaim {dest_ns}/{dest_name} already exists and was not created by this transfer"
+            ),
+        ));
+    }
+    if !f.users.is_empty() {
+        return wait(
+            Phase::WaitingForRelease,
+            Report::new(
+                REASON_SOURCE_IN_USE,
+                in_use_message(source_ns, source_name, &f.users),
+            ),
+            true,
+        );
+    }
+    if !has_finalizer(s) || !has_finalizer(d) {
+        return Action::Protect;
+    }
+    if claim.lock.as_deref() != Some(mine) {
+        return Action::Lock {
+            resource_version: claim.resource_version.clone(),
+        };
+    }
+    Action::RecordSource(snapshot_of(claim, volume))
+}
+
+/// After R1: R2, R3 and R4, each once, each after its own checks.
+fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) -> Action {
+    let s = &f.source;
+    let source_ns = s.source_namespace();
+    let mine = uid_of(s);
+    if snapshot.name != s.spec.source.name {
+        return finish_failed(Report::new(
+            REASON_VOLUME_CHANGED,
+            format!(
+                "status.sourceClaim names claim {:?}, not spec.source.name {:?}; refusing to act on it",
+                snapshot.name, s.spec.source.name
+            ),
+        ));
+    }
+    let Some(volume) = f.volume.as_ref().filter(|v| v.name == snapshot.volume_name) else {
+        return finish_failed(Report::new(
+            REASON_VOLUME_CHANGED,
+            format!(
+                "PersistentVolume {} was deleted during the transfer",
+                snapshot.volume_name
+            ),
+        ));
+    };
+    if !volume.names(source_ns, &snapshot.name, &snapshot.uid) {
+        return finish_failed(Report::new(
+            REASON_VOLUME_CHANGED,
+            format!(
+                "PersistentVolume {} is no longer bound to {source_ns}/{}; someone else changed it",
+                volume.name, snapshot.name
+            ),
+        ));
+    }
+    if let Some(claim) = &f.source_claim {
+        if claim.uid != snapshot.uid {
+            return finish_failed(Report::new(
+                REASON_VOLUME_CHANGED,
+                format!(
+                    "PersistentVolumeClaim {source_ns}/{} was replaced by another claim of that name",
+                    snapshot.name
+                ),
+            ));
+        }
+        if claim.lock.as_deref() != Some(mine) && !claim.deleting {
+            // Someone took our lock off; put it back before going on.
+            return Action::Lock {
+                resource_version: claim.resource_version.clone(),
+            };
+        }
+    }
+
+    // R2: only once both parties' rights and the API's admission say yes.
+    if volume.marker.as_deref() != Some(mine) {
+        if volume.marker.is_some() {
+            return finish_failed(Report::new(
+                REASON_VOLUME_CHANGED,
+                format!(
+                    "PersistentVolume {} is marked by another transfer ({})",
+                    volume.name,
+                    volume.marker.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        if !f.users.is_empty() {
+            return wait(
+                Phase::WaitingForRelease,
+                Report::new(
+                    REASON_SOURCE_IN_USE,
+                    in_use_message(source_ns, &snapshot.name, &f.users),
+                ),
+                true,
+            );
+        }
+        if let Some(action) = rights_and_admission(f, true) {
+            return action;
+        }
+        return Action::Retain {
+            resource_version: volume.resource_version.clone(),
+            policy: volume.reclaim_policy.clone(),
+        };
+    }
+
+    // R3: the destination claim, made by us or exactly as we make it.
+    let (dest_ns, dest_name) = destination_of(s, d);
+    let expected = destination_claim(s, dest_ns, dest_name, snapshot, volume);
+    let destination = match recorded_destination(s) {
+        Some(recorded) => match &f.destination_claim {
+            Some(c) if c.uid == recorded.uid && !c.deleting => recorded,
+            _ => {
+                return finish_failed(Report::shared(
+                    REASON_VOLUME_CHANGED,
+                    format!(
+                        "PersistentVolumeClaim {dest_ns}/{dest_name} was deleted before the volume was handed over"
+                    ),
+                ))
+            }
+        },
+        None => {
+            return match &f.destination_claim {
+                None => Action::CreateDestination(Box::new(expected)),
+                Some(c) if !c.deleting && c.lock.as_deref() == Some(mine) && made_as(c, &expected) => {
+                    Action::RecordDestination(ClaimReference {
+                        namespace: dest_ns.to_owned(),
+                        name: dest_name.to_owned(),
+                        uid: c.uid.clone(),
+                    })
+                }
+                Some(_) => finish_failed(Report::shared(
+                    REASON_DESTINATION_EXISTS,
+                    format!(
+                        "PersistentVolumeClaim {dest_ns}/{dest_name} already exists and was not created by this transfer"
+                    ),
+                )),
+            }
+        }
+    };
+
+    if let Some(c) = f.destination_claim.as_ref().filter(|c| !c.protected()) {
+        let mut finalizers = c.finalizers.clone();
+        finalizers.push(FINALIZER_TRANSFER_PROTECTION.to_owned());
+        return Action::ProtectDestination {
+            resource_version: c.resource_version.clone(),
+            finalizers,
+        };
+    }
+
+    // R4: a pod may have started using the source since it was checked, and
+    // rights may have been revoked since R2.
+    if !f.users.is_empty() {
+        return wait(
+            Phase::WaitingForRelease,
+            Report::new(
+                REASON_SOURCE_IN_USE,
+                format!(
+                    "{}; it started after the claim was checked, so the rebind waits before committing",
+                    in_use_message(source_ns, &snapshot.name, &f.users)
+                ),
+            ),
+            true,
+        );
+    }
+    if let Some(action) = rights_and_admission(f, false) {
+        return action;
+    }
+    Action::Commit {
+        resource_version: volume.resource_version.clone(),
+        destination: destination.clone(),
+    }
+}
+
+/// Asks for, or acts on, the rights re-check (and before R2 the admission
+/// dry run); `None` once both allow going on.
+fn rights_and_admission(f: &Facts, with_admission: bool) -> Option<Action> {
+    match &f.rights {
+        None => return Some(Action::CheckRights),
+        Some(Err(refusal)) => {
+            let report = match refusal.side {
+                Side::Source => Report::new(REASON_FORBIDDEN, refusal.message.clone()),
+                Side::Destination => Report::shared(REASON_FORBIDDEN, refusal.message.clone()),
+            };
+            return Some(finish_failed(report));
+        }
+        Some(Ok(())) => {}
+    }
+    if !with_admission {
+        return None;
+    }
+    match &f.admission {
+        None => Some(Action::CheckAdmission),
+        Some(Admission::Admitted) => None,
+        Some(Admission::DestinationRefused(message)) => Some(finish_failed(Report::shared(
+            REASON_DESTINATION_REFUSED,
+            format!("creating the destination claim would be refused: {message}"),
+        ))),
+        Some(Admission::SourceReleaseRefused(message)) => Some(finish_failed(Report::new(
+            REASON_SOURCE_RELEASE_REFUSED,
+            format!("deleting the source claim after the hand-over would be refused: {message}"),
+        ))),
+    }
+}
+
+// ----- after the commit: only forward ----------------------------------------------
+
+fn forward(f: &Facts, dest: &ClaimReference, volume: &Volume) -> Action {
+    let s = &f.source;
+    let source_ns = s.source_namespace();
+    let mine = uid_of(s);
+    // R5: the source claim no longer holds the volume.
+    if let Some(snapshot) = recorded_source(s) {
+        if let Some(claim) = &f.source_claim {
+            if claim.uid == snapshot.uid && !claim.deleting {
+                return Action::ReleaseSource {
+                    uid: claim.uid.clone(),
+                };
+            }
+        }
+    }
+    let ours = f.destination_claim.as_ref().filter(|c| c.uid == dest.uid);
+    if let Some(claim) = ours.filter(|c| c.deleting) {
+        // Deleted before the transfer completed: keep the volume, then let
+        // the claim go. The hold is a write to the volume that records the
+        // claim, so that it also fences: any decision made before it on the
+        // volume (a stale leader's R6) fails its resourceVersion.
+        if volume.marker.as_deref() != Some(mine)
+            || volume.reclaim_policy != "Retain"
+            || volume.destination_lost.as_deref() != Some(dest.uid.as_str())
+        {
+            return Action::Rehold {
+                resource_version: volume.resource_version.clone(),
+            };
+        }
+        if claim.protected() {
+            return release_destination(claim);
+        }
+    }
+    let live = ours.filter(|c| !c.deleting);
+    let Some(claim) = live else {
+        let reason = s.status.as_ref().and_then(|st| st.reason.as_deref());
+        if reason != Some(REASON_DESTINATION_LOST) {
+            return Action::DestinationLost {
+                report: Report::new(
+                    REASON_DESTINATION_LOST,
+                    format!(
+                        "PersistentVolumeClaim {}/{} was deleted after volume {} was handed to it; the volume is kept (reclaim policy Retain) for an administrator",
+                        dest.namespace, dest.name, volume.name
+                    ),
+                ),
+            };
+        }
+        if finalizers_held(f) {
+            return Action::Release;
+        }
+        return Action::Nothing { after: None };
+    };
+    let _ = source_ns;
+    let bound =
+        claim.phase == "Bound" && claim.volume_name.as_deref() == Some(volume.name.as_str());
+    if !bound {
+        if claim.lock.as_deref() == Some(mine) {
+            return Action::UnlockDestination;
+        }
+        return Action::Wait {
+            phase: Phase::Rebinding,
+            report: Report::shared(
+                REASON_WAITING_FOR_BINDING,
+                format!(
+                    "waiting for PersistentVolumeClaim {}/{} to be bound to its volume",
+                    dest.namespace, dest.name
+                ),
+            ),
+            in_use: false,
+            after: Duration::from_secs(1),
+        };
+    }
+    // R6: Bound to a live claim it names, so Delete may come back.
+    if volume.marker.as_deref() == Some(mine) {
+        if volume.phase == "Bound" {
+            return Action::Settle {
+                resource_version: volume.resource_version.clone(),
+                policy: volume
+                    .original_policy
+                    .clone()
+                    .unwrap_or_else(|| volume.reclaim_policy.clone()),
+            };
+        }
+        return Action::Nothing {
+            after: Some(Duration::from_secs(1)),
+        };
+    }
+    if claim.lock.as_deref() == Some(mine) {
+        return Action::UnlockDestination;
+    }
+    Action::Complete
+}
+
+/// Completed: let the destination claim go, make the peer say so, let
+/// both objects go, mind the TTL.
+fn tidy(f: &Facts) -> Action {
+    if let Some(dest) = recorded_destination(&f.source) {
+        if let Some(claim) = f
+            .destination_claim
+            .as_ref()
+            .filter(|c| c.uid == dest.uid && c.protected())
+        {
+            return release_destination(claim);
+        }
+    }
+    if let Peer::Found(d) = &f.peer {
+        let peer_phase = d.status.as_ref().and_then(|st| st.phase);
+        let source_phase = f.source.status.as_ref().and_then(|st| st.phase);
+        if peer_phase != source_phase {
+            return Action::Mirror;
+        }
+    }
+    if finalizers_held(f) {
+        return Action::Release;
+    }
+    Action::Expire
+}
+
+/// Failed or Cancelled before the commit: undo in the order that fences a
+/// stale leader first, then let go.
+fn roll_back(f: &Facts) -> Action {
+    let s = &f.source;
+    let mine = uid_of(s);
+    let source_ns = s.source_namespace();
+    if let Some(volume) = f
+        .volume
+        .as_ref()
+        .filter(|v| v.marker.as_deref() == Some(mine))
+    {
+        let source_bound = f.source_claim.as_ref().is_some_and(|c| {
+            c.phase == "Bound" && !c.deleting && volume.names(source_ns, &c.name, &c.uid)
+        });
+        let restore = (volume.phase == "Bound" && source_bound)
+            .then(|| volume.original_policy.clone())
+            .flatten();
+        return Action::Unmark {
+            resource_version: volume.resource_version.clone(),
+            restore,
+        };
+    }
+    if let Some(dest) = recorded_destination(s) {
+        let committed = f
+            .volume
+            .as_ref()
+            .is_some_and(|v| v.names(&dest.namespace, &dest.name, &dest.uid));
+        if let Some(claim) = f.destination_claim.as_ref().filter(|c| c.uid == dest.uid) {
+            if !claim.deleting && !committed {
+                return Action::DeleteDestination {
+                    uid: claim.uid.clone(),
+                };
+            }
+            if claim.deleting && claim.protected() {
+                return release_destination(claim);
+            }
+        }
+    }
+    if let Some(claim) = &f.source_claim {
+        let snapshot_uid = recorded_source(s).map(|snap| snap.uid.as_str());
+        let ours = snapshot_uid.is_none_or(|uid| uid == claim.uid);
+        if ours && claim.lock.as_deref() == Some(mine) {
+            return Action::Unlock {
+                resource_version: claim.resource_version.clone(),
+            };
+        }
+    }
+    tidy(f)
+}
+
+// ----- facts about our objects -------------------------------------------------------
+
+/// The snapshot of R1, if recorded.
+pub fn recorded_source(s: &NamespaceTransfer) -> Option<&SourceClaimSnapshot> {
+    s.status.as_ref().and_then(|st| st.source_claim.as_ref())
+}
+
+/// The destination claim of R3, if recorded.
+pub fn recorded_destination(s: &NamespaceTransfer) -> Option<&ClaimReference> {
+    s.status
+        .as_ref()
+        .and_then(|st| st.destination_claim.as_ref())
+}
+
+/// Whether both objects record each other, uid and all.
+fn match_recorded(s: &NamespaceTransfer, d: &NamespaceTransfer) -> bool {
+    if s.metadata.uid == d.metadata.uid {
+        return s.status.as_ref().and_then(|st| st.peer.as_ref()).is_some();
+    }
+    let named = |t: &NamespaceTransfer, other: &NamespaceTransfer| {
+        t.status
+            .as_ref()
+            .and_then(|st| st.peer.as_ref())
+            .is_some_and(|p| is_named(other, p) && p.uid.is_some())
+    };
+    named(s, d) && named(d, s)
+}
+
+/// Takes our finalizer off `claim`, keeping everyone else's.
+fn release_destination(claim: &Claim) -> Action {
+    Action::ReleaseDestination {
+        resource_version: claim.resource_version.clone(),
+        finalizers: claim
+            .finalizers
+            .iter()
+            .filter(|f| *f != FINALIZER_TRANSFER_PROTECTION)
+            .cloned()
+            .collect(),
+    }
+}
+
+fn finalizers_held(f: &Facts) -> bool {
+    has_finalizer(&f.source)
+        || match &f.peer {
+            Peer::Found(d) => has_finalizer(d),
+            _ => false,
+        }
+}
+
+pub fn has_finalizer(t: &NamespaceTransfer) -> bool {
+    t.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == FINALIZER_TRANSFER_PROTECTION)
+}
+
+pub fn name_of(t: &NamespaceTransfer) -> &str {
+    t.metadata.name.as_deref().unwrap_or_default()
+}
+
+pub fn uid_of(t: &NamespaceTransfer) -> &str {
+    t.metadata.uid.as_deref().unwrap_or_default()
+}
+
+/// The destination claim's namespace and name: the Destination side's
+/// (defaulted from the source name at create), or a rename's own.
+pub fn destination_of<'a>(
+    s: &'a NamespaceTransfer,
+    d: &'a NamespaceTransfer,
+) -> (&'a str, &'a str) {
+    if s.metadata.uid == d.metadata.uid || s.role().ok() == Some(Role::Both) {
+        (s.destination_namespace(), &s.spec.destination.name)
+    } else {
+        (d.own_namespace(), &d.spec.destination.name)
+    }
+}
+
+fn remaining(t: &NamespaceTransfer, now: i64) -> Option<Duration> {
+    let deadline = t.spec.active_deadline_seconds?;
+    let created = t.metadata.creation_timestamp.as_ref()?.0.as_second();
+    let left = created.saturating_add(deadline) - now;
+    Some(Duration::from_secs(left.max(0).unsigned_abs()))
+}
+
+fn deadline_passed(t: &NamespaceTransfer, now: i64) -> bool {
+    remaining(t, now).is_some_and(|left| left.is_zero())
+}
+
+fn cancel(message: &str) -> Action {
+    Action::Finish {
+        phase: Phase::Cancelled,
+        report: Report::shared(REASON_DELETED, format!("{message}; the source is restored")),
+    }
+}
+
+fn finish_failed(report: Report) -> Action {
+    Action::Finish {
+        phase: Phase::Failed,
+        report,
+    }
+}
+
+fn wait(phase: Phase, report: Report, in_use: bool) -> Action {
+    Action::Wait {
+        phase,
+        report,
+        in_use,
+        after: WAIT_POLL,
+    }
+}
+
+pub fn in_use_message(namespace: &str, claim: &str, pods: &[String]) -> String {
+    format!(
+        "PersistentVolumeClaim {namespace}/{claim} is in use by pod(s) {}",
+        pods.join(", ")
+    )
+}
+
+/// The sentence the receiving side gets for `reason`: what happened, never
+/// the source namespace's pods, requester or volume.
+pub fn destination_text(reason: &str) -> &'static str {
+    match reason {
+        REASON_WAITING_FOR_PEER => "waiting for the transfer in the other namespace",
+        REASON_SOURCE_NOT_BOUND => "waiting for the source claim to be bound to a volume",
+        REASON_SOURCE_IN_USE => "waiting until no pod in the source namespace uses the claim",
+        REASON_SOURCE_LOCKED => "waiting: another transfer holds the source claim",
+        REASON_WAITING_FOR_BINDING => "waiting for the new claim to be bound to its volume",
+        REASON_FORBIDDEN => "refused: the source side no longer holds a right the transfer needs",
+        REASON_DEADLINE_EXCEEDED => "activeDeadlineSeconds passed before the transfer finished",
+        REASON_SOURCE_RELEASE_REFUSED => "refused: the source namespace would not let the claim go",
+        REASON_STORAGE_CLASS_NOT_ALLOWED => {
+            "refused: the volume's StorageClass does not allow transfers"
+        }
+        REASON_SOURCE_NOT_FOUND => "refused: the source claim does not exist",
+        REASON_VOLUME_CHANGED => "refused: the source volume changed during the transfer",
+        REASON_DELETED => "cancelled: one side was deleted before the volume was handed over",
+        REASON_MODE_NOT_SUPPORTED => "refused: this server does not run that mode",
+        REASON_DESTINATION_LOST => "the new claim was deleted after the volume was handed to it",
+        REASON_COMPLETED => "the volume was handed over",
+        _ => "see the transfer in the other namespace",
+    }
+}
+
+/// What R3 and R4 need of the source claim, taken at R1.
+pub fn snapshot_of(claim: &Claim, volume: &Volume) -> SourceClaimSnapshot {
+    SourceClaimSnapshot {
+        name: claim.name.clone(),
+        uid: claim.uid.clone(),
+        volume_name: volume.name.clone(),
+        storage_request: claim.shape.request.clone().map(Quantity),
+        storage_class_name: claim.shape.storage_class_name.clone(),
+        access_modes: claim.shape.access_modes.clone(),
+        volume_mode: claim.shape.volume_mode.clone(),
+        volume_attributes_class_name: claim.shape.volume_attributes_class_name.clone(),
+    }
+}
+
+/// The destination claim R3 makes: pre-bound to the volume, in the
+/// volume's class (named explicitly, even when empty, so that no default
+/// class is chosen for it), requesting the whole volume (so that the
+/// destination's quota counts what it receives), shaped like the source,
+/// marked as ours, held by our finalizer until the transfer is done with
+/// it, with no ownerReferences.
+pub fn destination_claim(
+    s: &NamespaceTransfer,
+    dest_ns: &str,
+    dest_name: &str,
+    snapshot: &SourceClaimSnapshot,
+    volume: &Volume,
+) -> PersistentVolumeClaim {
+    let annotations = [
+        (
+            ANNOTATION_TRANSFERRED_FROM.to_owned(),
+            format!("{}/{}", s.source_namespace(), snapshot.name),
+        ),
+        (ANNOTATION_TRANSFER_LOCK.to_owned(), uid_of(s).to_owned()),
+    ];
+    let request = larger_quantity(
+        snapshot.storage_request.as_ref().map(|q| q.0.as_str()),
+        volume.capacity.as_deref(),
+    );
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(dest_name.to_owned()),
+            namespace: Some(dest_ns.to_owned()),
+            annotations: Some(annotations.into_iter().collect()),
+            finalizers: Some(vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            volume_name: Some(volume.name.clone()),
+            storage_class_name: Some(volume.storage_class_name.clone().unwrap_or_default()),
+            access_modes: (!snapshot.access_modes.is_empty())
+                .then(|| snapshot.access_modes.clone()),
+            volume_mode: snapshot.volume_mode.clone(),
+            volume_attributes_class_name: snapshot.volume_attributes_class_name.clone(),
+            resources: request.map(|q| VolumeResourceRequirements {
+                requests: Some([("storage".to_owned(), Quantity(q))].into_iter().collect()),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Whether `claim` is exactly what R3 makes as `expected`: adopting such a
+/// claim after a crash right after R3 gives nobody anything R3 would not
+/// have given (a tenant's look-alike with a smaller request, another class,
+/// a data source or an owner is refused).
+pub fn made_as(claim: &Claim, expected: &PersistentVolumeClaim) -> bool {
+    let want = super::facts::Claim::from(expected).shape;
+    let have = &claim.shape;
+    let mode = |m: &Option<String>| m.clone().unwrap_or_else(|| "Filesystem".to_owned());
+    let mut want_modes = want.access_modes.clone();
+    let mut have_modes = have.access_modes.clone();
+    want_modes.sort();
+    have_modes.sort();
+    let same_request = match (&want.request, &have.request) {
+        (Some(a), Some(b)) => quantity_bytes(a).is_some() && quantity_bytes(a) == quantity_bytes(b),
+        (None, None) => true,
+        _ => false,
+    };
+    !have.extras
+        && have.volume_name == want.volume_name
+        && have.storage_class_name.clone().unwrap_or_default()
+            == want.storage_class_name.clone().unwrap_or_default()
+        && want_modes == have_modes
+        && mode(&have.volume_mode) == mode(&want.volume_mode)
+        && have.volume_attributes_class_name == want.volume_attributes_class_name
+        && same_request
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,342 @@
+//! The facts one reconcile of a transfer pair decides on: everything the
+//! rebind protocol needs to know, read afresh every time, as plain data.
+//!
+//! Owns the shapes of those facts and their conversion from the Kubernetes
+//! objects they are read from. No I/O: the controller gathers, this module
+//! only describes, and [`super::decide`] decides. A model checker builds the
+//! same structs from a model of the cluster.
+//!
+//! What a fact means:
+//! - [`Facts::source`] is the object that drives the pair (role Source or
+//!   Both); its `status` is the protocol's memory, which only the controller
+//!   writes (the registry refuses clients' status writes), and which the
+//!   decision still checks against the live objects below.
+//! - [`Facts::peer`] is the Destination-role object, found by the uid the
+//!   source recorded, or by matching before anything was recorded.
+//! - [`Facts::source_claim`], [`Facts::destination_claim`] and
+//!   [`Facts::volume`] are live reads (GET) from kube-apiserver.
+//! - [`Facts::users`] is a live LIST of the pods that use the source claim.
+//! - [`Facts::rights`] and [`Facts::admission`] are only gathered when the
+//!   decision asks for them, right before the write they guard.
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
+use crate::api::namespace_transfer::{
+    NamespaceTransfer, ANNOTATION_DESTINATION_LOST, ANNOTATION_ORIGINAL_RECLAIM_POLICY,
+    ANNOTATION_TRANSFER_LOCK, FINALIZER_TRANSFER_PROTECTION,
+};
+
+/// Everything one decision is made on.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// Unix seconds, for deadlines.
+    pub now: i64,
+    /// `--allow-all-storage-classes`.
+    pub allow_all_storage_classes: bool,
+    /// The object that drives the pair: role Source, or Both (a rename).
+    pub source: NamespaceTransfer,
+    /// Its Destination-role peer.
+    pub peer: Peer,
+    /// The claim `spec.source.name` in the source namespace, live.
+    pub source_claim: Option<Claim>,
+    /// The claim at the destination's namespace and name, live; `None` also
+    /// while the destination is not known (no peer).
+    pub destination_claim: Option<Claim>,
+    /// The volume the transfer is about, live: the one recorded at R1, or
+    /// before that the one the source claim is bound to.
+    pub volume: Option<Volume>,
+    /// Whether the volume's StorageClass allows transfers.
+    pub class: ClassPolicy,
+    /// The pods that use the source claim now (live LIST): not Succeeded or
+    /// Failed, scheduled or not.
+    pub users: Vec<String>,
+    /// When the source claim carries another transfer's lock: whether that
+    /// transfer exists and is active.
+    pub lock_holder_active: bool,
+    /// Both parties' rights, re-checked with uncached SubjectAccessReviews;
+    /// `None` until the decision asks for them.
+    pub rights: Option<Result<(), Refusal>>,
+    /// Whether kube-apiserver would admit the R3 create and the R5 delete
+    /// (`dryRun=All`); `None` until the decision asks.
+    pub admission: Option<Admission>,
+}
+
+/// The Destination-role side of the pair.
+#[derive(Debug, Clone)]
+pub enum Peer {
+    /// A rename: the source object is its own peer.
+    Itself,
+    /// The peer, found by the recorded uid or by matching.
+    Found(Box<NamespaceTransfer>),
+    /// A peer was recorded, and no object with its namespace, name and uid
+    /// exists any more.
+    Gone,
+    /// No peer was recorded and none matches yet.
+    Unmatched,
+}
+
+/// Which party a refusal is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Source,
+    Destination,
+}
+
+/// A party that no longer holds a right it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub side: Side,
+    pub message: String,
+}
+
+/// What kube-apiserver's admission answered to the dry runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    Admitted,
+    /// The R3 create would be refused; the API's message.
+    DestinationRefused(String),
+    /// The R5 delete would be refused; the API's message.
+    SourceReleaseRefused(String),
+}
+
+/// Whether the volume's class allows transfers (DESIGN §2.1.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClassPolicy {
+    Allowed,
+    /// Why not.
+    Refused(String),
+    /// Not looked up (no volume yet).
+    Unknown,
+}
+
+/// A PersistentVolumeClaim, as the protocol sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    /// `status.phase`: Pending, Bound or Lost.
+    pub phase: String,
+    /// `spec.volumeName`.
+    pub volume_name: Option<String>,
+    /// Our lock annotation: the uid of the transfer that holds the claim.
+    pub lock: Option<String>,
+    pub deleting: bool,
+    /// `metadata.finalizers`, ours (transfer-protection) among them or not.
+    pub finalizers: Vec<String>,
+    /// What R3 sets, to tell a claim exactly as R3 makes it from any other.
+    pub shape: ClaimShape,
+}
+
+impl Claim {
+    /// Whether the claim carries the transfer-protection finalizer, which
+    /// keeps a destination claim from going between the commit and the end
+    /// of the transfer.
+    pub fn protected(&self) -> bool {
+        self.finalizers
+            .iter()
+            .any(|f| f == FINALIZER_TRANSFER_PROTECTION)
+    }
+}
+
+/// The parts of a claim's spec the destination claim copies, and what else
+/// would make a claim something R3 did not make.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimShape {
+    pub storage_class_name: Option<String>,
+    pub access_modes: Vec<String>,
+    pub volume_mode: Option<String>,
+    /// `resources.requests.storage`.
+    pub request: Option<String>,
+    pub volume_attributes_class_name: Option<String>,
+    /// `spec.volumeName`.
+    pub volume_name: Option<String>,
+    /// A selector, a data source, ownerReferences or limits: R3 sets none.
+    pub extras: bool,
+}
+
+/// A PersistentVolume, as the protocol sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Volume {
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub claim_ref: Option<ClaimRef>,
+    /// `spec.persistentVolumeReclaimPolicy`.
+    pub reclaim_policy: String,
+    /// The policy R2 recorded, to restore.
+    pub original_policy: Option<String>,
+    /// The uid of the transfer whose R2 marked the volume.
+    pub marker: Option<String>,
+    /// The uid of a destination claim deleted after the commit, which the
+    /// volume was held for (Retain) before the claim was let go.
+    pub destination_lost: Option<String>,
+    /// `status.phase`: Available, Bound, Released or Failed.
+    pub phase: String,
+    pub storage_class_name: Option<String>,
+    /// `spec.capacity.storage`.
+    pub capacity: Option<String>,
+}
+
+/// A volume's `claimRef`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub namespace: String,
+    pub name: String,
+    /// Empty when the reference names no uid (pre-bound by name).
+    pub uid: String,
+}
+
+impl ClaimRef {
+    /// Whether it names exactly this claim, uid and all.
+    pub fn is(&self, namespace: &str, name: &str, uid: &str) -> bool {
+        self.namespace == namespace && self.name == name && !uid.is_empty() && self.uid == uid
+    }
+}
+
+impl Volume {
+    /// Whether the volume's `claimRef` names exactly this claim.
+    pub fn names(&self, namespace: &str, name: &str, uid: &str) -> bool {
+        self.claim_ref
+            .as_ref()
+            .is_some_and(|r| r.is(namespace, name, uid))
+    }
+}
+
+/// The annotation of the volume's marker, naming the transfer whose R2 took
+/// it (the same key as the claims' lock).
+pub const VOLUME_MARKER: &str = ANNOTATION_TRANSFER_LOCK;
+
+fn annotation(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<String> {
+    meta.annotations.as_ref()?.get(key).cloned()
+}
+
+impl From<&PersistentVolumeClaim> for Claim {
+    fn from(c: &PersistentVolumeClaim) -> Self {
+        let spec = c.spec.clone().unwrap_or_default();
+        let request = spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .map(|q| q.0.clone());
+        let limits = spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .is_some_and(|l| !l.is_empty());
+        let extras = spec.selector.is_some()
+            || spec.data_source.is_some()
+            || spec.data_source_ref.is_some()
+            || limits
+            || c.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| !o.is_empty());
+        Self {
+            name: c.metadata.name.clone().unwrap_or_default(),
+            uid: c.metadata.uid.clone().unwrap_or_default(),
+            resource_version: c.metadata.resource_version.clone().unwrap_or_default(),
+            phase: c
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default(),
+            volume_name: spec.volume_name.clone().filter(|v| !v.is_empty()),
+            lock: annotation(&c.metadata, ANNOTATION_TRANSFER_LOCK),
+            deleting: c.metadata.deletion_timestamp.is_some(),
+            finalizers: c.metadata.finalizers.clone().unwrap_or_default(),
+            shape: ClaimShape {
+                storage_class_name: spec.storage_class_name,
+                access_modes: spec.access_modes.unwrap_or_default(),
+                volume_mode: spec.volume_mode,
+                request,
+                volume_attributes_class_name: spec.volume_attributes_class_name,
+                volume_name: spec.volume_name.filter(|v| !v.is_empty()),
+                extras,
+            },
+        }
+    }
+}
+
+impl From<&PersistentVolume> for Volume {
+    fn from(v: &PersistentVolume) -> Self {
+        let spec = v.spec.clone().unwrap_or_default();
+        Self {
+            name: v.metadata.name.clone().unwrap_or_default(),
+            uid: v.metadata.uid.clone().unwrap_or_default(),
+            resource_version: v.metadata.resource_version.clone().unwrap_or_default(),
+            claim_ref: spec.claim_ref.as_ref().map(|r| ClaimRef {
+                namespace: r.namespace.clone().unwrap_or_default(),
+                name: r.name.clone().unwrap_or_default(),
+                uid: r.uid.clone().unwrap_or_default(),
+            }),
+            reclaim_policy: spec
+                .persistent_volume_reclaim_policy
+                .clone()
+                .unwrap_or_else(|| "Retain".to_owned()),
+            original_policy: annotation(&v.metadata, ANNOTATION_ORIGINAL_RECLAIM_POLICY),
+            marker: annotation(&v.metadata, VOLUME_MARKER),
+            destination_lost: annotation(&v.metadata, ANNOTATION_DESTINATION_LOST),
+            phase: v
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default(),
+            storage_class_name: spec.storage_class_name.filter(|c| !c.is_empty()),
+            capacity: spec
+                .capacity
+                .as_ref()
+                .and_then(|c| c.get("storage"))
+                .map(|q| q.0.clone()),
+        }
+    }
+}
+
+/// A resource quantity (`1Gi`, `500M`, `1.5Ti`, `1e9`) in bytes; `None` when
+/// it does not parse. Enough precision to compare volume sizes.
+pub fn quantity_bytes(q: &str) -> Option<f64> {
+    let q = q.trim();
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(q.len());
+    let (number, suffix) = q.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let factor = match suffix {
+        "" => 1.0,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        s if s.starts_with(['e', 'E']) => 10f64.powi(s[1..].parse().ok()?),
+        _ => return None,
+    };
+    Some(number * factor)
+}
+
+/// The larger of two quantities, as written; `a` when they cannot be
+/// compared.
+pub fn larger_quantity(a: Option<&str>, b: Option<&str>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => match (quantity_bytes(a), quantity_bytes(b)) {
+            (Some(x), Some(y)) if y > x => Some(b.to_owned()),
+            _ => Some(a.to_owned()),
+        },
+        (a, b) => a.or(b).map(str::to_owned),
+    }
+}
+
+#[cfg(test)]
+mod tests;

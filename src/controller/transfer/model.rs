@@ -1,0 +1,1136 @@
+//! An exhaustive model check of the rebind protocol: the real
+//! [`decide`](super::decide::decide) run against a model of the cluster,
+//! every interleaving explored breadth-first.
+//!
+//! The model holds one transfer pair (`prod/give` offers `prod/db`, `dev/take`
+//! requests it), the source claim, the destination claim, the volume and a
+//! pod. Its actors:
+//!
+//! - **the controller**: builds [`Facts`] from the world, asks `decide`, and
+//!   applies the action as the executor does, each write conditional on the
+//!   resourceVersion or uid it carries; an action of two writes may crash
+//!   between them;
+//! - **a stale leader**: once, it gathers facts, and later (after any number
+//!   of other steps) acts on them, as a leader that lost its lease without
+//!   noticing would;
+//! - **kube-controller-manager**: binds a claim the volume names, marks a
+//!   claim Lost whose volume names another, marks a volume Released whose
+//!   claim is gone, deletes a deleting claim nothing uses (pvc-protection),
+//!   removes an object without finalizers once deleted;
+//! - **the CSI provisioner**: deletes a Released volume under `Delete`;
+//! - **tenants**, each move at most once per run: delete either claim,
+//!   delete either transfer, delete the request and create it again (a new
+//!   uid), forge the destination claim with the lock, start a pod on the
+//!   source claim, revoke a right, make admission refuse. (Status writes and
+//!   finalizer removal by tenants are refused by the registry, so they are
+//!   not moves.)
+//!
+//! Invariants, in every reachable state: the volume is never deleted, never
+//! Released while its policy is `Delete`, and never names a claim but the
+//! source claim or a destination claim the controller made. In every state
+//! where neither the controller nor the cluster would change anything more:
+//! Failed or Cancelled means the source claim (if its owner kept it) is
+//! Bound to the volume under its original policy, and Completed means the
+//! destination claim is Bound to it under its original policy.
+
+use std::collections::{HashSet, VecDeque};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::decide::{decide, Action};
+use super::facts::{
+    Admission, Claim, ClaimRef, ClaimShape, ClassPolicy, Facts, Peer, Refusal, Side, Volume,
+};
+use crate::api::meta::Requester;
+use crate::api::namespace_transfer::{
+    ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferSpec,
+    NamespaceTransferStatus, PeerReference, SourceClaimSnapshot, TransferDestination,
+    TransferSource, FINALIZER_TRANSFER_PROTECTION,
+};
+
+/// The uid of the source claim; destination claims get fresh ones.
+const SOURCE_UID: u32 = 1;
+const VOLUME: &str = "pv-db";
+
+/// One of our transfer objects.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Tx {
+    uid: u32,
+    exists: bool,
+    deleting: bool,
+    finalizer: bool,
+    phase: Option<Phase>,
+    lost_reported: bool,
+    /// The uid of the peer this object recorded.
+    peer: Option<u32>,
+    /// On the source object: the snapshot's claim uid (R1's memory).
+    snapshot: Option<u32>,
+    /// On the source object: the destination claim's uid (R3's memory).
+    destination: Option<u32>,
+}
+
+impl Tx {
+    fn new(uid: u32) -> Self {
+        Self {
+            uid,
+            exists: true,
+            deleting: false,
+            finalizer: false,
+            phase: None,
+            lost_reported: false,
+            peer: None,
+            snapshot: None,
+            destination: None,
+        }
+    }
+
+    fn active(&self) -> bool {
+        !self.phase.is_some_and(Phase::is_finished)
+    }
+}
+
+/// A PersistentVolumeClaim.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Pvc {
+    uid: u32,
+    rv: u32,
+    /// Pending, Bound or Lost.
+    phase: &'static str,
+    /// Pre-bound to (or bound to) the volume.
+    volume: bool,
+    /// The uid of the transfer whose lock it carries.
+    lock: Option<u32>,
+    deleting: bool,
+    /// Carries the transfer-protection finalizer.
+    finalizer: bool,
+    /// Made by the controller (R3), or exactly as it makes them.
+    as_made: bool,
+}
+
+/// The PersistentVolume.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Pv {
+    rv: u32,
+    /// The namespace side and uid its `claimRef` names.
+    claim: (bool, u32),
+    delete_policy: bool,
+    original_delete: Option<bool>,
+    marker: Option<u32>,
+    /// The destination claim uid the volume was held for.
+    lost: Option<u32>,
+    /// Bound, Released.
+    phase: &'static str,
+}
+
+/// Moves a tenant or the cluster may make at most once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub(super) enum Move {
+    DeleteSourceClaim = 1,
+    DeleteDestinationClaim = 1 << 1,
+    DeleteSource = 1 << 2,
+    DeleteRequest = 1 << 3,
+    RecreateRequest = 1 << 4,
+    ForgeDestination = 1 << 5,
+    StartPod = 1 << 6,
+    StopPod = 1 << 7,
+    RevokeRight = 1 << 8,
+    RefuseAdmission = 1 << 9,
+    StaleGather = 1 << 10,
+    StaleAct = 1 << 11,
+}
+
+const MOVES: [Move; 12] = [
+    Move::DeleteSourceClaim,
+    Move::DeleteDestinationClaim,
+    Move::DeleteSource,
+    Move::DeleteRequest,
+    Move::RecreateRequest,
+    Move::ForgeDestination,
+    Move::StartPod,
+    Move::StopPod,
+    Move::RevokeRight,
+    Move::RefuseAdmission,
+    Move::StaleGather,
+    Move::StaleAct,
+];
+
+/// The whole world of the model.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct World {
+    s: Tx,
+    d: Tx,
+    source: Option<Pvc>,
+    destination: Option<Pvc>,
+    volume: Option<Pv>,
+    pod: bool,
+    rights: bool,
+    admission: bool,
+    rv: u32,
+    next_uid: u32,
+    /// Moves already made (a bit per [`Move`]).
+    made: u16,
+    /// Moves this run allows.
+    allowed: u16,
+    /// The uids of the destination claims the controller created.
+    ours: Vec<u32>,
+    /// What the stale leader saw, once it looked.
+    stale: Option<Box<World>>,
+    /// Whether the CSI driver deleted the volume.
+    deleted: bool,
+    /// Whether a tenant deleted the claim the volume named while the volume
+    /// was untouched by the transfer and under Delete: its deletion is then
+    /// the owner's own doing, as in any cluster.
+    owner_released: bool,
+}
+
+impl World {
+    /// A bound source claim, a matched pair not yet recorded, nothing else.
+    pub(super) fn start(allowed: u16) -> Self {
+        Self {
+            s: Tx::new(10),
+            d: Tx::new(20),
+            source: Some(Pvc {
+                uid: SOURCE_UID,
+                rv: 1,
+                phase: "Bound",
+                volume: true,
+                lock: None,
+                deleting: false,
+                finalizer: false,
+                as_made: false,
+            }),
+            destination: None,
+            volume: Some(Pv {
+                rv: 2,
+                claim: (false, SOURCE_UID),
+                delete_policy: true,
+                original_delete: None,
+                marker: None,
+                lost: None,
+                phase: "Bound",
+            }),
+            pod: false,
+            rights: true,
+            admission: true,
+            rv: 3,
+            next_uid: 100,
+            made: 0,
+            allowed,
+            ours: Vec::new(),
+            stale: None,
+            deleted: false,
+            owner_released: false,
+        }
+    }
+
+    fn bump(&mut self) -> u32 {
+        self.rv += 1;
+        self.rv
+    }
+
+    fn may(&self, m: Move) -> bool {
+        self.allowed & m as u16 != 0 && self.made & m as u16 == 0
+    }
+
+    // ----- facts -----------------------------------------------------------------
+
+    fn transfer(&self, tx: &Tx, source_side: bool) -> NamespaceTransfer {
+        let (ns, name, spec) = if source_side {
+            (
+                "prod",
+                "give",
+                NamespaceTransferSpec {
+                    source: TransferSource {
+                        name: "db".to_owned(),
+                        ..TransferSource::default()
+                    },
+                    destination: TransferDestination {
+                        namespace: "dev".to_owned(),
+                        name: String::new(),
+                    },
+                    ..NamespaceTransferSpec::default()
+                },
+            )
+        } else {
+            (
+                "dev",
+                "take",
+                NamespaceTransferSpec {
+                    source: TransferSource {
+                        namespace: "prod".to_owned(),
+                        name: "db".to_owned(),
+                        ..TransferSource::default()
+                    },
+                    destination: TransferDestination {
+                        namespace: "dev".to_owned(),
+                        name: "db".to_owned(),
+                    },
+                    ..NamespaceTransferSpec::default()
+                },
+            )
+        };
+        let other = if source_side {
+            ("dev", "take")
+        } else {
+            ("prod", "give")
+        };
+        let any_status = tx.phase.is_some() || tx.peer.is_some() || tx.snapshot.is_some();
+        NamespaceTransfer {
+            metadata: ObjectMeta {
+                namespace: Some(ns.to_owned()),
+                name: Some(name.to_owned()),
+                uid: Some(format!("uid-{}", tx.uid)),
+                creation_timestamp: Some(Time(Timestamp::from_second(1_000).unwrap_or_default())),
+                deletion_timestamp: tx
+                    .deleting
+                    .then(|| Time(Timestamp::from_second(1_500).unwrap_or_default())),
+                finalizers: tx
+                    .finalizer
+                    .then(|| vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]),
+                ..ObjectMeta::default()
+            },
+            spec: NamespaceTransferSpec {
+                requester: Some(Requester {
+                    username: format!("{name}-user"),
+                    ..Requester::default()
+                }),
+                ..spec
+            },
+            status: any_status.then(|| NamespaceTransferStatus {
+                phase: tx.phase,
+                reason: tx
+                    .lost_reported
+                    .then(|| super::decide::REASON_DESTINATION_LOST.to_owned()),
+                peer: tx.peer.map(|uid| PeerReference {
+                    namespace: other.0.to_owned(),
+                    name: other.1.to_owned(),
+                    uid: Some(format!("uid-{uid}")),
+                }),
+                source_claim: tx.snapshot.map(|uid| SourceClaimSnapshot {
+                    name: "db".to_owned(),
+                    uid: format!("uid-{uid}"),
+                    volume_name: VOLUME.to_owned(),
+                    storage_request: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                        "1Gi".to_owned(),
+                    )),
+                    storage_class_name: Some("fast".to_owned()),
+                    access_modes: vec!["ReadWriteOnce".to_owned()],
+                    volume_mode: Some("Filesystem".to_owned()),
+                    volume_attributes_class_name: None,
+                }),
+                destination_claim: tx.destination.map(|uid| ClaimReference {
+                    namespace: "dev".to_owned(),
+                    name: "db".to_owned(),
+                    uid: format!("uid-{uid}"),
+                }),
+                ..NamespaceTransferStatus::default()
+            }),
+            ..NamespaceTransfer::default()
+        }
+    }
+
+    fn claim(pvc: &Pvc) -> Claim {
+        let volume = pvc.volume.then(|| VOLUME.to_owned());
+        Claim {
+            name: "db".to_owned(),
+            uid: format!("uid-{}", pvc.uid),
+            resource_version: pvc.rv.to_string(),
+            phase: pvc.phase.to_owned(),
+            volume_name: if pvc.phase == "Bound" {
+                volume.clone()
+            } else {
+                volume.clone().filter(|_| pvc.as_made)
+            },
+            lock: pvc.lock.map(|u| format!("uid-{u}")),
+            deleting: pvc.deleting,
+            finalizers: if pvc.finalizer {
+                vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]
+            } else {
+                Vec::new()
+            },
+            shape: ClaimShape {
+                storage_class_name: Some("fast".to_owned()),
+                access_modes: vec!["ReadWriteOnce".to_owned()],
+                volume_mode: Some("Filesystem".to_owned()),
+                request: Some(
+                    if pvc.as_made || pvc.uid == SOURCE_UID {
+                        "1Gi"
+                    } else {
+                        "1Mi"
+                    }
+                    .to_owned(),
+                ),
+                volume_attributes_class_name: None,
+                volume_name: volume,
+                extras: false,
+            },
+        }
+    }
+
+    /// Whether the controller, looking at this world, finds the request as
+    /// the pair's peer (by the recorded uid, or by matching).
+    fn peer_found(&self) -> bool {
+        match self.s.peer {
+            Some(uid) => self.d.exists && self.d.uid == uid,
+            None => self.d.exists && self.d.active(),
+        }
+    }
+
+    fn facts(&self) -> Facts {
+        let s = self.transfer(&self.s, true);
+        let peer = if self.peer_found() {
+            Peer::Found(Box::new(self.transfer(&self.d, false)))
+        } else if self.s.peer.is_some() {
+            Peer::Gone
+        } else {
+            Peer::Unmatched
+        };
+        let dest_known = matches!(peer, Peer::Found(_));
+        Facts {
+            now: 2_000,
+            allow_all_storage_classes: false,
+            source: s,
+            peer,
+            source_claim: self.source.as_ref().map(Self::claim),
+            destination_claim: if dest_known {
+                self.destination.as_ref().map(Self::claim)
+            } else {
+                None
+            },
+            volume: self.volume.as_ref().map(|v| Volume {
+                name: VOLUME.to_owned(),
+                uid: "uid-pv".to_owned(),
+                resource_version: v.rv.to_string(),
+                claim_ref: Some(ClaimRef {
+                    namespace: if v.claim.0 { "dev" } else { "prod" }.to_owned(),
+                    name: "db".to_owned(),
+                    uid: format!("uid-{}", v.claim.1),
+                }),
+                reclaim_policy: if v.delete_policy { "Delete" } else { "Retain" }.to_owned(),
+                original_policy: v
+                    .original_delete
+                    .map(|d| if d { "Delete" } else { "Retain" }.to_owned()),
+                marker: v.marker.map(|u| format!("uid-{u}")),
+                destination_lost: v.lost.map(|u| format!("uid-{u}")),
+                phase: v.phase.to_owned(),
+                storage_class_name: Some("fast".to_owned()),
+                capacity: Some("1Gi".to_owned()),
+            }),
+            class: ClassPolicy::Allowed,
+            users: if self.pod {
+                vec!["app".to_owned()]
+            } else {
+                Vec::new()
+            },
+            lock_holder_active: false,
+            rights: None,
+            admission: None,
+        }
+    }
+
+    /// The controller's decision on what this world shows it.
+    fn decision(&self) -> Action {
+        let mut facts = self.facts();
+        loop {
+            match decide(&facts) {
+                Action::CheckRights => {
+                    facts.rights = Some(if self.rights {
+                        Ok(())
+                    } else {
+                        Err(Refusal {
+                            side: Side::Source,
+                            message: "revoked".to_owned(),
+                        })
+                    });
+                }
+                Action::CheckAdmission => {
+                    facts.admission = Some(if self.admission {
+                        Admission::Admitted
+                    } else {
+                        Admission::SourceReleaseRefused("refused".to_owned())
+                    });
+                }
+                action => return action,
+            }
+        }
+    }
+
+    // ----- the controller's writes -----------------------------------------------------
+
+    fn uid(text: &str) -> u32 {
+        text.trim_start_matches("uid-").parse().unwrap_or(0)
+    }
+
+    /// Writes status on `tx` as `update_status` does: to the object that
+    /// exists now, never turning a finished decision on an active object.
+    fn write_status(tx: &mut Tx, decided_on_active: bool, change: impl Fn(&mut Tx)) {
+        if !tx.exists || (decided_on_active && !tx.active()) {
+            return;
+        }
+        change(tx);
+    }
+
+    /// The worlds after the controller applies `action`, decided on
+    /// `seen` (the present, or a stale leader's past): every crash point of
+    /// a multi-write action included.
+    fn apply(&self, action: &Action, seen: &World) -> Vec<World> {
+        let s_active = seen.s.active();
+        let d_uid = seen.d.uid;
+        let mut w = self.clone();
+        let s_matches = w.s.exists && w.s.uid == seen.s.uid;
+        let d_matches = w.d.exists && w.d.uid == d_uid;
+        let peer_found = seen.peer_found();
+        // update_pair: the source first, then the peer (if the decision saw
+        // one); a crash may fall between the two.
+        let pair = |w: &World, change: &dyn Fn(&mut Tx, bool)| -> Vec<World> {
+            let mut first = w.clone();
+            if s_matches {
+                Self::write_status(&mut first.s, s_active, |t| change(t, true));
+            }
+            let mut both = first.clone();
+            if d_matches && peer_found {
+                let d_active = seen.d.active();
+                Self::write_status(&mut both.d, d_active, |t| change(t, false));
+            }
+            vec![first, both]
+        };
+        match action {
+            Action::Nothing { .. }
+            | Action::Expire
+            | Action::CheckRights
+            | Action::CheckAdmission => {
+                vec![w]
+            }
+            Action::Wait { phase, .. } => {
+                let phase = *phase;
+                pair(&w, &|t, _| t.phase = Some(phase))
+            }
+            Action::RecordMatch => {
+                let (su, du) = (seen.s.uid, d_uid);
+                pair(&w, &|t, is_s| {
+                    t.peer = Some(if is_s { du } else { su });
+                    t.phase = Some(Phase::WaitingForRelease);
+                })
+            }
+            Action::Finish { phase, .. } => {
+                let phase = *phase;
+                pair(&w, &|t, _| t.phase = Some(phase))
+            }
+            Action::Protect => {
+                let mut first = w.clone();
+                if s_matches && !first.s.deleting {
+                    first.s.finalizer = true;
+                }
+                let mut both = first.clone();
+                if d_matches && peer_found && !both.d.deleting {
+                    both.d.finalizer = true;
+                }
+                vec![first, both]
+            }
+            Action::Lock { resource_version } => {
+                if let Some(c) = w.source.as_mut() {
+                    if c.rv.to_string() == *resource_version {
+                        c.lock = Some(seen.s.uid);
+                        c.rv = w.rv + 1;
+                        w.rv += 1;
+                    }
+                }
+                vec![w]
+            }
+            Action::RecordSource(snap) => {
+                let uid = Self::uid(&snap.uid);
+                pair(&w, &|t, is_s| {
+                    if is_s {
+                        t.snapshot = Some(uid);
+                    }
+                    t.phase = Some(Phase::Rebinding);
+                })
+            }
+            Action::Retain {
+                resource_version,
+                policy,
+            } => {
+                let marker = seen.s.uid;
+                let rv = w.rv + 1;
+                if let Some(v) = w.volume.as_mut() {
+                    if v.rv.to_string() == *resource_version {
+                        v.original_delete = Some(policy == "Delete");
+                        v.marker = Some(marker);
+                        v.delete_policy = false;
+                        v.rv = rv;
+                    }
+                }
+                w.rv = rv;
+                vec![w]
+            }
+            Action::CreateDestination(_) => {
+                if w.destination.is_some() {
+                    return vec![w];
+                }
+                let uid = w.next_uid;
+                w.next_uid += 1;
+                let rv = w.bump();
+                w.destination = Some(Pvc {
+                    uid,
+                    rv,
+                    phase: "Pending",
+                    volume: true,
+                    lock: Some(seen.s.uid),
+                    deleting: false,
+                    finalizer: true,
+                    as_made: true,
+                });
+                w.ours.push(uid);
+                // Crash right after the create, or record its uid too.
+                let crashed = w.clone();
+                if s_matches {
+                    Self::write_status(&mut w.s, s_active, |t| t.destination = Some(uid));
+                }
+                vec![crashed, w]
+            }
+            Action::RecordDestination(r) => {
+                let uid = Self::uid(&r.uid);
+                if s_matches {
+                    Self::write_status(&mut w.s, s_active, |t| t.destination = Some(uid));
+                }
+                vec![w]
+            }
+            Action::Commit {
+                resource_version,
+                destination,
+            } => {
+                let uid = Self::uid(&destination.uid);
+                let rv = w.rv + 1;
+                let mut done = false;
+                if let Some(v) = w.volume.as_mut() {
+                    if v.rv.to_string() == *resource_version {
+                        v.claim = (true, uid);
+                        v.rv = rv;
+                        done = true;
+                    }
+                }
+                w.rv = rv;
+                let crashed = w.clone();
+                if done {
+                    if let Some(c) = w.destination.as_mut().filter(|c| c.uid == uid) {
+                        c.lock = None;
+                    }
+                }
+                vec![crashed, w]
+            }
+            Action::UnlockDestination => {
+                if let Some(c) = w.destination.as_mut() {
+                    c.lock = None;
+                }
+                vec![w]
+            }
+            Action::ProtectDestination {
+                resource_version, ..
+            }
+            | Action::ReleaseDestination {
+                resource_version, ..
+            } => {
+                let protect = matches!(action, Action::ProtectDestination { .. });
+                let rv = w.rv + 1;
+                if let Some(c) = w.destination.as_mut() {
+                    if c.rv.to_string() == *resource_version {
+                        c.finalizer = protect;
+                        c.rv = rv;
+                    }
+                }
+                w.rv = rv;
+                vec![w]
+            }
+            Action::Rehold { resource_version } => {
+                let marker = seen.s.uid;
+                let lost = seen.s.destination;
+                let rv = w.rv + 1;
+                if let Some(v) = w.volume.as_mut() {
+                    if v.rv.to_string() == *resource_version {
+                        if v.original_delete.is_none() {
+                            v.original_delete = Some(v.delete_policy);
+                        }
+                        v.lost = lost;
+                        v.marker = Some(marker);
+                        v.delete_policy = false;
+                        v.rv = rv;
+                    }
+                }
+                w.rv = rv;
+                vec![w]
+            }
+            Action::ReleaseSource { uid } | Action::DeleteDestination { uid } => {
+                let uid = Self::uid(uid);
+                for c in [w.source.as_mut(), w.destination.as_mut()]
+                    .into_iter()
+                    .flatten()
+                {
+                    if c.uid == uid {
+                        c.deleting = true;
+                    }
+                }
+                vec![w]
+            }
+            Action::Settle {
+                resource_version,
+                policy,
+            } => {
+                let rv = w.rv + 1;
+                if let Some(v) = w.volume.as_mut() {
+                    if v.rv.to_string() == *resource_version {
+                        v.delete_policy = policy == "Delete";
+                        v.marker = None;
+                        v.original_delete = None;
+                        v.rv = rv;
+                    }
+                }
+                w.rv = rv;
+                vec![w]
+            }
+            Action::Unmark {
+                resource_version,
+                restore,
+            } => {
+                let rv = w.rv + 1;
+                if let Some(v) = w.volume.as_mut() {
+                    if v.rv.to_string() == *resource_version {
+                        if let Some(policy) = restore {
+                            v.delete_policy = policy == "Delete";
+                        }
+                        v.marker = None;
+                        v.original_delete = None;
+                        v.rv = rv;
+                    }
+                }
+                w.rv = rv;
+                vec![w]
+            }
+            Action::Unlock { resource_version } => {
+                let rv = w.rv + 1;
+                if let Some(c) = w.source.as_mut() {
+                    if c.rv.to_string() == *resource_version {
+                        c.lock = None;
+                        c.rv = rv;
+                    }
+                }
+                w.rv = rv;
+                vec![w]
+            }
+            Action::Complete => pair(&w, &|t, _| t.phase = Some(Phase::Completed)),
+            Action::DestinationLost { .. } => pair(&w, &|t, _| {
+                t.phase = Some(Phase::Rebinding);
+                t.lost_reported = true;
+            }),
+            Action::Mirror => {
+                let phase = w.s.phase;
+                if d_matches && peer_found {
+                    w.d.phase = phase;
+                }
+                vec![w]
+            }
+            Action::Release => {
+                let mut first = w.clone();
+                if d_matches && peer_found {
+                    first.d.finalizer = false;
+                }
+                let mut both = first.clone();
+                if s_matches {
+                    both.s.finalizer = false;
+                }
+                vec![first, both]
+            }
+        }
+    }
+
+    // ----- the cluster -------------------------------------------------------------------
+
+    /// The one thing kube-controller-manager or the provisioner would do
+    /// next, if any (they act on their own, in any order with the rest).
+    fn cluster_steps(&self) -> Vec<World> {
+        let mut out = Vec::new();
+        let exists = |w: &World, dest: bool, uid: u32| {
+            let c = if dest { &w.destination } else { &w.source };
+            c.as_ref().is_some_and(|c| c.uid == uid)
+        };
+        if let Some(v) = &self.volume {
+            let (dest, uid) = v.claim;
+            // Bind the claim the volume names.
+            for (is_dest, claim) in [(false, &self.source), (true, &self.destination)] {
+                if let Some(c) = claim {
+                    if is_dest == dest
+                        && c.uid == uid
+                        && c.volume
+                        && c.phase != "Bound"
+                        && !c.deleting
+                    {
+                        let mut w = self.clone();
+                        let (rv1, rv2) = (w.bump(), w.bump());
+                        let target = if is_dest {
+                            &mut w.destination
+                        } else {
+                            &mut w.source
+                        };
+                        if let Some(c) = target.as_mut() {
+                            c.phase = "Bound";
+                            c.rv = rv1;
+                        }
+                        if let Some(v) = w.volume.as_mut() {
+                            if v.phase != "Bound" {
+                                v.phase = "Bound";
+                                v.rv = rv2;
+                            }
+                        }
+                        out.push(w);
+                    }
+                    // A bound claim the volume no longer names is Lost.
+                    if c.phase == "Bound" && (is_dest != dest || c.uid != uid) {
+                        let mut w = self.clone();
+                        let rv = w.bump();
+                        let target = if is_dest {
+                            &mut w.destination
+                        } else {
+                            &mut w.source
+                        };
+                        if let Some(c) = target.as_mut() {
+                            c.phase = "Lost";
+                            c.rv = rv;
+                        }
+                        out.push(w);
+                    }
+                }
+            }
+            // A volume whose claim is gone is Released.
+            if v.phase == "Bound" && !exists(self, dest, uid) {
+                let mut w = self.clone();
+                let rv = w.bump();
+                if let Some(v) = w.volume.as_mut() {
+                    v.phase = "Released";
+                    v.rv = rv;
+                }
+                out.push(w);
+            }
+            // The provisioner deletes a Released volume under Delete.
+            if v.phase == "Released" && v.delete_policy {
+                let mut w = self.clone();
+                w.volume = None;
+                w.deleted = true;
+                out.push(w);
+            }
+        }
+        // pvc-protection lets a deleting claim go once no pod uses it.
+        if self
+            .source
+            .as_ref()
+            .is_some_and(|c| c.deleting && !c.finalizer)
+            && !self.pod
+        {
+            let mut w = self.clone();
+            w.source = None;
+            out.push(w);
+        }
+        if self
+            .destination
+            .as_ref()
+            .is_some_and(|c| c.deleting && !c.finalizer)
+        {
+            let mut w = self.clone();
+            w.destination = None;
+            out.push(w);
+        }
+        // A deleted object without finalizers goes.
+        for source_side in [true, false] {
+            let tx = if source_side { &self.s } else { &self.d };
+            if tx.exists && tx.deleting && !tx.finalizer {
+                let mut w = self.clone();
+                let tx = if source_side { &mut w.s } else { &mut w.d };
+                tx.exists = false;
+                out.push(w);
+            }
+        }
+        out
+    }
+
+    /// The tenants' and the stale leader's moves still allowed.
+    fn moves(&self) -> Vec<World> {
+        let mut out = Vec::new();
+        for m in MOVES {
+            if !self.may(m) {
+                continue;
+            }
+            let mut w = self.clone();
+            w.made |= m as u16;
+            let ok = match m {
+                Move::DeleteSourceClaim | Move::DeleteDestinationClaim => {
+                    let dest = m == Move::DeleteDestinationClaim;
+                    // The owner's deletion counts as the owner's when no
+                    // transfer holds the volume: before R2, or once the
+                    // transfer has finished and is only putting things back.
+                    let unheld =
+                        w.volume.as_ref().is_some_and(|v| v.marker.is_none()) || !w.s.active();
+                    let untouched_and_named = |uid: u32| {
+                        unheld
+                            && w.volume.as_ref().is_some_and(|v| {
+                                v.claim == (dest, uid)
+                                    && (v.delete_policy || v.original_delete == Some(true))
+                            })
+                    };
+                    let claim = if dest { &w.destination } else { &w.source };
+                    match claim.as_ref().map(|c| (c.uid, c.deleting)) {
+                        Some((uid, false)) => {
+                            if untouched_and_named(uid) {
+                                w.owner_released = true;
+                            }
+                            let claim = if dest {
+                                &mut w.destination
+                            } else {
+                                &mut w.source
+                            };
+                            if let Some(c) = claim.as_mut() {
+                                c.deleting = true;
+                            }
+                            true
+                        }
+                        _ => false,
+                    }
+                }
+                Move::DeleteSource => {
+                    let ok = w.s.exists && !w.s.deleting;
+                    w.s.deleting = true;
+                    ok
+                }
+                Move::DeleteRequest => {
+                    let ok = w.d.exists && !w.d.deleting;
+                    w.d.deleting = true;
+                    ok
+                }
+                Move::RecreateRequest => {
+                    if w.d.exists {
+                        false
+                    } else {
+                        let uid = w.next_uid;
+                        w.next_uid += 1;
+                        w.d = Tx::new(uid);
+                        true
+                    }
+                }
+                Move::ForgeDestination => {
+                    if w.destination.is_some() {
+                        false
+                    } else {
+                        let uid = w.next_uid;
+                        w.next_uid += 1;
+                        let rv = w.bump();
+                        w.destination = Some(Pvc {
+                            uid,
+                            rv,
+                            phase: "Pending",
+                            volume: true,
+                            lock: Some(w.s.uid),
+                            deleting: false,
+                            finalizer: false,
+                            as_made: false,
+                        });
+                        true
+                    }
+                }
+                Move::StartPod => {
+                    let ok = !w.pod && w.source.is_some();
+                    w.pod = true;
+                    ok
+                }
+                Move::StopPod => {
+                    let ok = w.pod;
+                    w.pod = false;
+                    ok
+                }
+                Move::RevokeRight => {
+                    w.rights = false;
+                    true
+                }
+                Move::RefuseAdmission => {
+                    w.admission = false;
+                    true
+                }
+                Move::StaleGather => {
+                    let mut seen = self.clone();
+                    seen.stale = None;
+                    w.stale = Some(Box::new(seen));
+                    true
+                }
+                Move::StaleAct => match w.stale.take() {
+                    Some(seen) => {
+                        let action = seen.decision();
+                        out.extend(w.apply(&action, &seen));
+                        continue;
+                    }
+                    None => false,
+                },
+            };
+            if ok {
+                out.push(w);
+            }
+        }
+        out
+    }
+
+    // ----- invariants ----------------------------------------------------------------
+
+    /// What must hold in every state.
+    fn safety(&self) -> Result<(), String> {
+        if self.deleted && !self.owner_released {
+            return Err("the volume was deleted".to_owned());
+        }
+        if let Some(v) = &self.volume {
+            if v.phase == "Released" && v.delete_policy && !self.owner_released {
+                return Err("the volume is Released under Delete".to_owned());
+            }
+            let (dest, uid) = v.claim;
+            let allowed = (!dest && uid == SOURCE_UID) || (dest && self.ours.contains(&uid));
+            if !allowed {
+                return Err(format!("the volume names a third claim (uid {uid})"));
+            }
+        }
+        Ok(())
+    }
+
+    /// What must hold once nothing moves any more.
+    fn outcome(&self) -> Result<(), String> {
+        let Some(v) = &self.volume else {
+            if self.owner_released {
+                return Ok(());
+            }
+            return Err("the volume is gone".to_owned());
+        };
+        if self.s.lost_reported && self.s.phase == Some(Phase::Rebinding) && v.delete_policy {
+            return Err(format!(
+                "DestinationLost, but the volume is back under Delete: {v:?}"
+            ));
+        }
+        match self.s.phase {
+            Some(Phase::Failed | Phase::Cancelled) if self.s.exists => {
+                let kept = self.made & Move::DeleteSourceClaim as u16 == 0;
+                if kept {
+                    let bound = self
+                        .source
+                        .as_ref()
+                        .is_some_and(|c| c.phase == "Bound" && !c.deleting && c.lock.is_none())
+                        && v.claim == (false, SOURCE_UID);
+                    if !bound || !v.delete_policy || v.marker.is_some() {
+                        return Err(format!(
+                            "{:?}, but the source is not as it was: {:?} {:?}",
+                            self.s.phase, self.source, v
+                        ));
+                    }
+                }
+            }
+            Some(Phase::Completed) if self.made & Move::DeleteDestinationClaim as u16 == 0 => {
+                let bound = self
+                    .destination
+                    .as_ref()
+                    .is_some_and(|c| c.phase == "Bound" && v.claim == (true, c.uid));
+                if !bound || !v.delete_policy || v.marker.is_some() {
+                    return Err(format!(
+                        "Completed, but the destination does not hold the volume: {:?} {:?}",
+                        self.destination, v
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The controller's next worlds.
+    fn controller_steps(&self) -> Vec<World> {
+        if !self.s.exists {
+            return Vec::new();
+        }
+        let action = self.decision();
+        self.apply(&action, self)
+    }
+}
+
+/// What an exploration found.
+#[derive(Debug)]
+pub(super) struct Report {
+    pub(super) states: usize,
+    pub(super) quiescent: usize,
+    pub(super) completed: usize,
+    pub(super) failed_or_cancelled: usize,
+    /// The first violation, with the path that led to it.
+    pub(super) violation: Option<(String, Vec<World>)>,
+}
+
+/// Explores every world reachable from `start`, breadth-first, up to
+/// `limit` states.
+pub(super) fn explore(start: World, limit: usize) -> Report {
+    let mut seen: HashSet<World> = HashSet::new();
+    let mut parent: std::collections::HashMap<World, World> = std::collections::HashMap::new();
+    let mut queue = VecDeque::new();
+    let mut report = Report {
+        states: 0,
+        quiescent: 0,
+        completed: 0,
+        failed_or_cancelled: 0,
+        violation: None,
+    };
+    seen.insert(start.clone());
+    queue.push_back(start);
+    while let Some(w) = queue.pop_front() {
+        report.states += 1;
+        let fail = |why: String, w: &World, parent: &std::collections::HashMap<World, World>| {
+            let mut path = vec![w.clone()];
+            let mut at = w;
+            while let Some(p) = parent.get(at) {
+                path.push(p.clone());
+                at = p;
+            }
+            path.reverse();
+            Some((why, path))
+        };
+        if let Err(why) = w.safety() {
+            report.violation = fail(why, &w, &parent);
+            return report;
+        }
+        let controller = w.controller_steps();
+        let cluster = w.cluster_steps();
+        let settled = controller.iter().all(|n| *n == w) && cluster.is_empty();
+        if settled {
+            report.quiescent += 1;
+            match w.s.phase {
+                Some(Phase::Completed) => report.completed += 1,
+                Some(Phase::Failed | Phase::Cancelled) => report.failed_or_cancelled += 1,
+                _ => {}
+            }
+            if let Err(why) = w.outcome() {
+                report.violation = fail(why, &w, &parent);
+                return report;
+            }
+        }
+        for next in controller.into_iter().chain(cluster).chain(w.moves()) {
+            if seen.len() >= limit {
+                break;
+            }
+            if seen.insert(next.clone()) {
+                parent.insert(next.clone(), w.clone());
+                queue.push_back(next);
+            }
+        }
+    }
+    report
+}
+
+/// Every move allowed.
+pub(super) const ALL_MOVES: u16 = (1 << 12) - 1;
+
+/// The bits of a set of moves.
+pub(super) fn moves(list: &[Move]) -> u16 {
+    list.iter().fold(0, |bits, m| bits | *m as u16)
+}
+
+pub(super) use Move as TenantMove;
+
+#[cfg(test)]
+mod tests;

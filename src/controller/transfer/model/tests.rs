@@ -1,0 +1,71 @@
+//! The model check runs in `make test`: every interleaving of the
+//! controller, a stale leader, the cluster and the tenants' moves, each run
+//! with the moves it allows.
+
+use super::*;
+
+/// Explores from the start with `allowed` moves; panics with the path to
+/// the first violation.
+fn check(name: &str, allowed: u16, limit: usize) -> Report {
+    let report = explore(World::start(allowed), limit);
+    if let Some((why, path)) = &report.violation {
+        let steps: Vec<String> = path.iter().map(|w| format!("{w:?}")).collect();
+        panic!(
+            "{name}: {why}\nafter {} states; the path:\n{}",
+            report.states,
+            steps.join("\n")
+        );
+    }
+    println!(
+        "model check {name}: {} states, {} settled ({} Completed, {} Failed or Cancelled)",
+        report.states, report.quiescent, report.completed, report.failed_or_cancelled
+    );
+    report
+}
+
+#[test]
+fn left_alone_the_pair_completes_and_the_volume_moves() {
+    let report = check("no moves", 0, 100_000);
+    assert!(report.completed > 0, "{report:?}");
+    assert_eq!(report.failed_or_cancelled, 0, "{report:?}");
+}
+
+#[test]
+fn no_single_move_of_a_tenant_a_stale_leader_or_the_cluster_loses_the_volume() {
+    for m in MOVES {
+        check(&format!("{m:?}"), moves(&[m]), 400_000);
+    }
+}
+
+#[test]
+fn no_pair_of_moves_loses_the_volume() {
+    let mut total = 0;
+    for (i, a) in MOVES.iter().enumerate() {
+        for b in &MOVES[i + 1..] {
+            total += check(&format!("{a:?} + {b:?}"), moves(&[*a, *b]), 400_000).states;
+        }
+    }
+    println!("model check: {total} states over every pair of moves");
+}
+
+#[test]
+fn a_stale_leader_with_tenants_deleting_everything_loses_nothing() {
+    check(
+        "stale leader and deletions",
+        moves(&[
+            TenantMove::StaleGather,
+            TenantMove::StaleAct,
+            TenantMove::DeleteSource,
+            TenantMove::DeleteRequest,
+            TenantMove::DeleteDestinationClaim,
+            TenantMove::DeleteSourceClaim,
+        ]),
+        600_000,
+    );
+}
+
+#[test]
+fn every_move_at_once_loses_nothing() {
+    let report = check("every move", ALL_MOVES, 600_000);
+    assert!(report.states > 10_000, "{report:?}");
+}
