@@ -496,6 +496,10 @@ fn a_json_patch_that_copies_annotations_into_themselves_is_refused_without_growi
         &serde_json::to_vec(&bomb).unwrap(),
     );
     let grown = peak_rss(pid).saturating_sub(peak_before);
+    eprintln!(
+        "the copy bomb grew the server's peak RSS by {} KiB",
+        grown / 1024
+    );
     assert!(
         grown < 50 * 1024 * 1024,
         "the server's peak RSS grew by {} MiB ({})",
