@@ -452,6 +452,73 @@ fn an_http2_watch_idle_past_every_timeout_still_receives_the_next_event() {
 }
 
 #[test]
+fn an_http2_connection_that_stops_answering_pings_is_closed() {
+    let server = start_with("h2-no-pong", true, SHORT_TIMEOUTS);
+    let mut tls = tls_connect(&server, &[b"h2"]);
+    // By hand, so that nothing answers the server's pings: the preface, empty
+    // SETTINGS, and one request (HEADERS on stream 1, END_STREAM|END_HEADERS,
+    // HPACK: GET, https, :path "/readyz").
+    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frames.extend_from_slice(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]);
+    let block = [&[0x82, 0x87, 0x04, 0x07][..], b"/readyz"].concat();
+    frames.extend_from_slice(&[0, 0, block.len() as u8, 0x1, 0x5, 0, 0, 0, 1]);
+    frames.extend_from_slice(&block);
+    tls.write_all(&frames).unwrap();
+    tls.flush().unwrap();
+    // The request is answered; then the connection idles, is pinged, and
+    // closes when no answer comes. Without pings it would stay open.
+    if let Err(open) = closed_within(&mut tls, CLOSED_WITHIN) {
+        panic!(
+            "an HTTP/2 connection that ignores pings is {open}:\n{}",
+            server.process.log_tail()
+        );
+    }
+}
+
+#[test]
+fn past_max_connections_a_new_connection_waits_until_one_closes() {
+    let server = start_with(
+        "max-connections",
+        true,
+        &["--max-connections=2", "--read-header-timeout=60s"],
+    );
+    let first = tls_connect(&server, &[b"http/1.1"]);
+    let _second = tls_connect(&server, &[b"http/1.1"]);
+    // The third is not accepted: its handshake gets no answer...
+    let mut tcp = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).unwrap();
+    let mut conn =
+        rustls::ClientConnection::new(client_config(&server, &[b"http/1.1"]), name).unwrap();
+    let waiting = conn
+        .complete_io(&mut tcp)
+        .and_then(|_| conn.complete_io(&mut tcp));
+    assert!(
+        waiting.is_err() && conn.is_handshaking(),
+        "the third connection was served while two were open"
+    );
+    // ...until one of the two closes.
+    drop(first);
+    tcp.set_read_timeout(Some(CLOSED_WITHIN)).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).unwrap();
+    }
+    let mut third = rustls::StreamOwned::new(conn, tcp);
+    third
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = third.read_to_end(&mut answer);
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let log = std::fs::read_to_string(server.dir.join("server.log")).unwrap();
+    assert!(log.contains("--max-connections are open"), "{log}");
+}
+
+#[test]
 fn a_watch_open_at_sigterm_runs_to_its_end_and_the_server_drains() {
     let mut server = start_with("drain-watch", true, SHORT_TIMEOUTS);
     let mut tls = tls_connect(&server, &[b"http/1.1"]);
