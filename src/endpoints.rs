@@ -6,6 +6,7 @@
 //! [`ApiError`] becomes an HTTP response ([`error_response`]). It does not own
 //! transport (TLS, connections), health checks or shutdown: that is `server`.
 
+pub mod bounded_patch;
 pub mod codec;
 pub mod handler;
 pub mod negotiate;

@@ -1,9 +1,11 @@
 //! The process: TLS termination (rustls), the hyper accept loop, health endpoints
 //! and graceful shutdown.
 //!
-//! Owns transport and lifecycle. Everything under `/apis` is handed to
+//! Owns transport and lifecycle: what one connection may cost is in
+//! [`connection`]. Everything under `/apis` is handed to
 //! [`crate::endpoints`]; this module never interprets an API path itself.
 
+pub mod connection;
 pub mod health;
 pub mod metrics;
 pub mod options;
@@ -15,9 +17,6 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -40,6 +39,7 @@ use crate::registry::{Context, Store};
 use crate::storage::etcd::EtcdStorage;
 use crate::storage::Storage;
 use bytes::Bytes;
+use connection::{ConnectionCap, ConnectionServer};
 use health::Health;
 use http_body_util::{BodyExt, Full};
 use metrics::{Metrics, RequestLabels};
@@ -363,15 +363,27 @@ pub async fn serve(
         authz: auth.authz,
     });
 
-    let acceptor = TlsAcceptor::from(config.tls.clone());
     if let Some(reloader) = config.tls_reloader.clone() {
         tokio::spawn(reloader.run(stop.clone()));
     }
+    let server = ConnectionServer {
+        acceptor: TlsAcceptor::from(config.tls.clone()),
+        http: config.connections.http_builder(),
+        limits: config.connections,
+        state: state.clone(),
+    };
+    let mut cap = ConnectionCap::new(config.connections.max_connections);
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);
 
     loop {
+        let permit = tokio::select! {
+            permit = cap.acquire() => match permit {
+                Some(permit) => permit,
+                None => break,
+            },
+            () = &mut shutdown => break,
+        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
@@ -388,31 +400,7 @@ pub async fn serve(
         if let Err(err) = tcp.set_nodelay(true) {
             tracing::debug!(%peer, error = %err, "cannot set TCP_NODELAY");
         }
-        let acceptor = acceptor.clone();
-        let state = state.clone();
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(tls) => tls,
-                Err(err) => {
-                    tracing::debug!(%peer, error = %err, "TLS handshake failed");
-                    return;
-                }
-            };
-            let identity =
-                Arc::new(Peer::new(tls.get_ref().1.peer_certificates().map(
-                    |chain| chain.iter().map(|c| c.clone().into_owned()).collect(),
-                )));
-            let service = service_fn(move |req| {
-                let (state, identity) = (state.clone(), identity.clone());
-                async move { Ok::<_, std::convert::Infallible>(dispatch(&state, &identity, req).await) }
-            });
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-            if let Err(err) = watcher.watch(conn.into_owned()).await {
-                tracing::debug!(%peer, error = %err, "connection ended with an error");
-            }
-        });
+        tokio::spawn(server.clone().serve(tcp, peer, permit, graceful.watcher()));
     }
 
     state.health.begin_shutdown();

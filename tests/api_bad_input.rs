@@ -4,15 +4,27 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use serde_json::{json, Value};
 use sta_testenv::http::{HttpClient, HttpResponse};
-use sta_testenv::{shared, ControlPlane};
+use sta_testenv::pki::Usage;
+use sta_testenv::{shared, ControlPlane, SERVICE_NAME, SERVICE_NAMESPACE};
 
 fn cp() -> &'static ControlPlane {
     shared(env!("CARGO_BIN_EXE_storage-transfer-apiserver"))
 }
 
 const JSON: (&str, &str) = ("Content-Type", "application/json");
+const JSON_PATCH: (&str, &str) = ("Content-Type", "application/json-patch+json");
+
+/// The request body limit, which no patch may grow an object past.
+const BODY_LIMIT: usize = 3 * 1024 * 1024;
+
+/// Held by the tests that read the server's peak memory, and by those that
+/// make it allocate megabytes, so that one does not see the other's peak.
+static MEMORY: Mutex<()> = Mutex::new(());
 
 fn base(ns: &str) -> String {
     format!("/apis/storage.transfer.k8s.io/v1alpha1/namespaces/{ns}/namespacetransfers")
@@ -381,4 +393,185 @@ fn the_server_is_still_ready_after_the_bad_input() {
     malformed_bodies_are_rejected_with_a_reason_and_store_nothing();
     let out = cp().direct().ok(&["get", "--raw", "/readyz"]);
     assert_eq!(out, "ok");
+}
+
+/// A raw client straight to our server as `user`, with a client certificate
+/// from the cluster CA, once RBAC lets `user` hold the built-in `edit` role in
+/// `ns` (the aggregated roles take a moment to pick up our rules).
+fn editor(ns: &str, user: &str) -> HttpClient {
+    let dir = cp().dir.join("users");
+    std::fs::create_dir_all(&dir).unwrap();
+    let pair = cp()
+        .pki
+        .cluster_ca
+        .issue(
+            &dir,
+            &format!("{user}-direct"),
+            user,
+            &[],
+            &[],
+            Usage::Client,
+        )
+        .unwrap();
+    cp().kubectl().ok(&[
+        "create",
+        "rolebinding",
+        &format!("{user}-edit"),
+        "--clusterrole=edit",
+        &format!("--user={user}"),
+        "-n",
+        ns,
+    ]);
+    let http = HttpClient::new(
+        cp().server_port,
+        &cp().pki.serving_ca.cert,
+        &format!("{SERVICE_NAME}.{SERVICE_NAMESPACE}.svc"),
+        Some((&pair.cert, &pair.key)),
+    )
+    .unwrap();
+    // A denial is cached for 10 s, so this may take a little longer.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let resp = send(&http, "GET", &base(ns), &[], b"");
+        if resp.status == 200 {
+            return http;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{user} never became an editor: {}",
+            resp.text()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The peak resident set of process `pid` so far (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status"));
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// A transfer `a` with a 400-byte annotation, settled so that the
+/// controller leaves it alone; returns it as stored.
+fn annotated_transfer(http: &HttpClient, ns: &str) -> Value {
+    let mut body = transfer("a");
+    body["metadata"]["annotations"] = json!({"example.com/note": "n".repeat(400)});
+    let resp = send(
+        http,
+        "POST",
+        &base(ns),
+        &[JSON],
+        &serde_json::to_vec(&body).unwrap(),
+    );
+    assert_eq!(resp.status, 201, "{}", resp.text());
+    settle(http, &base(ns), &resp.json())
+}
+
+#[test]
+fn a_json_patch_that_copies_annotations_into_themselves_is_refused_without_growing_the_server() {
+    let ns = cp().namespace("copy-bomb").unwrap();
+    let admin = cp().server_http().unwrap();
+    let before = annotated_transfer(&admin, &ns.name);
+    let http = editor(&ns.name, "copy-bomber");
+    // Each copy doubles the annotations: 24 of them would make 400 bytes
+    // into more than 6 GiB (CVE-2019-1002100).
+    let bomb: Vec<Value> = (0..24)
+        .map(|i| {
+            json!({"op": "copy", "from": "/metadata/annotations", "path": format!("/metadata/annotations/copy{i}")})
+        })
+        .collect();
+    let pid = cp().server_pid().expect("the server runs");
+    let _quiet = MEMORY.lock().unwrap_or_else(|p| p.into_inner());
+    let peak_before = peak_rss(pid);
+    let resp = send(
+        &http,
+        "PATCH",
+        &format!("{}/a", base(&ns.name)),
+        &[JSON_PATCH],
+        &serde_json::to_vec(&bomb).unwrap(),
+    );
+    let grown = peak_rss(pid).saturating_sub(peak_before);
+    eprintln!(
+        "the copy bomb grew the server's peak RSS by {} KiB",
+        grown / 1024
+    );
+    assert!(
+        grown < 50 * 1024 * 1024,
+        "the server's peak RSS grew by {} MiB ({})",
+        grown / (1024 * 1024),
+        resp.text()
+    );
+    assert_status(&resp, 413, "RequestEntityTooLarge", &BODY_LIMIT.to_string());
+    let after = send(&admin, "GET", &format!("{}/a", base(&ns.name)), &[], b"").json();
+    assert_eq!(after["metadata"], before["metadata"], "nothing was written");
+}
+
+#[test]
+fn a_json_patch_of_more_than_ten_thousand_operations_is_too_large() {
+    let ns = cp().namespace("many-ops").unwrap();
+    let admin = cp().server_http().unwrap();
+    annotated_transfer(&admin, &ns.name);
+    let http = editor(&ns.name, "many-ops-editor");
+    let test_name = json!({"op": "test", "path": "/metadata/name", "value": "a"});
+    let patch = vec![test_name; 10_001];
+    let resp = send(
+        &http,
+        "PATCH",
+        &format!("{}/a", base(&ns.name)),
+        &[JSON_PATCH],
+        &serde_json::to_vec(&patch).unwrap(),
+    );
+    assert_status(
+        &resp,
+        413,
+        "RequestEntityTooLarge",
+        "The allowed maximum operations in a JSON patch is 10000, got 10001",
+    );
+}
+
+#[test]
+fn a_legal_json_patch_near_the_limits_is_applied() {
+    let ns = cp().namespace("near-limits").unwrap();
+    let admin = cp().server_http().unwrap();
+    annotated_transfer(&admin, &ns.name);
+    let http = editor(&ns.name, "near-limits-editor");
+    // 10,000 operations: one 200 KiB annotation, copied twelve times (the
+    // object passes 2.5 MiB on the way), the copies removed again, and tests
+    // for the rest. What remains is a valid object.
+    let big = "b".repeat(200 * 1024);
+    let mut patch =
+        vec![json!({"op": "add", "path": "/metadata/annotations/example.com~1big", "value": big})];
+    for i in 0..12 {
+        patch.push(json!({"op": "copy", "from": "/metadata/annotations/example.com~1big", "path": format!("/metadata/annotations/copy{i}")}));
+    }
+    for i in 0..12 {
+        patch.push(json!({"op": "remove", "path": format!("/metadata/annotations/copy{i}")}));
+    }
+    while patch.len() < 10_000 {
+        patch.push(json!({"op": "test", "path": "/metadata/name", "value": "a"}));
+    }
+    let _heavy = MEMORY.lock().unwrap_or_else(|p| p.into_inner());
+    let resp = send(
+        &http,
+        "PATCH",
+        &format!("{}/a", base(&ns.name)),
+        &[JSON_PATCH],
+        &serde_json::to_vec(&patch).unwrap(),
+    );
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let annotations = resp.json()["metadata"]["annotations"].clone();
+    assert_eq!(
+        annotations["example.com/big"].as_str().map(str::len),
+        Some(200 * 1024)
+    );
+    assert_eq!(
+        annotations.as_object().unwrap().len(),
+        2,
+        "the copies are gone"
+    );
 }

@@ -613,24 +613,124 @@ fn a_template_the_api_refuses_fails_the_claim_with_the_apis_own_message() {
         "runner-scratch",
         Scheduling::Unscheduled,
     );
-    k.apply(&ephemeral_claim_yaml(
-        &ns.name,
-        "scratch",
-        "runner",
-        Policy::Delete,
-        "selector: {matchLabels: {\"not a valid key!\": x}}",
-    ))
+    // Each access mode is one we know; kube-apiserver alone knows that
+    // ReadWriteOncePod does not mix with others.
+    k.apply(
+        &ephemeral_claim_yaml(&ns.name, "scratch", "runner", Policy::Delete, "").replace(
+            "accessModes: [ReadWriteOnce]",
+            "accessModes: [ReadWriteOncePod, ReadWriteOnce]",
+        ),
+    )
     .unwrap();
     let ec = wait_phase(k, &ns.name, "scratch", "Failed");
     assert_eq!(ec["status"]["reason"], "ClaimRefused");
     let message = ec["status"]["message"].as_str().unwrap();
     assert!(
         message.contains("PersistentVolumeClaim \"runner-scratch\" is invalid")
-            && message.contains("spec.selector.matchLabels"),
+            && message.contains("spec.accessModes"),
         "kube-apiserver's validation message: {message}"
     );
     assert!(claim_json(k, &ns.name, "runner-scratch").is_none());
     eventually("the finalizer to be released", WAIT, || {
         ec_json(k, &ns.name, "scratch").is_some_and(|ec| ec["metadata"]["finalizers"].is_null())
     });
+}
+
+#[test]
+fn a_template_naming_another_namespaces_volume_is_refused_and_nothing_is_made() {
+    let victim = cp().namespace("ec-victim").unwrap();
+    let ns = cp().namespace("ec-thief").unwrap();
+    let k = admin();
+    k.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: db\n  namespace: {}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {CSI_CLASS}\n  resources:\n    requests:\n      storage: 1Gi\n",
+        victim.name
+    ))
+    .unwrap();
+    eventually("the victim's claim to be Bound", WAIT, || {
+        claim_json(k, &victim.name, "db").is_some_and(|c| c["status"]["phase"] == "Bound")
+    });
+    let (pv, _) = bound_volume_of(k, &victim.name, "db");
+    let claim_ref = json_of(k, &["get", "pv", &pv])["spec"]["claimRef"].clone();
+
+    // A tenant who may make claims in its own namespace, and nothing more.
+    let thief = tenant(cp(), &ns.name, "volume-thief");
+    grant(
+        cp(),
+        &ns.name,
+        "volume-thief",
+        "create",
+        "persistentvolumeclaims",
+    );
+    create_pod(
+        &thief,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Unscheduled,
+    );
+    let steal = ephemeral_claim_yaml(
+        &ns.name,
+        "scratch",
+        "runner",
+        Policy::Delete,
+        &format!("volumeName: {pv}"),
+    );
+    let mut refused = String::new();
+    eventually(
+        "the grant to take effect and the claim to be refused",
+        WAIT,
+        || {
+            refused = match thief.apply(&steal) {
+                Ok(out) => panic!("the template was accepted: {out}"),
+                Err(e) => e.to_string(),
+            };
+            !refused.contains("cannot create")
+        },
+    );
+    assert!(
+        refused.contains("spec.claimTemplate.spec.volumeName")
+            && refused.contains("Forbidden")
+            && refused.contains("is invalid"),
+        "a 422 naming the field: {refused}"
+    );
+    assert!(
+        ec_json(k, &ns.name, "scratch").is_none(),
+        "no EphemeralClaim"
+    );
+    consistently("no claim to be made", Duration::from_secs(3), || {
+        claim_json(k, &ns.name, "runner-scratch").is_none()
+    });
+    assert_eq!(
+        json_of(k, &["get", "pv", &pv])["spec"]["claimRef"],
+        claim_ref,
+        "the victim's volume is still bound to the victim's claim"
+    );
+}
+
+#[test]
+fn an_update_that_adds_a_volume_name_to_the_template_is_refused_naming_the_field() {
+    let ns = cp().namespace("ec-update-unsafe").unwrap();
+    let k = admin();
+    apply_ephemeral_claim(k, &ns.name, "scratch", "later", Policy::Delete);
+    let http = cp().server_http().unwrap();
+    let resp = http
+        .request(
+            "PATCH",
+            &format!(
+                "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/{}/ephemeralclaims/scratch",
+                ns.name
+            ),
+            &[("Content-Type", "application/merge-patch+json")],
+            br#"{"spec":{"claimTemplate":{"spec":{"volumeName":"pv-of-someone-else"}}}}"#,
+        )
+        .unwrap();
+    assert_eq!(resp.status, 422, "{}", resp.text());
+    let causes = resp.json()["details"]["causes"].clone();
+    assert!(
+        causes.as_array().unwrap().iter().any(|c| {
+            c["field"] == "spec.claimTemplate.spec.volumeName"
+                && c["reason"] == "FieldValueForbidden"
+        }),
+        "{causes}"
+    );
 }

@@ -1,8 +1,11 @@
 //! The server binary on its own: TLS with ALPN, a generated certificate whose
-//! fingerprint is logged, and a graceful exit on SIGTERM.
+//! fingerprint is logged, a graceful exit on SIGTERM, and connections that
+//! cannot be held open for nothing while long watches keep working.
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +39,11 @@ impl Drop for Server {
 }
 
 fn start(name: &str, with_certs: bool) -> Server {
+    start_with(name, with_certs, &[])
+}
+
+/// The server of [`start`], with `extra` flags.
+fn start_with(name: &str, with_certs: bool, extra: &[&str]) -> Server {
     let dir = scratch(name);
     let pki = Pki::generate(
         &dir.join("pki"),
@@ -51,6 +59,7 @@ fn start(name: &str, with_certs: bool) -> Server {
         "--insecure-allow-all".to_owned(),
         "--shutdown-grace-period=5s".to_owned(),
     ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     if with_certs {
         args.push(format!(
             "--tls-cert-file={}",
@@ -192,4 +201,355 @@ fn server_exits_zero_on_sigterm_after_draining_connections() {
 
 fn nix_term(pid: u32) {
     assert!(sta_testenv::process::sigterm(pid), "SIGTERM to {pid}");
+}
+
+const SERVER_NAME: &str = "storage-transfer-apiserver.storage-transfer-system.svc";
+
+/// How long a connection that sends nothing useful may stay open, at most.
+const CLOSED_WITHIN: Duration = Duration::from_secs(15);
+
+fn client_config(server: &Server, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(&server.pki.serving_ca.cert).unwrap();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(config)
+}
+
+type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A TLS connection to `server` whose handshake is complete, offering `alpn`.
+fn tls_connect(server: &Server, alpn: &[&[u8]]) -> TlsStream {
+    let mut tcp = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    tcp.set_read_timeout(Some(CLOSED_WITHIN)).unwrap();
+    let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).unwrap();
+    let mut conn = rustls::ClientConnection::new(client_config(server, alpn), name).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).unwrap();
+    }
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+/// Reads (and drops) whatever `stream` sends until the server closes it;
+/// `Err` with what happened if it is still open after `limit`.
+fn closed_within(stream: &mut impl Read, limit: Duration) -> Result<Duration, String> {
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return Ok(started.elapsed()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(format!("still open after {:?}", started.elapsed()));
+            }
+            // Reset, or closed without a TLS close_notify: closed either way.
+            Err(_) => return Ok(started.elapsed()),
+        }
+        if started.elapsed() > limit {
+            return Err(format!("still sending after {limit:?}"));
+        }
+    }
+}
+
+#[test]
+fn a_connection_that_never_starts_tls_is_closed() {
+    let server = start("silent-tcp", true);
+    let mut tcp = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    tcp.set_read_timeout(Some(CLOSED_WITHIN)).unwrap();
+    if let Err(open) = closed_within(&mut tcp, CLOSED_WITHIN) {
+        panic!(
+            "a TCP connection that never starts TLS is {open}:\n{}",
+            server.process.log_tail()
+        );
+    }
+}
+
+#[test]
+fn a_tls_connection_that_never_sends_a_whole_request_is_closed() {
+    let server = start("silent-tls", true);
+    type Client = (&'static str, &'static [&'static [u8]], &'static [u8]);
+    let clients: [Client; 5] = [
+        ("HTTP/1.1 that sends nothing", &[b"http/1.1"], b""),
+        ("no ALPN that sends nothing", &[], b""),
+        ("h2 that sends nothing", &[b"h2"], b""),
+        (
+            "HTTP/1.1 that never ends its headers",
+            &[b"http/1.1"],
+            b"GET /readyz HTTP/1.1\r\nHost: x\r\n",
+        ),
+        (
+            "no ALPN that stops within the HTTP/2 preface",
+            &[],
+            b"PRI * HTTP/2.0\r\n",
+        ),
+    ];
+    // In parallel: each waits out the same timeout.
+    let results: Vec<(&str, Result<Duration, String>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = clients
+            .iter()
+            .map(|&(what, alpn, sends)| {
+                let server = &server;
+                scope.spawn(move || {
+                    let mut tls = tls_connect(server, alpn);
+                    tls.write_all(sends).unwrap();
+                    tls.flush().unwrap();
+                    (what, closed_within(&mut tls, CLOSED_WITHIN))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let open: Vec<String> = results
+        .iter()
+        .filter_map(|(what, r)| r.as_ref().err().map(|e| format!("{what}: {e}")))
+        .collect();
+    assert!(
+        open.is_empty(),
+        "connections left open: {open:#?}\n{}",
+        server.process.log_tail()
+    );
+}
+
+/// Flags that make every idle-connection timeout short, so that a test can
+/// outlast them all.
+const SHORT_TIMEOUTS: &[&str] = &[
+    "--tls-handshake-timeout=1s",
+    "--read-header-timeout=1s",
+    "--http2-read-idle-timeout=1s",
+    "--http2-ping-timeout=1s",
+];
+
+/// Longer than every timeout of [`SHORT_TIMEOUTS`] together.
+const IDLE: Duration = Duration::from_secs(4);
+
+const TRANSFERS: &str =
+    "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/default/namespacetransfers";
+
+/// Creates a transfer `name` through a connection of its own.
+fn create_transfer(port: u16, ca: &Path, name: &str) {
+    let http = sta_testenv::http::HttpClient::new(port, ca, SERVER_NAME, None).unwrap();
+    let body = serde_json::json!({
+        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+        "kind": "NamespaceTransfer",
+        "metadata": {"name": name},
+        "spec": {"source": {"name": "db"}, "destination": {"namespace": "dev"}},
+    });
+    let resp = http
+        .request(
+            "POST",
+            TRANSFERS,
+            &[("Content-Type", "application/json")],
+            &serde_json::to_vec(&body).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.text());
+}
+
+#[test]
+fn an_http1_watch_idle_past_every_timeout_still_receives_the_next_event() {
+    let server = start_with("idle-watch-h1", true, SHORT_TIMEOUTS);
+    let mut tls = tls_connect(&server, &[b"http/1.1"]);
+    write!(
+        tls,
+        "GET {TRANSFERS}?watch=1&timeoutSeconds=30 HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    tls.flush().unwrap();
+    std::thread::sleep(IDLE);
+    create_transfer(server.port, &server.pki.serving_ca.cert, "after-idle");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !String::from_utf8_lossy(&seen).contains("\"after-idle\"") {
+        assert!(Instant::now() < deadline, "no event yet");
+        match tls.read(&mut buf) {
+            Ok(0) => panic!(
+                "the watch was closed after {IDLE:?} idle: {}\n{}",
+                String::from_utf8_lossy(&seen),
+                server.process.log_tail()
+            ),
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("reading the watch: {e}"),
+        }
+    }
+    let text = String::from_utf8_lossy(&seen);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("\"type\":\"ADDED\""), "{text}");
+}
+
+#[test]
+fn an_http2_watch_idle_past_every_timeout_still_receives_the_next_event() {
+    use http_body_util::{BodyExt, Empty};
+    let server = start_with("idle-watch-h2", true, SHORT_TIMEOUTS);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+            .await
+            .unwrap();
+        let connector = tokio_rustls::TlsConnector::from(client_config(&server, &[b"h2"]));
+        let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).unwrap();
+        let tls = connector.connect(name, tcp).await.unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tls),
+        )
+        .await
+        .unwrap();
+        // The connection task answers the server's pings while the test waits.
+        tokio::spawn(conn);
+        let request = http::Request::get(format!(
+            "https://{SERVER_NAME}{TRANSFERS}?watch=1&timeoutSeconds=30"
+        ))
+        .body(Empty::<bytes::Bytes>::new())
+        .unwrap();
+        let resp = sender.send_request(request).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        tokio::time::sleep(IDLE).await;
+        let port = server.port;
+        let ca = server.pki.serving_ca.cert.clone();
+        tokio::task::spawn_blocking(move || create_transfer(port, &ca, "after-idle"))
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        while !String::from_utf8_lossy(&seen).contains("\"after-idle\"") {
+            let frame = tokio::time::timeout(Duration::from_secs(20), body.frame())
+                .await
+                .expect("no event within 20s");
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        seen.extend_from_slice(data);
+                    }
+                }
+                Some(Err(e)) => panic!("the watch broke after {IDLE:?} idle: {e}"),
+                None => panic!(
+                    "the watch ended after {IDLE:?} idle: {}",
+                    String::from_utf8_lossy(&seen)
+                ),
+            }
+        }
+        assert!(String::from_utf8_lossy(&seen).contains("\"type\":\"ADDED\""));
+    });
+}
+
+#[test]
+fn an_http2_connection_that_stops_answering_pings_is_closed() {
+    let server = start_with("h2-no-pong", true, SHORT_TIMEOUTS);
+    let mut tls = tls_connect(&server, &[b"h2"]);
+    // By hand, so that nothing answers the server's pings: the preface, empty
+    // SETTINGS, and one request (HEADERS on stream 1, END_STREAM|END_HEADERS,
+    // HPACK: GET, https, :path "/readyz").
+    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frames.extend_from_slice(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]);
+    let block = [&[0x82, 0x87, 0x04, 0x07][..], b"/readyz"].concat();
+    frames.extend_from_slice(&[0, 0, block.len() as u8, 0x1, 0x5, 0, 0, 0, 1]);
+    frames.extend_from_slice(&block);
+    tls.write_all(&frames).unwrap();
+    tls.flush().unwrap();
+    // The request is answered; then the connection idles, is pinged, and
+    // closes when no answer comes. Without pings it would stay open.
+    if let Err(open) = closed_within(&mut tls, CLOSED_WITHIN) {
+        panic!(
+            "an HTTP/2 connection that ignores pings is {open}:\n{}",
+            server.process.log_tail()
+        );
+    }
+}
+
+#[test]
+fn past_max_connections_a_new_connection_waits_until_one_closes() {
+    let server = start_with(
+        "max-connections",
+        true,
+        &["--max-connections=2", "--read-header-timeout=60s"],
+    );
+    let first = tls_connect(&server, &[b"http/1.1"]);
+    let _second = tls_connect(&server, &[b"http/1.1"]);
+    // The third is not accepted: its handshake gets no answer...
+    let mut tcp = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).unwrap();
+    let mut conn =
+        rustls::ClientConnection::new(client_config(&server, &[b"http/1.1"]), name).unwrap();
+    let waiting = conn
+        .complete_io(&mut tcp)
+        .and_then(|_| conn.complete_io(&mut tcp));
+    assert!(
+        waiting.is_err() && conn.is_handshaking(),
+        "the third connection was served while two were open"
+    );
+    // ...until one of the two closes.
+    drop(first);
+    tcp.set_read_timeout(Some(CLOSED_WITHIN)).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).unwrap();
+    }
+    let mut third = rustls::StreamOwned::new(conn, tcp);
+    third
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = third.read_to_end(&mut answer);
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let log = std::fs::read_to_string(server.dir.join("server.log")).unwrap();
+    assert!(log.contains("--max-connections are open"), "{log}");
+}
+
+#[test]
+fn a_watch_open_at_sigterm_runs_to_its_end_and_the_server_drains() {
+    let mut server = start_with("drain-watch", true, SHORT_TIMEOUTS);
+    let mut tls = tls_connect(&server, &[b"http/1.1"]);
+    write!(
+        tls,
+        "GET {TRANSFERS}?watch=1&timeoutSeconds=3 HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    tls.flush().unwrap();
+    // The response head says the watch is being served.
+    let mut head = [0u8; 12];
+    tls.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    nix_term(server.process.pid);
+    let mut rest = Vec::new();
+    match tls.read_to_end(&mut rest) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+        Err(e) => panic!("reading the watch: {e}"),
+    }
+    let text = String::from_utf8_lossy(&rest);
+    assert!(
+        text.ends_with("0\r\n\r\n"),
+        "the watch ended with its last chunk, not cut: {text:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.process.is_running() {
+        assert!(Instant::now() < deadline, "still running 10s after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(server.dir.join("server.log")).unwrap();
+    assert!(log.contains("all connections drained"), "{log}");
+    assert_eq!(server.process.exit_code(), Some(0), "{log}");
 }

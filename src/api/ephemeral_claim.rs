@@ -40,6 +40,17 @@ pub const FINALIZER_CLAIM_PROTECTION: &str = "storage.transfer.k8s.io/ephemeral-
 /// EphemeralClaim is `Deleted`.
 pub const CONDITION_CLAIM_CREATED: &str = "ClaimCreated";
 
+/// The annotation prefixes a claim template may not set (DESIGN §2.2, template
+/// safety): kube's volume binding and provisioning read them from a claim, and
+/// this server reads its own, so a tenant could steer what the server does
+/// under its own identity.
+pub const RESERVED_ANNOTATION_PREFIXES: &[&str] = &[
+    "pv.kubernetes.io/",
+    "volume.kubernetes.io/",
+    "volume.beta.kubernetes.io/",
+    "storage.transfer.k8s.io/",
+];
+
 /// The access modes a PersistentVolumeClaim accepts, sorted as kube lists them.
 pub const SUPPORTED_ACCESS_MODES: &[&str] = &[
     "ReadOnlyMany",
@@ -270,6 +281,22 @@ impl EphemeralClaim {
         self.spec.release_policy.unwrap_or_default()
     }
 
+    /// Why the claim template is unsafe to make a claim from, if it is
+    /// (DESIGN §2.2, template safety). The server makes the claim under its
+    /// own identity, so the template may not choose the volume (a
+    /// `volumeName`, or a `selector` that matches one) nor set the
+    /// annotations that volume binding, provisioning or this server act on:
+    /// with them, a tenant could have another namespace's volume bound to its
+    /// claim. Validation refuses such a template; the controller refuses to
+    /// make a claim from one stored before it did.
+    pub fn template_safety_causes(&self) -> Vec<FieldCause> {
+        let mut errs = FieldErrors::new();
+        if let Some(template) = &self.spec.claim_template {
+            validate_template_safety(&mut errs, template);
+        }
+        errs.into_causes()
+    }
+
     fn validate_spec(&self, errs: &mut FieldErrors) {
         match &self.spec.owner {
             None => errs.required("spec.owner", ""),
@@ -367,6 +394,42 @@ fn validate_claim_template(errs: &mut FieldErrors, template: &ClaimTemplate) {
     match storage {
         None => errs.required(STORAGE_FIELD, ""),
         Some(quantity) => validation::validate_positive_quantity(errs, STORAGE_FIELD, quantity),
+    }
+}
+
+fn validate_template_safety(errs: &mut FieldErrors, template: &ClaimTemplate) {
+    const BECAUSE: &str = "the server makes the claim under its own identity";
+    if template
+        .spec
+        .volume_name
+        .as_deref()
+        .is_some_and(|v| !v.is_empty())
+    {
+        errs.forbidden(
+            "spec.claimTemplate.spec.volumeName",
+            &format!("may not be set: {BECAUSE}, so the template may not choose its volume"),
+        );
+    }
+    if template.spec.selector.is_some() {
+        errs.forbidden(
+            "spec.claimTemplate.spec.selector",
+            &format!("may not be set: {BECAUSE}, so the template may not choose its volume"),
+        );
+    }
+    for key in template.metadata.annotations.keys() {
+        let lower = key.to_ascii_lowercase();
+        if let Some(prefix) = RESERVED_ANNOTATION_PREFIXES
+            .iter()
+            .find(|p| lower.starts_with(*p))
+        {
+            errs.forbidden(
+                &format!("spec.claimTemplate.metadata.annotations[{key}]"),
+                &format!(
+                    "annotations under {prefix} may not be set: {BECAUSE}, and they steer how \
+                     its volume is bound or provisioned"
+                ),
+            );
+        }
     }
 }
 
@@ -514,12 +577,21 @@ impl Object for EphemeralClaim {
         let mut errs = FieldErrors::new();
         validation::validate_object_meta(&mut errs, &self.metadata);
         self.validate_spec(&mut errs);
+        errs.extend(self.template_safety_causes());
         errs.into_causes()
     }
 
+    /// As for create, but a template that does not change is not checked for
+    /// safety again: an object stored before that check must still take its
+    /// status and lose its finalizer (the controller never makes its claim).
+    /// A template that changes is refused as immutable anyway.
     fn validate_update(&self, old: &Self) -> Vec<FieldCause> {
         let mut errs = FieldErrors::new();
-        errs.extend(self.validate_create());
+        validation::validate_object_meta(&mut errs, &self.metadata);
+        self.validate_spec(&mut errs);
+        if self.spec.claim_template != old.spec.claim_template {
+            errs.extend(self.template_safety_causes());
+        }
         validate_spec_unchanged(&mut errs, &self.spec, &old.spec);
         errs.into_causes()
     }

@@ -78,6 +78,9 @@ pub const REASON_OWNER_FINISHED: &str = "OwnerFinished";
 pub const REASON_CLAIM_REFUSED: &str = "ClaimRefused";
 /// Reason: the requester no longer holds a right the claim needs.
 pub const REASON_FORBIDDEN: &str = "Forbidden";
+/// Reason: the template chooses a volume or sets reserved annotations (an
+/// object stored before validation refused that); no claim is made from it.
+pub const REASON_UNSAFE_TEMPLATE: &str = "UnsafeTemplate";
 /// The reason of `ClaimCreated=True`.
 pub const REASON_CREATED: &str = "Created";
 
@@ -343,11 +346,23 @@ impl ClaimController {
         }
     }
 
-    /// Re-checks the requester's rights, makes the claim from the template,
-    /// and records that it exists.
+    /// Re-checks the template's safety and the requester's rights, makes the
+    /// claim from the template, and records that it exists.
     async fn create_claim(&self, ec: &EphemeralClaim, observed: &Observed) -> Result<Next, Error> {
         let namespace = namespace_of(ec);
         let claim_name = ec.claim_name();
+        if let Some(refusal) = unsafe_template(ec) {
+            self.record(
+                ec,
+                None,
+                Phase::Failed,
+                REASON_UNSAFE_TEMPLATE,
+                &refusal,
+                |_| {},
+            )
+            .await?;
+            return Ok(Next::Now);
+        }
         if let Some(refusal) = self.recheck_rights(ec).await? {
             self.record(ec, None, Phase::Failed, REASON_FORBIDDEN, &refusal, |_| {})
                 .await?;
@@ -657,6 +672,22 @@ pub fn claim_from_template(ec: &EphemeralClaim, owner_uid: &str) -> PersistentVo
         spec: Some(template.spec),
         status: None,
     }
+}
+
+/// Why no claim may be made from `ec`'s template, if it is unsafe.
+pub fn unsafe_template(ec: &EphemeralClaim) -> Option<String> {
+    let causes = ec.template_safety_causes();
+    if causes.is_empty() {
+        return None;
+    }
+    let why: Vec<String> = causes
+        .iter()
+        .map(|c| format!("{}: {}", c.field, c.message))
+        .collect();
+    Some(format!(
+        "no claim is made from this template: {}",
+        why.join("; ")
+    ))
 }
 
 fn now() -> Time {

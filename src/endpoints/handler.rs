@@ -21,10 +21,11 @@ use crate::registry::{
     WatchEvent, WatchOptions,
 };
 
+use super::bounded_patch;
 use super::codec::{self, FieldValidation};
 use super::negotiate::{self, Output, PatchType};
 use super::request::{Query, ResourceRequest, Verb};
-use super::{json_response, Body};
+use super::{json_response, Body, MAX_BODY_BYTES};
 
 /// Everything a verb needs from the HTTP request, already read and checked.
 #[derive(Debug)]
@@ -173,21 +174,20 @@ impl<S: Strategy> Handler<S> {
         let patch: Value = serde_json::from_slice(&call.body).map_err(|e| {
             ApiError::BadRequest(format!("the patch could not be decoded as JSON: {e}"))
         })?;
-        let json_patch = match patch_type {
-            PatchType::Json => Some(
-                serde_json::from_value::<json_patch::Patch>(patch.clone()).map_err(|e| {
+        let patch =
+            match patch_type {
+                PatchType::Json => Patch::Json(serde_json::from_value(patch).map_err(|e| {
                     ApiError::BadRequest(format!("the JSON patch is malformed: {e}"))
-                })?,
-            ),
-            PatchType::Merge => {
-                if !patch.is_object() {
+                })?),
+                PatchType::Merge if !patch.is_object() => {
                     return Err(ApiError::BadRequest(
                         "a merge patch must be a JSON object".to_owned(),
-                    ));
+                    ))
                 }
-                None
-            }
-        };
+                PatchType::Merge => Patch::Merge(patch),
+            };
+        // No patch may grow the object past what a client could send whole.
+        let limits = bounded_patch::Limits::new(MAX_BODY_BYTES);
         let warnings = std::sync::Mutex::new(Vec::new());
         let updated = self
             .store
@@ -202,20 +202,10 @@ impl<S: Strategy> Handler<S> {
                     // A patch may pin the version it was made against; otherwise it
                     // applies to whatever is current.
                     let pinned_before = doc["metadata"]["resourceVersion"].clone();
-                    match &json_patch {
-                        Some(ops) => {
-                            json_patch::patch(&mut doc, ops).map_err(|e| ApiError::Invalid {
-                                group: api::GROUP.to_owned(),
-                                kind: S::Object::resource().kind.to_owned(),
-                                name: name(call).to_owned(),
-                                causes: vec![crate::api::errors::FieldCause {
-                                    reason: "FieldValueInvalid".to_owned(),
-                                    field: String::new(),
-                                    message: format!("the JSON patch could not be applied: {e}"),
-                                }],
-                            })?
-                        }
-                        None => json_patch::merge(&mut doc, &patch),
+                    match &patch {
+                        Patch::Json(ops) => bounded_patch::apply(&mut doc, ops, &limits)
+                            .map_err(|e| json_patch_error::<S::Object>(e, name(call)))?,
+                        Patch::Merge(patch) => json_patch::merge(&mut doc, patch),
                     }
                     if doc["metadata"]["resourceVersion"] == pinned_before {
                         doc["metadata"]["resourceVersion"] = Value::Null;
@@ -433,6 +423,34 @@ fn encode_event<S: Strategy>(
     line.extend_from_slice(&object);
     line.extend_from_slice(b"}\n");
     Bytes::from(line)
+}
+
+/// A decoded patch body.
+#[derive(Debug)]
+enum Patch {
+    /// `application/json-patch+json`: applied within [`bounded_patch::Limits`].
+    Json(json_patch::Patch),
+    /// `application/merge-patch+json`: never larger than the object plus the body.
+    Merge(Value),
+}
+
+/// A JSON Patch that would cost too much is too large (413, as kube answers
+/// too many operations); one that does not apply is invalid (422, as kube
+/// answers it).
+fn json_patch_error<T: Object>(err: bounded_patch::PatchError, name: &str) -> ApiError {
+    if err.is_too_large() {
+        return ApiError::TooLarge(err.to_string());
+    }
+    ApiError::Invalid {
+        group: api::GROUP.to_owned(),
+        kind: T::resource().kind.to_owned(),
+        name: name.to_owned(),
+        causes: vec![crate::api::errors::FieldCause {
+            reason: "FieldValueInvalid".to_owned(),
+            field: String::new(),
+            message: format!("the JSON patch could not be applied: {err}"),
+        }],
+    }
 }
 
 /// The body's namespace and name must agree with the URL.

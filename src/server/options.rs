@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::connection::ConnectionLimits;
 use super::tls::{self, TlsError};
 use crate::controller::EnabledControllers;
 use crate::storage::etcd::EtcdConfig;
@@ -43,6 +44,34 @@ pub struct Options {
     /// renewed pair, which is then served without a restart.
     #[arg(long, default_value = "10s", value_parser = parse_duration, hide = true)]
     pub tls_reload_interval: Duration,
+
+    /// How long a client has to complete the TLS handshake after it connects.
+    /// kube's clients give the handshake 10s too.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub tls_handshake_timeout: Duration,
+
+    /// How long a client has to send a request's headers: from the end of
+    /// the TLS handshake for the first request (HTTP/1 or HTTP/2), and on
+    /// HTTP/1 from the end of the previous response, which makes it the idle
+    /// timeout of a kept-alive HTTP/1 connection too. A connection that sends
+    /// none in time is closed. Long responses (watches) are not affected.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub read_header_timeout: Duration,
+
+    /// HTTP/2: how long a connection may send nothing before the server
+    /// pings it (client-go calls its own HTTP2_READ_IDLE_TIMEOUT_SECONDS).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub http2_read_idle_timeout: Duration,
+
+    /// HTTP/2: how long a ping may go unanswered before the connection is
+    /// closed (client-go: HTTP2_PING_TIMEOUT_SECONDS).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub http2_ping_timeout: Duration,
+
+    /// The most client connections open at once. Past it, new connections
+    /// wait in the listen backlog until one closes.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
 
     /// How long to drain open connections after SIGTERM before closing them.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -118,6 +147,7 @@ pub struct CompletedConfig {
     /// self-signed.
     pub tls_reloader: Option<tls::CertificateReloader>,
     pub shutdown_grace: Duration,
+    pub connections: ConnectionLimits,
     pub etcd: EtcdConfig,
     pub etcd_prefix: String,
     pub auth: AuthMode,
@@ -156,6 +186,9 @@ pub enum ConfigError {
     Kubeconfig(String),
     #[error("--controllers: {0}")]
     Controllers(String),
+    /// A connection limit that would refuse every connection.
+    #[error("--{flag}: {reason}")]
+    ConnectionLimit { flag: &'static str, reason: String },
 }
 
 impl Options {
@@ -179,6 +212,7 @@ impl Options {
                 self.etcd_prefix
             )));
         }
+        let connections = self.connection_limits()?;
         let (tls_config, tls_reloader) = match (&self.tls_cert_file, &self.tls_private_key_file) {
             (Some(cert), Some(key)) => {
                 let (reloader, config) = tls::CertificateReloader::start(
@@ -202,6 +236,7 @@ impl Options {
             tls: Arc::new(tls_config),
             tls_reloader,
             shutdown_grace: self.shutdown_grace_period,
+            connections,
             etcd: EtcdConfig {
                 endpoints: self.etcd_servers.clone(),
                 ca_file: self.etcd_cafile.clone(),
@@ -231,6 +266,38 @@ impl Options {
                 enabled: EnabledControllers::parse(&self.controllers)
                     .map_err(ConfigError::Controllers)?,
             },
+        })
+    }
+
+    /// The connection limits, each of which must let something through: a
+    /// zero timeout or cap would close or refuse every connection.
+    fn connection_limits(&self) -> Result<ConnectionLimits, ConfigError> {
+        let timeouts = [
+            ("tls-handshake-timeout", self.tls_handshake_timeout),
+            ("read-header-timeout", self.read_header_timeout),
+            ("http2-read-idle-timeout", self.http2_read_idle_timeout),
+            ("http2-ping-timeout", self.http2_ping_timeout),
+        ];
+        for (flag, timeout) in timeouts {
+            if timeout.is_zero() {
+                return Err(ConfigError::ConnectionLimit {
+                    flag,
+                    reason: "must be longer than 0s".to_owned(),
+                });
+            }
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::ConnectionLimit {
+                flag: "max-connections",
+                reason: "must be at least 1".to_owned(),
+            });
+        }
+        Ok(ConnectionLimits {
+            tls_handshake_timeout: self.tls_handshake_timeout,
+            read_header_timeout: self.read_header_timeout,
+            http2_read_idle_timeout: self.http2_read_idle_timeout,
+            http2_ping_timeout: self.http2_ping_timeout,
+            max_connections: self.max_connections,
         })
     }
 }

@@ -428,6 +428,161 @@ fn a_changed_spec_is_rejected_naming_the_field() {
 }
 
 #[test]
+fn a_template_may_not_choose_its_volume_or_set_reserved_annotations() {
+    type Edit = fn(&mut Value);
+    let cases: Vec<(&str, Edit, ExpectedCauses)> = vec![
+        (
+            "a volume name",
+            |v| v["spec"]["claimTemplate"]["spec"]["volumeName"] = json!("pv-of-another-namespace"),
+            vec![("spec.claimTemplate.spec.volumeName", "FieldValueForbidden")],
+        ),
+        (
+            "a selector",
+            |v| v["spec"]["claimTemplate"]["spec"]["selector"] = json!({"matchLabels": {"owner": "prod"}}),
+            vec![("spec.claimTemplate.spec.selector", "FieldValueForbidden")],
+        ),
+        (
+            "an empty selector",
+            |v| v["spec"]["claimTemplate"]["spec"]["selector"] = json!({}),
+            vec![("spec.claimTemplate.spec.selector", "FieldValueForbidden")],
+        ),
+        (
+            "the PV controller's bind annotation",
+            |v| {
+                v["spec"]["claimTemplate"]["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] =
+                    json!("yes")
+            },
+            vec![(
+                "spec.claimTemplate.metadata.annotations[pv.kubernetes.io/bind-completed]",
+                "FieldValueForbidden",
+            )],
+        ),
+        (
+            "a provisioner annotation",
+            |v| {
+                v["spec"]["claimTemplate"]["metadata"]["annotations"]
+                    ["volume.kubernetes.io/storage-provisioner"] = json!("csi.example.com")
+            },
+            vec![(
+                "spec.claimTemplate.metadata.annotations[volume.kubernetes.io/storage-provisioner]",
+                "FieldValueForbidden",
+            )],
+        ),
+        (
+            "a beta provisioner annotation",
+            |v| {
+                v["spec"]["claimTemplate"]["metadata"]["annotations"]
+                    ["volume.beta.kubernetes.io/storage-provisioner"] = json!("csi.example.com")
+            },
+            vec![(
+                "spec.claimTemplate.metadata.annotations[volume.beta.kubernetes.io/storage-provisioner]",
+                "FieldValueForbidden",
+            )],
+        ),
+        (
+            "this server's own annotation",
+            |v| {
+                v["spec"]["claimTemplate"]["metadata"]["annotations"]
+                    ["storage.transfer.k8s.io/transferred-from"] = json!("prod/db")
+            },
+            vec![(
+                "spec.claimTemplate.metadata.annotations[storage.transfer.k8s.io/transferred-from]",
+                "FieldValueForbidden",
+            )],
+        ),
+        (
+            "a reserved prefix in capitals",
+            |v| {
+                v["spec"]["claimTemplate"]["metadata"]["annotations"]["PV.kubernetes.io/bound-by-controller"] =
+                    json!("yes")
+            },
+            vec![(
+                "spec.claimTemplate.metadata.annotations[PV.kubernetes.io/bound-by-controller]",
+                "FieldValueForbidden",
+            )],
+        ),
+        (
+            "all of them at once",
+            |v| {
+                v["spec"]["claimTemplate"]["spec"]["volumeName"] = json!("pv-1");
+                v["spec"]["claimTemplate"]["spec"]["selector"] = json!({});
+                v["spec"]["claimTemplate"]["metadata"]["annotations"]["pv.kubernetes.io/a"] = json!("");
+            },
+            vec![
+                ("spec.claimTemplate.spec.volumeName", "FieldValueForbidden"),
+                ("spec.claimTemplate.spec.selector", "FieldValueForbidden"),
+                ("spec.claimTemplate.metadata.annotations[pv.kubernetes.io/a]", "FieldValueForbidden"),
+            ],
+        ),
+    ];
+    for (case, edit, expected) in cases {
+        let c = claim_with(edit);
+        assert_eq!(fields_and_reasons(&c.validate_create()), expected, "{case}");
+        assert_eq!(
+            fields_and_reasons(&c.template_safety_causes()),
+            expected,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn a_template_may_name_neighbouring_annotations_and_an_empty_volume_name() {
+    let c = claim_with(|v| {
+        let annotations = &mut v["spec"]["claimTemplate"]["metadata"]["annotations"];
+        annotations["kubernetes.io/description"] = json!("fine");
+        annotations["example.com/pv.kubernetes.io"] = json!("fine");
+        annotations["my-pv.kubernetes.io/x"] = json!("fine");
+        v["spec"]["claimTemplate"]["spec"]["volumeName"] = json!("");
+    });
+    assert!(c.validate_create().is_empty(), "{:?}", c.validate_create());
+}
+
+#[test]
+fn the_forbidden_message_says_why() {
+    let c = claim_with(|v| v["spec"]["claimTemplate"]["spec"]["volumeName"] = json!("pv-1"));
+    let causes = c.validate_create();
+    assert_eq!(
+        causes[0].message,
+        "Forbidden: may not be set: the server makes the claim under its own identity, so the \
+         template may not choose its volume"
+    );
+}
+
+#[test]
+fn an_update_that_makes_the_template_unsafe_is_refused_as_forbidden_too() {
+    let old = claim();
+    let mut new = old.clone();
+    if let Some(t) = new.spec.claim_template.as_mut() {
+        t.spec.volume_name = Some("pv-of-another-namespace".to_owned());
+    }
+    assert_eq!(
+        fields_and_reasons(&new.validate_update(&old)),
+        vec![
+            ("spec.claimTemplate.spec.volumeName", "FieldValueForbidden"),
+            ("spec.claimTemplate.spec.volumeName", "FieldValueInvalid"),
+        ]
+    );
+}
+
+#[test]
+fn an_unsafe_template_stored_before_the_check_may_still_have_its_status_and_finalizers_changed() {
+    let old = claim_with(|v| v["spec"]["claimTemplate"]["spec"]["volumeName"] = json!("pv-1"));
+    let mut new = old.clone();
+    new.metadata.finalizers = Some(vec!["example.com/keep".to_owned()]);
+    new.status = Some(EphemeralClaimStatus {
+        phase: Some(EphemeralClaimPhase::Failed),
+        ..Default::default()
+    });
+    assert!(
+        new.validate_update(&old).is_empty(),
+        "{:?}",
+        new.validate_update(&old)
+    );
+    assert!(!new.template_safety_causes().is_empty());
+}
+
+#[test]
 fn the_requester_can_never_change() {
     let mut old = claim();
     old.set_requester(requester("alice"));

@@ -505,3 +505,27 @@ fn the_claim_is_made_from_the_template_owned_by_the_ephemeral_claim_and_the_pod(
     assert_eq!(claim_state(Some(&claim), "ec-uid"), OURS_UNBOUND);
     assert_eq!(recorded_owner_uid(&claim, "runner"), Some("pod-uid"));
 }
+
+#[test]
+fn no_claim_is_made_from_an_unsafe_template_stored_before_validation_refused_it() {
+    let ec = |template_spec: Value| -> EphemeralClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": "scratch", "namespace": "ci"},
+            "spec": {
+                "owner": {"apiVersion": "v1", "kind": "Pod", "name": "runner"},
+                "claimTemplate": {"spec": template_spec},
+            },
+        }))
+        .unwrap()
+    };
+    let safe = ec(json!({"accessModes": ["ReadWriteOnce"]}));
+    assert_eq!(unsafe_template(&safe), None);
+    let stealing = ec(json!({"accessModes": ["ReadWriteOnce"], "volumeName": "pv-of-prod"}));
+    let why = unsafe_template(&stealing).expect("refused");
+    assert!(
+        why.starts_with(
+            "no claim is made from this template: spec.claimTemplate.spec.volumeName: Forbidden"
+        ),
+        "{why}"
+    );
+}

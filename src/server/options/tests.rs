@@ -125,3 +125,91 @@ fn controllers_are_enabled_and_disabled_in_order_as_kube_controller_manager_read
     );
     assert!(enabled("-*").is_err(), "'-*' is not a thing");
 }
+
+fn completed(args: &[&str]) -> Result<CompletedConfig, ConfigError> {
+    let mut all = vec!["x", "--insecure-allow-all"];
+    all.extend_from_slice(args);
+    Options::try_parse_from(all).unwrap().complete()
+}
+
+#[test]
+fn connection_limits_default_to_bounds_that_close_idle_clients_within_seconds() {
+    let limits = completed(&[]).unwrap().connections;
+    assert_eq!(
+        limits,
+        ConnectionLimits {
+            tls_handshake_timeout: Duration::from_secs(10),
+            read_header_timeout: Duration::from_secs(10),
+            http2_read_idle_timeout: Duration::from_secs(30),
+            http2_ping_timeout: Duration::from_secs(15),
+            max_connections: 1024,
+        }
+    );
+}
+
+#[test]
+fn connection_limits_are_read_from_their_flags() {
+    let limits = completed(&[
+        "--tls-handshake-timeout=3s",
+        "--read-header-timeout=500ms",
+        "--http2-read-idle-timeout=1m",
+        "--http2-ping-timeout=5",
+        "--max-connections=64",
+    ])
+    .unwrap()
+    .connections;
+    assert_eq!(
+        limits,
+        ConnectionLimits {
+            tls_handshake_timeout: Duration::from_secs(3),
+            read_header_timeout: Duration::from_millis(500),
+            http2_read_idle_timeout: Duration::from_secs(60),
+            http2_ping_timeout: Duration::from_secs(5),
+            max_connections: 64,
+        }
+    );
+}
+
+#[test]
+fn a_connection_limit_that_is_not_a_number_is_refused_by_the_flag_parser() {
+    for (arg, flag) in [
+        ("--tls-handshake-timeout=soon", "--tls-handshake-timeout"),
+        ("--read-header-timeout=1h", "--read-header-timeout"),
+        ("--http2-read-idle-timeout=-1s", "--http2-read-idle-timeout"),
+        ("--http2-ping-timeout=", "--http2-ping-timeout"),
+        ("--max-connections=-1", "--max-connections"),
+        ("--max-connections=many", "--max-connections"),
+    ] {
+        let err = Options::try_parse_from(["x", arg]).unwrap_err().to_string();
+        assert!(err.contains(flag), "{arg}: {err}");
+    }
+}
+
+#[test]
+fn a_connection_limit_that_would_refuse_every_connection_is_an_error_naming_the_flag() {
+    for (arg, says) in [
+        (
+            "--tls-handshake-timeout=0s",
+            "--tls-handshake-timeout: must be longer than 0s",
+        ),
+        (
+            "--read-header-timeout=0ms",
+            "--read-header-timeout: must be longer than 0s",
+        ),
+        (
+            "--http2-read-idle-timeout=0",
+            "--http2-read-idle-timeout: must be longer than 0s",
+        ),
+        (
+            "--http2-ping-timeout=0s",
+            "--http2-ping-timeout: must be longer than 0s",
+        ),
+        (
+            "--max-connections=0",
+            "--max-connections: must be at least 1",
+        ),
+    ] {
+        let err = completed(&[arg]).unwrap_err().to_string();
+        assert_eq!(err, says, "{arg}");
+    }
+}
