@@ -1008,3 +1008,155 @@ async fn modified(w: &mut Watch<NamespaceTransferStrategy>) -> Shared<NamespaceT
         other => panic!("{other:?}"),
     }
 }
+
+/// Memory storage that counts range reads, as etcd round trips.
+#[derive(Debug, Default)]
+struct CountingStorage {
+    inner: MemoryStorage,
+    lists: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingStorage {
+    fn lists(&self) -> usize {
+        self.lists.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Writes `count` offers into `prod` directly, as another replica would
+    /// have created them, each of its own claim and labelled `app=<app(i)>`.
+    async fn seed(&self, count: usize, app: impl Fn(usize) -> &'static str) {
+        for i in 0..count {
+            let name = format!("t{i:05}");
+            let mut obj = offer(&name);
+            obj.metadata.labels = Some([("app".to_owned(), app(i).to_owned())].into());
+            obj.metadata.namespace = Some("prod".to_owned());
+            obj.apply_defaults();
+            obj.metadata.uid = Some(format!("uid-{name}"));
+            let key = format!("/registry/storage.transfer.k8s.io/namespacetransfers/prod/{name}");
+            self.inner
+                .create(&key, Bytes::from(serde_json::to_vec(&obj).unwrap()))
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for CountingStorage {
+    async fn create_guarded(
+        &self,
+        key: &str,
+        value: Bytes,
+        guards: &[Guard],
+    ) -> storage::Result<KeyValue> {
+        self.inner.create_guarded(key, value, guards).await
+    }
+
+    async fn get(&self, key: &str) -> storage::Result<KeyValue> {
+        self.inner.get(key).await
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: Revision,
+        value: Bytes,
+    ) -> storage::Result<KeyValue> {
+        self.inner.update(key, expected, value).await
+    }
+
+    async fn delete(&self, key: &str, expected: Revision) -> storage::Result<(KeyValue, Revision)> {
+        self.inner.delete(key, expected).await
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        opts: storage::ListOptions,
+    ) -> storage::Result<storage::ListPage> {
+        self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.list(prefix, opts).await
+    }
+
+    async fn current_revision(&self) -> storage::Result<Revision> {
+        self.inner.current_revision().await
+    }
+
+    async fn watch(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> storage::Result<Box<dyn storage::WatchStream>> {
+        self.inner.watch(prefix, after).await
+    }
+}
+
+#[tokio::test]
+async fn a_selective_page_of_one_among_ten_thousand_costs_a_few_etcd_reads_not_ten_thousand() {
+    let storage = Arc::new(CountingStorage::default());
+    storage.seed(10_000, |_| "db").await;
+    let s = store_on(storage.clone()).await;
+    let before = storage.lists();
+    let nothing = ListOptions {
+        limit: Some(1),
+        label_selector: LabelSelector::parse("app=none").unwrap(),
+        ..ListOptions::default()
+    };
+    let page = s.list(Some("prod"), &nothing).await.unwrap();
+    assert!(page.items.is_empty());
+    assert_eq!(page.continue_token, None);
+    // Pages of 1, 2, 4, … cover 10,000 keys in 14 reads.
+    let reads = storage.lists() - before;
+    assert!(reads <= 14, "{reads} etcd reads for one page");
+}
+
+#[tokio::test]
+async fn filtered_pages_of_any_size_add_up_to_the_filtered_list() {
+    let storage = Arc::new(CountingStorage::default());
+    // Every seventh object matches, so pages come back mostly filtered out.
+    storage
+        .seed(300, |i| if i % 7 == 0 { "web" } else { "db" })
+        .await;
+    let s = store_on(storage.clone()).await;
+    let web = LabelSelector::parse("app=web").unwrap();
+    let everything = s
+        .list(
+            Some("prod"),
+            &ListOptions {
+                label_selector: web.clone(),
+                ..ListOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let expected: Vec<String> = everything
+        .items
+        .iter()
+        .map(|o| o.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(expected.len(), 43);
+    for limit in [1, 2, 3, 5, 40, 43, 44, 1000] {
+        let mut opts = ListOptions {
+            limit: Some(limit),
+            label_selector: web.clone(),
+            ..ListOptions::default()
+        };
+        let mut seen = Vec::new();
+        let mut revisions = std::collections::BTreeSet::new();
+        loop {
+            let page = s.list(Some("prod"), &opts).await.unwrap();
+            assert!(
+                page.items.len() as i64 <= limit,
+                "limit {limit}: {} items",
+                page.items.len()
+            );
+            revisions.insert(page.resource_version.clone());
+            seen.extend(page.items.iter().map(|o| o.metadata.name.clone().unwrap()));
+            match page.continue_token {
+                Some(token) => opts.continue_token = Some(token),
+                None => break,
+            }
+        }
+        assert_eq!(seen, expected, "limit {limit}");
+        assert_eq!(revisions.len(), 1, "limit {limit}: one revision for every page");
+    }
+}
