@@ -41,6 +41,9 @@ use super::{storage_error, Admission, Context};
 const FRESHNESS_TIMEOUT: Duration = Duration::from_secs(3);
 /// How many times a patch or delete retries after losing a race.
 const RETRIES: usize = 8;
+/// The largest page a filtered list grows its etcd reads to (a client's own
+/// larger `limit` is kept), as k8s.io/apiserver's etcd3 store caps it.
+const MAX_PAGE_GROWTH: i64 = 10_000;
 
 /// `?labelSelector=…&fieldSelector=…&limit=…&continue=…&resourceVersion=…`.
 #[derive(Debug, Clone, Default)]
@@ -524,6 +527,13 @@ impl<S: Strategy> Store<S> {
         let filtering = !opts.label_selector.is_empty() || !opts.field_selector.is_empty();
         let mut items = Vec::new();
         let mut read_at = revision;
+        // The first read asks for `limit` keys. A page that the selectors
+        // mostly filtered out means the rest will be sparse too, so each
+        // further read asks for twice as many, up to a cap, as
+        // k8s.io/apiserver's etcd3 store does: a page of one out of 10,000
+        // costs 14 reads, not 10,000. What the client gets is unchanged: at
+        // most `limit` items, continuing after the last one returned.
+        let mut page_size = limit;
         loop {
             let page = self
                 .storage
@@ -532,7 +542,7 @@ impl<S: Strategy> Store<S> {
                     storage::ListOptions {
                         revision: read_at,
                         start_after: start_after.clone(),
-                        limit,
+                        limit: page_size,
                     },
                 )
                 .await
@@ -575,6 +585,13 @@ impl<S: Strategy> Store<S> {
                 });
             }
             start_after = last_key;
+            page_size = page_size.map(|size| {
+                if size < MAX_PAGE_GROWTH {
+                    (size * 2).min(MAX_PAGE_GROWTH)
+                } else {
+                    size
+                }
+            });
         }
     }
 
