@@ -1157,6 +1157,183 @@ async fn filtered_pages_of_any_size_add_up_to_the_filtered_list() {
             }
         }
         assert_eq!(seen, expected, "limit {limit}");
-        assert_eq!(revisions.len(), 1, "limit {limit}: one revision for every page");
+        assert_eq!(
+            revisions.len(),
+            1,
+            "limit {limit}: one revision for every page"
+        );
     }
+}
+
+const INDEX: &str = "/registry/storage.transfer.k8s.io/_index/namespacetransfers/";
+
+/// The index keys left in `storage`, with the holder each names.
+async fn index_entries(storage: &dyn Storage) -> Vec<(String, String)> {
+    storage
+        .list(INDEX, storage::ListOptions::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|kv| {
+            let holder: serde_json::Value = serde_json::from_slice(&kv.value).unwrap();
+            (
+                kv.key.trim_start_matches(INDEX).to_owned(),
+                format!(
+                    "{}/{}",
+                    holder["namespace"].as_str().unwrap(),
+                    holder["name"].as_str().unwrap()
+                ),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_transfer_that_finishes_removes_its_index_keys() {
+    for phase in [
+        NamespaceTransferPhase::Completed,
+        NamespaceTransferPhase::Failed,
+        NamespaceTransferPhase::Cancelled,
+    ] {
+        let storage = Arc::new(MemoryStorage::default());
+        let s = store_on(storage.clone()).await;
+        s.create(&ctx("alice"), "prod", rename_of("r", "db", "db2"))
+            .await
+            .unwrap();
+        assert_eq!(
+            index_entries(storage.as_ref()).await,
+            [
+                ("destination/prod/db2".to_owned(), "prod/r".to_owned()),
+                ("source/prod/db".to_owned(), "prod/r".to_owned()),
+            ]
+        );
+        finish(&s, "prod", "r", NamespaceTransferPhase::Rebinding).await;
+        assert_eq!(
+            index_entries(storage.as_ref()).await.len(),
+            2,
+            "still active"
+        );
+        finish(&s, "prod", "r", phase).await;
+        assert_eq!(index_entries(storage.as_ref()).await, [], "after {phase}");
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_transfer_removes_its_index_keys() {
+    let storage = Arc::new(MemoryStorage::default());
+    let s = store_on(storage.clone()).await;
+    s.create(&ctx("alice"), "prod", offer_of("a", "db"))
+        .await
+        .unwrap();
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(index_entries(storage.as_ref()).await, []);
+}
+
+#[tokio::test]
+async fn an_active_transfer_held_by_a_finalizer_keeps_its_index_keys_until_it_is_gone() {
+    let storage = Arc::new(MemoryStorage::default());
+    let s = store_on(storage.clone()).await;
+    let mut obj = offer_of("a", "db");
+    obj.metadata.finalizers = Some(vec!["example.com/hold".to_owned()]);
+    s.create(&ctx("alice"), "prod", obj).await.unwrap();
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        index_entries(storage.as_ref()).await,
+        [("source/prod/db".to_owned(), "prod/a".to_owned())],
+        "marked for deletion, but still under way"
+    );
+    let err = s
+        .create(&ctx("alice"), "prod", offer_of("b", "db"))
+        .await
+        .unwrap_err();
+    assert_claim_conflict(&err, "source claim prod/db", "prod/a");
+    let mut held = s.get("prod", "a").await.unwrap();
+    held.metadata.finalizers = None;
+    s.update(&ctx("alice"), "prod", "a", held, false)
+        .await
+        .unwrap();
+    assert_eq!(index_entries(storage.as_ref()).await, []);
+}
+
+#[tokio::test]
+async fn a_transfer_never_removes_an_index_key_another_transfer_has_taken_over() {
+    let storage = Arc::new(MemoryStorage::default());
+    let s = store_on(storage.clone()).await;
+    s.create(&ctx("alice"), "prod", offer_of("a", "db"))
+        .await
+        .unwrap();
+    // "a" finished behind the store's back (a write from before index keys
+    // were removed): its stale key is taken over by "b".
+    let key = "/registry/storage.transfer.k8s.io/namespacetransfers/prod/a";
+    let stale = storage.get(key).await.unwrap();
+    let mut finished: NamespaceTransfer = serde_json::from_slice(&stale.value).unwrap();
+    finished.status.get_or_insert_with(Default::default).phase =
+        Some(NamespaceTransferPhase::Completed);
+    storage
+        .update(
+            key,
+            stale.mod_revision,
+            Bytes::from(serde_json::to_vec(&finished).unwrap()),
+        )
+        .await
+        .unwrap();
+    s.create(&ctx("alice"), "prod", offer_of("b", "db"))
+        .await
+        .unwrap();
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        index_entries(storage.as_ref()).await,
+        [("source/prod/db".to_owned(), "prod/b".to_owned())]
+    );
+    let err = s
+        .create(&ctx("alice"), "prod", offer_of("c", "db"))
+        .await
+        .unwrap_err();
+    assert_claim_conflict(&err, "source claim prod/db", "prod/b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_concurrent_creates_after_the_holder_finished_exactly_one_wins() {
+    const CREATES: usize = 16;
+    let storage = Arc::new(MemoryStorage::default());
+    let s = Arc::new(store_on(storage.clone()).await);
+    s.create(&ctx("alice"), "prod", offer_of("first", "db"))
+        .await
+        .unwrap();
+    finish(&s, "prod", "first", NamespaceTransferPhase::Completed).await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(CREATES));
+    let tasks: Vec<_> = (0..CREATES)
+        .map(|i| {
+            let (s, barrier) = (s.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                s.create(&ctx("alice"), "prod", offer_of(&format!("t{i}"), "db"))
+                    .await
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut losers = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(obj) => winners.push(obj.metadata.name.unwrap()),
+            Err(e) => losers.push(e),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    let holder = format!("prod/{}", winners[0]);
+    for err in &losers {
+        assert_claim_conflict(err, "source claim prod/db", &holder);
+    }
+    assert_eq!(
+        index_entries(storage.as_ref()).await,
+        [("source/prod/db".to_owned(), holder)]
+    );
 }
