@@ -9,9 +9,11 @@
 //! key per claim, naming the holder, written in the same transaction as the
 //! object and guarded on the revision it was read at, so that of concurrent
 //! creates on any number of replicas exactly one wins and the others get a 409
-//! naming it. Index keys are never deleted: an entry whose holder is gone, was
-//! replaced (another uid) or no longer holds its claims is free, and the next
-//! create that wants it takes it over.
+//! naming it. The write that finishes an object (its strategy says it no
+//! longer holds its claims) or removes it deletes the index keys that still
+//! name it, in the same transaction. An entry left behind all the same (its
+//! holder is gone, was replaced by another uid, or no longer holds its
+//! claims) is free, and the next create that wants it takes it over.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -29,7 +31,7 @@ use crate::api::meta::Object;
 use crate::api::{self};
 use crate::storage::cache::{CacheError, CacheEvent, EventKind, WatchCache, DEFAULT_CAPACITY};
 use crate::storage::{
-    self, index_key, resource_prefix, Guard, KeyValue, Revision, Storage, StorageError,
+    self, index_key, resource_prefix, Guard, KeyValue, Release, Revision, Storage, StorageError,
 };
 
 use super::selectors::{FieldSelector, LabelSelector};
@@ -396,6 +398,43 @@ impl<S: Strategy> Store<S> {
         };
         let same = current.metadata().uid.as_deref() == Some(holder.uid.as_str());
         Ok((same && self.strategy.holds_claims(&current)).then_some(holder))
+    }
+
+    /// The index entries `obj` still holds: each of its claims' keys that
+    /// names it (namespace, name and uid), at the revision it was read at.
+    /// A key that names another object was taken over and is not `obj`'s to
+    /// give up.
+    async fn held_entries(&self, obj: &S::Object) -> Result<Vec<Release>, ApiError> {
+        let meta = obj.metadata();
+        let name = meta.name.clone().unwrap_or_default();
+        let mine = ClaimHolder {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: name.clone(),
+            uid: meta.uid.clone().unwrap_or_default(),
+        };
+        let mut held = Vec::new();
+        for claim in self.strategy.unique_claims(obj) {
+            let key = index_key(
+                &self.etcd_prefix,
+                &self.resource.group,
+                &self.resource.resource,
+                &claim.index,
+            );
+            let entry = match self.storage.get(&key).await {
+                Ok(entry) => entry,
+                Err(StorageError::NotFound { .. }) => continue,
+                Err(e) => return Err(storage_error(e, &self.resource, &name)),
+            };
+            let names_me = serde_json::from_slice::<ClaimHolder>(&entry.value)
+                .is_ok_and(|holder| holder == mine);
+            if names_me {
+                held.push(Release {
+                    key,
+                    revision: entry.mod_revision,
+                });
+            }
+        }
+        Ok(held)
     }
 
     /// `GET` one object: a linearizable read from etcd.
@@ -766,8 +805,21 @@ impl<S: Strategy> Store<S> {
         let key = self.key(namespace, name);
         let finalized = new.metadata().deletion_timestamp.is_some()
             && new.metadata().finalizers.as_ref().is_none_or(Vec::is_empty);
+        // The write that removes the object, or that finishes it, gives up
+        // its index entries in the same transaction.
+        let releases = if finalized
+            || (self.strategy.holds_claims(&old) && !self.strategy.holds_claims(&new))
+        {
+            self.held_entries(&old).await.map_err(UpdateError::Api)?
+        } else {
+            Vec::new()
+        };
         if finalized {
-            return match self.storage.delete(&key, revision).await {
+            return match self
+                .storage
+                .delete_releasing(&key, revision, &releases)
+                .await
+            {
                 Ok((_, at)) => {
                     new.metadata_mut().resource_version = Some(at.to_string());
                     Ok(new)
@@ -778,7 +830,12 @@ impl<S: Strategy> Store<S> {
         }
         match self
             .storage
-            .update(&key, revision, self.encode(&new).map_err(UpdateError::Api)?)
+            .update_releasing(
+                &key,
+                revision,
+                self.encode(&new).map_err(UpdateError::Api)?,
+                &releases,
+            )
             .await
         {
             Ok(kv) => {
@@ -831,7 +888,12 @@ impl<S: Strategy> Store<S> {
             if ctx.dry_run {
                 return Ok(DeleteOutcome::Deleted(current));
             }
-            match self.storage.delete(&key, revision).await {
+            let releases = self.held_entries(&current).await?;
+            match self
+                .storage
+                .delete_releasing(&key, revision, &releases)
+                .await
+            {
                 Ok((_, at)) => {
                     current.metadata_mut().resource_version = Some(at.to_string());
                     return Ok(DeleteOutcome::Deleted(current));
@@ -1012,7 +1074,7 @@ impl<S: Strategy> Store<S> {
 }
 
 /// The value of an index key: the object that took the claim.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct ClaimHolder {
     namespace: String,
     name: String,

@@ -14,7 +14,7 @@ use etcd_client::{
 };
 
 use super::{
-    prefix_end, Event, Guard, KeyValue, ListOptions, ListPage, Result, Revision, Storage,
+    prefix_end, Event, Guard, KeyValue, ListOptions, ListPage, Release, Result, Revision, Storage,
     StorageError, WatchMessage, WatchStream,
 };
 
@@ -170,6 +170,23 @@ fn create_failure(key: &str, guards: &[Guard], found: &[Option<KeyValue>]) -> St
     ))
 }
 
+/// One nested transaction per release key: deleted if it is still at the
+/// revision it was read at, left alone otherwise, without failing the outer
+/// write.
+fn release_ops(releases: &[Release]) -> impl Iterator<Item = TxnOp> + '_ {
+    releases.iter().map(|release| {
+        TxnOp::txn(
+            Txn::new()
+                .when([Compare::mod_revision(
+                    release.key.as_str(),
+                    CompareOp::Equal,
+                    release.revision,
+                )])
+                .and_then([TxnOp::delete(release.key.as_str(), None)]),
+        )
+    })
+}
+
 fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Revision {
     header.map(|h| h.revision()).unwrap_or_default()
 }
@@ -228,10 +245,19 @@ impl Storage for EtcdStorage {
         }
     }
 
-    async fn update(&self, key: &str, expected: Revision, value: Bytes) -> Result<KeyValue> {
+    async fn update_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        value: Bytes,
+        releases: &[Release],
+    ) -> Result<KeyValue> {
+        let and_then: Vec<TxnOp> = std::iter::once(TxnOp::put(key, value.to_vec(), None))
+            .chain(release_ops(releases))
+            .collect();
         let txn = Txn::new()
             .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
-            .and_then([TxnOp::put(key, value.to_vec(), None)])
+            .and_then(and_then)
             .or_else([TxnOp::get(key, None)]);
         let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
         if !resp.succeeded() {
@@ -258,13 +284,21 @@ impl Storage for EtcdStorage {
         })
     }
 
-    async fn delete(&self, key: &str, expected: Revision) -> Result<(KeyValue, Revision)> {
+    async fn delete_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        releases: &[Release],
+    ) -> Result<(KeyValue, Revision)> {
+        let and_then: Vec<TxnOp> = std::iter::once(TxnOp::delete(
+            key,
+            Some(DeleteOptions::new().with_prev_key()),
+        ))
+        .chain(release_ops(releases))
+        .collect();
         let txn = Txn::new()
             .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
-            .and_then([TxnOp::delete(
-                key,
-                Some(DeleteOptions::new().with_prev_key()),
-            )])
+            .and_then(and_then)
             .or_else([TxnOp::get(key, None)]);
         let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
         let responses = resp.op_responses();

@@ -901,17 +901,25 @@ impl Storage for RacedStorage {
         self.inner.get(key).await
     }
 
-    async fn update(
+    async fn update_releasing(
         &self,
         key: &str,
         expected: Revision,
         value: Bytes,
+        releases: &[storage::Release],
     ) -> storage::Result<KeyValue> {
-        self.inner.update(key, expected, value).await
+        self.inner
+            .update_releasing(key, expected, value, releases)
+            .await
     }
 
-    async fn delete(&self, key: &str, expected: Revision) -> storage::Result<(KeyValue, Revision)> {
-        self.inner.delete(key, expected).await
+    async fn delete_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        releases: &[storage::Release],
+    ) -> storage::Result<(KeyValue, Revision)> {
+        self.inner.delete_releasing(key, expected, releases).await
     }
 
     async fn list(
@@ -1055,17 +1063,25 @@ impl Storage for CountingStorage {
         self.inner.get(key).await
     }
 
-    async fn update(
+    async fn update_releasing(
         &self,
         key: &str,
         expected: Revision,
         value: Bytes,
+        releases: &[storage::Release],
     ) -> storage::Result<KeyValue> {
-        self.inner.update(key, expected, value).await
+        self.inner
+            .update_releasing(key, expected, value, releases)
+            .await
     }
 
-    async fn delete(&self, key: &str, expected: Revision) -> storage::Result<(KeyValue, Revision)> {
-        self.inner.delete(key, expected).await
+    async fn delete_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        releases: &[storage::Release],
+    ) -> storage::Result<(KeyValue, Revision)> {
+        self.inner.delete_releasing(key, expected, releases).await
     }
 
     async fn list(
