@@ -1353,3 +1353,95 @@ async fn of_concurrent_creates_after_the_holder_finished_exactly_one_wins() {
         [("source/prod/db".to_owned(), holder)]
     );
 }
+
+/// Asserts kube-apiserver's answer to a resourceVersion the store has not
+/// reached: 504 Timeout, "Too large resource version: X, current: Y", a
+/// `ResourceVersionTooLarge` cause and a retry after one second.
+#[track_caller]
+fn assert_too_large(case: &str, err: &ApiError, requested: i64, current: &str) {
+    assert_eq!(
+        (err.code(), err.reason()),
+        (504, "Timeout"),
+        "{case}: {err}"
+    );
+    let status = serde_json::to_value(err.to_status()).unwrap();
+    assert_eq!(
+        status["message"],
+        format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        "{case}: {status}"
+    );
+    assert_eq!(
+        status["details"]["retryAfterSeconds"], 1,
+        "{case}: {status}"
+    );
+    assert_eq!(
+        status["details"]["causes"],
+        serde_json::json!([{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]),
+        "{case}: {status}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_list_at_a_future_resource_version_times_out_as_too_large() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let current = s
+        .list(Some("prod"), &ListOptions::default())
+        .await
+        .unwrap()
+        .resource_version;
+    let future = current.parse::<i64>().unwrap() + 1000;
+    for (case, limit, matching) in [
+        ("legacy", None, None),
+        ("NotOlderThan", None, Some("NotOlderThan")),
+        ("NotOlderThan, paged", Some(1), Some("NotOlderThan")),
+        ("Exact", None, Some("Exact")),
+        ("Exact, paged", Some(1), Some("Exact")),
+    ] {
+        let opts = ListOptions {
+            resource_version: Some(future.to_string()),
+            resource_version_match: matching.map(str::to_owned),
+            limit,
+            ..ListOptions::default()
+        };
+        let err = s.list(Some("prod"), &opts).await.unwrap_err();
+        assert_too_large(case, &err, future, &current);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_from_a_future_resource_version_ends_with_a_too_large_error() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let current = s
+        .list(Some("prod"), &ListOptions::default())
+        .await
+        .unwrap()
+        .resource_version;
+    let future = current.parse::<i64>().unwrap() + 1000;
+    for (case, initial) in [("plain", None), ("sendInitialEvents", Some(true))] {
+        let opts = WatchOptions {
+            resource_version: Some(future.to_string()),
+            resource_version_match: initial.map(|_| "NotOlderThan".to_owned()),
+            send_initial_events: initial,
+            allow_bookmarks: true,
+            ..WatchOptions::default()
+        };
+        // As kube-apiserver's watch cache: the watch starts, and its one
+        // event is the error; then it ends.
+        let mut w = s.watch(Some("prod"), opts).await.unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(60), w.next())
+            .await
+            .unwrap_or_else(|_| panic!("{case}: no event"));
+        let err = match first {
+            Some(Err(e)) => e,
+            other => panic!("{case}: {other:?}"),
+        };
+        assert_too_large(case, &err, future, &current);
+        let after = tokio::time::timeout(Duration::from_secs(60), w.next()).await;
+        assert!(
+            matches!(after, Ok(None)),
+            "{case}: the watch ends: {after:?}"
+        );
+    }
+}
