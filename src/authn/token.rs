@@ -3,7 +3,7 @@
 //! token itself).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -19,25 +19,84 @@ const MAX_ENTRIES: usize = 10_000;
 /// Answers by SHA-256 of the token: when asked, and who it was (if anyone).
 type Answers = HashMap<[u8; 32], (Instant, Option<UserInfo>)>;
 
-/// TokenReview-backed bearer token authentication.
-pub struct TokenAuthenticator {
+/// Who the cluster says a token belongs to: one TokenReview round trip.
+#[async_trait::async_trait]
+pub trait TokenReviewer: Send + Sync + std::fmt::Debug {
+    /// The user, `None` when the token is not valid (for `audiences`, when
+    /// given); an error when the cluster did not answer.
+    async fn review(&self, token: &str, audiences: &[String])
+        -> Result<Option<UserInfo>, ApiError>;
+}
+
+/// TokenReviews sent to the cluster's kube-apiserver.
+pub struct KubeTokenReviews {
     client: kube::Client,
+}
+
+impl KubeTokenReviews {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+}
+
+impl std::fmt::Debug for KubeTokenReviews {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeTokenReviews").finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl TokenReviewer for KubeTokenReviews {
+    async fn review(
+        &self,
+        token: &str,
+        audiences: &[String],
+    ) -> Result<Option<UserInfo>, ApiError> {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_owned(),
+                audiences: (!audiences.is_empty()).then(|| audiences.to_vec()),
+            },
+            ..TokenReview::default()
+        };
+        let api: kube::Api<TokenReview> = kube::Api::all(self.client.clone());
+        let reviewed = api
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+            .map_err(|e| ApiError::ServiceUnavailable(format!("TokenReview failed: {e}")))?;
+        Ok(reviewed.status.and_then(|s| {
+            if s.authenticated != Some(true) {
+                return None;
+            }
+            let user = s.user?;
+            Some(UserInfo {
+                username: user.username.unwrap_or_default(),
+                uid: user.uid,
+                groups: user.groups.unwrap_or_default(),
+                extra: user.extra.unwrap_or_default().into_iter().collect(),
+            })
+        }))
+    }
+}
+
+/// TokenReview-backed bearer token authentication.
+#[derive(Debug)]
+pub struct TokenAuthenticator {
+    reviewer: Arc<dyn TokenReviewer>,
     audiences: Vec<String>,
     cache: Mutex<Answers>,
 }
 
-impl std::fmt::Debug for TokenAuthenticator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenAuthenticator")
-            .field("audiences", &self.audiences)
-            .finish_non_exhaustive()
-    }
-}
-
 impl TokenAuthenticator {
+    /// Reviews tokens with the cluster behind `client`.
     pub fn new(client: kube::Client, audiences: Vec<String>) -> Self {
+        Self::with_reviewer(Arc::new(KubeTokenReviews::new(client)), audiences)
+    }
+
+    /// Reviews tokens with `reviewer`.
+    pub fn with_reviewer(reviewer: Arc<dyn TokenReviewer>, audiences: Vec<String>) -> Self {
         Self {
-            client,
+            reviewer,
             audiences,
             cache: Mutex::new(HashMap::new()),
         }
@@ -51,30 +110,7 @@ impl TokenAuthenticator {
                 return answer.ok_or(ApiError::Unauthorized);
             }
         }
-        let review = TokenReview {
-            spec: TokenReviewSpec {
-                token: token.to_owned(),
-                audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
-            },
-            ..TokenReview::default()
-        };
-        let api: kube::Api<TokenReview> = kube::Api::all(self.client.clone());
-        let reviewed = api
-            .create(&kube::api::PostParams::default(), &review)
-            .await
-            .map_err(|e| ApiError::ServiceUnavailable(format!("TokenReview failed: {e}")))?;
-        let answer = reviewed.status.and_then(|s| {
-            if s.authenticated != Some(true) {
-                return None;
-            }
-            let user = s.user?;
-            Some(UserInfo {
-                username: user.username.unwrap_or_default(),
-                uid: user.uid,
-                groups: user.groups.unwrap_or_default(),
-                extra: user.extra.unwrap_or_default().into_iter().collect(),
-            })
-        });
+        let answer = self.reviewer.review(token, &self.audiences).await?;
         {
             let mut cache = self.lock();
             if cache.len() >= MAX_ENTRIES {
@@ -93,3 +129,4 @@ impl TokenAuthenticator {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
+

@@ -3,7 +3,7 @@
 //! are each cached for a short TTL, keyed on the whole review spec.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authorization::v1::{
@@ -25,24 +25,72 @@ pub struct CacheStats {
     pub misses: u64,
 }
 
-/// The delegating authorizer.
-pub struct SubjectAccessReviewer {
+/// The cluster's answer to one SubjectAccessReview: one round trip.
+#[async_trait::async_trait]
+pub trait AccessReviews: Send + Sync + std::fmt::Debug {
+    async fn review(&self, spec: SubjectAccessReviewSpec) -> Result<Decision, ApiError>;
+}
+
+/// SubjectAccessReviews sent to the cluster's kube-apiserver.
+pub struct KubeAccessReviews {
     client: kube::Client,
+}
+
+impl KubeAccessReviews {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+}
+
+impl std::fmt::Debug for KubeAccessReviews {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeAccessReviews").finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl AccessReviews for KubeAccessReviews {
+    async fn review(&self, spec: SubjectAccessReviewSpec) -> Result<Decision, ApiError> {
+        let review = SubjectAccessReview {
+            spec,
+            ..SubjectAccessReview::default()
+        };
+        let api: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
+        let answer = api
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+            .map_err(|e| {
+                ApiError::ServiceUnavailable(format!("SubjectAccessReview failed: {e}"))
+            })?;
+        let status = answer.status.unwrap_or_default();
+        Ok(if status.allowed && status.denied != Some(true) {
+            Decision::Allow
+        } else {
+            Decision::Deny {
+                reason: status.reason.unwrap_or_default(),
+            }
+        })
+    }
+}
+
+/// The delegating authorizer.
+#[derive(Debug)]
+pub struct SubjectAccessReviewer {
+    reviews: Arc<dyn AccessReviews>,
     cache: Mutex<HashMap<String, (Instant, Decision)>>,
     stats: Mutex<CacheStats>,
 }
 
-impl std::fmt::Debug for SubjectAccessReviewer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SubjectAccessReviewer")
-            .finish_non_exhaustive()
-    }
-}
-
 impl SubjectAccessReviewer {
+    /// Reviews with the cluster behind `client`.
     pub fn new(client: kube::Client) -> Self {
+        Self::with_reviews(Arc::new(KubeAccessReviews::new(client)))
+    }
+
+    /// Reviews with `reviews`.
+    pub fn with_reviews(reviews: Arc<dyn AccessReviews>) -> Self {
         Self {
-            client,
+            reviews,
             cache: Mutex::new(HashMap::new()),
             stats: Mutex::new(CacheStats::default()),
         }
@@ -87,25 +135,7 @@ impl SubjectAccessReviewer {
         if let Some(decision) = cached {
             return Ok(decision);
         }
-        let review = SubjectAccessReview {
-            spec,
-            ..SubjectAccessReview::default()
-        };
-        let api: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
-        let answer = api
-            .create(&kube::api::PostParams::default(), &review)
-            .await
-            .map_err(|e| {
-                ApiError::ServiceUnavailable(format!("SubjectAccessReview failed: {e}"))
-            })?;
-        let status = answer.status.unwrap_or_default();
-        let decision = if status.allowed && status.denied != Some(true) {
-            Decision::Allow
-        } else {
-            Decision::Deny {
-                reason: status.reason.unwrap_or_default(),
-            }
-        };
+        let decision = self.reviews.review(spec).await?;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= MAX_ENTRIES {
             cache.retain(|_, (at, _)| at.elapsed() < SAR_CACHE_TTL);
@@ -163,3 +193,4 @@ impl Authorizer for SubjectAccessReviewer {
         self.review_with(spec_for(attributes), false).await
     }
 }
+
