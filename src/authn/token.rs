@@ -130,3 +130,6 @@ impl TokenAuthenticator {
     }
 }
 
+
+#[cfg(test)]
+mod tests;

@@ -194,3 +194,6 @@ impl Authorizer for SubjectAccessReviewer {
     }
 }
 
+
+#[cfg(test)]
+mod tests;
