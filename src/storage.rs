@@ -34,8 +34,11 @@ pub enum StorageError {
     },
     #[error("revision {requested} has been compacted")]
     Compacted { requested: Revision },
-    #[error("revision {requested} is newer than the store's current revision")]
-    FutureRevision { requested: Revision },
+    #[error("revision {requested} is newer than the store's current revision {current}")]
+    FutureRevision {
+        requested: Revision,
+        current: Revision,
+    },
     #[error("storage unavailable: {0}")]
     Unavailable(String),
     #[error("storage error: {0}")]

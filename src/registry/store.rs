@@ -505,14 +505,16 @@ impl<S: Strategy> Store<S> {
                 .await;
         }
         match (rv, limit, exact) {
-            // An exact revision, or a page: read etcd at one revision.
+            // An exact revision, or a page: read etcd at one revision, once
+            // the store has reached it.
             (Some(r), _, true) => {
+                self.wait_for_requested(r).await?;
                 self.list_from_etcd(&scope, Some(r), None, limit, opts)
                     .await
             }
             (None, Some(_), _) => self.list_from_etcd(&scope, None, None, limit, opts).await,
             (Some(r), Some(_), false) if r > 0 => {
-                self.wait_for(r).await?;
+                self.wait_for_requested(r).await?;
                 self.list_from_etcd(&scope, None, None, limit, opts).await
             }
             // Everything else from the cache: "0" as it is, otherwise once it
@@ -520,7 +522,7 @@ impl<S: Strategy> Store<S> {
             (rv, _, _) => {
                 match rv {
                     Some(0) => {}
-                    Some(r) => self.wait_for(r).await?,
+                    Some(r) => self.wait_for_requested(r).await?,
                     None => {
                         let current = self
                             .storage
@@ -553,6 +555,24 @@ impl<S: Strategy> Store<S> {
             .wait_for_revision(revision, FRESHNESS_TIMEOUT)
             .await
             .map_err(cache_error)
+    }
+
+    /// Waits for a resourceVersion the client asked for. One the store has
+    /// not reached within [`FRESHNESS_TIMEOUT`] is too large, as
+    /// kube-apiserver's watch cache answers it (the client retries).
+    async fn wait_for_requested(&self, revision: Revision) -> Result<(), ApiError> {
+        match self
+            .cache
+            .wait_for_revision(revision, FRESHNESS_TIMEOUT)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(CacheError::Stale(requested)) => Err(ApiError::TooLargeResourceVersion {
+                requested,
+                current: self.cache.revision(),
+            }),
+            Err(other) => Err(cache_error(other)),
+        }
     }
 
     async fn list_from_etcd(
@@ -996,19 +1016,27 @@ impl<S: Strategy> Store<S> {
             labels: opts.label_selector.clone(),
             fields: opts.field_selector.clone(),
         };
+        // A resourceVersion the store does not reach in time ends the watch
+        // with one ERROR event, as kube-apiserver's watch cache ends it,
+        // rather than leave it open waiting for a revision that may never
+        // come (one from another cluster, or from before a restore).
+        if let Some(r) = rv.filter(|r| *r > 0) {
+            if let Err(e) = self.wait_for_requested(r).await {
+                return match e {
+                    ApiError::TooLargeResourceVersion { .. } => Ok(self.failed_watch(e, filter)),
+                    other => Err(other),
+                };
+            }
+        }
         let mut queue = VecDeque::new();
         let (live, after) = if initial {
-            match rv {
-                None => {
-                    let current = self
-                        .storage
-                        .current_revision()
-                        .await
-                        .map_err(self.err(""))?;
-                    self.wait_for(current).await?;
-                }
-                Some(0) => {}
-                Some(r) => self.wait_for(r).await?,
+            if rv.is_none() {
+                let current = self
+                    .storage
+                    .current_revision()
+                    .await
+                    .map_err(self.err(""))?;
+                self.wait_for(current).await?;
             }
             let snap = self.cache.snapshot_and_watch(&scope).map_err(cache_error)?;
             for kv in &snap.objects {
@@ -1028,6 +1056,7 @@ impl<S: Strategy> Store<S> {
             // Without a resourceVersion (or "0") and without initial
             // events, the watch starts from now.
             let after = match rv {
+                // Reached above.
                 Some(r) if r > 0 => r,
                 _ => {
                     let current = self
@@ -1061,7 +1090,24 @@ impl<S: Strategy> Store<S> {
             strategy: self.strategy.clone(),
             cache: self.cache.clone(),
             bookmarks: opts.allow_bookmarks.then_some(self.bookmark_interval),
+            failure: None,
         })
+    }
+
+    /// A watch whose one event is `error`, and which then ends.
+    fn failed_watch(&self, error: ApiError, filter: WatchFilter) -> Watch<S> {
+        // A channel whose sender is gone: the watch ends after the error.
+        let (_, live) = broadcast::channel(1);
+        Watch {
+            queue: VecDeque::new(),
+            live,
+            after: 0,
+            filter,
+            strategy: self.strategy.clone(),
+            cache: self.cache.clone(),
+            bookmarks: None,
+            failure: Some(error),
+        }
     }
 
     fn translate(
@@ -1157,12 +1203,17 @@ pub struct Watch<S: Strategy> {
     strategy: S,
     cache: WatchCache,
     bookmarks: Option<Duration>,
+    /// Why the watch could not start: its only event.
+    failure: Option<ApiError>,
 }
 
 impl<S: Strategy> Watch<S> {
     /// The next event; `None` when the watch is over (the client should
     /// watch again from the last resourceVersion it saw, or re-list).
     pub async fn next(&mut self) -> Option<Result<WatchEvent<Shared<S::Object>>, ApiError>> {
+        if let Some(error) = self.failure.take() {
+            return Some(Err(error));
+        }
         loop {
             if let Some(event) = self.queue.pop_front() {
                 return Some(Ok(event));

@@ -104,7 +104,10 @@ fn map_err(e: etcd_client::Error) -> StorageError {
             if message.contains("required revision has been compacted") {
                 StorageError::Compacted { requested: 0 }
             } else if message.contains("required revision is a future revision") {
-                StorageError::FutureRevision { requested: 0 }
+                StorageError::FutureRevision {
+                    requested: 0,
+                    current: 0,
+                }
             } else {
                 match status.code() {
                     tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
@@ -344,20 +347,22 @@ impl Storage for EtcdStorage {
         if let Some(limit) = opts.limit.filter(|l| *l > 0) {
             get = get.with_limit(limit);
         }
-        let resp = self
-            .client
-            .kv_client()
-            .get(start, Some(get))
-            .await
-            .map_err(|e| match map_err(e) {
-                StorageError::Compacted { .. } => StorageError::Compacted {
-                    requested: opts.revision.unwrap_or_default(),
-                },
-                StorageError::FutureRevision { .. } => StorageError::FutureRevision {
-                    requested: opts.revision.unwrap_or_default(),
-                },
-                other => other,
-            })?;
+        let resp = match self.client.kv_client().get(start, Some(get)).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                return Err(match map_err(e) {
+                    StorageError::Compacted { .. } => StorageError::Compacted {
+                        requested: opts.revision.unwrap_or_default(),
+                    },
+                    StorageError::FutureRevision { .. } => StorageError::FutureRevision {
+                        requested: opts.revision.unwrap_or_default(),
+                        // For the message only: 0 if etcd cannot say.
+                        current: self.current_revision().await.unwrap_or_default(),
+                    },
+                    other => other,
+                });
+            }
+        };
         let items = resp.kvs().iter().map(convert).collect::<Result<Vec<_>>>()?;
         let remaining = resp.count() - items.len() as i64;
         Ok(ListPage {

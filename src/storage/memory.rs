@@ -206,6 +206,12 @@ impl Storage for MemoryStorage {
             if rev < state.revision && rev <= state.compacted {
                 return Err(StorageError::Compacted { requested: rev });
             }
+            if rev > state.revision {
+                return Err(StorageError::FutureRevision {
+                    requested: rev,
+                    current: state.revision,
+                });
+            }
         }
         let all: Vec<&KeyValue> = state
             .data
