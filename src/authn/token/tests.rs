@@ -1,5 +1,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use super::*;
 
@@ -152,8 +153,7 @@ async fn answers_both_ways_are_reused_and_failures_are_not() {
 #[tokio::test]
 async fn a_token_no_authenticator_could_accept_is_refused_without_a_review() {
     let (reviewer, tokens) = authenticator();
-    // Larger than any token kube issues, and than its 64 KiB bound here.
-    let too_long = "a".repeat(64 * 1024 + 1);
+    let too_long = "a".repeat(MAX_TOKEN_BYTES + 1);
     for token in [
         "two words",
         "quote\"d",
