@@ -71,26 +71,85 @@ struct Unverified {
     iss: Option<String>,
 }
 
-/// The verifier: issuer, keys, and the ServiceAccount cache.
-pub struct ServiceAccountVerifier {
-    client: kube::Client,
-    issuer: RwLock<Option<String>>,
-    keys: RwLock<HashMap<String, (DecodingKey, Algorithm)>>,
-    last_refresh: Mutex<Option<Instant>>,
-    accounts: Store<ServiceAccount>,
-    accounts_ready: Arc<std::sync::atomic::AtomicBool>,
+/// Where the cluster publishes its issuer and signing keys.
+#[async_trait::async_trait]
+pub trait KeySource: Send + Sync + std::fmt::Debug {
+    /// The `issuer` of the OIDC discovery document.
+    async fn issuer(&self) -> Result<String, String>;
+    /// The JWKS.
+    async fn keys(&self) -> Result<JwkSet, String>;
 }
 
-impl std::fmt::Debug for ServiceAccountVerifier {
+/// What the cluster says of a ServiceAccount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Account {
+    /// The cache has not synced yet: nothing is known.
+    Unknown,
+    /// No such account (or not cached yet).
+    Missing,
+    /// It exists with this uid.
+    Uid(String),
+}
+
+/// The ServiceAccounts that exist.
+pub trait Accounts: Send + Sync + std::fmt::Debug {
+    fn lookup(&self, namespace: &str, name: &str) -> Account;
+}
+
+/// The cluster's OIDC discovery document and JWKS, read through kube-apiserver.
+pub struct ClusterKeys {
+    client: kube::Client,
+}
+
+impl std::fmt::Debug for ClusterKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServiceAccountVerifier")
-            .field("issuer", &self.issuer)
-            .finish_non_exhaustive()
+        f.debug_struct("ClusterKeys").finish_non_exhaustive()
     }
 }
 
-impl ServiceAccountVerifier {
-    /// Starts the ServiceAccount cache; keys are fetched on first use.
+impl ClusterKeys {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+
+    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, String> {
+        let request = http::Request::get(path)
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        self.client
+            .request::<T>(request)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait::async_trait]
+impl KeySource for ClusterKeys {
+    async fn issuer(&self) -> Result<String, String> {
+        self.get::<Discovery>("/.well-known/openid-configuration")
+            .await
+            .map(|d| d.issuer)
+    }
+
+    async fn keys(&self) -> Result<JwkSet, String> {
+        self.get::<JwkSet>("/openid/v1/jwks").await
+    }
+}
+
+/// Every ServiceAccount of the cluster, kept by a watch.
+pub struct WatchedAccounts {
+    store: Store<ServiceAccount>,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl std::fmt::Debug for WatchedAccounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchedAccounts").finish_non_exhaustive()
+    }
+}
+
+impl WatchedAccounts {
+    /// Starts the watch.
     pub fn start(client: kube::Client) -> Self {
         let (reader, writer) = reflector::store();
         let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -114,13 +173,67 @@ impl ServiceAccountVerifier {
             }
         });
         Self {
-            client,
+            store: reader,
+            ready,
+        }
+    }
+}
+
+impl Accounts for WatchedAccounts {
+    fn lookup(&self, namespace: &str, name: &str) -> Account {
+        if !self.ready.load(std::sync::atomic::Ordering::Relaxed) {
+            return Account::Unknown;
+        }
+        match self
+            .store
+            .get(&ObjectRef::new(name).within(namespace))
+            .and_then(|a| a.metadata.uid.clone())
+        {
+            Some(uid) => Account::Uid(uid),
+            None => Account::Missing,
+        }
+    }
+}
+
+/// The verifier: issuer, keys, and the ServiceAccounts.
+#[derive(Debug)]
+pub struct ServiceAccountVerifier {
+    source: Arc<dyn KeySource>,
+    accounts: Arc<dyn Accounts>,
+    /// The audiences a token may be for (`--api-audiences`); empty: the issuer.
+    audiences: Vec<String>,
+    issuer: RwLock<Option<String>>,
+    keys: RwLock<HashMap<String, (DecodingKey, Algorithm)>>,
+    last_refresh: Mutex<Option<Instant>>,
+}
+
+impl ServiceAccountVerifier {
+    /// Verifies against the cluster behind `client`; keys are fetched on
+    /// first use.
+    pub fn start(client: kube::Client) -> Self {
+        Self::new(
+            Arc::new(ClusterKeys::new(client.clone())),
+            Arc::new(WatchedAccounts::start(client)),
+        )
+    }
+
+    /// Verifies against `source`'s keys and `accounts`.
+    pub fn new(source: Arc<dyn KeySource>, accounts: Arc<dyn Accounts>) -> Self {
+        Self {
+            source,
+            accounts,
+            audiences: Vec::new(),
             issuer: RwLock::new(None),
             keys: RwLock::new(HashMap::new()),
             last_refresh: Mutex::new(None),
-            accounts: reader,
-            accounts_ready: ready,
         }
+    }
+
+    /// Accepts tokens for `audiences` (kube-apiserver's `--api-audiences`);
+    /// none: for the issuer.
+    pub fn with_audiences(mut self, audiences: Vec<String>) -> Self {
+        self.audiences = audiences;
+        self
     }
 
     /// Fetches the issuer and the key set, at most every [`REFRESH_EVERY`].
@@ -132,35 +245,14 @@ impl ServiceAccountVerifier {
             }
             *last = Some(Instant::now());
         }
-        let get = |path: &str| {
-            http::Request::get(path)
-                .body(Vec::new())
-                .map_err(|e| e.to_string())
-        };
-        let discovery = match get("/.well-known/openid-configuration") {
-            Ok(req) => self
-                .client
-                .request::<Discovery>(req)
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e),
-        };
-        match discovery {
-            Ok(d) => *self.issuer.write().unwrap_or_else(|p| p.into_inner()) = Some(d.issuer),
+        match self.source.issuer().await {
+            Ok(issuer) => *self.issuer.write().unwrap_or_else(|p| p.into_inner()) = Some(issuer),
             Err(e) => {
                 tracing::warn!(error = %e, "fetching the cluster's OIDC discovery document");
                 return;
             }
         }
-        let jwks = match get("/openid/v1/jwks") {
-            Ok(req) => self
-                .client
-                .request::<JwkSet>(req)
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e),
-        };
-        match jwks {
+        match self.source.keys().await {
             Ok(set) => {
                 let mut keys = HashMap::new();
                 for jwk in &set.keys {
@@ -267,26 +359,21 @@ impl ServiceAccountVerifier {
         if claims.sub != expected_sub {
             return Verdict::Invalid("subject does not match the ServiceAccount claim".to_owned());
         }
-        if !self
-            .accounts_ready
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            return Verdict::NotMine;
-        }
-        let account = self
+        match self
             .accounts
-            .get(&ObjectRef::new(&k8s.serviceaccount.name).within(&k8s.namespace));
-        match account.and_then(|a| a.metadata.uid.clone()) {
-            Some(uid) if uid == k8s.serviceaccount.uid => {}
-            Some(_) => {
+            .lookup(&k8s.namespace, &k8s.serviceaccount.name)
+        {
+            Account::Uid(uid) if uid == k8s.serviceaccount.uid => {}
+            Account::Uid(_) => {
                 return Verdict::Invalid(format!(
                     "ServiceAccount {}/{} was recreated since the token was issued",
                     k8s.namespace, k8s.serviceaccount.name
                 ))
             }
-            // Deleted, or created a moment ago and not cached yet: the
-            // TokenReview gives the authoritative answer.
-            None => return Verdict::NotMine,
+            // Deleted, or created a moment ago and not cached yet (or the
+            // cache has not synced): the TokenReview gives the
+            // authoritative answer.
+            Account::Missing | Account::Unknown => return Verdict::NotMine,
         }
         let mut extra = std::collections::BTreeMap::new();
         if let Some(jti) = claims.jti {
