@@ -26,6 +26,8 @@ use super::UserInfo;
 
 /// The shortest time between two JWKS fetches caused by unknown key ids.
 const REFRESH_EVERY: Duration = Duration::from_secs(10);
+/// How old the keys may get before they are fetched again.
+const KEYS_MAX_AGE: Duration = Duration::from_secs(3 * 60);
 
 /// What local verification concluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -402,3 +404,6 @@ fn unverified_issuer(token: &str) -> Option<String> {
         .ok()?;
     serde_json::from_slice::<Unverified>(&raw).ok()?.iss
 }
+
+#[cfg(test)]
+mod tests;
