@@ -2,16 +2,25 @@
 //! bearer tokens cost no TokenReview round trip.
 //!
 //! The issuer and its signing keys come from the cluster's OIDC discovery
-//! (`/.well-known/openid-configuration`, `/openid/v1/jwks`); an unknown key
-//! id triggers one refresh (rate-limited). A token that verifies must still
-//! name a ServiceAccount that exists with the uid in the token, checked
-//! against a watch-fed cache, so a deleted account's tokens stop working at
-//! once. Anything that is not clearly one of this cluster's ServiceAccount
-//! tokens is left to the TokenReview.
+//! (`/.well-known/openid-configuration`, `/openid/v1/jwks`), fetched again
+//! when they are [`KEYS_MAX_AGE`] old or a token names an unknown key id (at
+//! most every 10 s), and replaced whole, so a key the cluster stops
+//! publishing stops being trusted within minutes. Tokens must be for one of
+//! the API audiences (`--api-audiences`, by default the issuer), with a
+//! minute of clock skew allowed, as kube allows it. A token that verifies
+//! must still name a ServiceAccount that exists with the uid in the token,
+//! checked against a watch-fed cache, so a deleted account's tokens stop
+//! working at once.
+//!
+//! A token of the cluster's issuer that fails verification (a key the
+//! cluster does not publish, a bad signature, expired) is refused here,
+//! without a TokenReview. Anything that is not clearly one of this
+//! cluster's ServiceAccount tokens (another issuer or audience, a token
+//! bound to a pod, an account not cached yet) is left to the TokenReview.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use futures::StreamExt;
@@ -21,13 +30,22 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde::Deserialize;
+use tokio::time::Instant;
 
 use super::UserInfo;
 
-/// The shortest time between two JWKS fetches caused by unknown key ids.
+/// The shortest time between two fetches of the keys (for unknown key ids,
+/// or because they are old).
 const REFRESH_EVERY: Duration = Duration::from_secs(10);
-/// How old the keys may get before they are fetched again.
-const KEYS_MAX_AGE: Duration = Duration::from_secs(3 * 60);
+/// How old the keys may get before they are fetched again, so that a key
+/// removed from the cluster's JWKS is trusted at most this much longer.
+pub const KEYS_MAX_AGE: Duration = Duration::from_secs(3 * 60);
+/// Keys not confirmed for this long (every fetch failed) are not used:
+/// tokens then go to the TokenReview.
+const KEYS_TRUSTED_FOR: Duration = Duration::from_secs(2 * 3 * 60);
+/// The clock skew allowed on `exp`, `nbf` and `iat`: kube's (go-jose's
+/// `DefaultLeeway`).
+const LEEWAY_SECONDS: u64 = 60;
 
 /// What local verification concluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +66,7 @@ struct Discovery {
 #[derive(Debug, Deserialize)]
 struct Claims {
     sub: String,
+    iat: Option<u64>,
     #[serde(rename = "kubernetes.io")]
     kubernetes: Option<KubernetesClaims>,
     jti: Option<String>,
@@ -204,9 +223,28 @@ pub struct ServiceAccountVerifier {
     accounts: Arc<dyn Accounts>,
     /// The audiences a token may be for (`--api-audiences`); empty: the issuer.
     audiences: Vec<String>,
-    issuer: RwLock<Option<String>>,
-    keys: RwLock<HashMap<String, (DecodingKey, Algorithm)>>,
-    last_refresh: Mutex<Option<Instant>>,
+    keys: RwLock<Keys>,
+    /// When a fetch was last started, successful or not.
+    last_attempt: Mutex<Option<Instant>>,
+}
+
+/// What the last successful fetch found.
+#[derive(Default)]
+struct Keys {
+    issuer: Option<String>,
+    by_kid: HashMap<String, (DecodingKey, Algorithm)>,
+    /// When; `None` before the first success.
+    fetched: Option<Instant>,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("issuer", &self.issuer)
+            .field("kids", &self.by_kid.keys().collect::<Vec<_>>())
+            .field("fetched", &self.fetched)
+            .finish()
+    }
 }
 
 impl ServiceAccountVerifier {
@@ -225,9 +263,8 @@ impl ServiceAccountVerifier {
             source,
             accounts,
             audiences: Vec::new(),
-            issuer: RwLock::new(None),
-            keys: RwLock::new(HashMap::new()),
-            last_refresh: Mutex::new(None),
+            keys: RwLock::new(Keys::default()),
+            last_attempt: Mutex::new(None),
         }
     }
 
@@ -238,51 +275,75 @@ impl ServiceAccountVerifier {
         self
     }
 
-    /// Fetches the issuer and the key set, at most every [`REFRESH_EVERY`].
+    /// Fetches the issuer and the key set, at most every [`REFRESH_EVERY`],
+    /// and replaces the keys whole: a key the cluster no longer publishes is
+    /// dropped. A failed fetch keeps the last keys.
     async fn refresh(&self) {
         {
-            let mut last = self.last_refresh.lock().unwrap_or_else(|p| p.into_inner());
+            let mut last = self.last_attempt.lock().unwrap_or_else(|p| p.into_inner());
             if last.is_some_and(|at| at.elapsed() < REFRESH_EVERY) {
                 return;
             }
             *last = Some(Instant::now());
         }
-        match self.source.issuer().await {
-            Ok(issuer) => *self.issuer.write().unwrap_or_else(|p| p.into_inner()) = Some(issuer),
+        let issuer = match self.source.issuer().await {
+            Ok(issuer) => issuer,
             Err(e) => {
                 tracing::warn!(error = %e, "fetching the cluster's OIDC discovery document");
                 return;
             }
-        }
-        match self.source.keys().await {
-            Ok(set) => {
-                let mut keys = HashMap::new();
-                for jwk in &set.keys {
-                    let (Some(kid), Ok(key)) =
-                        (jwk.common.key_id.clone(), DecodingKey::from_jwk(jwk))
-                    else {
-                        continue;
-                    };
-                    let alg = jwk
-                        .common
-                        .key_algorithm
-                        .and_then(|a| a.to_string().parse::<Algorithm>().ok())
-                        .unwrap_or(Algorithm::RS256);
-                    keys.insert(kid, (key, alg));
-                }
-                tracing::info!(keys = keys.len(), "loaded the ServiceAccount signing keys");
-                *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+        };
+        let set = match self.source.keys().await {
+            Ok(set) => set,
+            Err(e) => {
+                tracing::warn!(error = %e, "fetching the cluster's JWKS");
+                return;
             }
-            Err(e) => tracing::warn!(error = %e, "fetching the cluster's JWKS"),
+        };
+        let mut by_kid = HashMap::new();
+        for jwk in &set.keys {
+            let (Some(kid), Ok(key)) = (jwk.common.key_id.clone(), DecodingKey::from_jwk(jwk))
+            else {
+                continue;
+            };
+            let alg = jwk
+                .common
+                .key_algorithm
+                .and_then(|a| a.to_string().parse::<Algorithm>().ok())
+                .unwrap_or(Algorithm::RS256);
+            by_kid.insert(kid, (key, alg));
         }
+        let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        if keys.by_kid.len() != by_kid.len() || by_kid.keys().any(|k| !keys.by_kid.contains_key(k))
+        {
+            tracing::info!(
+                keys = by_kid.len(),
+                "loaded the ServiceAccount signing keys"
+            );
+        }
+        *keys = Keys {
+            issuer: Some(issuer),
+            by_kid,
+            fetched: Some(Instant::now()),
+        };
     }
 
-    fn key(&self, kid: &str) -> Option<(DecodingKey, Algorithm)> {
+    /// The issuer and the key `kid`, if the keys are recent enough to trust,
+    /// and whether they are.
+    fn lookup(&self, kid: &str) -> (Option<String>, Option<(DecodingKey, Algorithm)>, bool) {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let trusted = keys
+            .fetched
+            .is_some_and(|at| at.elapsed() < KEYS_TRUSTED_FOR);
+        (keys.issuer.clone(), keys.by_kid.get(kid).cloned(), trusted)
+    }
+
+    fn keys_are_old(&self) -> bool {
         self.keys
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(kid)
-            .cloned()
+            .fetched
+            .is_none_or(|at| at.elapsed() >= KEYS_MAX_AGE)
     }
 
     /// Verifies `token` if it is one of this cluster's ServiceAccount tokens.
@@ -293,35 +354,31 @@ impl ServiceAccountVerifier {
         let Some(kid) = header.kid else {
             return Verdict::NotMine;
         };
-        if self
-            .issuer
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_none()
-        {
+        if self.keys_are_old() {
             self.refresh().await;
         }
-        let Some(issuer) = self
-            .issuer
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        else {
+        let (Some(issuer), mut key, mut trusted) = self.lookup(&kid) else {
             return Verdict::NotMine;
         };
         if unverified_issuer(token).as_deref() != Some(issuer.as_str()) {
             return Verdict::NotMine;
         }
-        let key = match self.key(&kid) {
-            Some(k) => k,
-            None => {
-                self.refresh().await;
-                match self.key(&kid) {
-                    Some(k) => k,
-                    // Perhaps a key we cannot see: the TokenReview decides.
-                    None => return Verdict::NotMine,
-                }
-            }
+        if key.is_none() {
+            // Perhaps a key the cluster started signing with a moment ago.
+            self.refresh().await;
+            (_, key, trusted) = self.lookup(&kid);
+        }
+        // Keys we could not confirm for a while may have been removed: the
+        // TokenReview decides.
+        if !trusted {
+            return Verdict::NotMine;
+        }
+        let Some(key) = key else {
+            // The cluster's issuer, but a key its JWKS does not publish: a
+            // forgery, or a key removed since. Not worth a TokenReview.
+            return Verdict::Invalid(format!(
+                "signed by key {kid:?}, which the cluster does not publish"
+            ));
         };
         let (key, alg) = key;
         if header.alg != alg {
@@ -332,21 +389,35 @@ impl ServiceAccountVerifier {
         }
         let mut validation = Validation::new(alg);
         validation.set_issuer(&[issuer.as_str()]);
-        // The cluster's default API audience is its issuer.
-        validation.set_audience(&[issuer.as_str()]);
-        validation.leeway = 0;
+        // `--api-audiences`; by default the cluster's API audience is its
+        // issuer.
+        if self.audiences.is_empty() {
+            validation.set_audience(&[issuer.as_str()]);
+        } else {
+            validation.set_audience(&self.audiences);
+        }
+        validation.leeway = LEEWAY_SECONDS;
         validation.validate_nbf = true;
         let claims = match jsonwebtoken::decode::<Claims>(token, &key, &validation) {
             Ok(data) => data.claims,
-            // Another API audience (an external issuer's cluster): the
-            // TokenReview knows the cluster's audiences, we do not.
+            // Signed by the cluster for another audience: the TokenReview
+            // knows all of the cluster's audiences, we know ours.
             Err(e) if matches!(e.kind(), jsonwebtoken::errors::ErrorKind::InvalidAudience) => {
                 return Verdict::NotMine
             }
             Err(e) => return Verdict::Invalid(e.to_string()),
         };
+        if claims
+            .iat
+            .is_some_and(|iat| iat > now_seconds() + LEEWAY_SECONDS)
+        {
+            return Verdict::Invalid("the token is issued in the future".to_owned());
+        }
         let Some(k8s) = claims.kubernetes else {
-            return Verdict::NotMine;
+            return Verdict::Invalid(
+                "signed by the cluster's ServiceAccount key, but not a ServiceAccount token"
+                    .to_owned(),
+            );
         };
         // A token bound to a pod, Secret or node is valid only while that
         // object lives; kube-apiserver checks that, so the TokenReview
@@ -394,6 +465,14 @@ impl ServiceAccountVerifier {
             extra,
         })
     }
+}
+
+/// Seconds since the epoch, as JWTs count them.
+fn now_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
 }
 
 /// The `iss` claim, read without verifying anything (only to route the token).
