@@ -505,12 +505,20 @@ impl<S: Strategy> Store<S> {
                 .await;
         }
         match (rv, limit, exact) {
-            // An exact revision, or a page: read etcd at one revision, once
-            // the store has reached it.
+            // An exact revision, or a page: read etcd at one revision. One
+            // etcd has not reached gets the time the cache would get.
             (Some(r), _, true) => {
-                self.wait_for_requested(r).await?;
-                self.list_from_etcd(&scope, Some(r), None, limit, opts)
+                match self
+                    .list_from_etcd(&scope, Some(r), None, limit, opts)
                     .await
+                {
+                    Err(ApiError::TooLargeResourceVersion { .. }) => {
+                        self.wait_for_requested(r).await?;
+                        self.list_from_etcd(&scope, Some(r), None, limit, opts)
+                            .await
+                    }
+                    answer => answer,
+                }
             }
             (None, Some(_), _) => self.list_from_etcd(&scope, None, None, limit, opts).await,
             (Some(r), Some(_), false) if r > 0 => {
@@ -567,6 +575,10 @@ impl<S: Strategy> Store<S> {
             .await
         {
             Ok(()) => Ok(()),
+            // Not that the revision is too large: the cache is re-listing.
+            Err(CacheError::Stale(_)) if !self.cache.is_ready() => {
+                Err(cache_error(CacheError::NotReady))
+            }
             Err(CacheError::Stale(requested)) => Err(ApiError::TooLargeResourceVersion {
                 requested,
                 current: self.cache.revision(),
