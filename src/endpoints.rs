@@ -288,7 +288,12 @@ pub fn error_response(err: &ApiError) -> Response<Body> {
     let body = serde_json::to_vec(&err.to_status()).unwrap_or_else(|_| {
         br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","reason":"InternalError","code":500}"#.to_vec()
     });
-    json_response(status, body)
+    let mut resp = json_response(status, body);
+    if let Some(seconds) = err.retry_after_seconds() {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+    }
+    resp
 }
 
 #[cfg(test)]

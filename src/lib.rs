@@ -7,8 +7,8 @@
 //! api ← storage ← registry ← endpoints ← server
 //! ```
 //!
-//! `discovery` (built from `api`), `authn`, `authz` and `controller` sit beside the
-//! request path. `api` is pure: no I/O and no tokio. See `DESIGN.md` §3.
+//! `discovery` (built from `api`), `authn`, `authz` (with the `review_cache` they
+//! share) and `controller` sit beside the request path. `api` is pure: no I/O and no tokio. See `DESIGN.md` §3.
 #![forbid(unsafe_code)]
 
 pub mod admission;
@@ -19,5 +19,6 @@ pub mod controller;
 pub mod discovery;
 pub mod endpoints;
 pub mod registry;
+pub mod review_cache;
 pub mod server;
 pub mod storage;

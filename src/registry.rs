@@ -86,9 +86,9 @@ pub(crate) fn storage_error(err: StorageError, resource: &GroupResource, name: &
         StorageError::Compacted { requested } => ApiError::Expired(format!(
             "The resourceVersion for the provided list is too old (resourceVersion {requested} has been compacted)."
         )),
-        StorageError::FutureRevision { requested } => ApiError::Timeout(format!(
-            "Too large resource version: {requested}, the storage has not reached it yet"
-        )),
+        StorageError::FutureRevision { requested, current } => {
+            ApiError::TooLargeResourceVersion { requested, current }
+        }
         StorageError::Unavailable(message) => ApiError::ServiceUnavailable(format!(
             "storage is unavailable: {message}"
         )),

@@ -91,10 +91,13 @@ pub async fn run(
     let storage: Arc<dyn Storage> = Arc::new(etcd);
     let (auth, cluster) = match &config.auth {
         AuthMode::InsecureAllowAll => (Auth::insecure(), None),
-        AuthMode::Delegated { kubeconfig } => {
+        AuthMode::Delegated {
+            kubeconfig,
+            api_audiences,
+        } => {
             let client = kube_client(kubeconfig.as_deref()).await?;
             (
-                Auth::delegated(client.clone()),
+                Auth::delegated(client.clone(), api_audiences.clone()),
                 Some(Cluster {
                     client,
                     etcd: etcd_client,
@@ -191,10 +194,13 @@ impl Auth {
     }
 
     /// Delegated to the cluster, as k8s.io/apiserver's extension servers do.
-    pub fn delegated(client: kube::Client) -> Self {
+    /// ServiceAccount tokens for `api_audiences` (none: the issuer) are
+    /// verified locally.
+    pub fn delegated(client: kube::Client, api_audiences: Vec<String>) -> Self {
         let (config, problem) = authn::source::watch(client.clone());
         let tokens = authn::token::TokenAuthenticator::new(client.clone(), Vec::new());
-        let accounts = authn::jwt::ServiceAccountVerifier::start(client.clone());
+        let accounts =
+            authn::jwt::ServiceAccountVerifier::start(client.clone()).with_audiences(api_audiences);
         let reviewer = Arc::new(SubjectAccessReviewer::new(client));
         Self {
             authn: Arc::new(

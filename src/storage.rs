@@ -34,8 +34,11 @@ pub enum StorageError {
     },
     #[error("revision {requested} has been compacted")]
     Compacted { requested: Revision },
-    #[error("revision {requested} is newer than the store's current revision")]
-    FutureRevision { requested: Revision },
+    #[error("revision {requested} is newer than the store's current revision {current}")]
+    FutureRevision {
+        requested: Revision,
+        current: Revision,
+    },
     #[error("storage unavailable: {0}")]
     Unavailable(String),
     #[error("storage error: {0}")]
@@ -172,6 +175,18 @@ pub struct Guard {
     pub value: Bytes,
 }
 
+/// A key deleted in the same transaction as a write, provided it is still at
+/// the revision it was read at: how an object gives up a unique index entry
+/// it holds in the same write that finishes or removes it. A key that moved
+/// since has been taken over by someone else; it is left alone, and the
+/// write goes through all the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    pub key: String,
+    /// The `mod_revision` the key was read at.
+    pub revision: Revision,
+}
+
 /// A live watch.
 #[async_trait::async_trait]
 pub trait WatchStream: Send + std::fmt::Debug {
@@ -197,10 +212,31 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// A linearizable read of `key`.
     async fn get(&self, key: &str) -> Result<KeyValue>;
     /// Replaces `key` if its `mod_revision` is still `expected`.
-    async fn update(&self, key: &str, expected: Revision, value: Bytes) -> Result<KeyValue>;
+    async fn update(&self, key: &str, expected: Revision, value: Bytes) -> Result<KeyValue> {
+        self.update_releasing(key, expected, value, &[]).await
+    }
+    /// Like [`Storage::update`], and in the same transaction deletes each
+    /// [`Release`] key that is still at its revision.
+    async fn update_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        value: Bytes,
+        releases: &[Release],
+    ) -> Result<KeyValue>;
     /// Deletes `key` if its `mod_revision` is still `expected`; returns the
     /// deleted value and the revision of the deletion.
-    async fn delete(&self, key: &str, expected: Revision) -> Result<(KeyValue, Revision)>;
+    async fn delete(&self, key: &str, expected: Revision) -> Result<(KeyValue, Revision)> {
+        self.delete_releasing(key, expected, &[]).await
+    }
+    /// Like [`Storage::delete`], and in the same transaction deletes each
+    /// [`Release`] key that is still at its revision.
+    async fn delete_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        releases: &[Release],
+    ) -> Result<(KeyValue, Revision)>;
     /// Reads keys under `prefix` at one revision.
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListPage>;
     /// The store's current revision (a linearizable read).

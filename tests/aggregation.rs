@@ -177,3 +177,145 @@ fn the_demo_claim_is_provisioned_through_csi_bound_and_snapshotted() {
         "the driver snapshotted the demo volume: {snapshots:?}"
     );
 }
+
+/// The resource as kube-rs addresses it, for a client built like any
+/// controller's: from a kubeconfig, through kube-apiserver.
+fn transfers(client: kube::Client, ns: &str) -> kube::Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource {
+        group: "storage.transfer.k8s.io".to_owned(),
+        version: "v1alpha1".to_owned(),
+        api_version: "storage.transfer.k8s.io/v1alpha1".to_owned(),
+        kind: "NamespaceTransfer".to_owned(),
+        plural: "namespacetransfers".to_owned(),
+    };
+    kube::Api::namespaced_with(client, ns, &resource)
+}
+
+/// kube-apiserver's answer to a resourceVersion the store has not reached:
+/// 504 Timeout, "Too large resource version: X, current: Y", the
+/// `ResourceVersionTooLarge` cause and a retry after one second.
+#[track_caller]
+fn assert_too_large(case: &str, status: &kube::core::Status, requested: u64) {
+    assert_eq!(
+        (status.code, status.reason.as_str()),
+        (504, "Timeout"),
+        "{case}: {status:?}"
+    );
+    assert!(
+        status.message.starts_with(&format!(
+            "Timeout: Too large resource version: {requested}, current: "
+        )),
+        "{case}: {status:?}"
+    );
+    let details = status.details.as_ref().expect("details");
+    assert_eq!(details.retry_after_seconds, 1, "{case}: {status:?}");
+    let causes: Vec<&str> = details.causes.iter().map(|c| c.reason.as_str()).collect();
+    assert_eq!(causes, ["ResourceVersionTooLarge"], "{case}: {status:?}");
+}
+
+#[test]
+fn a_list_or_watch_from_a_future_resource_version_is_told_it_is_too_large() {
+    use futures::StreamExt;
+    use kube::api::{ListParams, VersionMatch, WatchEvent, WatchParams};
+
+    let ns = cp().namespace("future-rv").unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let kubeconfig = kube::config::Kubeconfig::read_from(cp().kubeconfig()).unwrap();
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        // kube-rs, like client-go, retries a 504 after the Retry-After the
+        // error carries; this test wants to see the error itself.
+        config.default_retry = false;
+        let api = transfers(kube::Client::try_from(config).unwrap(), &ns.name);
+        let current: u64 = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap()
+            .parse()
+            .unwrap();
+        let future = current + 1_000_000;
+        let rv = future.to_string();
+
+        for (case, params) in [
+            (
+                "NotOlderThan",
+                ListParams::default()
+                    .at(&rv)
+                    .matching(VersionMatch::NotOlderThan),
+            ),
+            (
+                "Exact",
+                ListParams::default().at(&rv).matching(VersionMatch::Exact),
+            ),
+            (
+                "NotOlderThan, paged",
+                ListParams::default()
+                    .at(&rv)
+                    .matching(VersionMatch::NotOlderThan)
+                    .limit(1),
+            ),
+        ] {
+            match api.list(&params).await {
+                Err(kube::Error::Api(status)) => assert_too_large(case, &status, future),
+                other => panic!("{case}: {other:?}"),
+            }
+        }
+
+        for (case, params) in [
+            ("watch", WatchParams::default().timeout(30)),
+            (
+                "watch with initial events",
+                WatchParams::streaming_lists().timeout(30),
+            ),
+        ] {
+            let events = api.watch(&params, &rv).await.unwrap();
+            let events: Vec<_> = tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                events.collect::<Vec<_>>(),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{case}: the watch stays open"));
+            match events.as_slice() {
+                [Ok(WatchEvent::Error(status))] => assert_too_large(case, status, future),
+                other => panic!("{case}: {other:?}"),
+            }
+        }
+    });
+
+    // The status code and the retry hint reach an HTTP client as they are.
+    let port: u16 = cp()
+        .apiserver_url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let http = sta_testenv::http::HttpClient::new(
+        port,
+        &cp().pki.cluster_ca.cert,
+        "localhost",
+        Some((&cp().pki.admin.cert, &cp().pki.admin.key)),
+    )
+    .unwrap();
+    let resp = http
+        .request(
+            "GET",
+            &format!(
+                "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/{}/namespacetransfers?resourceVersion=999999999999&resourceVersionMatch=NotOlderThan",
+                ns.name
+            ),
+            &[],
+            b"",
+        )
+        .unwrap();
+    assert_eq!(resp.status, 504, "{}", resp.text());
+    assert_eq!(resp.header("Retry-After"), Some("1"));
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use storage_transfer_apiserver::storage::etcd::{EtcdConfig, EtcdStorage};
 use storage_transfer_apiserver::storage::{
-    Event, Guard, ListOptions, Storage, StorageError, WatchMessage,
+    Event, Guard, ListOptions, Release, Storage, StorageError, WatchMessage,
 };
 
 async fn etcd(name: &str) -> (sta_testenv::Etcd, EtcdStorage) {
@@ -181,6 +181,90 @@ async fn a_guarded_create_writes_the_object_and_its_guard_keys_in_one_transactio
         (entry.value, entry.mod_revision),
         (v("held by b"), taken.mod_revision)
     );
+}
+
+#[tokio::test]
+async fn an_update_or_delete_releases_index_keys_still_at_their_revision_in_one_transaction() {
+    let (_etcd, s) = etcd("release").await;
+    let (a, b) = (format!("{P}/ns/a"), format!("{P}/ns/b"));
+    let (source, destination) = (
+        format!("{INDEX}/source/ns/db"),
+        format!("{INDEX}/destination/dev/db"),
+    );
+    let created = s
+        .create_guarded(
+            &a,
+            v("a"),
+            &[
+                guard(&source, None, "held by a"),
+                guard(&destination, None, "held by a"),
+            ],
+        )
+        .await
+        .unwrap();
+    // The destination entry moved since: taken over by someone else.
+    let moved = s
+        .update(&destination, created.mod_revision, v("held by c"))
+        .await
+        .unwrap();
+    let release = |key: &str| Release {
+        key: key.to_owned(),
+        revision: created.mod_revision,
+    };
+    let stale = s
+        .update_releasing(&a, moved.mod_revision, v("a done"), &[release(&source)])
+        .await
+        .unwrap_err();
+    assert!(matches!(stale, StorageError::Conflict { .. }), "{stale:?}");
+    assert_eq!(
+        s.get(&source).await.unwrap().value,
+        v("held by a"),
+        "a refused write releases nothing"
+    );
+    let finished = s
+        .update_releasing(
+            &a,
+            created.mod_revision,
+            v("a done"),
+            &[release(&source), release(&destination)],
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.get(&source).await,
+        Err(StorageError::NotFound { .. })
+    ));
+    assert_eq!(
+        s.get(&destination).await.unwrap().value,
+        v("held by c"),
+        "a key that moved is left alone"
+    );
+    assert_eq!(s.get(&a).await.unwrap().value, v("a done"));
+
+    let held = s
+        .create_guarded(&b, v("b"), &[guard(&source, None, "held by b")])
+        .await
+        .unwrap();
+    s.delete_releasing(&a, finished.mod_revision, &[])
+        .await
+        .unwrap();
+    let (last, at) = s
+        .delete_releasing(
+            &b,
+            held.mod_revision,
+            &[Release {
+                key: source.clone(),
+                revision: held.mod_revision,
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(last.value, v("b"));
+    assert!(at > held.mod_revision);
+    assert!(matches!(
+        s.get(&source).await,
+        Err(StorageError::NotFound { .. })
+    ));
 }
 
 #[tokio::test]

@@ -555,3 +555,66 @@ fn a_clone_mode_transfer_fails_as_not_supported_and_touches_nothing() {
     assert_eq!(t["status"]["reason"], "ModeNotSupported");
     s.assert_source_untouched();
 }
+
+/// The one-active-transfer index keys in etcd that name one of `namespaces`,
+/// as `key = holder`.
+fn index_keys_naming(namespaces: &[&str]) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut etcd = etcd_client::Client::connect([cp().etcd_url.as_str()], None)
+            .await
+            .unwrap();
+        let entries = etcd
+            .get(
+                "/registry/storage.transfer.k8s.io/_index/",
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+        entries
+            .kvs()
+            .iter()
+            .map(|kv| {
+                format!(
+                    "{} = {}",
+                    kv.key_str().unwrap(),
+                    kv.value_str().unwrap_or_default()
+                )
+            })
+            .filter(|entry| {
+                namespaces
+                    .iter()
+                    .any(|ns| entry.contains(&format!("/{ns}/")))
+            })
+            .collect()
+    })
+}
+
+#[test]
+fn a_completed_transfer_and_its_deletion_leave_no_index_key_in_etcd() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let namespaces = [s.src.name.as_str(), s.dst.name.as_str()];
+    offer(admin(), &s.src.name, "give", "db", &s.dst.name);
+    let held = index_keys_naming(&namespaces);
+    assert_eq!(held.len(), 1, "the offer holds its source claim: {held:?}");
+    request(admin(), &s.dst.name, "take", &s.src.name, "db");
+    wait_phase(admin(), &s.src.name, "give", "Completed", WAIT);
+    wait_phase(admin(), &s.dst.name, "take", "Completed", WAIT);
+    assert_eq!(
+        index_keys_naming(&namespaces),
+        Vec::<String>::new(),
+        "a finished transfer gives its index keys up"
+    );
+    for (ns, name) in [(&s.src.name, "give"), (&s.dst.name, "take")] {
+        admin().ok(&["delete", "namespacetransfer", name, "-n", ns]);
+    }
+    eventually("both transfers to be gone", WAIT, || {
+        transfer_json(admin(), &s.src.name, "give").is_none()
+            && transfer_json(admin(), &s.dst.name, "take").is_none()
+    });
+    assert_eq!(index_keys_naming(&namespaces), Vec::<String>::new());
+    s.assert_moved_to(&s.dst.name, "db");
+}

@@ -95,11 +95,19 @@ pub enum ApiError {
     Internal(String),
     #[error("{0}")]
     ServiceUnavailable(String),
-    /// The server could not answer in time (for example, a resourceVersion the
-    /// storage has not reached yet).
+    /// The server could not answer in time.
     #[error("{0}")]
     Timeout(String),
+    /// A read or watch asked for a resourceVersion the server had not reached
+    /// after waiting for it: kube's `storage.NewTooLargeResourceVersionError`,
+    /// a Timeout the client retries after a second.
+    #[error("Timeout: Too large resource version: {requested}, current: {current}")]
+    TooLargeResourceVersion { requested: i64, current: i64 },
 }
+
+/// The cause kube-apiserver attaches to [`ApiError::TooLargeResourceVersion`]
+/// (`metav1.CauseTypeResourceVersionTooLarge`), by which clients recognise it.
+pub const CAUSE_RESOURCE_VERSION_TOO_LARGE: &str = "ResourceVersionTooLarge";
 
 fn join_causes(causes: &[FieldCause]) -> String {
     let parts: Vec<String> = causes
@@ -130,7 +138,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => 405,
             ApiError::Internal(_) => 500,
             ApiError::ServiceUnavailable(_) => 503,
-            ApiError::Timeout(_) => 504,
+            ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => 504,
         }
     }
 
@@ -151,7 +159,16 @@ impl ApiError {
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::Internal(_) => "InternalError",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
-            ApiError::Timeout(_) => "Timeout",
+            ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => "Timeout",
+        }
+    }
+
+    /// How long the client should wait before it retries, when the error
+    /// says (`details.retryAfterSeconds`, and the `Retry-After` header).
+    pub fn retry_after_seconds(&self) -> Option<i32> {
+        match self {
+            ApiError::TooLargeResourceVersion { .. } => Some(1),
+            _ => None,
         }
     }
 
@@ -185,6 +202,15 @@ impl ApiError {
                         })
                         .collect(),
                 ),
+                ..Default::default()
+            }),
+            ApiError::TooLargeResourceVersion { .. } => Some(StatusDetails {
+                causes: Some(vec![StatusCause {
+                    field: None,
+                    message: Some("Too large resource version".to_owned()),
+                    reason: Some(CAUSE_RESOURCE_VERSION_TOO_LARGE.to_owned()),
+                }]),
+                retry_after_seconds: self.retry_after_seconds(),
                 ..Default::default()
             }),
             _ => None,

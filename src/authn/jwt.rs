@@ -2,16 +2,25 @@
 //! bearer tokens cost no TokenReview round trip.
 //!
 //! The issuer and its signing keys come from the cluster's OIDC discovery
-//! (`/.well-known/openid-configuration`, `/openid/v1/jwks`); an unknown key
-//! id triggers one refresh (rate-limited). A token that verifies must still
-//! name a ServiceAccount that exists with the uid in the token, checked
-//! against a watch-fed cache, so a deleted account's tokens stop working at
-//! once. Anything that is not clearly one of this cluster's ServiceAccount
-//! tokens is left to the TokenReview.
+//! (`/.well-known/openid-configuration`, `/openid/v1/jwks`), fetched again
+//! when they are [`KEYS_MAX_AGE`] old or a token names an unknown key id (at
+//! most every 10 s), and replaced whole, so a key the cluster stops
+//! publishing stops being trusted within minutes. Tokens must be for one of
+//! the API audiences (`--api-audiences`, by default the issuer), with a
+//! minute of clock skew allowed, as kube allows it. A token that verifies
+//! must still name a ServiceAccount that exists with the uid in the token,
+//! checked against a watch-fed cache, so a deleted account's tokens stop
+//! working at once.
+//!
+//! A token of the cluster's issuer that fails verification (a key the
+//! cluster does not publish, a bad signature, expired) is refused here,
+//! without a TokenReview. Anything that is not clearly one of this
+//! cluster's ServiceAccount tokens (another issuer or audience, a token
+//! bound to a pod, an account not cached yet) is left to the TokenReview.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use futures::StreamExt;
@@ -21,11 +30,22 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde::Deserialize;
+use tokio::time::Instant;
 
 use super::UserInfo;
 
-/// The shortest time between two JWKS fetches caused by unknown key ids.
+/// The shortest time between two fetches of the keys (for unknown key ids,
+/// or because they are old).
 const REFRESH_EVERY: Duration = Duration::from_secs(10);
+/// How old the keys may get before they are fetched again, so that a key
+/// removed from the cluster's JWKS is trusted at most this much longer.
+pub const KEYS_MAX_AGE: Duration = Duration::from_secs(3 * 60);
+/// Keys not confirmed for this long (every fetch failed) are not used:
+/// tokens then go to the TokenReview.
+const KEYS_TRUSTED_FOR: Duration = Duration::from_secs(2 * 3 * 60);
+/// The clock skew allowed on `exp`, `nbf` and `iat`: kube's (go-jose's
+/// `DefaultLeeway`).
+const LEEWAY_SECONDS: u64 = 60;
 
 /// What local verification concluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +66,7 @@ struct Discovery {
 #[derive(Debug, Deserialize)]
 struct Claims {
     sub: String,
+    iat: Option<u64>,
     #[serde(rename = "kubernetes.io")]
     kubernetes: Option<KubernetesClaims>,
     jti: Option<String>,
@@ -71,26 +92,85 @@ struct Unverified {
     iss: Option<String>,
 }
 
-/// The verifier: issuer, keys, and the ServiceAccount cache.
-pub struct ServiceAccountVerifier {
-    client: kube::Client,
-    issuer: RwLock<Option<String>>,
-    keys: RwLock<HashMap<String, (DecodingKey, Algorithm)>>,
-    last_refresh: Mutex<Option<Instant>>,
-    accounts: Store<ServiceAccount>,
-    accounts_ready: Arc<std::sync::atomic::AtomicBool>,
+/// Where the cluster publishes its issuer and signing keys.
+#[async_trait::async_trait]
+pub trait KeySource: Send + Sync + std::fmt::Debug {
+    /// The `issuer` of the OIDC discovery document.
+    async fn issuer(&self) -> Result<String, String>;
+    /// The JWKS.
+    async fn keys(&self) -> Result<JwkSet, String>;
 }
 
-impl std::fmt::Debug for ServiceAccountVerifier {
+/// What the cluster says of a ServiceAccount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Account {
+    /// The cache has not synced yet: nothing is known.
+    Unknown,
+    /// No such account (or not cached yet).
+    Missing,
+    /// It exists with this uid.
+    Uid(String),
+}
+
+/// The ServiceAccounts that exist.
+pub trait Accounts: Send + Sync + std::fmt::Debug {
+    fn lookup(&self, namespace: &str, name: &str) -> Account;
+}
+
+/// The cluster's OIDC discovery document and JWKS, read through kube-apiserver.
+pub struct ClusterKeys {
+    client: kube::Client,
+}
+
+impl std::fmt::Debug for ClusterKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServiceAccountVerifier")
-            .field("issuer", &self.issuer)
-            .finish_non_exhaustive()
+        f.debug_struct("ClusterKeys").finish_non_exhaustive()
     }
 }
 
-impl ServiceAccountVerifier {
-    /// Starts the ServiceAccount cache; keys are fetched on first use.
+impl ClusterKeys {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+
+    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, String> {
+        let request = http::Request::get(path)
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        self.client
+            .request::<T>(request)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait::async_trait]
+impl KeySource for ClusterKeys {
+    async fn issuer(&self) -> Result<String, String> {
+        self.get::<Discovery>("/.well-known/openid-configuration")
+            .await
+            .map(|d| d.issuer)
+    }
+
+    async fn keys(&self) -> Result<JwkSet, String> {
+        self.get::<JwkSet>("/openid/v1/jwks").await
+    }
+}
+
+/// Every ServiceAccount of the cluster, kept by a watch.
+pub struct WatchedAccounts {
+    store: Store<ServiceAccount>,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl std::fmt::Debug for WatchedAccounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchedAccounts").finish_non_exhaustive()
+    }
+}
+
+impl WatchedAccounts {
+    /// Starts the watch.
     pub fn start(client: kube::Client) -> Self {
         let (reader, writer) = reflector::store();
         let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -114,81 +194,156 @@ impl ServiceAccountVerifier {
             }
         });
         Self {
-            client,
-            issuer: RwLock::new(None),
-            keys: RwLock::new(HashMap::new()),
-            last_refresh: Mutex::new(None),
-            accounts: reader,
-            accounts_ready: ready,
+            store: reader,
+            ready,
+        }
+    }
+}
+
+impl Accounts for WatchedAccounts {
+    fn lookup(&self, namespace: &str, name: &str) -> Account {
+        if !self.ready.load(std::sync::atomic::Ordering::Relaxed) {
+            return Account::Unknown;
+        }
+        match self
+            .store
+            .get(&ObjectRef::new(name).within(namespace))
+            .and_then(|a| a.metadata.uid.clone())
+        {
+            Some(uid) => Account::Uid(uid),
+            None => Account::Missing,
+        }
+    }
+}
+
+/// The verifier: issuer, keys, and the ServiceAccounts.
+#[derive(Debug)]
+pub struct ServiceAccountVerifier {
+    source: Arc<dyn KeySource>,
+    accounts: Arc<dyn Accounts>,
+    /// The audiences a token may be for (`--api-audiences`); empty: the issuer.
+    audiences: Vec<String>,
+    keys: RwLock<Keys>,
+    /// When a fetch was last started, successful or not.
+    last_attempt: Mutex<Option<Instant>>,
+}
+
+/// What the last successful fetch found.
+#[derive(Default)]
+struct Keys {
+    issuer: Option<String>,
+    by_kid: HashMap<String, (DecodingKey, Algorithm)>,
+    /// When; `None` before the first success.
+    fetched: Option<Instant>,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("issuer", &self.issuer)
+            .field("kids", &self.by_kid.keys().collect::<Vec<_>>())
+            .field("fetched", &self.fetched)
+            .finish()
+    }
+}
+
+impl ServiceAccountVerifier {
+    /// Verifies against the cluster behind `client`; keys are fetched on
+    /// first use.
+    pub fn start(client: kube::Client) -> Self {
+        Self::new(
+            Arc::new(ClusterKeys::new(client.clone())),
+            Arc::new(WatchedAccounts::start(client)),
+        )
+    }
+
+    /// Verifies against `source`'s keys and `accounts`.
+    pub fn new(source: Arc<dyn KeySource>, accounts: Arc<dyn Accounts>) -> Self {
+        Self {
+            source,
+            accounts,
+            audiences: Vec::new(),
+            keys: RwLock::new(Keys::default()),
+            last_attempt: Mutex::new(None),
         }
     }
 
-    /// Fetches the issuer and the key set, at most every [`REFRESH_EVERY`].
+    /// Accepts tokens for `audiences` (kube-apiserver's `--api-audiences`);
+    /// none: for the issuer.
+    pub fn with_audiences(mut self, audiences: Vec<String>) -> Self {
+        self.audiences = audiences;
+        self
+    }
+
+    /// Fetches the issuer and the key set, at most every [`REFRESH_EVERY`],
+    /// and replaces the keys whole: a key the cluster no longer publishes is
+    /// dropped. A failed fetch keeps the last keys.
     async fn refresh(&self) {
         {
-            let mut last = self.last_refresh.lock().unwrap_or_else(|p| p.into_inner());
+            let mut last = self.last_attempt.lock().unwrap_or_else(|p| p.into_inner());
             if last.is_some_and(|at| at.elapsed() < REFRESH_EVERY) {
                 return;
             }
             *last = Some(Instant::now());
         }
-        let get = |path: &str| {
-            http::Request::get(path)
-                .body(Vec::new())
-                .map_err(|e| e.to_string())
-        };
-        let discovery = match get("/.well-known/openid-configuration") {
-            Ok(req) => self
-                .client
-                .request::<Discovery>(req)
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e),
-        };
-        match discovery {
-            Ok(d) => *self.issuer.write().unwrap_or_else(|p| p.into_inner()) = Some(d.issuer),
+        let issuer = match self.source.issuer().await {
+            Ok(issuer) => issuer,
             Err(e) => {
                 tracing::warn!(error = %e, "fetching the cluster's OIDC discovery document");
                 return;
             }
-        }
-        let jwks = match get("/openid/v1/jwks") {
-            Ok(req) => self
-                .client
-                .request::<JwkSet>(req)
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e),
         };
-        match jwks {
-            Ok(set) => {
-                let mut keys = HashMap::new();
-                for jwk in &set.keys {
-                    let (Some(kid), Ok(key)) =
-                        (jwk.common.key_id.clone(), DecodingKey::from_jwk(jwk))
-                    else {
-                        continue;
-                    };
-                    let alg = jwk
-                        .common
-                        .key_algorithm
-                        .and_then(|a| a.to_string().parse::<Algorithm>().ok())
-                        .unwrap_or(Algorithm::RS256);
-                    keys.insert(kid, (key, alg));
-                }
-                tracing::info!(keys = keys.len(), "loaded the ServiceAccount signing keys");
-                *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+        let set = match self.source.keys().await {
+            Ok(set) => set,
+            Err(e) => {
+                tracing::warn!(error = %e, "fetching the cluster's JWKS");
+                return;
             }
-            Err(e) => tracing::warn!(error = %e, "fetching the cluster's JWKS"),
+        };
+        let mut by_kid = HashMap::new();
+        for jwk in &set.keys {
+            let (Some(kid), Ok(key)) = (jwk.common.key_id.clone(), DecodingKey::from_jwk(jwk))
+            else {
+                continue;
+            };
+            let alg = jwk
+                .common
+                .key_algorithm
+                .and_then(|a| a.to_string().parse::<Algorithm>().ok())
+                .unwrap_or(Algorithm::RS256);
+            by_kid.insert(kid, (key, alg));
         }
+        let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        if keys.by_kid.len() != by_kid.len() || by_kid.keys().any(|k| !keys.by_kid.contains_key(k))
+        {
+            tracing::info!(
+                keys = by_kid.len(),
+                "loaded the ServiceAccount signing keys"
+            );
+        }
+        *keys = Keys {
+            issuer: Some(issuer),
+            by_kid,
+            fetched: Some(Instant::now()),
+        };
     }
 
-    fn key(&self, kid: &str) -> Option<(DecodingKey, Algorithm)> {
+    /// The issuer and the key `kid`, if the keys are recent enough to trust,
+    /// and whether they are.
+    fn lookup(&self, kid: &str) -> (Option<String>, Option<(DecodingKey, Algorithm)>, bool) {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let trusted = keys
+            .fetched
+            .is_some_and(|at| at.elapsed() < KEYS_TRUSTED_FOR);
+        (keys.issuer.clone(), keys.by_kid.get(kid).cloned(), trusted)
+    }
+
+    fn keys_are_old(&self) -> bool {
         self.keys
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(kid)
-            .cloned()
+            .fetched
+            .is_none_or(|at| at.elapsed() >= KEYS_MAX_AGE)
     }
 
     /// Verifies `token` if it is one of this cluster's ServiceAccount tokens.
@@ -199,35 +354,31 @@ impl ServiceAccountVerifier {
         let Some(kid) = header.kid else {
             return Verdict::NotMine;
         };
-        if self
-            .issuer
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_none()
-        {
+        if self.keys_are_old() {
             self.refresh().await;
         }
-        let Some(issuer) = self
-            .issuer
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        else {
+        let (Some(issuer), mut key, mut trusted) = self.lookup(&kid) else {
             return Verdict::NotMine;
         };
         if unverified_issuer(token).as_deref() != Some(issuer.as_str()) {
             return Verdict::NotMine;
         }
-        let key = match self.key(&kid) {
-            Some(k) => k,
-            None => {
-                self.refresh().await;
-                match self.key(&kid) {
-                    Some(k) => k,
-                    // Perhaps a key we cannot see: the TokenReview decides.
-                    None => return Verdict::NotMine,
-                }
-            }
+        if key.is_none() {
+            // Perhaps a key the cluster started signing with a moment ago.
+            self.refresh().await;
+            (_, key, trusted) = self.lookup(&kid);
+        }
+        // Keys we could not confirm for a while may have been removed: the
+        // TokenReview decides.
+        if !trusted {
+            return Verdict::NotMine;
+        }
+        let Some(key) = key else {
+            // The cluster's issuer, but a key its JWKS does not publish: a
+            // forgery, or a key removed since. Not worth a TokenReview.
+            return Verdict::Invalid(format!(
+                "signed by key {kid:?}, which the cluster does not publish"
+            ));
         };
         let (key, alg) = key;
         if header.alg != alg {
@@ -238,21 +389,35 @@ impl ServiceAccountVerifier {
         }
         let mut validation = Validation::new(alg);
         validation.set_issuer(&[issuer.as_str()]);
-        // The cluster's default API audience is its issuer.
-        validation.set_audience(&[issuer.as_str()]);
-        validation.leeway = 0;
+        // `--api-audiences`; by default the cluster's API audience is its
+        // issuer.
+        if self.audiences.is_empty() {
+            validation.set_audience(&[issuer.as_str()]);
+        } else {
+            validation.set_audience(&self.audiences);
+        }
+        validation.leeway = LEEWAY_SECONDS;
         validation.validate_nbf = true;
         let claims = match jsonwebtoken::decode::<Claims>(token, &key, &validation) {
             Ok(data) => data.claims,
-            // Another API audience (an external issuer's cluster): the
-            // TokenReview knows the cluster's audiences, we do not.
+            // Signed by the cluster for another audience: the TokenReview
+            // knows all of the cluster's audiences, we know ours.
             Err(e) if matches!(e.kind(), jsonwebtoken::errors::ErrorKind::InvalidAudience) => {
                 return Verdict::NotMine
             }
             Err(e) => return Verdict::Invalid(e.to_string()),
         };
+        if claims
+            .iat
+            .is_some_and(|iat| iat > now_seconds() + LEEWAY_SECONDS)
+        {
+            return Verdict::Invalid("the token is issued in the future".to_owned());
+        }
         let Some(k8s) = claims.kubernetes else {
-            return Verdict::NotMine;
+            return Verdict::Invalid(
+                "signed by the cluster's ServiceAccount key, but not a ServiceAccount token"
+                    .to_owned(),
+            );
         };
         // A token bound to a pod, Secret or node is valid only while that
         // object lives; kube-apiserver checks that, so the TokenReview
@@ -267,26 +432,21 @@ impl ServiceAccountVerifier {
         if claims.sub != expected_sub {
             return Verdict::Invalid("subject does not match the ServiceAccount claim".to_owned());
         }
-        if !self
-            .accounts_ready
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            return Verdict::NotMine;
-        }
-        let account = self
+        match self
             .accounts
-            .get(&ObjectRef::new(&k8s.serviceaccount.name).within(&k8s.namespace));
-        match account.and_then(|a| a.metadata.uid.clone()) {
-            Some(uid) if uid == k8s.serviceaccount.uid => {}
-            Some(_) => {
+            .lookup(&k8s.namespace, &k8s.serviceaccount.name)
+        {
+            Account::Uid(uid) if uid == k8s.serviceaccount.uid => {}
+            Account::Uid(_) => {
                 return Verdict::Invalid(format!(
                     "ServiceAccount {}/{} was recreated since the token was issued",
                     k8s.namespace, k8s.serviceaccount.name
                 ))
             }
-            // Deleted, or created a moment ago and not cached yet: the
-            // TokenReview gives the authoritative answer.
-            None => return Verdict::NotMine,
+            // Deleted, or created a moment ago and not cached yet (or the
+            // cache has not synced): the TokenReview gives the
+            // authoritative answer.
+            Account::Missing | Account::Unknown => return Verdict::NotMine,
         }
         let mut extra = std::collections::BTreeMap::new();
         if let Some(jti) = claims.jti {
@@ -307,6 +467,14 @@ impl ServiceAccountVerifier {
     }
 }
 
+/// Seconds since the epoch, as JWTs count them.
+fn now_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
 /// The `iss` claim, read without verifying anything (only to route the token).
 fn unverified_issuer(token: &str) -> Option<String> {
     let payload = token.split('.').nth(1)?;
@@ -315,3 +483,6 @@ fn unverified_issuer(token: &str) -> Option<String> {
         .ok()?;
     serde_json::from_slice::<Unverified>(&raw).ok()?.iss
 }
+
+#[cfg(test)]
+mod tests;

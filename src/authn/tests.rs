@@ -185,3 +185,92 @@ async fn a_connection_s_certificate_is_verified_once_until_the_configuration_cha
         .unwrap();
     assert_eq!(calls(), 3);
 }
+
+/// A TokenReview that counts its calls and authenticates nobody.
+#[derive(Debug, Default)]
+struct CountingReviews(std::sync::atomic::AtomicUsize);
+
+#[async_trait::async_trait]
+impl token::TokenReviewer for CountingReviews {
+    async fn review(
+        &self,
+        _token: &str,
+        _audiences: &[String],
+    ) -> Result<Option<UserInfo>, ApiError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(None)
+    }
+}
+
+/// The cluster's keys: an empty JWKS for `https://cluster.example`.
+#[derive(Debug)]
+struct NoKeys;
+
+#[async_trait::async_trait]
+impl jwt::KeySource for NoKeys {
+    async fn issuer(&self) -> Result<String, String> {
+        Ok("https://cluster.example".to_owned())
+    }
+
+    async fn keys(&self) -> Result<jsonwebtoken::jwk::JwkSet, String> {
+        Ok(jsonwebtoken::jwk::JwkSet { keys: Vec::new() })
+    }
+}
+
+#[derive(Debug)]
+struct NoAccounts;
+
+impl jwt::Accounts for NoAccounts {
+    fn lookup(&self, _namespace: &str, _name: &str) -> jwt::Account {
+        jwt::Account::Missing
+    }
+}
+
+#[tokio::test]
+async fn a_forged_token_of_the_cluster_s_issuer_and_a_malformed_token_cost_no_token_review() {
+    let reviews = Arc::new(CountingReviews::default());
+    let d = Delegating::new(
+        Arc::new(RwLock::new(Some(Arc::new(AuthConfig::default())))),
+        Some(token::TokenAuthenticator::with_reviewer(
+            reviews.clone(),
+            Vec::new(),
+        )),
+    )
+    .with_service_accounts(jwt::ServiceAccountVerifier::new(
+        Arc::new(NoKeys),
+        Arc::new(NoAccounts),
+    ));
+    let forger = rcgen::KeyPair::generate().unwrap();
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+    header.kid = Some("forged".to_owned());
+    let forged = jsonwebtoken::encode(
+        &header,
+        &serde_json::json!({
+            "iss": "https://cluster.example",
+            "aud": ["https://cluster.example"],
+            "sub": "system:serviceaccount:kube-system:admin",
+            "exp": 4_000_000_000_u64,
+        }),
+        &jsonwebtoken::EncodingKey::from_ec_pem(forger.serialize_pem().as_bytes()).unwrap(),
+    )
+    .unwrap();
+    for token in [forged.as_str(), "not{a}token"] {
+        let err = d
+            .authenticate(
+                &parts(&[("Authorization", &format!("Bearer {token}"))]),
+                &Peer::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), 401, "{token}");
+    }
+    assert_eq!(reviews.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // Anything else of the right form is the TokenReview's.
+    let _ = d
+        .authenticate(
+            &parts(&[("Authorization", "Bearer opaque-token")]),
+            &Peer::default(),
+        )
+        .await;
+    assert_eq!(reviews.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

@@ -1,55 +1,102 @@
 //! Authorization by SubjectAccessReview against the cluster, as
 //! k8s.io/apiserver's delegating authorizer does it: allow and deny answers
-//! are each cached for a short TTL, keyed on the whole review spec.
+//! are each cached for a short TTL, keyed on the whole review spec, in a
+//! bounded cache that evicts the least recently used answer; concurrent
+//! requests with one spec share one review.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes as SarResource, SubjectAccessReview,
     SubjectAccessReviewSpec,
 };
 
+use sha2::{Digest, Sha256};
+
 use super::{Attributes, Authorizer, Decision};
 use crate::api::errors::ApiError;
 
+pub use crate::review_cache::CacheStats;
+use crate::review_cache::ReviewCache;
+
 /// How long an answer is reused.
 pub const SAR_CACHE_TTL: Duration = Duration::from_secs(10);
-const MAX_ENTRIES: usize = 10_000;
+/// How many answers are kept.
+pub const MAX_ENTRIES: usize = 10_000;
 
-/// Counts of cache use, for `/metrics`.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct CacheStats {
-    pub hits: u64,
-    pub misses: u64,
+/// The cluster's answer to one SubjectAccessReview: one round trip.
+#[async_trait::async_trait]
+pub trait AccessReviews: Send + Sync + std::fmt::Debug {
+    async fn review(&self, spec: SubjectAccessReviewSpec) -> Result<Decision, ApiError>;
 }
 
-/// The delegating authorizer.
-pub struct SubjectAccessReviewer {
+/// SubjectAccessReviews sent to the cluster's kube-apiserver.
+pub struct KubeAccessReviews {
     client: kube::Client,
-    cache: Mutex<HashMap<String, (Instant, Decision)>>,
-    stats: Mutex<CacheStats>,
 }
 
-impl std::fmt::Debug for SubjectAccessReviewer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SubjectAccessReviewer")
-            .finish_non_exhaustive()
+impl KubeAccessReviews {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
     }
 }
 
+impl std::fmt::Debug for KubeAccessReviews {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeAccessReviews").finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl AccessReviews for KubeAccessReviews {
+    async fn review(&self, spec: SubjectAccessReviewSpec) -> Result<Decision, ApiError> {
+        let review = SubjectAccessReview {
+            spec,
+            ..SubjectAccessReview::default()
+        };
+        let api: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
+        let answer = api
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+            .map_err(|e| {
+                ApiError::ServiceUnavailable(format!("SubjectAccessReview failed: {e}"))
+            })?;
+        let status = answer.status.unwrap_or_default();
+        Ok(if status.allowed && status.denied != Some(true) {
+            Decision::Allow
+        } else {
+            Decision::Deny {
+                reason: status.reason.unwrap_or_default(),
+            }
+        })
+    }
+}
+
+/// The delegating authorizer.
+#[derive(Debug)]
+pub struct SubjectAccessReviewer {
+    reviews: Arc<dyn AccessReviews>,
+    /// Answers by SHA-256 of the JSON of the whole spec.
+    cache: ReviewCache<[u8; 32], Decision>,
+}
+
 impl SubjectAccessReviewer {
+    /// Reviews with the cluster behind `client`.
     pub fn new(client: kube::Client) -> Self {
+        Self::with_reviews(Arc::new(KubeAccessReviews::new(client)))
+    }
+
+    /// Reviews with `reviews`.
+    pub fn with_reviews(reviews: Arc<dyn AccessReviews>) -> Self {
         Self {
-            client,
-            cache: Mutex::new(HashMap::new()),
-            stats: Mutex::new(CacheStats::default()),
+            reviews,
+            cache: ReviewCache::new(SAR_CACHE_TTL, MAX_ENTRIES),
         }
     }
 
     pub fn stats(&self) -> CacheStats {
-        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+        self.cache.stats()
     }
 
     /// Asks the cluster (or the cache) whether `spec` is allowed.
@@ -64,57 +111,18 @@ impl SubjectAccessReviewer {
         spec: SubjectAccessReviewSpec,
         use_cache: bool,
     ) -> Result<Decision, ApiError> {
-        let key = serde_json::to_string(&spec)
+        let json = serde_json::to_vec(&spec)
             .map_err(|e| ApiError::Internal(format!("encoding a SubjectAccessReview: {e}")))?;
-        let cached = if use_cache {
-            self.cache
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&key)
-                .filter(|(at, _)| at.elapsed() < SAR_CACHE_TTL)
-                .map(|(_, d)| d.clone())
-        } else {
-            None
-        };
+        let key: [u8; 32] = Sha256::digest(&json).into();
         if use_cache {
-            let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-            if cached.is_some() {
-                stats.hits += 1;
-            } else {
-                stats.misses += 1;
-            }
+            let reviews = self.reviews.clone();
+            return self
+                .cache
+                .get_or_review(key, move || async move { reviews.review(spec).await })
+                .await;
         }
-        if let Some(decision) = cached {
-            return Ok(decision);
-        }
-        let review = SubjectAccessReview {
-            spec,
-            ..SubjectAccessReview::default()
-        };
-        let api: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
-        let answer = api
-            .create(&kube::api::PostParams::default(), &review)
-            .await
-            .map_err(|e| {
-                ApiError::ServiceUnavailable(format!("SubjectAccessReview failed: {e}"))
-            })?;
-        let status = answer.status.unwrap_or_default();
-        let decision = if status.allowed && status.denied != Some(true) {
-            Decision::Allow
-        } else {
-            Decision::Deny {
-                reason: status.reason.unwrap_or_default(),
-            }
-        };
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= MAX_ENTRIES {
-            cache.retain(|_, (at, _)| at.elapsed() < SAR_CACHE_TTL);
-            // Still full of fresh answers: start over rather than grow.
-            if cache.len() >= MAX_ENTRIES {
-                cache.clear();
-            }
-        }
-        cache.insert(key, (Instant::now(), decision.clone()));
+        let decision = self.reviews.review(spec).await?;
+        self.cache.insert(key, decision.clone());
         Ok(decision)
     }
 }
@@ -163,3 +171,6 @@ impl Authorizer for SubjectAccessReviewer {
         self.review_with(spec_for(attributes), false).await
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -89,6 +89,18 @@ fn errors_are_status_bodies_with_the_error_code() {
 }
 
 #[test]
+fn an_error_with_a_retry_hint_carries_the_retry_after_header() {
+    let resp = error_response(&ApiError::TooLargeResourceVersion {
+        requested: 9,
+        current: 7,
+    });
+    assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(header_of(&resp, header::RETRY_AFTER), Some("1"));
+    let plain = error_response(&ApiError::Timeout("x".to_owned()));
+    assert_eq!(header_of(&plain, header::RETRY_AFTER), None);
+}
+
+#[test]
 fn apis_with_the_aggregated_accept_serves_aggregated_discovery_with_its_exact_content_type() {
     let resp = document(Method::GET, "/apis", &[("accept", AGGREGATED_V2)]).unwrap();
     assert_eq!(resp.status(), StatusCode::OK);

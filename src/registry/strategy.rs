@@ -11,8 +11,9 @@ use super::table::TableColumn;
 pub const COMMON_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 
 /// Something at most one active object of a resource may hold at a time, such
-/// as a transfer's source claim (DESIGN §2.1.2 item 3). The store enforces it
-/// at create, in the same etcd transaction as the write.
+/// as a transfer's source claim (DESIGN §2.1.2 item 3). The store takes it
+/// at create, and gives it up when the object finishes or is removed, each
+/// in the same etcd transaction as that write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UniqueClaim {
     /// The index entry, a relative key path such as `source/prod/db`.
@@ -48,8 +49,9 @@ pub trait Strategy: Clone + Send + Sync + std::fmt::Debug + 'static {
         Vec::new()
     }
 
-    /// Whether `obj` still holds its claims. Once it does not (it finished),
-    /// another object may take them over.
+    /// Whether `obj` still holds its claims. The write that makes this false
+    /// (it finished) removes its index keys, and another object may take
+    /// the claims.
     fn holds_claims(&self, _obj: &Self::Object) -> bool {
         true
     }

@@ -104,6 +104,13 @@ pub struct Options {
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
 
+    /// The audiences a ServiceAccount token may be for to be verified
+    /// locally, comma-separated, as kube-apiserver's flag of the same name.
+    /// Empty: the cluster's issuer, its default API audience. Tokens for
+    /// other audiences go to a TokenReview.
+    #[arg(long, value_delimiter = ',')]
+    pub api_audiences: Vec<String>,
+
     /// Treat every caller as anonymous and allow every request, with no
     /// cluster at all. For tests and local experiments only; the server says
     /// so loudly in its log.
@@ -168,7 +175,11 @@ pub struct ControllerOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthMode {
     /// Delegated to the cluster (DESIGN §3.2).
-    Delegated { kubeconfig: Option<PathBuf> },
+    Delegated {
+        kubeconfig: Option<PathBuf>,
+        /// `--api-audiences`; empty: the issuer.
+        api_audiences: Vec<String>,
+    },
     /// Everyone is anonymous and everything is allowed (tests only).
     InsecureAllowAll,
 }
@@ -255,8 +266,15 @@ impl Options {
                         )));
                     }
                 }
+                let api_audiences: Vec<String> = self
+                    .api_audiences
+                    .iter()
+                    .map(|a| a.trim().to_owned())
+                    .filter(|a| !a.is_empty())
+                    .collect();
                 AuthMode::Delegated {
                     kubeconfig: self.kubeconfig.clone(),
+                    api_audiences,
                 }
             },
             controllers: ControllerOptions {

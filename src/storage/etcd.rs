@@ -14,7 +14,7 @@ use etcd_client::{
 };
 
 use super::{
-    prefix_end, Event, Guard, KeyValue, ListOptions, ListPage, Result, Revision, Storage,
+    prefix_end, Event, Guard, KeyValue, ListOptions, ListPage, Release, Result, Revision, Storage,
     StorageError, WatchMessage, WatchStream,
 };
 
@@ -104,7 +104,10 @@ fn map_err(e: etcd_client::Error) -> StorageError {
             if message.contains("required revision has been compacted") {
                 StorageError::Compacted { requested: 0 }
             } else if message.contains("required revision is a future revision") {
-                StorageError::FutureRevision { requested: 0 }
+                StorageError::FutureRevision {
+                    requested: 0,
+                    current: 0,
+                }
             } else {
                 match status.code() {
                     tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
@@ -170,6 +173,23 @@ fn create_failure(key: &str, guards: &[Guard], found: &[Option<KeyValue>]) -> St
     ))
 }
 
+/// One nested transaction per release key: deleted if it is still at the
+/// revision it was read at, left alone otherwise, without failing the outer
+/// write.
+fn release_ops(releases: &[Release]) -> impl Iterator<Item = TxnOp> + '_ {
+    releases.iter().map(|release| {
+        TxnOp::txn(
+            Txn::new()
+                .when([Compare::mod_revision(
+                    release.key.as_str(),
+                    CompareOp::Equal,
+                    release.revision,
+                )])
+                .and_then([TxnOp::delete(release.key.as_str(), None)]),
+        )
+    })
+}
+
 fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Revision {
     header.map(|h| h.revision()).unwrap_or_default()
 }
@@ -228,10 +248,19 @@ impl Storage for EtcdStorage {
         }
     }
 
-    async fn update(&self, key: &str, expected: Revision, value: Bytes) -> Result<KeyValue> {
+    async fn update_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        value: Bytes,
+        releases: &[Release],
+    ) -> Result<KeyValue> {
+        let and_then: Vec<TxnOp> = std::iter::once(TxnOp::put(key, value.to_vec(), None))
+            .chain(release_ops(releases))
+            .collect();
         let txn = Txn::new()
             .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
-            .and_then([TxnOp::put(key, value.to_vec(), None)])
+            .and_then(and_then)
             .or_else([TxnOp::get(key, None)]);
         let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
         if !resp.succeeded() {
@@ -258,13 +287,21 @@ impl Storage for EtcdStorage {
         })
     }
 
-    async fn delete(&self, key: &str, expected: Revision) -> Result<(KeyValue, Revision)> {
+    async fn delete_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        releases: &[Release],
+    ) -> Result<(KeyValue, Revision)> {
+        let and_then: Vec<TxnOp> = std::iter::once(TxnOp::delete(
+            key,
+            Some(DeleteOptions::new().with_prev_key()),
+        ))
+        .chain(release_ops(releases))
+        .collect();
         let txn = Txn::new()
             .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
-            .and_then([TxnOp::delete(
-                key,
-                Some(DeleteOptions::new().with_prev_key()),
-            )])
+            .and_then(and_then)
             .or_else([TxnOp::get(key, None)]);
         let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
         let responses = resp.op_responses();
@@ -310,20 +347,22 @@ impl Storage for EtcdStorage {
         if let Some(limit) = opts.limit.filter(|l| *l > 0) {
             get = get.with_limit(limit);
         }
-        let resp = self
-            .client
-            .kv_client()
-            .get(start, Some(get))
-            .await
-            .map_err(|e| match map_err(e) {
-                StorageError::Compacted { .. } => StorageError::Compacted {
-                    requested: opts.revision.unwrap_or_default(),
-                },
-                StorageError::FutureRevision { .. } => StorageError::FutureRevision {
-                    requested: opts.revision.unwrap_or_default(),
-                },
-                other => other,
-            })?;
+        let resp = match self.client.kv_client().get(start, Some(get)).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                return Err(match map_err(e) {
+                    StorageError::Compacted { .. } => StorageError::Compacted {
+                        requested: opts.revision.unwrap_or_default(),
+                    },
+                    StorageError::FutureRevision { .. } => StorageError::FutureRevision {
+                        requested: opts.revision.unwrap_or_default(),
+                        // For the message only: 0 if etcd cannot say.
+                        current: self.current_revision().await.unwrap_or_default(),
+                    },
+                    other => other,
+                });
+            }
+        };
         let items = resp.kvs().iter().map(convert).collect::<Result<Vec<_>>>()?;
         let remaining = resp.count() - items.len() as i64;
         Ok(ListPage {

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 
 use super::{
-    Event, Guard, KeyValue, ListOptions, ListPage, Result, Revision, Storage, StorageError,
-    WatchMessage, WatchStream,
+    Event, Guard, KeyValue, ListOptions, ListPage, Release, Result, Revision, Storage,
+    StorageError, WatchMessage, WatchStream,
 };
 
 #[derive(Debug)]
@@ -67,6 +67,20 @@ impl MemoryStorage {
         kv
     }
 
+    /// Deletes each release key still at its revision, at the current
+    /// revision, as the nested transaction of one write.
+    fn release(&self, state: &mut State, releases: &[Release]) {
+        for release in releases {
+            let current = state.data.get(&release.key).map(|kv| kv.mod_revision);
+            if current == Some(release.revision) {
+                if let Some(prev) = state.data.remove(&release.key) {
+                    let revision = state.revision;
+                    self.record(state, Event::Delete { prev, revision });
+                }
+            }
+        }
+    }
+
     fn record(&self, state: &mut State, event: Event) {
         state.history.push(event.clone());
         let _ = self.events.send(event);
@@ -112,7 +126,13 @@ impl Storage for MemoryStorage {
             })
     }
 
-    async fn update(&self, key: &str, expected: Revision, value: Bytes) -> Result<KeyValue> {
+    async fn update_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        value: Bytes,
+        releases: &[Release],
+    ) -> Result<KeyValue> {
         let mut state = self.lock();
         let Some(prev) = state.data.get(key).cloned() else {
             return Err(StorageError::NotFound {
@@ -141,10 +161,16 @@ impl Storage for MemoryStorage {
                 prev: Some(prev),
             },
         );
+        self.release(&mut state, releases);
         Ok(kv)
     }
 
-    async fn delete(&self, key: &str, expected: Revision) -> Result<(KeyValue, Revision)> {
+    async fn delete_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        releases: &[Release],
+    ) -> Result<(KeyValue, Revision)> {
         let mut state = self.lock();
         let Some(prev) = state.data.get(key).cloned() else {
             return Err(StorageError::NotFound {
@@ -168,6 +194,7 @@ impl Storage for MemoryStorage {
                 revision,
             },
         );
+        self.release(&mut state, releases);
         Ok((prev, revision))
     }
 
@@ -178,6 +205,12 @@ impl Storage for MemoryStorage {
         if let Some(rev) = opts.revision.filter(|r| *r > 0) {
             if rev < state.revision && rev <= state.compacted {
                 return Err(StorageError::Compacted { requested: rev });
+            }
+            if rev > state.revision {
+                return Err(StorageError::FutureRevision {
+                    requested: rev,
+                    current: state.revision,
+                });
             }
         }
         let all: Vec<&KeyValue> = state

@@ -58,6 +58,14 @@ fn each_error_maps_to_the_code_and_reason_kube_apiserver_uses() {
             "ServiceUnavailable",
         ),
         (ApiError::Timeout("x".into()), 504, "Timeout"),
+        (
+            ApiError::TooLargeResourceVersion {
+                requested: 9,
+                current: 7,
+            },
+            504,
+            "Timeout",
+        ),
     ];
     for (err, code, reason) in cases {
         let status = err.to_status();

@@ -1006,17 +1006,25 @@ impl Storage for RacedStorage {
         self.inner.get(key).await
     }
 
-    async fn update(
+    async fn update_releasing(
         &self,
         key: &str,
         expected: Revision,
         value: Bytes,
+        releases: &[storage::Release],
     ) -> storage::Result<KeyValue> {
-        self.inner.update(key, expected, value).await
+        self.inner
+            .update_releasing(key, expected, value, releases)
+            .await
     }
 
-    async fn delete(&self, key: &str, expected: Revision) -> storage::Result<(KeyValue, Revision)> {
-        self.inner.delete(key, expected).await
+    async fn delete_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        releases: &[storage::Release],
+    ) -> storage::Result<(KeyValue, Revision)> {
+        self.inner.delete_releasing(key, expected, releases).await
     }
 
     async fn list(
@@ -1111,5 +1119,434 @@ async fn modified(w: &mut Watch<NamespaceTransferStrategy>) -> Shared<NamespaceT
     {
         WatchEvent::Modified(o) => o,
         other => panic!("{other:?}"),
+    }
+}
+
+/// Memory storage that counts range reads, as etcd round trips.
+#[derive(Debug, Default)]
+struct CountingStorage {
+    inner: MemoryStorage,
+    lists: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingStorage {
+    fn lists(&self) -> usize {
+        self.lists.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Writes `count` offers into `prod` directly, as another replica would
+    /// have created them, each of its own claim and labelled `app=<app(i)>`.
+    async fn seed(&self, count: usize, app: impl Fn(usize) -> &'static str) {
+        for i in 0..count {
+            let name = format!("t{i:05}");
+            let mut obj = offer(&name);
+            obj.metadata.labels = Some([("app".to_owned(), app(i).to_owned())].into());
+            obj.metadata.namespace = Some("prod".to_owned());
+            obj.apply_defaults();
+            obj.metadata.uid = Some(format!("uid-{name}"));
+            let key = format!("/registry/storage.transfer.k8s.io/namespacetransfers/prod/{name}");
+            self.inner
+                .create(&key, Bytes::from(serde_json::to_vec(&obj).unwrap()))
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for CountingStorage {
+    async fn create_guarded(
+        &self,
+        key: &str,
+        value: Bytes,
+        guards: &[Guard],
+    ) -> storage::Result<KeyValue> {
+        self.inner.create_guarded(key, value, guards).await
+    }
+
+    async fn get(&self, key: &str) -> storage::Result<KeyValue> {
+        self.inner.get(key).await
+    }
+
+    async fn update_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        value: Bytes,
+        releases: &[storage::Release],
+    ) -> storage::Result<KeyValue> {
+        self.inner
+            .update_releasing(key, expected, value, releases)
+            .await
+    }
+
+    async fn delete_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        releases: &[storage::Release],
+    ) -> storage::Result<(KeyValue, Revision)> {
+        self.inner.delete_releasing(key, expected, releases).await
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        opts: storage::ListOptions,
+    ) -> storage::Result<storage::ListPage> {
+        self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.list(prefix, opts).await
+    }
+
+    async fn current_revision(&self) -> storage::Result<Revision> {
+        self.inner.current_revision().await
+    }
+
+    async fn watch(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> storage::Result<Box<dyn storage::WatchStream>> {
+        self.inner.watch(prefix, after).await
+    }
+}
+
+#[tokio::test]
+async fn a_selective_page_of_one_among_ten_thousand_costs_a_few_etcd_reads_not_ten_thousand() {
+    let storage = Arc::new(CountingStorage::default());
+    storage.seed(10_000, |_| "db").await;
+    let s = store_on(storage.clone()).await;
+    let before = storage.lists();
+    let nothing = ListOptions {
+        limit: Some(1),
+        label_selector: LabelSelector::parse("app=none").unwrap(),
+        ..ListOptions::default()
+    };
+    let page = s.list(Some("prod"), &nothing).await.unwrap();
+    assert!(page.items.is_empty());
+    assert_eq!(page.continue_token, None);
+    // Pages of 1, 2, 4, … cover 10,000 keys in 14 reads.
+    let reads = storage.lists() - before;
+    assert!(reads <= 14, "{reads} etcd reads for one page");
+}
+
+#[tokio::test]
+async fn filtered_pages_of_any_size_add_up_to_the_filtered_list() {
+    let storage = Arc::new(CountingStorage::default());
+    // Every seventh object matches, so pages come back mostly filtered out.
+    storage
+        .seed(300, |i| if i % 7 == 0 { "web" } else { "db" })
+        .await;
+    let s = store_on(storage.clone()).await;
+    let web = LabelSelector::parse("app=web").unwrap();
+    let everything = s
+        .list(
+            Some("prod"),
+            &ListOptions {
+                label_selector: web.clone(),
+                ..ListOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let expected: Vec<String> = everything
+        .items
+        .iter()
+        .map(|o| o.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(expected.len(), 43);
+    for limit in [1, 2, 3, 5, 40, 43, 44, 1000] {
+        let mut opts = ListOptions {
+            limit: Some(limit),
+            label_selector: web.clone(),
+            ..ListOptions::default()
+        };
+        let mut seen = Vec::new();
+        let mut revisions = std::collections::BTreeSet::new();
+        loop {
+            let page = s.list(Some("prod"), &opts).await.unwrap();
+            assert!(
+                page.items.len() as i64 <= limit,
+                "limit {limit}: {} items",
+                page.items.len()
+            );
+            revisions.insert(page.resource_version.clone());
+            seen.extend(page.items.iter().map(|o| o.metadata.name.clone().unwrap()));
+            match page.continue_token {
+                Some(token) => opts.continue_token = Some(token),
+                None => break,
+            }
+        }
+        assert_eq!(seen, expected, "limit {limit}");
+        assert_eq!(
+            revisions.len(),
+            1,
+            "limit {limit}: one revision for every page"
+        );
+    }
+}
+
+const INDEX: &str = "/registry/storage.transfer.k8s.io/_index/namespacetransfers/";
+
+/// The index keys left in `storage`, with the holder each names.
+async fn index_entries(storage: &dyn Storage) -> Vec<(String, String)> {
+    storage
+        .list(INDEX, storage::ListOptions::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|kv| {
+            let holder: serde_json::Value = serde_json::from_slice(&kv.value).unwrap();
+            (
+                kv.key.trim_start_matches(INDEX).to_owned(),
+                format!(
+                    "{}/{}",
+                    holder["namespace"].as_str().unwrap(),
+                    holder["name"].as_str().unwrap()
+                ),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_transfer_that_finishes_removes_its_index_keys() {
+    for phase in [
+        NamespaceTransferPhase::Completed,
+        NamespaceTransferPhase::Failed,
+        NamespaceTransferPhase::Cancelled,
+    ] {
+        let storage = Arc::new(MemoryStorage::default());
+        let s = store_on(storage.clone()).await;
+        s.create(&ctx("alice"), "prod", rename_of("r", "db", "db2"))
+            .await
+            .unwrap();
+        assert_eq!(
+            index_entries(storage.as_ref()).await,
+            [
+                ("destination/prod/db2".to_owned(), "prod/r".to_owned()),
+                ("source/prod/db".to_owned(), "prod/r".to_owned()),
+            ]
+        );
+        finish(&s, "prod", "r", NamespaceTransferPhase::Rebinding).await;
+        assert_eq!(
+            index_entries(storage.as_ref()).await.len(),
+            2,
+            "still active"
+        );
+        finish(&s, "prod", "r", phase).await;
+        assert_eq!(index_entries(storage.as_ref()).await, [], "after {phase}");
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_transfer_removes_its_index_keys() {
+    let storage = Arc::new(MemoryStorage::default());
+    let s = store_on(storage.clone()).await;
+    s.create(&ctx("alice"), "prod", offer_of("a", "db"))
+        .await
+        .unwrap();
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(index_entries(storage.as_ref()).await, []);
+}
+
+#[tokio::test]
+async fn an_active_transfer_held_by_a_finalizer_keeps_its_index_keys_until_it_is_gone() {
+    let storage = Arc::new(MemoryStorage::default());
+    let s = store_on(storage.clone()).await;
+    let mut obj = offer_of("a", "db");
+    obj.metadata.finalizers = Some(vec!["example.com/hold".to_owned()]);
+    s.create(&ctx("alice"), "prod", obj).await.unwrap();
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        index_entries(storage.as_ref()).await,
+        [("source/prod/db".to_owned(), "prod/a".to_owned())],
+        "marked for deletion, but still under way"
+    );
+    let err = s
+        .create(&ctx("alice"), "prod", offer_of("b", "db"))
+        .await
+        .unwrap_err();
+    assert_claim_conflict(&err, "source claim prod/db", "prod/a");
+    let mut held = s.get("prod", "a").await.unwrap();
+    held.metadata.finalizers = None;
+    s.update(&ctx("alice"), "prod", "a", held, false)
+        .await
+        .unwrap();
+    assert_eq!(index_entries(storage.as_ref()).await, []);
+}
+
+#[tokio::test]
+async fn a_transfer_never_removes_an_index_key_another_transfer_has_taken_over() {
+    let storage = Arc::new(MemoryStorage::default());
+    let s = store_on(storage.clone()).await;
+    s.create(&ctx("alice"), "prod", offer_of("a", "db"))
+        .await
+        .unwrap();
+    // "a" finished behind the store's back (a write from before index keys
+    // were removed): its stale key is taken over by "b".
+    let key = "/registry/storage.transfer.k8s.io/namespacetransfers/prod/a";
+    let stale = storage.get(key).await.unwrap();
+    let mut finished: NamespaceTransfer = serde_json::from_slice(&stale.value).unwrap();
+    finished.status.get_or_insert_with(Default::default).phase =
+        Some(NamespaceTransferPhase::Completed);
+    storage
+        .update(
+            key,
+            stale.mod_revision,
+            Bytes::from(serde_json::to_vec(&finished).unwrap()),
+        )
+        .await
+        .unwrap();
+    s.create(&ctx("alice"), "prod", offer_of("b", "db"))
+        .await
+        .unwrap();
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        index_entries(storage.as_ref()).await,
+        [("source/prod/db".to_owned(), "prod/b".to_owned())]
+    );
+    let err = s
+        .create(&ctx("alice"), "prod", offer_of("c", "db"))
+        .await
+        .unwrap_err();
+    assert_claim_conflict(&err, "source claim prod/db", "prod/b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_concurrent_creates_after_the_holder_finished_exactly_one_wins() {
+    const CREATES: usize = 16;
+    let storage = Arc::new(MemoryStorage::default());
+    let s = Arc::new(store_on(storage.clone()).await);
+    s.create(&ctx("alice"), "prod", offer_of("first", "db"))
+        .await
+        .unwrap();
+    finish(&s, "prod", "first", NamespaceTransferPhase::Completed).await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(CREATES));
+    let tasks: Vec<_> = (0..CREATES)
+        .map(|i| {
+            let (s, barrier) = (s.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                s.create(&ctx("alice"), "prod", offer_of(&format!("t{i}"), "db"))
+                    .await
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut losers = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(obj) => winners.push(obj.metadata.name.unwrap()),
+            Err(e) => losers.push(e),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    let holder = format!("prod/{}", winners[0]);
+    for err in &losers {
+        assert_claim_conflict(err, "source claim prod/db", &holder);
+    }
+    assert_eq!(
+        index_entries(storage.as_ref()).await,
+        [("source/prod/db".to_owned(), holder)]
+    );
+}
+
+/// Asserts kube-apiserver's answer to a resourceVersion the store has not
+/// reached: 504 Timeout, "Too large resource version: X, current: Y", a
+/// `ResourceVersionTooLarge` cause and a retry after one second.
+#[track_caller]
+fn assert_too_large(case: &str, err: &ApiError, requested: i64, current: &str) {
+    assert_eq!(
+        (err.code(), err.reason()),
+        (504, "Timeout"),
+        "{case}: {err}"
+    );
+    let status = serde_json::to_value(err.to_status()).unwrap();
+    assert_eq!(
+        status["message"],
+        format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        "{case}: {status}"
+    );
+    assert_eq!(
+        status["details"]["retryAfterSeconds"], 1,
+        "{case}: {status}"
+    );
+    assert_eq!(
+        status["details"]["causes"],
+        serde_json::json!([{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]),
+        "{case}: {status}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_list_at_a_future_resource_version_times_out_as_too_large() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let current = s
+        .list(Some("prod"), &ListOptions::default())
+        .await
+        .unwrap()
+        .resource_version;
+    let future = current.parse::<i64>().unwrap() + 1000;
+    for (case, limit, matching) in [
+        ("legacy", None, None),
+        ("NotOlderThan", None, Some("NotOlderThan")),
+        ("NotOlderThan, paged", Some(1), Some("NotOlderThan")),
+        ("Exact", None, Some("Exact")),
+        ("Exact, paged", Some(1), Some("Exact")),
+    ] {
+        let opts = ListOptions {
+            resource_version: Some(future.to_string()),
+            resource_version_match: matching.map(str::to_owned),
+            limit,
+            ..ListOptions::default()
+        };
+        let err = s.list(Some("prod"), &opts).await.unwrap_err();
+        assert_too_large(case, &err, future, &current);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_from_a_future_resource_version_ends_with_a_too_large_error() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let current = s
+        .list(Some("prod"), &ListOptions::default())
+        .await
+        .unwrap()
+        .resource_version;
+    let future = current.parse::<i64>().unwrap() + 1000;
+    for (case, initial) in [("plain", None), ("sendInitialEvents", Some(true))] {
+        let opts = WatchOptions {
+            resource_version: Some(future.to_string()),
+            resource_version_match: initial.map(|_| "NotOlderThan".to_owned()),
+            send_initial_events: initial,
+            allow_bookmarks: true,
+            ..WatchOptions::default()
+        };
+        // As kube-apiserver's watch cache: the watch starts, and its one
+        // event is the error; then it ends.
+        let mut w = s.watch(Some("prod"), opts).await.unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(60), w.next())
+            .await
+            .unwrap_or_else(|_| panic!("{case}: no event"));
+        let err = match first {
+            Some(Err(e)) => e,
+            other => panic!("{case}: {other:?}"),
+        };
+        assert_too_large(case, &err, future, &current);
+        let after = tokio::time::timeout(Duration::from_secs(60), w.next()).await;
+        assert!(
+            matches!(after, Ok(None)),
+            "{case}: the watch ends: {after:?}"
+        );
     }
 }

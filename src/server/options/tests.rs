@@ -50,10 +50,30 @@ fn authentication_is_delegated_unless_told_it_is_insecure() {
     let opts = Options::try_parse_from(["x"]).unwrap();
     assert_eq!(
         opts.complete().unwrap().auth,
-        AuthMode::Delegated { kubeconfig: None }
+        AuthMode::Delegated {
+            kubeconfig: None,
+            api_audiences: Vec::new(),
+        }
     );
     let opts = Options::try_parse_from(["x", "--insecure-allow-all"]).unwrap();
     assert_eq!(opts.complete().unwrap().auth, AuthMode::InsecureAllowAll);
+}
+
+#[test]
+fn api_audiences_are_a_comma_separated_list() {
+    let opts =
+        Options::try_parse_from(["x", "--api-audiences=https://kubernetes.default.svc, api,"])
+            .unwrap();
+    assert_eq!(
+        opts.complete().unwrap().auth,
+        AuthMode::Delegated {
+            kubeconfig: None,
+            api_audiences: vec![
+                "https://kubernetes.default.svc".to_owned(),
+                "api".to_owned()
+            ],
+        }
+    );
 }
 
 #[test]

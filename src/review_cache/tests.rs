@@ -1,0 +1,63 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::*;
+
+fn answer(value: u32) -> impl FnOnce() -> BoxFuture<'static, Result<u32, ApiError>> {
+    move || async move { Ok(value) }.boxed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_is_reused_until_its_ttl_passes() {
+    let cache = ReviewCache::new(Duration::from_secs(10), 10);
+    assert_eq!(cache.get_or_review("k", answer(1)).await.unwrap(), 1);
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert_eq!(cache.get_or_review("k", answer(2)).await.unwrap(), 1);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert_eq!(cache.get_or_review("k", answer(3)).await.unwrap(), 3);
+    assert_eq!(cache.stats(), CacheStats { hits: 1, misses: 2 });
+}
+
+#[tokio::test]
+async fn a_full_cache_evicts_the_least_recently_used_answer_only() {
+    let cache = ReviewCache::new(Duration::from_secs(10), 3);
+    for (key, value) in [("a", 1), ("b", 2), ("c", 3)] {
+        cache.insert(key, value);
+    }
+    assert_eq!(cache.get(&"a"), Some(1), "a is now the most recently used");
+    cache.insert("d", 4);
+    assert_eq!(cache.len(), 3);
+    assert_eq!(cache.get(&"b"), None, "b was the least recently used");
+    for (key, value) in [("a", 1), ("c", 3), ("d", 4)] {
+        assert_eq!(cache.get(&key), Some(value), "{key}");
+    }
+}
+
+#[tokio::test]
+async fn a_failed_review_is_shared_but_not_cached() {
+    let cache: ReviewCache<&str, u32> = ReviewCache::new(Duration::from_secs(10), 10);
+    let failure = || async { Err(ApiError::ServiceUnavailable("down".to_owned())) };
+    assert_eq!(
+        cache.get_or_review("k", failure).await.unwrap_err().code(),
+        503
+    );
+    assert!(cache.is_empty());
+    assert_eq!(cache.get_or_review("k", answer(7)).await.unwrap(), 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_review_whose_callers_gave_up_still_fills_the_cache() {
+    let cache = ReviewCache::new(Duration::from_secs(10), 10);
+    let reviews = Arc::new(AtomicUsize::new(0));
+    let counted = reviews.clone();
+    let slow = move || async move {
+        counted.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok(5)
+    };
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(10), cache.get_or_review("k", slow)).await;
+    assert!(gave_up.is_err());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(cache.get(&"k"), Some(5));
+    assert_eq!(reviews.load(Ordering::SeqCst), 1);
+}
