@@ -323,7 +323,11 @@ impl TransferController {
                     // is then true, as a slow reconcile would.
                     fault::before(step_of(&action)).await;
                     paused = true;
-                    facts = self.gather(facts.source).await?;
+                    let s = &facts.source;
+                    let Some(fresh) = self.get(s.own_namespace(), name_of(s)).await? else {
+                        return Ok(Next::Now);
+                    };
+                    facts = self.gather(fresh).await?;
                 }
                 action => return self.execute(&facts, action).await,
             }
@@ -386,7 +390,9 @@ impl TransferController {
                 .as_ref()
                 .is_some_and(|v| v.names(&d.namespace, &d.name, &d.uid))
         });
-        let users = if is_active(&s) && !committed {
+        // Before the commit the pods decide; after it, until R5, they are
+        // only reported.
+        let users = if is_active(&s) && (!committed || source_claim.is_some()) {
             self.cluster
                 .pods_using_for_transfer(&source_ns, &s.spec.source.name)
                 .await?
@@ -762,10 +768,36 @@ impl TransferController {
                 Ok(Next::Now)
             }
             Action::ReleaseSource { uid } => {
-                self.leadership.check()?;
                 let name = recorded_source(s)
                     .map(|snap| snap.name.clone())
                     .unwrap_or_else(|| s.spec.source.name.clone());
+                if !f.users.is_empty() {
+                    // Scheduled between the last check and the commit.
+                    let volume = f
+                        .volume
+                        .as_ref()
+                        .map(|v| v.name.as_str())
+                        .unwrap_or_default();
+                    let note = format!(
+                        "{}, but its volume {volume} was already handed over",
+                        decide::in_use_message(source_ns, &name, &f.users)
+                    );
+                    for regarding in [
+                        reference_to(s),
+                        claim_reference(source_ns, &name, Some(&uid)),
+                    ] {
+                        self.events
+                            .publish(
+                                &regarding,
+                                Severity::Warning,
+                                REASON_SOURCE_IN_USE,
+                                Step::ReleaseSource.action(),
+                                &note,
+                            )
+                            .await;
+                    }
+                }
+                self.leadership.check()?;
                 match self.cluster.delete_claim(source_ns, &name, &uid).await {
                     Ok(()) => {
                         fault::after(Step::ReleaseSource);

@@ -235,8 +235,25 @@ pub fn decide(f: &Facts) -> Action {
 
 // ----- before the commit ---------------------------------------------------------
 
+/// A mode this server does not run fails the transfer before anything else,
+/// matched or not: waiting for a peer would only promise what cannot happen.
+fn unsupported_mode(t: &NamespaceTransfer) -> Option<Action> {
+    (t.mode() != TransferMode::Move).then(|| {
+        finish_failed(Report::shared(
+            REASON_MODE_NOT_SUPPORTED,
+            format!(
+                "mode {} is not implemented by this server yet; only Move is",
+                t.mode()
+            ),
+        ))
+    })
+}
+
 fn active(f: &Facts) -> Action {
     let s = &f.source;
+    if let Some(refused) = unsupported_mode(s) {
+        return refused;
+    }
     let d = match &f.peer {
         Peer::Itself => s,
         Peer::Found(d) => d.as_ref(),
@@ -284,14 +301,8 @@ fn active(f: &Facts) -> Action {
             "activeDeadlineSeconds passed before the volume could be moved",
         ));
     }
-    if s.mode() != TransferMode::Move {
-        return finish_failed(Report::shared(
-            REASON_MODE_NOT_SUPPORTED,
-            format!(
-                "mode {} is not implemented by this server yet; only Move is",
-                s.mode()
-            ),
-        ));
+    if let Some(refused) = unsupported_mode(d) {
+        return refused;
     }
     if !match_recorded(s, d) {
         return Action::RecordMatch;

@@ -246,6 +246,23 @@ fn an_unmatched_offer_waits_for_its_peer() {
 }
 
 #[test]
+fn a_clone_offer_fails_as_not_supported_without_waiting_for_a_peer() {
+    let mut f = fresh();
+    f.peer = Peer::Unmatched;
+    f.source.status = None;
+    f.source.spec.mode = Some(TransferMode::Clone);
+    assert_finish(decide(&f), Phase::Failed, REASON_MODE_NOT_SUPPORTED);
+    // A Move offer matched by a Clone request fails too, before the match
+    // is recorded.
+    let mut f = fresh();
+    f.source.status = None;
+    if let Peer::Found(d) = &mut f.peer {
+        d.spec.mode = Some(TransferMode::Clone);
+    }
+    assert_finish(decide(&f), Phase::Failed, REASON_MODE_NOT_SUPPORTED);
+}
+
+#[test]
 fn a_match_is_recorded_on_both_sides_before_anything_else() {
     let mut f = fresh();
     f.source.status = None;
