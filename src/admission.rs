@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::api::ephemeral_claim::EphemeralClaim;
 use crate::api::errors::ApiError;
 use crate::api::meta::{Object, Requester};
-use crate::api::namespace_transfer::{NamespaceTransfer, Role};
+use crate::api::namespace_transfer::{NamespaceTransfer, Role, TransferMode};
 use crate::authz::{Attributes, Authorizer, Decision, ResourceAttributes};
 use crate::registry::{Admission, Context};
 
@@ -57,17 +57,24 @@ impl Right {
     }
 }
 
-/// The rights a NamespaceTransfer's requester needs (§2.1.2): giving a claim
-/// away is deleting it from the source namespace; receiving one is creating a
-/// claim in the destination namespace.
+/// The rights a NamespaceTransfer's requester needs (§2.1.2, §2.1.5a):
+/// giving a claim away is deleting it from the source namespace; giving a
+/// clone of it is reading it and creating a claim (the clone) there;
+/// receiving either is creating a claim in the destination namespace.
 pub fn transfer_rights(obj: &NamespaceTransfer) -> Vec<Right> {
-    let give = || {
-        Right::pvcs(
+    let source_ns = obj.source_namespace();
+    let source = obj.spec.source.name.as_str();
+    let give = || match obj.mode() {
+        TransferMode::Move => vec![Right::pvcs(
             "delete",
-            obj.source_namespace(),
-            &obj.spec.source.name,
+            source_ns,
+            source,
             "giving a claim away",
-        )
+        )],
+        TransferMode::Clone => vec![
+            Right::pvcs("get", source_ns, source, "giving a clone of it"),
+            Right::pvcs("create", source_ns, "", "making the clone"),
+        ],
     };
     let receive = || {
         Right::pvcs(
@@ -78,9 +85,9 @@ pub fn transfer_rights(obj: &NamespaceTransfer) -> Vec<Right> {
         )
     };
     match obj.role() {
-        Ok(Role::Source) => vec![give()],
+        Ok(Role::Source) => give(),
         Ok(Role::Destination) => vec![receive()],
-        Ok(Role::Both) => vec![give(), receive()],
+        Ok(Role::Both) => give().into_iter().chain([receive()]).collect(),
         // Validation has already refused an object without a role.
         Err(_) => Vec::new(),
     }

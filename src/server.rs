@@ -338,6 +338,7 @@ pub async fn serve(
                 enabled: config.controllers.enabled,
                 transfer: TransferOptions {
                     allow_all_storage_classes: config.controllers.allow_all_storage_classes,
+                    clone_timeout: config.controllers.clone_timeout,
                 },
             },
             controller::Dependencies {

@@ -84,7 +84,15 @@ fn a_table_watch_sends_one_row_tables() {
         .collect();
     assert_eq!(
         columns,
-        ["Name", "Role", "Source", "Destination", "Phase", "Age"]
+        [
+            "Name",
+            "Role",
+            "Mode",
+            "Source",
+            "Destination",
+            "Phase",
+            "Age"
+        ]
     );
 }
 

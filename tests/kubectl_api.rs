@@ -60,20 +60,29 @@ fn kubectl_get_prints_the_table_columns_in_one_namespace_and_across_all() {
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "ROLE", "SOURCE", "DESTINATION", "PHASE", "AGE"]
+        [
+            "NAME",
+            "ROLE",
+            "MODE",
+            "SOURCE",
+            "DESTINATION",
+            "PHASE",
+            "AGE"
+        ]
     );
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(
-        &row[..4],
+        &row[..5],
         [
             "db-to-dev",
             "Source",
+            "Move",
             &format!("{}/db-to-dev", ns.name),
             "dev/*"
         ]
     );
-    assert_eq!(row.len(), 6, "phase and age: {out}");
-    assert!(row[5].ends_with('s'), "age like 3s: {out}");
+    assert_eq!(row.len(), 7, "phase and age: {out}");
+    assert!(row[6].ends_with('s'), "age like 3s: {out}");
 
     let all = k.ok(&["get", "namespacetransfers", "-A"]);
     let header: Vec<&str> = all.lines().next().unwrap().split_whitespace().collect();
@@ -83,6 +92,7 @@ fn kubectl_get_prints_the_table_columns_in_one_namespace_and_across_all() {
             "NAMESPACE",
             "NAME",
             "ROLE",
+            "MODE",
             "SOURCE",
             "DESTINATION",
             "PHASE",

@@ -542,17 +542,195 @@ fn an_unmatched_transfer_fails_when_its_active_deadline_passes() {
     s.assert_source_untouched();
 }
 
+/// The two consents of a Clone-mode transfer of `db`.
+fn clone_consent(s: &Setup) {
+    for (ns, name, spec) in [
+        (
+            &s.src.name,
+            "give",
+            format!(
+                "source:\n    name: db\n  destination:\n    namespace: {}",
+                s.dst.name
+            ),
+        ),
+        (
+            &s.dst.name,
+            "take",
+            format!("source:\n    namespace: {}\n    name: db", s.src.name),
+        ),
+    ] {
+        admin()
+            .apply(&format!(
+                "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  mode: Clone\n  {spec}\n"
+            ))
+            .unwrap();
+    }
+}
+
+/// The clone C1 makes for the pair: `give-clone-` and the first five
+/// characters of the request's uid.
+fn clone_name(s: &Setup) -> String {
+    let take = transfer_json(admin(), &s.dst.name, "take").unwrap();
+    let uid: String = take["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(5)
+        .collect();
+    format!("give-clone-{uid}")
+}
+
 #[test]
-fn a_clone_mode_transfer_fails_as_not_supported_and_touches_nothing() {
+fn a_clone_moves_to_the_destination_while_the_source_keeps_its_volume_and_its_pod() {
     let s = setup("1Gi", ALLOWED_CLASS);
-    admin()
-        .apply(&format!(
-            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {}\nspec:\n  source:\n    name: db\n  destination:\n    namespace: {}\n  mode: Clone\n",
-            s.src.name, s.dst.name
-        ))
-        .unwrap();
-    let t = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
-    assert_eq!(t["status"]["reason"], "ModeNotSupported");
+    running_pod(admin(), &s.src.name, "app", "db");
+    clone_consent(&s);
+    let take = wait_phase(admin(), &s.dst.name, "take", "Completed", WAIT);
+    let give = wait_phase(admin(), &s.src.name, "give", "Completed", WAIT);
+    // The destination holds a new volume, made by the driver as a clone of
+    // the source's.
+    let dest = claim_json(admin(), &s.dst.name, "db").expect("the destination claim");
+    assert_eq!(dest["status"]["phase"], "Bound");
+    let pv = dest["spec"]["volumeName"].as_str().unwrap().to_owned();
+    assert_ne!(pv, s.pv, "a clone, not the source's own volume");
+    assert_eq!(take["status"]["volumeName"], pv.as_str());
+    assert_eq!(give["status"]["volumeName"], pv.as_str());
+    let volume = volume_json(admin(), &pv).unwrap();
+    assert_eq!(volume["spec"]["claimRef"]["namespace"], s.dst.name.as_str());
+    assert_eq!(volume["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+    let handle = volume["spec"]["csi"]["volumeHandle"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let created = cp()
+        .csi
+        .creation_of(&handle)
+        .expect("the driver made the clone");
+    let content = created.request["volume_content_source"].to_string();
+    assert!(
+        content.contains(s.handle.as_deref().unwrap()),
+        "CreateVolume of the clone names the source volume as its content: {content}"
+    );
+    // The source claim, its volume and its pod are untouched, and the clone
+    // claim is gone from the source namespace.
+    s.assert_source_untouched();
+    let clone = clone_name(&s);
+    eventually(
+        "the clone claim to leave the source namespace",
+        WAIT,
+        || claim_json(admin(), &s.src.name, &clone).is_none(),
+    );
+    assert_eq!(
+        dest["metadata"]["annotations"]["storage.transfer.k8s.io/transferred-from"],
+        format!("{}/{clone}", s.src.name)
+    );
+    let table = admin().ok(&["get", "nst", "-n", &s.dst.name]);
+    assert!(
+        table.contains("Clone"),
+        "kubectl get nst shows the mode: {table}"
+    );
+    // The clone is the destination's own: deleting its claim deletes it.
+    assert_deleting_the_claim_deletes_the_volume_once(
+        admin(),
+        &cp().csi,
+        &s.dst.name,
+        "db",
+        &handle,
+    );
+    s.assert_source_untouched();
+}
+
+#[test]
+fn a_clone_the_driver_cannot_make_fails_as_clone_failed_and_leaves_nothing_behind() {
+    let s = setup("1Gi", CLONE_FAILS_CLASS);
+    clone_consent(&s);
+    let give = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "CloneFailed");
+    let message = give["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(CLONE_REFUSAL),
+        "the provisioner's message: {message}"
+    );
+    let take = wait_phase(admin(), &s.dst.name, "take", "Failed", WAIT);
+    assert_eq!(take["status"]["reason"], "CloneFailed");
+    assert!(
+        !take["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&s.src.name),
+        "the destination learns nothing of the source: {}",
+        take["status"]["message"]
+    );
+    let clone = clone_name(&s);
+    eventually("the clone claim to be deleted", WAIT, || {
+        claim_json(admin(), &s.src.name, &clone).is_none()
+    });
+    assert!(claim_json(admin(), &s.dst.name, "db").is_none());
+    let clones: Vec<_> = cp()
+        .csi
+        .calls("CreateVolume")
+        .into_iter()
+        .filter(|c| c.succeeded() && !c.request["volume_content_source"].is_null())
+        .filter(|c| {
+            c.request["volume_content_source"]
+                .to_string()
+                .contains(s.handle.as_deref().unwrap())
+        })
+        .collect();
+    assert!(clones.is_empty(), "no clone was made: {clones:?}");
+    s.assert_source_untouched();
+}
+
+#[test]
+fn a_clone_offer_by_a_user_who_may_read_the_claim_but_not_create_one_beside_it_gets_403() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let name = unique("dave");
+    let dave = cp().user(&name, None).unwrap();
+    for args in [
+        vec![
+            "create".to_owned(),
+            "rolebinding".to_owned(),
+            format!("{name}-transfers"),
+            "--clusterrole=storage-transfer-edit".to_owned(),
+            format!("--user={name}"),
+        ],
+        vec![
+            "create".to_owned(),
+            "role".to_owned(),
+            format!("{name}-claim-reader"),
+            "--verb=get".to_owned(),
+            "--resource=persistentvolumeclaims".to_owned(),
+        ],
+        vec![
+            "create".to_owned(),
+            "rolebinding".to_owned(),
+            format!("{name}-claim-reader"),
+            format!("--role={name}-claim-reader"),
+            format!("--user={name}"),
+        ],
+    ] {
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.extend(["-n", &s.src.name]);
+        admin().ok(&args);
+    }
+    let yaml = format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {}\nspec:\n  mode: Clone\n  source:\n    name: db\n  destination:\n    namespace: {}\n",
+        s.src.name, s.dst.name
+    );
+    let mut refusal = String::new();
+    eventually("a 403 naming the missing right", WAIT, || {
+        let run = dave.run_with_stdin(&["create", "-f", "-"], Some(&yaml));
+        refusal = run.stderr;
+        !run.success
+            && refusal.contains("Forbidden")
+            && refusal.contains("cannot create persistentvolumeclaims")
+    });
+    assert!(
+        !refusal.contains("delete"),
+        "a clone needs no right to delete the source: {refusal}"
+    );
+    assert!(transfer_json(admin(), &s.src.name, "give").is_none());
     s.assert_source_untouched();
 }
 

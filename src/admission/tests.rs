@@ -38,6 +38,34 @@ fn each_role_needs_the_rights_of_its_side() {
 }
 
 #[test]
+fn a_clone_offer_needs_to_read_the_source_and_create_a_claim_beside_it_not_to_delete_it() {
+    let offer = transfer(
+        "prod",
+        serde_json::json!({"source": {"name": "db"}, "destination": {"namespace": "dev"}, "mode": "Clone"}),
+    );
+    assert_eq!(
+        transfer_rights(&offer),
+        [
+            Right::pvcs("get", "prod", "db", "giving a clone of it"),
+            Right::pvcs("create", "prod", "", "making the clone"),
+        ]
+    );
+    let request = transfer(
+        "dev",
+        serde_json::json!({"source": {"namespace": "prod", "name": "db"}, "mode": "Clone"}),
+    );
+    assert_eq!(
+        transfer_rights(&request),
+        [Right::pvcs("create", "dev", "", "receiving a claim")]
+    );
+    let rename = transfer(
+        "prod",
+        serde_json::json!({"source": {"name": "db"}, "destination": {"name": "db2"}, "mode": "Clone"}),
+    );
+    assert_eq!(transfer_rights(&rename).len(), 3);
+}
+
+#[test]
 fn a_cloning_claim_needs_to_read_its_source() {
     let obj: EphemeralClaim = serde_json::from_value(serde_json::json!({
         "apiVersion": "storage.transfer.k8s.io/v1alpha1",

@@ -46,6 +46,13 @@ pub const REASON_FORBIDDEN: &str = "Forbidden";
 /// Reason: `spec.activeDeadlineSeconds` passed before the transfer finished.
 pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 
+/// Reason: a Clone-mode transfer's clone could not be made or provisioned.
+pub const REASON_CLONE_FAILED: &str = "CloneFailed";
+
+/// Clone-claim annotation naming the claim it was cloned from,
+/// `<namespace>/<name>` (C1).
+pub const ANNOTATION_CLONE_OF: &str = "storage.transfer.k8s.io/clone-of";
+
 /// StorageClass annotation that allows transfers of its volumes (§2.1.4).
 pub const ANNOTATION_ALLOW_NAMESPACE_TRANSFER: &str =
     "storage.transfer.k8s.io/allow-namespace-transfer";
@@ -389,6 +396,24 @@ impl NamespaceTransfer {
     /// `spec.mode`, or its default, `Move`.
     pub fn mode(&self) -> TransferMode {
         self.spec.mode.unwrap_or_default()
+    }
+
+    /// The claim a Clone-mode transfer makes in the source namespace and hands
+    /// over (C1): `<this transfer's name>-clone-<the first 5 characters of the
+    /// receiving transfer's uid>`, the name cut so that the whole stays a
+    /// valid object name. One clone per receiving transfer.
+    pub fn clone_claim_name(&self, receiver_uid: &str) -> String {
+        let suffix: String = receiver_uid
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(5)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let own = self.metadata.name.as_deref().unwrap_or_default();
+        let keep = 253 - "-clone-".len() - suffix.len();
+        let base = own.get(..own.len().min(keep)).unwrap_or(own);
+        let base = base.trim_end_matches(['-', '.']);
+        format!("{base}-clone-{suffix}")
     }
 
     /// Which side this object speaks for (§2.1.1), from its own namespace and the

@@ -7,7 +7,7 @@
 //! cache), because the protocol decides on them; the reflectors in
 //! [`super::watch`] only say *when* to look again.
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -211,6 +211,34 @@ impl Cluster {
                 other => Err(other),
             },
         }
+    }
+
+    /// The message of the latest `ProvisioningFailed` Event on the claim
+    /// with `uid` (the external-provisioner's report of a failed
+    /// `CreateVolume`), if any.
+    pub async fn provisioning_failure(
+        &self,
+        namespace: &str,
+        uid: &str,
+    ) -> Result<Option<String>, ClusterError> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let params = ListParams::default()
+            .fields(&format!(
+                "involvedObject.uid={uid},reason=ProvisioningFailed"
+            ))
+            .limit(50);
+        let list = events.list(&params).await?;
+        let when = |e: &Event| {
+            e.last_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .or(e.event_time.as_ref().map(|t| t.0))
+        };
+        Ok(list
+            .items
+            .iter()
+            .max_by_key(|e| when(e))
+            .and_then(|e| e.message.clone()))
     }
 
     /// Every pod in `namespace`, live: what the EphemeralClaim controller

@@ -63,20 +63,22 @@ use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::{self as apimeta, CONDITION_FALSE, CONDITION_TRUE};
 use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus, Role,
-    ANNOTATION_ALLOW_NAMESPACE_TRANSFER, ANNOTATION_DESTINATION_LOST,
+    TransferMode, ANNOTATION_ALLOW_NAMESPACE_TRANSFER, ANNOTATION_DESTINATION_LOST,
     ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK, CONDITION_AUTHORIZED,
     CONDITION_PEER_MATCHED, CONDITION_READY, CONDITION_REBOUND, CONDITION_SOURCE_RELEASED,
-    FINALIZER_TRANSFER_PROTECTION, REASON_DEADLINE_EXCEEDED, REASON_PEER_TAKEN,
+    FINALIZER_TRANSFER_PROTECTION, REASON_CLONE_FAILED, REASON_DEADLINE_EXCEEDED,
+    REASON_PEER_TAKEN,
 };
 use crate::authz::Authorizer;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{Context, DeleteOptions, ListOptions, Shared, Store};
 
 use decide::{
-    decide, destination_claim, destination_of, destination_text, has_finalizer, name_of,
-    recorded_destination, recorded_source, uid_of, Action, Refusal, Report, Side, REASON_COMPLETED,
-    REASON_DESTINATION_LOST, REASON_DESTINATION_REFUSED, REASON_SOURCE_IN_USE,
-    REASON_SOURCE_RELEASE_REFUSED, REASON_WAITING_FOR_PEER,
+    decide, destination_claim, destination_of, destination_text, has_finalizer,
+    moved_claim_name_of, name_of, peer_or_self, recorded_destination, recorded_source, uid_of,
+    Action, Refusal, Report, Side, REASON_COMPLETED, REASON_DESTINATION_LOST,
+    REASON_DESTINATION_REFUSED, REASON_SOURCE_IN_USE, REASON_SOURCE_RELEASE_REFUSED,
+    REASON_WAITING_FOR_PEER,
 };
 use facts::{Admission, Claim, ClassPolicy, Facts, Peer, Volume, VOLUME_MARKER};
 use matching::{is_active, is_named, reference, role_of, DestinationView};
@@ -84,6 +86,8 @@ use matching::{is_active, is_named, reference, role_of, DestinationView};
 /// The steps of the rebind protocol (§2.1.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Step {
+    /// C1 (Clone mode): create the clone beside the source claim, locked.
+    Clone,
     /// R1: annotate the source claim with the lock; keep a snapshot.
     Lock,
     /// R2: record the volume's reclaim policy, set it to Retain.
@@ -99,7 +103,8 @@ pub enum Step {
 }
 
 impl Step {
-    pub const ALL: [Step; 6] = [
+    pub const ALL: [Step; 7] = [
+        Step::Clone,
         Step::Lock,
         Step::Retain,
         Step::CreateTarget,
@@ -111,6 +116,7 @@ impl Step {
     /// `R1` … `R6`.
     pub fn name(self) -> &'static str {
         match self {
+            Step::Clone => "C1",
             Step::Lock => "R1",
             Step::Retain => "R2",
             Step::CreateTarget => "R3",
@@ -123,6 +129,7 @@ impl Step {
     /// The Event `action` of the step.
     fn action(self) -> &'static str {
         match self {
+            Step::Clone => "Clone",
             Step::Lock => "Lock",
             Step::Retain => "Retain",
             Step::CreateTarget => "CreateTarget",
@@ -139,6 +146,8 @@ pub struct TransferOptions {
     /// `--allow-all-storage-classes`: every class, and volumes without one,
     /// may be transferred.
     pub allow_all_storage_classes: bool,
+    /// `--clone-timeout`.
+    pub clone_timeout: Duration,
 }
 
 /// The reconciler of NamespaceTransfers.
@@ -353,12 +362,38 @@ impl TransferController {
             }
         };
         let source_ns = s.source_namespace().to_owned();
-        let source_claim = self
-            .cluster
-            .claim(&source_ns, &s.spec.source.name)
-            .await?
+        let clone_mode = s.mode() == TransferMode::Clone;
+        // The claim the protocol moves: the source claim, or its clone.
+        let moved = moved_claim_name_of(&s, &peer);
+        let source_claim = match &moved {
+            Some(name) => self
+                .cluster
+                .claim(&source_ns, name)
+                .await?
+                .as_ref()
+                .map(Claim::from),
+            None => None,
+        };
+        let origin = if clone_mode {
+            self.cluster
+                .claim(&source_ns, &s.spec.source.name)
+                .await?
+                .as_ref()
+                .map(Claim::from)
+        } else {
+            None
+        };
+        let clone_failure = match source_claim
             .as_ref()
-            .map(Claim::from);
+            .filter(|c| clone_mode && c.phase != "Bound")
+        {
+            Some(clone) => {
+                self.cluster
+                    .provisioning_failure(&source_ns, &clone.uid)
+                    .await?
+            }
+            None => None,
+        };
         let destination = match &peer {
             Peer::Itself => Some(destination_of(&s, &s)),
             Peer::Found(d) => Some(destination_of(&s, d)),
@@ -381,9 +416,19 @@ impl TransferController {
             Some(name) => self.cluster.volume(name).await?.as_ref().map(Volume::from),
             None => None,
         };
-        let class = match &volume {
-            Some(v) => self.class_policy(v).await?,
-            None => ClassPolicy::Unknown,
+        let class = match (&volume, &origin) {
+            (Some(v), _) => {
+                let object = format!("PersistentVolume {}", v.name);
+                self.class_policy(&object, v.storage_class_name.as_deref())
+                    .await?
+            }
+            // A clone is made in the source claim's class.
+            (None, Some(o)) => {
+                let object = format!("PersistentVolumeClaim {source_ns}/{}", o.name);
+                self.class_policy(&object, o.shape.storage_class_name.as_deref())
+                    .await?
+            }
+            (None, None) => ClassPolicy::Unknown,
         };
         let committed = recorded_destination(&s).is_some_and(|d| {
             volume
@@ -392,12 +437,13 @@ impl TransferController {
         });
         // Before the commit the pods decide; after it, until R5, they are
         // only reported.
-        let users = if is_active(&s) && (!committed || source_claim.is_some()) {
-            self.cluster
-                .pods_using_for_transfer(&source_ns, &s.spec.source.name)
-                .await?
-        } else {
-            Vec::new()
+        let users = match &moved {
+            Some(name) if is_active(&s) && (!committed || source_claim.is_some()) => {
+                self.cluster
+                    .pods_using_for_transfer(&source_ns, name)
+                    .await?
+            }
+            _ => Vec::new(),
         };
         let mine = uid_of(&s).to_owned();
         let lock_holder_active = match source_claim.as_ref().and_then(|c| c.lock.clone()) {
@@ -410,6 +456,9 @@ impl TransferController {
             source: s,
             peer,
             source_claim,
+            origin,
+            clone_failure,
+            clone_timeout: i64::try_from(self.options.clone_timeout.as_secs()).unwrap_or(i64::MAX),
             destination_claim,
             volume,
             class,
@@ -424,7 +473,7 @@ impl TransferController {
     /// decided on; a lost race just decides again.
     async fn execute(&self, f: &Facts, action: Action) -> Result<Next, Error> {
         let s = &f.source;
-        let d = peer_of(f);
+        let d = peer_or_self(f);
         let source_ns = s.source_namespace();
         let mine = uid_of(s);
         match action {
@@ -450,7 +499,11 @@ impl TransferController {
                 })
                 .await?;
                 if was.as_deref() != Some(report.reason) && report.reason == REASON_SOURCE_IN_USE {
-                    let claim = claim_reference(source_ns, &s.spec.source.name, None);
+                    let claim = claim_reference(
+                        source_ns,
+                        &moved_claim_name_of(s, &f.peer).unwrap_or_default(),
+                        None,
+                    );
                     for regarding in [reference_to(s), claim] {
                         self.events
                             .publish(
@@ -506,17 +559,72 @@ impl TransferController {
                 }
                 Ok(Next::Now)
             }
+            Action::CreateClone(clone) => {
+                let name = clone.metadata.name.clone().unwrap_or_default();
+                let origin = &s.spec.source.name;
+                self.leadership.check()?;
+                match self.cluster.create_claim(source_ns, &clone).await {
+                    Ok(created) => {
+                        fault::after(Step::Clone);
+                        let uid = created.metadata.uid.clone().unwrap_or_default();
+                        for regarding in [
+                            claim_reference(source_ns, &name, Some(&uid)),
+                            reference_to(s),
+                        ] {
+                            self.events
+                                .publish(
+                                    &regarding,
+                                    Severity::Normal,
+                                    "CloneCreated",
+                                    Step::Clone.action(),
+                                    &format!(
+                                        "created {source_ns}/{name}, a clone of {source_ns}/{origin}, to hand over"
+                                    ),
+                                )
+                                .await;
+                        }
+                        Ok(Next::Now)
+                    }
+                    Err(ClusterError::AlreadyExists { .. }) => Ok(Next::Now),
+                    Err(ClusterError::Refused { message, .. }) => {
+                        // Quota or admission in the source namespace: nothing
+                        // was made, nothing to undo.
+                        let report = Report::new(
+                            REASON_CLONE_FAILED,
+                            format!(
+                                "creating the clone {source_ns}/{name} of {source_ns}/{origin} was refused: {message}"
+                            ),
+                        );
+                        self.write_finish(s, d, Phase::Failed, &report).await?;
+                        Ok(Next::Now)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Action::DeleteClone { name, uid } => {
+                self.leadership.check()?;
+                self.cluster.delete_claim(source_ns, &name, &uid).await?;
+                self.events
+                    .publish(
+                        &reference_to(s),
+                        Severity::Normal,
+                        "CloneDeleted",
+                        "RollBack",
+                        &format!(
+                            "deleted the clone {source_ns}/{name}, which was never handed over"
+                        ),
+                    )
+                    .await;
+                Ok(Next::Now)
+            }
             Action::Lock { resource_version } => {
                 self.leadership.check()?;
                 let lock = json!({"metadata": {
                     "resourceVersion": resource_version,
                     "annotations": {ANNOTATION_TRANSFER_LOCK: mine},
                 }});
-                match self
-                    .cluster
-                    .patch_claim(source_ns, &s.spec.source.name, &lock)
-                    .await
-                {
+                let name = moved_claim_name_of(s, &f.peer).unwrap_or_default();
+                match self.cluster.patch_claim(source_ns, &name, &lock).await {
                     Ok(_) => {}
                     Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => {
                         return Ok(Next::Now)
@@ -951,14 +1059,15 @@ impl TransferController {
     // ----- reads ------------------------------------------------------------------------
 
     /// Whether the volume's StorageClass allows transfers.
-    async fn class_policy(&self, volume: &Volume) -> Result<ClassPolicy, Error> {
+    /// Whether the class of `object` (a volume, or the claim a clone is
+    /// made from) allows transfers.
+    async fn class_policy(&self, object: &str, class: Option<&str>) -> Result<ClassPolicy, Error> {
         if self.options.allow_all_storage_classes {
             return Ok(ClassPolicy::Allowed);
         }
-        let Some(class) = volume.storage_class_name.clone() else {
+        let Some(class) = class.filter(|c| !c.is_empty()).map(str::to_owned) else {
             return Ok(ClassPolicy::Refused(format!(
-                "PersistentVolume {} has no StorageClass, and this server does not run with --allow-all-storage-classes",
-                volume.name
+                "{object} has no StorageClass, and this server does not run with --allow-all-storage-classes"
             )));
         };
         let meta = match self.classes.get(&ObjectRef::new(&class)) {
@@ -974,8 +1083,7 @@ impl TransferController {
             ClassPolicy::Allowed
         } else {
             ClassPolicy::Refused(format!(
-                "StorageClass {class:?} of PersistentVolume {} does not allow namespace transfers: it lacks the annotation {ANNOTATION_ALLOW_NAMESPACE_TRANSFER}: \"true\"",
-                volume.name
+                "StorageClass {class:?} of {object} does not allow namespace transfers: it lacks the annotation {ANNOTATION_ALLOW_NAMESPACE_TRANSFER}: \"true\""
             ))
         })
     }
@@ -994,7 +1102,7 @@ impl TransferController {
     async fn check_rights(&self, f: &Facts) -> Result<Result<(), Refusal>, Error> {
         let s = &f.source;
         let mut parties = vec![(s, Side::Source)];
-        if let Some(d) = peer_of(f).filter(|d| d.metadata.uid != s.metadata.uid) {
+        if let Some(d) = peer_or_self(f).filter(|d| d.metadata.uid != s.metadata.uid) {
             parties.push((d, Side::Destination));
         }
         for (t, side) in parties {
@@ -1032,7 +1140,8 @@ impl TransferController {
     /// after the commit refuses them before anything is touched.
     async fn check_admission(&self, f: &Facts) -> Result<Admission, Error> {
         let s = &f.source;
-        let (Some(d), Some(snapshot), Some(volume)) = (peer_of(f), recorded_source(s), &f.volume)
+        let (Some(d), Some(snapshot), Some(volume)) =
+            (peer_or_self(f), recorded_source(s), &f.volume)
         else {
             return Ok(Admission::Admitted);
         };
@@ -1351,18 +1460,10 @@ impl TransferController {
 
 // ----- pure helpers ---------------------------------------------------------------------
 
-/// The peer object of the facts, if there is one to write to.
-fn peer_of(f: &Facts) -> Option<&NamespaceTransfer> {
-    match &f.peer {
-        Peer::Itself => Some(&f.source),
-        Peer::Found(d) => Some(d.as_ref()),
-        Peer::Gone | Peer::Unmatched => None,
-    }
-}
-
 /// The protocol step an action carries out, for the fault hooks.
 fn step_of(action: &Action) -> Step {
     match action {
+        Action::CreateClone(_) => Step::Clone,
         Action::Lock { .. } | Action::RecordSource(_) => Step::Lock,
         Action::Retain { .. } => Step::Retain,
         Action::CreateDestination(_) | Action::RecordDestination(_) => Step::CreateTarget,

@@ -1,5 +1,5 @@
 //! The NamespaceTransfer strategy: its Table columns
-//! (Name, Role, Source, Destination, Phase, Age), field selectors, and the
+//! (Name, Role, Mode, Source, Destination, Phase, Age), field selectors, and the
 //! claims an active transfer holds alone (DESIGN §2.1.2 item 3): a Source-role
 //! transfer its source claim, a Destination-role transfer its destination claim
 //! name, a rename (`Both`) both. The transfer-protection finalizer is the
@@ -67,6 +67,11 @@ impl Strategy for NamespaceTransferStrategy {
                 "Which side this object speaks for: Source, Destination or Both.",
             ),
             TableColumn::new(
+                "Mode",
+                "string",
+                "Move hands over the claim's own volume; Clone a clone of it.",
+            ),
+            TableColumn::new(
                 "Source",
                 "string",
                 "The claim given away, as namespace/name.",
@@ -103,6 +108,7 @@ impl Strategy for NamespaceTransferStrategy {
         vec![
             text_cell(obj.metadata.name.clone().unwrap_or_default()),
             text_cell(role),
+            text_cell(obj.mode().as_str()),
             text_cell(format!(
                 "{}/{}",
                 obj.source_namespace(),

@@ -129,6 +129,12 @@ pub struct Options {
     #[arg(long)]
     pub allow_all_storage_classes: bool,
 
+    /// How long a Clone-mode transfer's clone may fail to provision (its
+    /// claim has a `ProvisioningFailed` Event) before the transfer fails with
+    /// reason `CloneFailed`.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub clone_timeout: Duration,
+
     /// How many reconciles run at once.
     #[arg(long, default_value_t = 4)]
     pub controller_workers: usize,
@@ -167,6 +173,7 @@ pub struct CompletedConfig {
 pub struct ControllerOptions {
     pub lease_ttl: Duration,
     pub allow_all_storage_classes: bool,
+    pub clone_timeout: Duration,
     pub workers: usize,
     pub enabled: EnabledControllers,
 }
@@ -280,6 +287,7 @@ impl Options {
             controllers: ControllerOptions {
                 lease_ttl: self.leader_elect_lease_duration.max(Duration::from_secs(1)),
                 allow_all_storage_classes: self.allow_all_storage_classes,
+                clone_timeout: self.clone_timeout,
                 workers: self.controller_workers.max(1),
                 enabled: EnabledControllers::parse(&self.controllers)
                     .map_err(ConfigError::Controllers)?,

@@ -24,15 +24,25 @@ pub(crate) const PLAIN_CLASS: &str = "transfer-plain";
 /// A class for statically provisioned volumes that allows transfers: only for
 /// shapes the mock driver cannot provision (it refuses 1 TiB and more).
 pub(crate) const STATIC_ALLOWED_CLASS: &str = "transfer-allowed-static";
+/// A CSI mock driver class that allows transfers and provisions volumes but
+/// refuses to clone them ([`CLONE_REFUSAL`]).
+pub(crate) const CLONE_FAILS_CLASS: &str = "transfer-allowed-no-clones";
+/// The mock driver's message when it refuses a clone in [`CLONE_FAILS_CLASS`].
+pub(crate) const CLONE_REFUSAL: &str = "this backend has no room for clones";
 
 const ALLOW: &str = "{storage.transfer.k8s.io/allow-namespace-transfer: \"true\"}";
 
 /// Makes the test StorageClasses (idempotent).
 pub(crate) fn ensure_classes(k: &Kubectl) {
     let yaml = format!(
-        "{}---\n{}---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {STATIC_ALLOWED_CLASS}\n  annotations: {ALLOW}\nprovisioner: kubernetes.io/no-provisioner\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n",
+        "{}---\n{}---\n{}---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {STATIC_ALLOWED_CLASS}\n  annotations: {ALLOW}\nprovisioner: kubernetes.io/no-provisioner\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n",
         storage_class_yaml(ALLOWED_CLASS, ALLOW, "{}"),
         storage_class_yaml(PLAIN_CLASS, "{}", "{}"),
+        storage_class_yaml(
+            CLONE_FAILS_CLASS,
+            ALLOW,
+            &format!("{{fail-clone-volume: \"{CLONE_REFUSAL}\"}}")
+        ),
     );
     k.apply(&yaml).unwrap();
 }

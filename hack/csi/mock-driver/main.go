@@ -13,6 +13,8 @@
 // A CreateVolume whose parameters (the StorageClass's) carry
 // "fail-create-volume" fails with ResourceExhausted and that value as its
 // message: a volume that cannot be provisioned, as a full backend answers.
+// "fail-clone-volume" does the same only to a CreateVolume that clones
+// another volume, so that a class can provision volumes but not clone them.
 //
 // Volumes live in memory: a restart forgets them.
 package main
@@ -38,8 +40,12 @@ import (
 	"k8s.io/kubernetes/test/e2e/storage/drivers/csi-test/mock/service"
 )
 
-// failCreateParameter makes CreateVolume fail with its value as the message.
-const failCreateParameter = "fail-create-volume"
+// failCreateParameter makes CreateVolume fail with its value as the message;
+// failCloneParameter, only a CreateVolume from another volume.
+const (
+	failCreateParameter = "fail-create-volume"
+	failCloneParameter  = "fail-clone-volume"
+)
 
 type callLog struct {
 	mu  sync.Mutex
@@ -77,7 +83,11 @@ func (l *callLog) record(method string, req, resp interface{}, err error, existe
 
 func (l *callLog) intercept(ctx context.Context, req interface{}, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (interface{}, error) {
 	if create, ok := req.(*csi.CreateVolumeRequest); ok {
-		if msg, fail := create.GetParameters()[failCreateParameter]; fail {
+		msg, fail := create.GetParameters()[failCreateParameter]
+		if cloneMsg, failClone := create.GetParameters()[failCloneParameter]; failClone && create.GetVolumeContentSource().GetVolume() != nil {
+			msg, fail = cloneMsg, true
+		}
+		if fail {
 			err := status.Error(codes.ResourceExhausted, msg)
 			l.record(info.FullMethod, req, nil, err, nil)
 			return nil, err

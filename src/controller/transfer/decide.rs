@@ -37,21 +37,22 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, TypedLocalObjectReference,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::facts::{
-    larger_quantity, quantity_bytes, Admission, Claim, ClassPolicy, Facts, Peer, Volume,
+    larger_quantity, quantity_bytes, Admission, Claim, ClaimShape, ClassPolicy, Facts, Peer, Volume,
 };
 pub use super::facts::{Refusal, Side};
 use super::matching::is_named;
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, Role, SourceClaimSnapshot,
-    TransferMode, ANNOTATION_TRANSFERRED_FROM, ANNOTATION_TRANSFER_LOCK,
-    FINALIZER_TRANSFER_PROTECTION, REASON_DEADLINE_EXCEEDED, REASON_DESTINATION_EXISTS,
-    REASON_FORBIDDEN,
+    TransferMode, ANNOTATION_CLONE_OF, ANNOTATION_TRANSFERRED_FROM, ANNOTATION_TRANSFER_LOCK,
+    FINALIZER_TRANSFER_PROTECTION, REASON_CLONE_FAILED, REASON_DEADLINE_EXCEEDED,
+    REASON_DESTINATION_EXISTS, REASON_FORBIDDEN,
 };
 
 /// Reason: no transfer in the other namespace matches yet.
@@ -75,8 +76,10 @@ pub const REASON_SOURCE_RELEASE_REFUSED: &str = "SourceReleaseRefused";
 pub const REASON_VOLUME_CHANGED: &str = "VolumeChanged";
 /// Reason: one side was deleted before the commit point.
 pub const REASON_DELETED: &str = "Deleted";
-/// Reason: the transfer asks for a mode this server does not run (Clone).
+/// Reason: the transfer asks for a mode this server does not run.
 pub const REASON_MODE_NOT_SUPPORTED: &str = "ModeNotSupported";
+/// Reason: Clone mode is waiting for the clone to be provisioned (C2).
+pub const REASON_CLONING: &str = "Cloning";
 /// Reason: after the commit, waiting for the cluster to bind the destination.
 pub const REASON_WAITING_FOR_BINDING: &str = "WaitingForBinding";
 /// Reason: the destination claim was deleted after the commit; the volume is
@@ -146,6 +149,12 @@ pub enum Action {
     CheckAdmission,
     /// Put the transfer-protection finalizer on both objects.
     Protect,
+    /// C1 (Clone mode): create the clone of the source claim beside it, born
+    /// with our lock.
+    CreateClone(Box<PersistentVolumeClaim>),
+    /// Clone mode, rolling back: delete the clone we made, by its uid (its
+    /// volume goes with it: it is ours).
+    DeleteClone { name: String, uid: String },
     /// R1: put our lock on the source claim, at the version decided on.
     Lock { resource_version: String },
     /// R1's memory: the source snapshot, on the source object.
@@ -235,25 +244,8 @@ pub fn decide(f: &Facts) -> Action {
 
 // ----- before the commit ---------------------------------------------------------
 
-/// A mode this server does not run fails the transfer before anything else,
-/// matched or not: waiting for a peer would only promise what cannot happen.
-fn unsupported_mode(t: &NamespaceTransfer) -> Option<Action> {
-    (t.mode() != TransferMode::Move).then(|| {
-        finish_failed(Report::shared(
-            REASON_MODE_NOT_SUPPORTED,
-            format!(
-                "mode {} is not implemented by this server yet; only Move is",
-                t.mode()
-            ),
-        ))
-    })
-}
-
 fn active(f: &Facts) -> Action {
     let s = &f.source;
-    if let Some(refused) = unsupported_mode(s) {
-        return refused;
-    }
     let d = match &f.peer {
         Peer::Itself => s,
         Peer::Found(d) => d.as_ref(),
@@ -301,22 +293,213 @@ fn active(f: &Facts) -> Action {
             "activeDeadlineSeconds passed before the volume could be moved",
         ));
     }
-    if let Some(refused) = unsupported_mode(d) {
-        return refused;
+    if s.mode() != d.mode() {
+        // Matching pairs equal modes; a rename has one.
+        return finish_failed(Report::shared(
+            REASON_MODE_NOT_SUPPORTED,
+            format!(
+                "the two sides ask for different modes ({} and {})",
+                s.mode(),
+                d.mode()
+            ),
+        ));
     }
     if !match_recorded(s, d) {
         return Action::RecordMatch;
     }
     match recorded_source(s) {
-        None => before_lock(f, d),
+        None => {
+            if s.mode() == TransferMode::Clone {
+                if let Some(action) = before_clone_bound(f, d) {
+                    return action;
+                }
+            }
+            before_lock(f, d)
+        }
         Some(snapshot) => after_lock(f, d, snapshot),
     }
+}
+
+/// C1 and C2 (Clone mode): make the clone beside the source claim, and wait
+/// until it is Bound; `None` once it is, and R1–R6 move it. The source claim
+/// itself is only read.
+fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
+    let s = &f.source;
+    let source_ns = s.source_namespace();
+    let origin_name = s.spec.source.name.as_str();
+    let Some(origin) = &f.origin else {
+        return Some(finish_failed(Report::new(
+            REASON_SOURCE_NOT_FOUND,
+            format!("PersistentVolumeClaim {source_ns}/{origin_name} does not exist"),
+        )));
+    };
+    let (dest_ns, dest_name) = destination_of(s, d);
+    if f.destination_claim.is_some() {
+        return Some(finish_failed(Report::shared(
+            REASON_DESTINATION_EXISTS,
+            format!(
+                "PersistentVolumeClaim {dest_ns}/{dest_name} already exists and was not created by this transfer"
+            ),
+        )));
+    }
+    if let ClassPolicy::Refused(why) = &f.class {
+        return Some(finish_failed(Report::new(
+            REASON_STORAGE_CLASS_NOT_ALLOWED,
+            why.clone(),
+        )));
+    }
+    let clone_name = moved_claim_name(s, d);
+    let Some(clone) = &f.source_claim else {
+        if !has_finalizer(s) || !has_finalizer(d) {
+            return Some(Action::Protect);
+        }
+        // C1 is a write under the server's identity: the parties' rights
+        // first, as before R2 and R4.
+        if let Some(action) = rights_and_admission(f, false) {
+            return Some(action);
+        }
+        return Some(Action::CreateClone(Box::new(clone_claim(s, d, origin))));
+    };
+    if !is_our_clone(s, clone) {
+        return Some(finish_failed(Report::new(
+            REASON_CLONE_FAILED,
+            format!(
+                "PersistentVolumeClaim {source_ns}/{clone_name} already exists and was not made by this transfer"
+            ),
+        )));
+    }
+    if clone.deleting {
+        return Some(finish_failed(Report::new(
+            REASON_CLONE_FAILED,
+            format!("the clone {source_ns}/{clone_name} was deleted before it was handed over"),
+        )));
+    }
+    if clone.phase == "Bound" {
+        return None;
+    }
+    if let Some(failure) = &f.clone_failure {
+        if f.now.saturating_sub(clone.created) >= f.clone_timeout {
+            return Some(finish_failed(Report::new(
+                REASON_CLONE_FAILED,
+                format!(
+                    "the clone {source_ns}/{clone_name} of {source_ns}/{origin_name} could not be provisioned: {failure}"
+                ),
+            )));
+        }
+    }
+    let why = f
+        .clone_failure
+        .as_deref()
+        .map(|m| format!("; the provisioner says: {m}"))
+        .unwrap_or_default();
+    Some(wait(
+        Phase::WaitingForRelease,
+        Report::new(
+            REASON_CLONING,
+            format!(
+                "waiting for the clone {source_ns}/{clone_name} of {source_ns}/{origin_name} to be provisioned{why}"
+            ),
+        ),
+        false,
+    ))
+}
+
+/// The claim the protocol moves: the source claim in Move mode, its clone
+/// in Clone mode.
+pub fn moved_claim_name(s: &NamespaceTransfer, d: &NamespaceTransfer) -> String {
+    match s.mode() {
+        TransferMode::Move => s.spec.source.name.clone(),
+        TransferMode::Clone => s.clone_claim_name(uid_of(d)),
+    }
+}
+
+/// [`moved_claim_name`] from what is known of the peer: the live one, or
+/// the uid recorded at the match once it is gone; `None` for a clone whose
+/// receiver is not known yet.
+pub fn moved_claim_name_of(s: &NamespaceTransfer, peer: &Peer) -> Option<String> {
+    match (s.mode(), peer) {
+        (TransferMode::Move, _) => Some(s.spec.source.name.clone()),
+        (TransferMode::Clone, Peer::Itself) => Some(moved_claim_name(s, s)),
+        (TransferMode::Clone, Peer::Found(d)) => Some(moved_claim_name(s, d)),
+        (TransferMode::Clone, Peer::Gone | Peer::Unmatched) => s
+            .status
+            .as_ref()
+            .and_then(|st| st.peer.as_ref())
+            .and_then(|p| p.uid.as_deref())
+            .map(|uid| s.clone_claim_name(uid)),
+    }
+}
+
+/// The peer object of the facts, if there is one to write to.
+pub fn peer_or_self(f: &Facts) -> Option<&NamespaceTransfer> {
+    match &f.peer {
+        Peer::Itself => Some(&f.source),
+        Peer::Found(d) => Some(d.as_ref()),
+        Peer::Gone | Peer::Unmatched => None,
+    }
+}
+
+/// The clone C1 makes: in the source namespace, cloned from the source
+/// claim (`dataSource`), in its class, with its modes and request, born
+/// with our lock so that R1 has nothing left to take.
+pub fn clone_claim(
+    s: &NamespaceTransfer,
+    d: &NamespaceTransfer,
+    origin: &Claim,
+) -> PersistentVolumeClaim {
+    let source_ns = s.source_namespace();
+    let annotations = [
+        (
+            ANNOTATION_CLONE_OF.to_owned(),
+            format!("{source_ns}/{}", origin.name),
+        ),
+        (ANNOTATION_TRANSFER_LOCK.to_owned(), uid_of(s).to_owned()),
+    ];
+    let shape = &origin.shape;
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(moved_claim_name(s, d)),
+            namespace: Some(source_ns.to_owned()),
+            annotations: Some(annotations.into_iter().collect()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            data_source: Some(TypedLocalObjectReference {
+                api_group: None,
+                kind: "PersistentVolumeClaim".to_owned(),
+                name: origin.name.clone(),
+            }),
+            storage_class_name: shape.storage_class_name.clone(),
+            access_modes: (!shape.access_modes.is_empty()).then(|| shape.access_modes.clone()),
+            volume_mode: shape.volume_mode.clone(),
+            resources: shape.request.clone().map(|q| VolumeResourceRequirements {
+                requests: Some([("storage".to_owned(), Quantity(q))].into_iter().collect()),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Whether `clone` (found under the clone's name) is the one C1 made for
+/// this pair: our lock, cloned from the source claim and from nothing else,
+/// and once R1 recorded it, that very claim. A claim without our lock is
+/// never adopted, and so never deleted by a rollback. (Only the source
+/// namespace, which consented to the clone, can make a look-alike with our
+/// lock; adopting it hands over nothing it did not offer.)
+fn is_our_clone(s: &NamespaceTransfer, clone: &Claim) -> bool {
+    clone.lock.as_deref() == Some(uid_of(s))
+        && !clone.shape.extras
+        && clone.shape.data_source_claim.as_deref() == Some(s.spec.source.name.as_str())
+        && recorded_source(s).is_none_or(|snapshot| snapshot.uid == clone.uid)
 }
 
 /// Before R1 nothing has been touched: check every precondition, then lock.
 fn before_lock(f: &Facts, d: &NamespaceTransfer) -> Action {
     let s = &f.source;
-    let (source_ns, source_name) = (s.source_namespace(), s.spec.source.name.as_str());
+    let moved = moved_claim_name(s, d);
+    let (source_ns, source_name) = (s.source_namespace(), moved.as_str());
     let Some(claim) = &f.source_claim else {
         return finish_failed(Report::new(
             REASON_SOURCE_NOT_FOUND,
@@ -406,12 +589,13 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
     let s = &f.source;
     let source_ns = s.source_namespace();
     let mine = uid_of(s);
-    if snapshot.name != s.spec.source.name {
+    let moved = moved_claim_name(s, d);
+    if snapshot.name != moved {
         return finish_failed(Report::new(
             REASON_VOLUME_CHANGED,
             format!(
-                "status.sourceClaim names claim {:?}, not spec.source.name {:?}; refusing to act on it",
-                snapshot.name, s.spec.source.name
+                "status.sourceClaim names claim {:?}, not {moved:?}; refusing to act on it",
+                snapshot.name
             ),
         ));
     }
@@ -739,6 +923,15 @@ fn roll_back(f: &Facts) -> Action {
         }
     }
     if let Some(claim) = &f.source_claim {
+        if s.mode() == TransferMode::Clone {
+            if is_our_clone(s, claim) && !claim.deleting {
+                return Action::DeleteClone {
+                    name: claim.name.clone(),
+                    uid: claim.uid.clone(),
+                };
+            }
+            return tidy(f);
+        }
         let snapshot_uid = recorded_source(s).map(|snap| snap.uid.as_str());
         let ours = snapshot_uid.is_none_or(|uid| uid == claim.uid);
         if ours && claim.lock.as_deref() == Some(mine) {
@@ -887,7 +1080,9 @@ pub fn destination_text(reason: &str) -> &'static str {
         REASON_SOURCE_NOT_FOUND => "refused: the source claim does not exist",
         REASON_VOLUME_CHANGED => "refused: the source volume changed during the transfer",
         REASON_DELETED => "cancelled: one side was deleted before the volume was handed over",
-        REASON_MODE_NOT_SUPPORTED => "refused: this server does not run that mode",
+        REASON_MODE_NOT_SUPPORTED => "refused: the two sides ask for different modes",
+        REASON_CLONING => "waiting for the clone of the source claim to be provisioned",
+        REASON_CLONE_FAILED => "refused: the clone of the source claim could not be made",
         REASON_DESTINATION_LOST => "the new claim was deleted after the volume was handed to it",
         REASON_COMPLETED => "the volume was handed over",
         _ => "see the transfer in the other namespace",
@@ -962,8 +1157,11 @@ pub fn destination_claim(
 /// have given (a tenant's look-alike with a smaller request, another class,
 /// a data source or an owner is refused).
 pub fn made_as(claim: &Claim, expected: &PersistentVolumeClaim) -> bool {
-    let want = super::facts::Claim::from(expected).shape;
-    let have = &claim.shape;
+    same_shape(&claim.shape, &Claim::from(expected).shape)
+}
+
+/// Whether a claim's shape is `want`'s, request compared as a quantity.
+fn same_shape(have: &ClaimShape, want: &ClaimShape) -> bool {
     let mode = |m: &Option<String>| m.clone().unwrap_or_else(|| "Filesystem".to_owned());
     let mut want_modes = want.access_modes.clone();
     let mut have_modes = have.access_modes.clone();
@@ -976,6 +1174,7 @@ pub fn made_as(claim: &Claim, expected: &PersistentVolumeClaim) -> bool {
     };
     !have.extras
         && have.volume_name == want.volume_name
+        && have.data_source_claim == want.data_source_claim
         && have.storage_class_name.clone().unwrap_or_default()
             == want.storage_class_name.clone().unwrap_or_default()
         && want_modes == have_modes

@@ -37,8 +37,19 @@ pub struct Facts {
     pub source: NamespaceTransfer,
     /// Its Destination-role peer.
     pub peer: Peer,
-    /// The claim `spec.source.name` in the source namespace, live.
+    /// The claim the protocol moves, live: in Move mode the claim
+    /// `spec.source.name`; in Clone mode the clone C1 makes beside it
+    /// (`None` until a peer is known and the clone exists).
     pub source_claim: Option<Claim>,
+    /// Clone mode only: the claim `spec.source.name` the clone is made from,
+    /// live. Never locked, annotated or waited on.
+    pub origin: Option<Claim>,
+    /// Clone mode only, while the clone is Pending: the message of the
+    /// latest `ProvisioningFailed` Event on it.
+    pub clone_failure: Option<String>,
+    /// `--clone-timeout`: how long a clone may fail to provision before the
+    /// transfer fails.
+    pub clone_timeout: i64,
     /// The claim at the destination's namespace and name, live; `None` also
     /// while the destination is not known (no peer).
     pub destination_claim: Option<Claim>,
@@ -115,6 +126,8 @@ pub struct Claim {
     pub name: String,
     pub uid: String,
     pub resource_version: String,
+    /// `metadata.creationTimestamp`, Unix seconds (0 if unknown).
+    pub created: i64,
     /// `status.phase`: Pending, Bound or Lost.
     pub phase: String,
     /// `spec.volumeName`.
@@ -151,7 +164,11 @@ pub struct ClaimShape {
     pub volume_attributes_class_name: Option<String>,
     /// `spec.volumeName`.
     pub volume_name: Option<String>,
-    /// A selector, a data source, ownerReferences or limits: R3 sets none.
+    /// `spec.dataSource` when it names a claim (`dataSourceRef` the same or
+    /// unset): what C1 sets.
+    pub data_source_claim: Option<String>,
+    /// A selector, any other data source, ownerReferences or limits: R3 and
+    /// C1 set none.
     pub extras: bool,
 }
 
@@ -228,9 +245,26 @@ impl From<&PersistentVolumeClaim> for Claim {
             .as_ref()
             .and_then(|r| r.limits.as_ref())
             .is_some_and(|l| !l.is_empty());
+        let claim_source = |group: &Option<String>, kind: &str| {
+            group.as_deref().unwrap_or_default().is_empty() && kind == "PersistentVolumeClaim"
+        };
+        let data_source_claim = spec
+            .data_source
+            .as_ref()
+            .filter(|d| claim_source(&d.api_group, &d.kind))
+            .map(|d| d.name.clone());
+        let ref_is_same = match (&spec.data_source_ref, &data_source_claim) {
+            (None, _) => true,
+            (Some(r), Some(name)) => {
+                claim_source(&r.api_group, &r.kind)
+                    && &r.name == name
+                    && r.namespace.as_deref().unwrap_or_default().is_empty()
+            }
+            (Some(_), None) => false,
+        };
         let extras = spec.selector.is_some()
-            || spec.data_source.is_some()
-            || spec.data_source_ref.is_some()
+            || (spec.data_source.is_some() && data_source_claim.is_none())
+            || !ref_is_same
             || limits
             || c.metadata
                 .owner_references
@@ -240,6 +274,11 @@ impl From<&PersistentVolumeClaim> for Claim {
             name: c.metadata.name.clone().unwrap_or_default(),
             uid: c.metadata.uid.clone().unwrap_or_default(),
             resource_version: c.metadata.resource_version.clone().unwrap_or_default(),
+            created: c
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_second()),
             phase: c
                 .status
                 .as_ref()
@@ -256,6 +295,7 @@ impl From<&PersistentVolumeClaim> for Claim {
                 request,
                 volume_attributes_class_name: spec.volume_attributes_class_name,
                 volume_name: spec.volume_name.filter(|v| !v.is_empty()),
+                data_source_claim,
                 extras,
             },
         }

@@ -337,6 +337,7 @@ impl World {
             name: "db".to_owned(),
             uid: format!("uid-{}", pvc.uid),
             resource_version: pvc.rv.to_string(),
+            created: 1_000,
             phase: pvc.phase.to_owned(),
             volume_name: if pvc.phase == "Bound" {
                 volume.clone()
@@ -364,6 +365,7 @@ impl World {
                 ),
                 volume_attributes_class_name: None,
                 volume_name: volume,
+                data_source_claim: None,
                 extras: false,
             },
         }
@@ -394,6 +396,9 @@ impl World {
             source: s,
             peer,
             source_claim: self.source.as_ref().map(Self::claim),
+            origin: None,
+            clone_failure: None,
+            clone_timeout: 300,
             destination_claim: if dest_known {
                 self.destination.as_ref().map(Self::claim)
             } else {
@@ -506,6 +511,11 @@ impl World {
             Action::Wait { phase, .. } => {
                 let phase = *phase;
                 pair(&w, &|t, _| t.phase = Some(phase))
+            }
+            // The modelled pairs are Move pairs; C1 and the clone's rollback
+            // are not modelled yet.
+            Action::CreateClone(_) | Action::DeleteClone { .. } => {
+                panic!("a Move pair decided a Clone-mode action: {action:?}")
             }
             Action::RecordMatch => {
                 let (su, du) = (seen.s.uid, d_uid);

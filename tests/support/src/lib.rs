@@ -754,6 +754,8 @@ impl ControlPlane {
                 self.pki.server_serving.key.display()
             ),
             "--shutdown-grace-period=5s".to_owned(),
+            // A clone the driver refuses fails the transfer in seconds.
+            "--clone-timeout=5s".to_owned(),
         ];
         args.extend(self.server.args.iter().cloned());
         args.extend(extra.iter().cloned());

@@ -10,6 +10,7 @@ use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransferSpec, NamespaceTransferStatus, PeerReference,
     TransferDestination, TransferSource,
 };
+use crate::api::namespace_transfer::{ANNOTATION_CLONE_OF, REASON_CLONE_FAILED};
 use crate::controller::transfer::facts::{ClaimRef, ClaimShape};
 
 const S_UID: &str = "uid-give";
@@ -83,6 +84,7 @@ fn claim(name: &str, uid: &str, volume: Option<&str>) -> Claim {
         name: name.to_owned(),
         uid: uid.to_owned(),
         resource_version: "10".to_owned(),
+        created: 1_000,
         phase: if volume.is_some() { "Bound" } else { "Pending" }.to_owned(),
         volume_name: volume.map(str::to_owned),
         lock: None,
@@ -95,6 +97,7 @@ fn claim(name: &str, uid: &str, volume: Option<&str>) -> Claim {
             request: Some("1Gi".to_owned()),
             volume_attributes_class_name: None,
             volume_name: volume.map(str::to_owned),
+            data_source_claim: None,
             extras: false,
         },
     }
@@ -148,6 +151,9 @@ fn fresh() -> Facts {
         source: s,
         peer: Peer::Found(Box::new(d)),
         source_claim: Some(claim("db", CLAIM_UID, Some("pv-db"))),
+        origin: None,
+        clone_failure: None,
+        clone_timeout: 300,
         destination_claim: None,
         volume: Some(volume(Some(("prod", "db", CLAIM_UID)))),
         class: ClassPolicy::Allowed,
@@ -243,23 +249,6 @@ fn an_unmatched_offer_waits_for_its_peer() {
         }
         other => panic!("{other:?}"),
     }
-}
-
-#[test]
-fn a_clone_offer_fails_as_not_supported_without_waiting_for_a_peer() {
-    let mut f = fresh();
-    f.peer = Peer::Unmatched;
-    f.source.status = None;
-    f.source.spec.mode = Some(TransferMode::Clone);
-    assert_finish(decide(&f), Phase::Failed, REASON_MODE_NOT_SUPPORTED);
-    // A Move offer matched by a Clone request fails too, before the match
-    // is recorded.
-    let mut f = fresh();
-    f.source.status = None;
-    if let Peer::Found(d) = &mut f.peer {
-        d.spec.mode = Some(TransferMode::Clone);
-    }
-    assert_finish(decide(&f), Phase::Failed, REASON_MODE_NOT_SUPPORTED);
 }
 
 #[test]
@@ -677,4 +666,186 @@ fn the_destination_text_of_every_reason_names_nothing_of_the_source() {
         assert!(!text.is_empty());
         assert!(!text.contains('/'), "{reason}: {text}");
     }
+}
+
+// ----- Clone mode (C1, C2, then R1–R6 on the clone) ---------------------------------
+
+/// A matched Clone pair, protected, nothing made yet; the source claim is
+/// bound and in use.
+fn clone_fresh() -> Facts {
+    let mut f = fresh();
+    protect(&mut f);
+    f.source.spec.mode = Some(TransferMode::Clone);
+    if let Peer::Found(d) = &mut f.peer {
+        d.spec.mode = Some(TransferMode::Clone);
+    }
+    f.origin = f.source_claim.take();
+    f.volume = None;
+    f.users = Vec::new();
+    f
+}
+
+fn clone_name() -> String {
+    // `give` + the first five characters of `uid-take`.
+    "give-clone-uidta".to_owned()
+}
+
+/// The clone as C1 made it, Pending.
+fn made_clone(f: &Facts) -> Claim {
+    let expected = match decide(&Facts {
+        rights: Some(Ok(())),
+        ..f.clone()
+    }) {
+        Action::CreateClone(pvc) => pvc,
+        other => panic!("expected CreateClone, got {other:?}"),
+    };
+    let mut c = Claim::from(expected.as_ref());
+    c.uid = "uid-clone".to_owned();
+    c.phase = "Pending".to_owned();
+    c.created = f.now - 10;
+    c
+}
+
+#[test]
+fn an_unmatched_clone_offer_waits_for_its_peer() {
+    let mut f = clone_fresh();
+    f.peer = Peer::Unmatched;
+    f.source.status = None;
+    match decide(&f) {
+        Action::Wait { phase, .. } => assert_eq!(phase, Phase::WaitingForPeer),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn sides_that_ask_for_different_modes_fail_before_anything_is_recorded() {
+    let mut f = fresh();
+    f.source.status = None;
+    if let Peer::Found(d) = &mut f.peer {
+        d.spec.mode = Some(TransferMode::Clone);
+    }
+    assert_finish(decide(&f), Phase::Failed, REASON_MODE_NOT_SUPPORTED);
+}
+
+#[test]
+fn c1_makes_the_clone_beside_the_source_after_fresh_rights_and_never_touches_the_source() {
+    let mut f = clone_fresh();
+    assert_eq!(decide(&f), Action::CheckRights);
+    f.rights = Some(Ok(()));
+    let Action::CreateClone(pvc) = decide(&f) else {
+        panic!("{:?}", decide(&f));
+    };
+    assert_eq!(pvc.metadata.name.as_deref(), Some(clone_name().as_str()));
+    assert_eq!(pvc.metadata.namespace.as_deref(), Some("prod"));
+    let annotations = pvc.metadata.annotations.clone().unwrap();
+    assert_eq!(annotations[ANNOTATION_TRANSFER_LOCK], S_UID);
+    assert_eq!(annotations[ANNOTATION_CLONE_OF], "prod/db");
+    let spec = pvc.spec.clone().unwrap();
+    let source = spec.data_source.unwrap();
+    assert_eq!(
+        (source.kind.as_str(), source.name.as_str()),
+        ("PersistentVolumeClaim", "db")
+    );
+    assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+    assert_eq!(
+        spec.resources.unwrap().requests.unwrap()["storage"].0,
+        "1Gi"
+    );
+    assert!(spec.volume_name.is_none());
+    // A revoked right of the source side (no `create` beside the claim)
+    // fails before the clone is made.
+    f.rights = Some(Err(Refusal {
+        side: Side::Source,
+        message: "cannot create persistentvolumeclaims".to_owned(),
+    }));
+    assert_finish(decide(&f), Phase::Failed, REASON_FORBIDDEN);
+    // Unprotected objects get the finalizer first.
+    let mut f = clone_fresh();
+    f.source.metadata.finalizers = None;
+    assert_eq!(decide(&f), Action::Protect);
+}
+
+#[test]
+fn c2_waits_for_the_clone_and_fails_it_only_once_provisioning_has_failed_past_the_timeout() {
+    let mut f = clone_fresh();
+    f.source_claim = Some(made_clone(&f));
+    match decide(&f) {
+        Action::Wait { report, .. } => assert_eq!(report.reason, REASON_CLONING),
+        other => panic!("{other:?}"),
+    }
+    f.clone_failure = Some("rpc error: code = ResourceExhausted desc = full".to_owned());
+    match decide(&f) {
+        Action::Wait { report, .. } => {
+            assert_eq!(report.reason, REASON_CLONING);
+            assert!(report.source.contains("ResourceExhausted"), "{report:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    f.now += f.clone_timeout;
+    let report = assert_finish(decide(&f), Phase::Failed, REASON_CLONE_FAILED);
+    assert!(report.source.contains("ResourceExhausted"), "{report:?}");
+    assert!(!report.destination.contains("prod"), "{report:?}");
+}
+
+#[test]
+fn a_bound_clone_is_moved_by_r1_to_r6_and_the_source_is_never_locked() {
+    let mut f = clone_fresh();
+    let mut clone = made_clone(&f);
+    clone.phase = "Bound".to_owned();
+    clone.volume_name = Some("pv-clone".to_owned());
+    clone.shape.volume_name = Some("pv-clone".to_owned());
+    let mut v = volume(Some(("prod", &clone_name(), "uid-clone")));
+    v.name = "pv-clone".to_owned();
+    f.source_claim = Some(clone);
+    f.volume = Some(v);
+    match decide(&f) {
+        Action::RecordSource(snapshot) => {
+            assert_eq!(snapshot.name, clone_name());
+            assert_eq!(snapshot.uid, "uid-clone");
+            assert_eq!(snapshot.volume_name, "pv-clone");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_claim_under_the_clones_name_without_our_lock_is_neither_adopted_nor_deleted() {
+    let mut f = clone_fresh();
+    let mut look_alike = made_clone(&f);
+    look_alike.lock = None;
+    f.source_claim = Some(look_alike.clone());
+    assert_finish(decide(&f), Phase::Failed, REASON_CLONE_FAILED);
+    finished(&mut f, Phase::Failed);
+    assert!(
+        !matches!(decide(&f), Action::DeleteClone { .. }),
+        "{:?}",
+        decide(&f)
+    );
+    // Cloned from another claim, with our lock: not ours either.
+    let mut f = clone_fresh();
+    let mut other = made_clone(&f);
+    other.shape.data_source_claim = Some("other".to_owned());
+    f.source_claim = Some(other);
+    assert_finish(decide(&f), Phase::Failed, REASON_CLONE_FAILED);
+}
+
+#[test]
+fn a_clone_pair_ended_before_the_commit_deletes_its_clone_and_leaves_the_source_alone() {
+    let mut f = clone_fresh();
+    f.source_claim = Some(made_clone(&f));
+    finished(&mut f, Phase::Cancelled);
+    assert_eq!(
+        decide(&f),
+        Action::DeleteClone {
+            name: clone_name(),
+            uid: "uid-clone".to_owned()
+        }
+    );
+    // With the receiver gone, the clone is still found by the recorded uid
+    // of the match.
+    f.peer = Peer::Gone;
+    assert!(matches!(decide(&f), Action::DeleteClone { .. }));
+    // Once it is being deleted, the rest of the rollback goes on.
+    f.source_claim.as_mut().unwrap().deleting = true;
+    assert!(!matches!(decide(&f), Action::DeleteClone { .. }));
 }
