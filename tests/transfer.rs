@@ -542,43 +542,12 @@ fn an_unmatched_transfer_fails_when_its_active_deadline_passes() {
     s.assert_source_untouched();
 }
 
-/// The two consents of a Clone-mode transfer of `db`.
 fn clone_consent(s: &Setup) {
-    for (ns, name, spec) in [
-        (
-            &s.src.name,
-            "give",
-            format!(
-                "source:\n    name: db\n  destination:\n    namespace: {}",
-                s.dst.name
-            ),
-        ),
-        (
-            &s.dst.name,
-            "take",
-            format!("source:\n    namespace: {}\n    name: db", s.src.name),
-        ),
-    ] {
-        admin()
-            .apply(&format!(
-                "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  mode: Clone\n  {spec}\n"
-            ))
-            .unwrap();
-    }
+    scenario::clone_consent(admin(), &s.src.name, "db", &s.dst.name);
 }
 
-/// The clone C1 makes for the pair: `give-clone-` and the first five
-/// characters of the request's uid.
 fn clone_name(s: &Setup) -> String {
-    let take = transfer_json(admin(), &s.dst.name, "take").unwrap();
-    let uid: String = take["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .take(5)
-        .collect();
-    format!("give-clone-{uid}")
+    clone_claim_name(admin(), &s.dst.name)
 }
 
 #[test]
@@ -667,17 +636,7 @@ fn a_clone_the_driver_cannot_make_fails_as_clone_failed_and_leaves_nothing_behin
         claim_json(admin(), &s.src.name, &clone).is_none()
     });
     assert!(claim_json(admin(), &s.dst.name, "db").is_none());
-    let clones: Vec<_> = cp()
-        .csi
-        .calls("CreateVolume")
-        .into_iter()
-        .filter(|c| c.succeeded() && !c.request["volume_content_source"].is_null())
-        .filter(|c| {
-            c.request["volume_content_source"]
-                .to_string()
-                .contains(s.handle.as_deref().unwrap())
-        })
-        .collect();
+    let clones = clones_of(&cp().csi, s.handle.as_deref().unwrap());
     assert!(clones.is_empty(), "no clone was made: {clones:?}");
     s.assert_source_untouched();
 }

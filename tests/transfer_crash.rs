@@ -191,6 +191,114 @@ fn a_crash_right_after_r6_settle_is_recovered_and_the_transfer_completes() {
     crash_right_after("R6");
 }
 
+/// Where a Clone pair stands once it completed: the source claim and its
+/// volume exactly as before, one clone made by the driver and now bound in
+/// the destination, and no clone claim left in the source namespace.
+#[track_caller]
+fn assert_clone_completed(cp: &ControlPlane, s: &Setup, clone: &str, recorder: VolumeRecorder) {
+    let k = cp.direct();
+    wait_phase(k, &s.src.name, "give", "Completed", WAIT);
+    wait_phase(k, &s.dst.name, "take", "Completed", WAIT);
+    let admin = cp.kubectl();
+    let source = claim_json(admin, &s.src.name, "db").unwrap();
+    assert_eq!(source["metadata"]["uid"], s.claim_uid.as_str());
+    assert_eq!(source["status"]["phase"], "Bound");
+    assert!(source["metadata"]["annotations"]
+        .get("storage.transfer.k8s.io/transfer")
+        .is_none());
+    let pv = volume_json(admin, &s.pv).unwrap();
+    assert_eq!(pv["spec"]["claimRef"]["uid"], s.claim_uid.as_str());
+    assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+    recorder.assert_never_lost(&[&s.claim_uid]);
+    cp.csi.assert_never_deleted(&s.handle);
+    let clones = clones_of(&cp.csi, &s.handle);
+    assert_eq!(clones.len(), 1, "one clone, made once: {clones:?}");
+    let dest = claim_json(admin, &s.dst.name, "db").unwrap();
+    assert_eq!(dest["status"]["phase"], "Bound");
+    let moved = volume_json(admin, dest["spec"]["volumeName"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        moved["spec"]["csi"]["volumeHandle"].as_str(),
+        clones[0].volume_id(),
+        "the destination holds the clone"
+    );
+    assert_eq!(moved["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+    eventually(
+        "the clone claim to leave the source namespace",
+        WAIT,
+        || claim_json(admin, &s.src.name, clone).is_none(),
+    );
+}
+
+#[test]
+fn a_clone_pair_crashed_right_after_c1_or_any_of_r1_to_r6_completes_with_one_clone_and_an_untouched_source(
+) {
+    let (cp, _turn) = turn();
+    for step in ["C1", "R1", "R2", "R3", "R4", "R5", "R6"] {
+        restart(cp, &[("STA_FAULT_EXIT_AFTER", step)]);
+        let s = setup(cp);
+        let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+        clone_consent(cp.direct(), &s.src.name, "db", &s.dst.name);
+        let code = cp.wait_for_server_exit(WAIT);
+        assert_eq!(
+            code,
+            Some(FAULT_EXIT_CODE),
+            "the server crashed right after {step}"
+        );
+        restart(cp, &[]);
+        let clone = clone_claim_name(cp.direct(), &s.dst.name);
+        assert_clone_completed(cp, &s, &clone, recorder);
+        println!("clone, crash after {step}: completed with one clone");
+    }
+}
+
+#[test]
+fn cancelling_a_clone_pair_before_the_commit_deletes_the_clone_and_its_volume_only() {
+    let (cp, _turn) = turn();
+    pause_before(cp, "R4");
+    let s = setup(cp);
+    let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+    clone_consent(cp.direct(), &s.src.name, "db", &s.dst.name);
+    wait_for_r3(cp, &s);
+    let clone = clone_claim_name(cp.kubectl(), &s.dst.name);
+    let clone_pv = claim_json(cp.kubectl(), &s.src.name, &clone).unwrap()["spec"]["volumeName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let handle = volume_json(cp.kubectl(), &clone_pv).unwrap()["spec"]["csi"]["volumeHandle"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    cp.direct().ok(&[
+        "delete",
+        "namespacetransfer",
+        "take",
+        "-n",
+        &s.dst.name,
+        "--wait=false",
+    ]);
+    let give = wait_phase(cp.direct(), &s.src.name, "give", "Cancelled", WAIT);
+    assert_eq!(give["status"]["reason"], "Deleted");
+    eventually(
+        "the clone claim and the destination claim to be gone",
+        WAIT,
+        || {
+            claim_json(cp.kubectl(), &s.src.name, &clone).is_none()
+                && claim_json(cp.kubectl(), &s.dst.name, "db").is_none()
+        },
+    );
+    // The clone was ours: its volume goes, once. The source's never.
+    cp.csi.assert_deleted_once(&handle, WAIT);
+    let source = claim_json(cp.kubectl(), &s.src.name, "db").unwrap();
+    assert_eq!(source["metadata"]["uid"], s.claim_uid.as_str());
+    assert_eq!(source["status"]["phase"], "Bound");
+    let pv = volume_json(cp.kubectl(), &s.pv).unwrap();
+    assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+    assert_eq!(pv["spec"]["claimRef"]["uid"], s.claim_uid.as_str());
+    recorder.assert_never_lost(&[&s.claim_uid]);
+    cp.csi.assert_never_deleted(&s.handle);
+    restart(cp, &[]);
+}
+
 /// A small xorshift, seeded from the clock and printed, so that a failing
 /// soak can be replayed by reading its seed.
 struct Random(u64);

@@ -167,6 +167,55 @@ pub(crate) fn request(
     .unwrap_or_else(|e| panic!("request {namespace}/{name}: {e}"))
 }
 
+/// Both consents of a Clone-mode transfer of `source/claim` to
+/// `destination` under the same name: `source/give` and `destination/take`.
+pub(crate) fn clone_consent(k: &Kubectl, source: &str, claim: &str, destination: &str) {
+    for (ns, name, ends) in [
+        (
+            source,
+            "give",
+            format!("source:\n    name: {claim}\n  destination:\n    namespace: {destination}"),
+        ),
+        (
+            destination,
+            "take",
+            format!("source:\n    namespace: {source}\n    name: {claim}"),
+        ),
+    ] {
+        k.apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  mode: Clone\n  {ends}\n"
+        ))
+        .unwrap_or_else(|e| panic!("clone consent {ns}/{name}: {e}"));
+    }
+}
+
+/// The clone C1 makes for `source/give` and `destination/take`: `give-clone-`
+/// and the first five characters of the request's uid.
+pub(crate) fn clone_claim_name(k: &Kubectl, destination: &str) -> String {
+    let take = transfer_json(k, destination, "take").expect("the request exists");
+    let uid: String = take["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(5)
+        .collect();
+    format!("give-clone-{uid}")
+}
+
+/// The successful `CreateVolume` calls that cloned the volume `handle`.
+pub(crate) fn clones_of(csi: &Csi, handle: &str) -> Vec<sta_testenv::CsiCall> {
+    csi.calls("CreateVolume")
+        .into_iter()
+        .filter(|c| {
+            c.succeeded()
+                && c.request["volume_content_source"]
+                    .to_string()
+                    .contains(handle)
+        })
+        .collect()
+}
+
 /// A transfer as JSON, or `None` once it is gone.
 pub(crate) fn transfer_json(k: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
     get_json(k, &["get", "namespacetransfer", name, "-n", namespace])
