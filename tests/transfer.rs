@@ -693,6 +693,70 @@ fn a_clone_offer_by_a_user_who_may_read_the_claim_but_not_create_one_beside_it_g
     s.assert_source_untouched();
 }
 
+/// A ResourceQuota `tiny` in `namespace` with `hard` (a YAML flow mapping),
+/// once kube-controller-manager has counted it.
+fn quota(namespace: &str, hard: &str) {
+    admin()
+        .apply(&format!(
+            "apiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: tiny\n  namespace: {namespace}\nspec:\n  hard: {hard}\n"
+        ))
+        .unwrap();
+    eventually("the quota to be counted", WAIT, || {
+        admin()
+            .ok(&[
+                "get",
+                "resourcequota",
+                "tiny",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.status.used}",
+            ])
+            .contains("persistentvolumeclaims")
+    });
+}
+
+#[test]
+fn a_clone_the_source_namespaces_quota_refuses_fails_with_its_message_before_anything_is_made() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    // `db` already uses the one claim the quota allows.
+    quota(&s.src.name, "{persistentvolumeclaims: \"1\"}");
+    clone_consent(&s);
+    let give = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "CloneFailed");
+    let message = give["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("exceeded quota"), "{message}");
+    assert!(claim_json(admin(), &s.src.name, &clone_name(&s)).is_none());
+    assert!(claim_json(admin(), &s.dst.name, "db").is_none());
+    assert!(clones_of(&cp().csi, s.handle.as_deref().unwrap()).is_empty());
+    s.assert_source_untouched();
+}
+
+#[test]
+fn a_clone_the_destination_namespaces_quota_refuses_is_deleted_and_its_volume_with_it() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    quota(
+        &s.dst.name,
+        "{persistentvolumeclaims: \"5\", requests.storage: 100Mi}",
+    );
+    clone_consent(&s);
+    let give = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "DestinationRefused");
+    let message = give["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("exceeded quota"), "{message}");
+    // The clone was made, found refused before it was touched, and deleted:
+    // the driver deletes its volume once.
+    let clones = clones_of(&cp().csi, s.handle.as_deref().unwrap());
+    assert_eq!(clones.len(), 1, "{clones:?}");
+    let clone_volume = clones[0].volume_id().unwrap().to_owned();
+    eventually("the clone claim to be deleted", WAIT, || {
+        claim_json(admin(), &s.src.name, &clone_name(&s)).is_none()
+    });
+    cp().csi.assert_deleted_once(&clone_volume, WAIT);
+    assert!(claim_json(admin(), &s.dst.name, "db").is_none());
+    s.assert_source_untouched();
+}
+
 /// The one-active-transfer index keys in etcd that name one of `namespaces`,
 /// as `key = holder`.
 fn index_keys_naming(namespaces: &[&str]) -> Vec<String> {
