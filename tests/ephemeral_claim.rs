@@ -505,6 +505,72 @@ fn a_clone_source_is_carried_onto_the_claim_and_the_driver_clones_it() {
 }
 
 #[test]
+fn a_volume_snapshot_in_the_same_namespace_restores_into_the_claim_through_the_driver() {
+    let ns = cp().namespace("ec-restore").unwrap();
+    let k = admin();
+    k.apply(&sta_testenv::csi::snapshot_class_yaml("ec-snapshots"))
+        .unwrap();
+    k.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: fixture\n  namespace: {ns}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {CSI_CLASS}\n  resources:\n    requests:\n      storage: 1Gi\n---\napiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: fixture-snap\n  namespace: {ns}\nspec:\n  volumeSnapshotClassName: ec-snapshots\n  source:\n    persistentVolumeClaimName: fixture\n",
+        ns = ns.name
+    ))
+    .unwrap();
+    eventually("the snapshot to be ready", WAIT, || {
+        k.run(&[
+            "get",
+            "volumesnapshot",
+            "fixture-snap",
+            "-n",
+            &ns.name,
+            "-o",
+            "jsonpath={.status.readyToUse}",
+        ])
+        .stdout
+            == "true"
+    });
+    let (_, fixture) = bound_volume_of(k, &ns.name, "fixture");
+    let snapshot_id = cp()
+        .csi
+        .calls("CreateSnapshot")
+        .into_iter()
+        .find(|c| c.succeeded() && c.request["source_volume_id"] == fixture.as_str())
+        .and_then(|c| {
+            c.response["snapshot"]["snapshot_id"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .expect("the driver snapshotted the fixture");
+    create_pod(
+        k,
+        &ns.name,
+        "runner",
+        "runner-scratch",
+        Scheduling::Unscheduled,
+    );
+    k.apply(&ephemeral_claim_yaml(
+        &ns.name,
+        "scratch",
+        "runner",
+        Policy::Delete,
+        "dataSourceRef: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: fixture-snap}",
+    ))
+    .unwrap();
+    wait_phase(k, &ns.name, "scratch", "Bound");
+    let (_, restored) = bound_volume_of(k, &ns.name, "runner-scratch");
+    let created = cp()
+        .csi
+        .creation_of(&restored)
+        .expect("the driver logged the restore's CreateVolume");
+    assert_eq!(
+        created.request["volume_content_source"]["Type"]["Snapshot"]["snapshot_id"],
+        snapshot_id.as_str(),
+        "the new volume is restored from the fixture's snapshot: {}",
+        created.request
+    );
+    cp().csi.assert_never_deleted(&fixture);
+}
+
+#[test]
 fn a_requester_who_may_not_read_the_clone_source_is_refused() {
     let ns = cp().namespace("ec-clone-rights").unwrap();
     let user = tenant(cp(), &ns.name, "cloner");
