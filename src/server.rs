@@ -520,9 +520,12 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
 }
 
 /// `storage_transfer_namespace_transfers{phase}`: how many transfers are in
-/// each phase, from the watch cache.
+/// each phase, from the watch cache; and `storage_transfer_clones{phase}`:
+/// the Clone-mode transfers among them, counted once per clone (on the side
+/// that gives it), so that Completed, Failed and Cancelled are the clones'
+/// outcomes.
 async fn transfers_by_phase(store: &Store<NamespaceTransferStrategy>) -> String {
-    use crate::api::namespace_transfer::NamespaceTransferPhase as Phase;
+    use crate::api::namespace_transfer::{NamespaceTransferPhase as Phase, Role, TransferMode};
     let Ok(list) = store.list(None, &Default::default()).await else {
         return String::new();
     };
@@ -546,6 +549,21 @@ async fn transfers_by_phase(store: &Store<NamespaceTransferStrategy>) -> String 
             .count();
         text.push_str(&format!(
             "storage_transfer_namespace_transfers{{phase=\"{phase}\"}} {count}\n"
+        ));
+    }
+    text.push_str(
+        "# HELP storage_transfer_clones Clone-mode transfers by phase, once per clone.\n# TYPE storage_transfer_clones gauge\n",
+    );
+    for phase in phases {
+        let count = list
+            .items
+            .iter()
+            .filter(|t| t.mode() == TransferMode::Clone)
+            .filter(|t| matches!(t.role(), Ok(Role::Source | Role::Both)))
+            .filter(|t| t.status.as_ref().and_then(|s| s.phase) == Some(phase))
+            .count();
+        text.push_str(&format!(
+            "storage_transfer_clones{{phase=\"{phase}\"}} {count}\n"
         ));
     }
     text

@@ -594,6 +594,18 @@ fn a_clone_moves_to_the_destination_while_the_source_keeps_its_volume_and_its_po
         dest["metadata"]["annotations"]["storage.transfer.k8s.io/transferred-from"],
         format!("{}/{clone}", s.src.name)
     );
+    let metrics = cp().direct().ok(&["get", "--raw", "/metrics"]);
+    let completed = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("storage_transfer_clones{phase=\"Completed\"} "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_default();
+    assert!(completed >= 1, "the clone counts as Completed: {metrics}");
+    let events = events_about(admin(), &s.src.name, "NamespaceTransfer", "give");
+    assert!(
+        events.iter().any(|e| e.starts_with("CloneCreated")),
+        "a CloneCreated event on the offer: {events:?}"
+    );
     let table = admin().ok(&["get", "nst", "-n", &s.dst.name]);
     assert!(
         table.contains("Clone"),
