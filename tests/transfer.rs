@@ -705,6 +705,100 @@ fn a_clone_offer_by_a_user_who_may_read_the_claim_but_not_create_one_beside_it_g
     s.assert_source_untouched();
 }
 
+/// A Clone request in `s.dst` for `s.src/db`, received as `claim`.
+fn clone_request(s: &Setup, name: &str, claim: &str) {
+    admin()
+        .apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {}\nspec:\n  mode: Clone\n  source:\n    namespace: {}\n    name: db\n  destination:\n    name: {claim}\n",
+            s.dst.name, s.src.name
+        ))
+        .unwrap();
+}
+
+/// The CSI volume id of the volume `namespace/claim` is bound to.
+fn handle_of(namespace: &str, claim: &str) -> String {
+    let pvc = claim_json(admin(), namespace, claim).unwrap();
+    let pv = volume_json(admin(), pvc["spec"]["volumeName"].as_str().unwrap()).unwrap();
+    pv["spec"]["csi"]["volumeHandle"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn a_standing_offer_clones_for_every_request_up_to_max_clones_and_stops_when_deleted() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    admin()
+        .apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: fixtures\n  namespace: {}\nspec:\n  mode: Clone\n  maxClones: 2\n  source:\n    name: db\n  destination:\n    namespace: {}\n",
+            s.src.name, s.dst.name
+        ))
+        .unwrap();
+    clone_request(&s, "one", "db-1");
+    clone_request(&s, "two", "db-2");
+    wait_phase(admin(), &s.dst.name, "one", "Completed", WAIT);
+    wait_phase(admin(), &s.dst.name, "two", "Completed", WAIT);
+    // The third waits: two clones are alive.
+    clone_request(&s, "three", "db-3");
+    eventually("the third to wait for capacity", WAIT, || {
+        transfer_json(admin(), &s.dst.name, "three")
+            .is_some_and(|t| t["status"]["reason"] == "WaitingForCapacity")
+    });
+    consistently("the third keeps waiting", Duration::from_secs(3), || {
+        claim_json(admin(), &s.dst.name, "db-3").is_none()
+    });
+    eventually("the offer to count its clones", WAIT, || {
+        transfer_json(admin(), &s.src.name, "fixtures").is_some_and(|t| {
+            t["status"]["clones"] == serde_json::json!({"made": 2, "alive": 2})
+                && t["status"]["phase"] == "WaitingForPeer"
+                && t["status"]["reason"] == "Offering"
+        })
+    });
+    // Releasing one clone destroys exactly it, and makes room for the third.
+    let first = handle_of(&s.dst.name, "db-1");
+    let second = handle_of(&s.dst.name, "db-2");
+    assert_ne!(first, second);
+    assert_deleting_the_claim_deletes_the_volume_once(
+        admin(),
+        &cp().csi,
+        &s.dst.name,
+        "db-1",
+        &first,
+    );
+    wait_phase(admin(), &s.dst.name, "three", "Completed", WAIT);
+    let third = handle_of(&s.dst.name, "db-3");
+    assert!(third != first && third != second);
+    cp().csi.assert_never_deleted(&second);
+    let clones = clones_of(&cp().csi, s.handle.as_deref().unwrap());
+    assert_eq!(clones.len(), 3, "three clones, each made once: {clones:?}");
+    // Deleting the offer stops new clones and leaves the made ones alone.
+    admin().ok(&[
+        "delete",
+        "namespacetransfer",
+        "fixtures",
+        "-n",
+        &s.src.name,
+        "--wait=false",
+    ]);
+    eventually("the offer to be gone", WAIT, || {
+        transfer_json(admin(), &s.src.name, "fixtures").is_none()
+    });
+    clone_request(&s, "four", "db-4");
+    consistently(
+        "no clone for a request after the offer",
+        Duration::from_secs(3),
+        || claim_json(admin(), &s.dst.name, "db-4").is_none(),
+    );
+    assert_eq!(phase(admin(), &s.dst.name, "four"), "WaitingForPeer");
+    for claim in ["db-2", "db-3"] {
+        let c = claim_json(admin(), &s.dst.name, claim).unwrap();
+        assert_eq!(c["status"]["phase"], "Bound", "{claim}");
+    }
+    cp().csi.assert_never_deleted(&second);
+    cp().csi.assert_never_deleted(&third);
+    s.assert_source_untouched();
+}
+
 /// A ResourceQuota `tiny` in `namespace` with `hard` (a YAML flow mapping),
 /// once kube-controller-manager has counted it.
 fn quota(namespace: &str, hard: &str) {

@@ -125,6 +125,12 @@ pub struct NamespaceTransferSpec {
     /// created fails with reason `DeadlineExceeded`. Must be 1 or more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_deadline_seconds: Option<i64>,
+    /// For a standing clone offer (mode `Clone`, on the source side, with no
+    /// `destination.name`): how many of its clones may exist at once; more
+    /// requests wait with reason `WaitingForCapacity`. Unset means no limit.
+    /// Must be 1 or more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_clones: Option<i32>,
 }
 
 /// The claim whose volume is transferred.
@@ -305,6 +311,11 @@ pub struct NamespaceTransferStatus {
     /// When the transfer completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+    /// On a standing clone offer: how many clones it has made for the requests
+    /// that still exist, and how many of those are alive (being made, or handed
+    /// over and not yet deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clones: Option<CloneCounts>,
     /// The latest observations of the transfer's state: PeerMatched, Authorized,
     /// SourceReleased, Rebound and Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -318,6 +329,16 @@ pub struct NamespaceTransferStatus {
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// The clones of a standing clone offer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CloneCounts {
+    /// Clones made (for requests that still exist).
+    pub made: i64,
+    /// Clones being made, or handed over and whose claim still exists.
+    pub alive: i64,
 }
 
 /// Names the peer transfer in the other namespace.
@@ -396,6 +417,15 @@ impl NamespaceTransfer {
     /// `spec.mode`, or its default, `Move`.
     pub fn mode(&self) -> TransferMode {
         self.spec.mode.unwrap_or_default()
+    }
+
+    /// Whether this is a standing clone offer (DESIGN §2.1.5b): mode Clone, on
+    /// the source side only, with no `destination.name`. It matches every
+    /// Clone request from its destination namespace, one clone each.
+    pub fn is_standing_offer(&self) -> bool {
+        self.mode() == TransferMode::Clone
+            && self.role().ok() == Some(Role::Source)
+            && self.spec.destination.name.is_empty()
     }
 
     /// The claim a Clone-mode transfer makes in the source namespace and hands
@@ -524,6 +554,18 @@ impl NamespaceTransfer {
                 );
             }
         }
+        if let Some(max) = spec.max_clones {
+            if max < 1 {
+                errs.invalid("spec.maxClones", max, "must be greater than or equal to 1");
+            } else if !self.own_namespace().is_empty() && !self.is_standing_offer() {
+                errs.invalid(
+                    "spec.maxClones",
+                    max,
+                    "only a standing clone offer may set it: mode Clone, in the source \
+                     namespace, with no destination.name",
+                );
+            }
+        }
     }
 }
 
@@ -576,6 +618,9 @@ fn validate_spec_unchanged(
     }
     if new.active_deadline_seconds != old.active_deadline_seconds {
         errs.immutable("spec.activeDeadlineSeconds", new.active_deadline_seconds);
+    }
+    if new.max_clones != old.max_clones {
+        errs.immutable("spec.maxClones", new.max_clones);
     }
     if new.requester != old.requester {
         errs.immutable("spec.requester", BadValue::Omitted);

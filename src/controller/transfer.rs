@@ -62,7 +62,7 @@ use crate::admission::{first_missing, transfer_rights};
 use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::{self as apimeta, CONDITION_FALSE, CONDITION_TRUE};
 use crate::api::namespace_transfer::{
-    NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus, Role,
+    CloneCounts, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus, Role,
     TransferMode, ANNOTATION_ALLOW_NAMESPACE_TRANSFER, ANNOTATION_DESTINATION_LOST,
     ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK, CONDITION_AUTHORIZED,
     CONDITION_PEER_MATCHED, CONDITION_READY, CONDITION_REBOUND, CONDITION_SOURCE_RELEASED,
@@ -162,6 +162,9 @@ pub struct TransferController {
     queue: WorkQueue,
     options: TransferOptions,
     ctx: Context,
+    /// Held while a standing offer's pair decides, so that two pairs never
+    /// both see room under `maxClones` for one clone.
+    standing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl TransferController {
@@ -187,6 +190,7 @@ impl TransferController {
             queue,
             options,
             ctx,
+            standing: Arc::default(),
         }
     }
 
@@ -198,6 +202,7 @@ impl TransferController {
         };
         match role_of(&t) {
             Some(Role::Destination) => self.reconcile_destination(t).await,
+            Some(Role::Source) if t.is_standing_offer() => self.tend_offer(t).await,
             Some(Role::Source | Role::Both) => self.drive(t).await,
             // Validation refuses a transfer without a role; nothing to do.
             None => Ok(Next::Done),
@@ -222,6 +227,10 @@ impl TransferController {
                 .filter(|s| is_named(s, p)),
             None => None,
         };
+        if let Some(s) = source.as_ref().filter(|s| s.is_standing_offer()) {
+            // A standing offer's pair is driven from its request.
+            return self.drive_standing(d, s.clone()).await;
+        }
         if !is_active(&d) {
             if has_finalizer(&d) {
                 // The pair's Source takes this finalizer off when it is done;
@@ -254,6 +263,9 @@ impl TransferController {
         }
         let all = self.all_transfers().await?;
         match matching::destination_view(&d, &all) {
+            DestinationView::Matched(s) if s.is_standing_offer() => {
+                self.drive_standing(d, s.clone()).await
+            }
             DestinationView::Matched(s) => {
                 self.queue.add(&object_key(s));
                 Ok(Next::Done)
@@ -332,8 +344,7 @@ impl TransferController {
                     // is then true, as a slow reconcile would.
                     fault::before(step_of(&action)).await;
                     paused = true;
-                    let s = &facts.source;
-                    let Some(fresh) = self.get(s.own_namespace(), name_of(s)).await? else {
+                    let Some(fresh) = self.refresh(&facts).await? else {
                         return Ok(Next::Now);
                     };
                     facts = self.gather(fresh).await?;
@@ -342,6 +353,153 @@ impl TransferController {
             }
         }
         Ok(Next::Now)
+    }
+
+    /// The object that drives the pair, read again: the source, or for a
+    /// standing offer's pair its view built from both objects read again.
+    async fn refresh(&self, f: &Facts) -> Result<Option<NamespaceTransfer>, Error> {
+        let s = &f.source;
+        let Some(fresh) = self.get(s.own_namespace(), name_of(s)).await? else {
+            return Ok(None);
+        };
+        if !fresh.is_standing_offer() {
+            return Ok(Some(fresh));
+        }
+        let Some(d) = peer_or_self(f) else {
+            return Ok(None);
+        };
+        Ok(self
+            .get(d.own_namespace(), name_of(d))
+            .await?
+            .filter(|current| current.metadata.uid == d.metadata.uid)
+            .map(|d| standing_view(&fresh, &d)))
+    }
+
+    // ----- standing clone offers (DESIGN §2.1.5b) ------------------------------------
+
+    /// A pair of the standing offer `s` and its request `d`: driven from the
+    /// request, one pair at a time, with the pair's memory on the request.
+    async fn drive_standing(
+        &self,
+        d: NamespaceTransfer,
+        s: NamespaceTransfer,
+    ) -> Result<Next, Error> {
+        let _one_at_a_time = self.standing.lock().await;
+        self.drive(standing_view(&s, &d)).await
+    }
+
+    /// A standing offer itself: counts its clones, wakes its pairs, and ends
+    /// once it is deleted or past its deadline and no pair still needs it.
+    async fn tend_offer(&self, s: NamespaceTransfer) -> Result<Next, Error> {
+        let all = self.all_transfers().await?;
+        let pairs: Vec<&NamespaceTransfer> = matching::standing_pairs(&s, &all).collect();
+        for d in pairs.iter().filter(|d| is_active(d) || has_finalizer(d)) {
+            self.queue.add(&object_key(*d));
+        }
+        let made = pairs
+            .iter()
+            .filter(|d| recorded_source(d).is_some())
+            .count();
+        let alive = self.clones_alive(&s, &pairs, None).await?;
+        let held = pairs.iter().any(|d| has_finalizer(d));
+        let deleting = s.metadata.deletion_timestamp.is_some();
+        let expired = remaining_until_deadline(&s).is_some_and(|left| left.is_zero());
+        if is_active(&s) {
+            if deleting || expired {
+                if !held {
+                    let report = if deleting {
+                        Report::shared(
+                            decide::REASON_DELETED,
+                            "the standing offer was deleted; the clones already made are left alone",
+                        )
+                    } else {
+                        Report::shared(
+                            REASON_DEADLINE_EXCEEDED,
+                            "activeDeadlineSeconds passed; the standing offer makes no more clones",
+                        )
+                    };
+                    let phase = if deleting {
+                        Phase::Cancelled
+                    } else {
+                        Phase::Failed
+                    };
+                    self.write_finish(&s, None, phase, &report).await?;
+                }
+            } else {
+                let message = format!(
+                    "offering clones of PersistentVolumeClaim {}/{} to namespace {:?}: {made} made, {alive} alive",
+                    s.source_namespace(),
+                    s.spec.source.name,
+                    s.destination_namespace()
+                );
+                let counts = CloneCounts {
+                    made: i64::try_from(made).unwrap_or(i64::MAX),
+                    alive: i64::try_from(alive).unwrap_or(i64::MAX),
+                };
+                let current = s.status.as_ref();
+                let changed = current.and_then(|st| st.clones.as_ref()) != Some(&counts)
+                    || current.and_then(|st| st.phase) != Some(Phase::WaitingForPeer)
+                    || current.and_then(|st| st.message.as_deref()) != Some(message.as_str());
+                if changed {
+                    self.update_status(&s, |st| {
+                        st.phase = Some(Phase::WaitingForPeer);
+                        st.reason = Some(REASON_OFFERING.to_owned());
+                        st.message = Some(message.clone());
+                        st.clones = Some(counts.clone());
+                        set(st, CONDITION_PEER_MATCHED, false, REASON_OFFERING, &message);
+                    })
+                    .await?;
+                }
+            }
+        }
+        if (!is_active(&s) || deleting || expired) && !held {
+            self.set_finalizer(&s, false).await?;
+            return self.expire(&s).await;
+        }
+        // Claims are deleted without waking a transfer: count again soon.
+        match remaining_until_deadline(&s) {
+            Some(left) if !left.is_zero() => Ok(Next::After(left.min(OFFER_RECOUNT))),
+            _ => Ok(Next::After(OFFER_RECOUNT)),
+        }
+    }
+
+    /// How many of a standing offer's clones are alive, not counting the
+    /// pair of `except`: being made (the clone claim exists, or was
+    /// recorded), or handed over and the destination claim still exists.
+    async fn clones_alive(
+        &self,
+        s: &NamespaceTransfer,
+        pairs: &[&NamespaceTransfer],
+        except: Option<&str>,
+    ) -> Result<usize, Error> {
+        let mut alive = 0;
+        for d in pairs {
+            if except.is_some_and(|uid| d.metadata.uid.as_deref() == Some(uid)) {
+                continue;
+            }
+            let phase = d.status.as_ref().and_then(|st| st.phase);
+            let holds = match phase {
+                Some(Phase::Completed) => match recorded_destination(d) {
+                    Some(dest) => self
+                        .cluster
+                        .claim(&dest.namespace, &dest.name)
+                        .await?
+                        .is_some_and(|c| c.metadata.uid.as_deref() == Some(dest.uid.as_str())),
+                    None => false,
+                },
+                Some(p) if p.is_finished() => false,
+                _ => {
+                    recorded_source(d).is_some()
+                        || self
+                            .cluster
+                            .claim(s.source_namespace(), &s.clone_claim_name(uid_of(d)))
+                            .await?
+                            .is_some()
+                }
+            };
+            alive += usize::from(holds);
+        }
+        Ok(alive)
     }
 
     /// Reads every fact the decision needs, live.
@@ -445,6 +603,21 @@ impl TransferController {
             }
             _ => Vec::new(),
         };
+        let at_capacity = match (s.spec.max_clones, &peer) {
+            (Some(max), Peer::Found(d))
+                if s.is_standing_offer()
+                    && recorded_source(&s).is_none()
+                    && source_claim.is_none() =>
+            {
+                let all = self.all_transfers().await?;
+                let pairs: Vec<&NamespaceTransfer> = matching::standing_pairs(&s, &all).collect();
+                let alive = self
+                    .clones_alive(&s, &pairs, d.metadata.uid.as_deref())
+                    .await?;
+                alive >= usize::try_from(max).unwrap_or(0)
+            }
+            _ => false,
+        };
         let mine = uid_of(&s).to_owned();
         let lock_holder_active = match source_claim.as_ref().and_then(|c| c.lock.clone()) {
             Some(holder) if holder != mine => self.lock_holder_is_active(&holder).await?,
@@ -459,6 +632,7 @@ impl TransferController {
             origin,
             clone_failure,
             clone_timeout: i64::try_from(self.options.clone_timeout.as_secs()).unwrap_or(i64::MAX),
+            at_capacity,
             destination_claim,
             volume,
             class,
@@ -718,7 +892,8 @@ impl TransferController {
                     Ok(created) => {
                         fault::after(Step::CreateTarget);
                         let uid = created.metadata.uid.clone().unwrap_or_default();
-                        self.record_destination(s, dest_ns, dest_name, &uid).await?;
+                        self.record_destination(s, Some(d), dest_ns, dest_name, &uid)
+                            .await?;
                         let from = recorded_source(s)
                             .map(|snap| format!("{source_ns}/{}", snap.name))
                             .unwrap_or_default();
@@ -749,8 +924,14 @@ impl TransferController {
                 }
             }
             Action::RecordDestination(reference) => {
-                self.record_destination(s, &reference.namespace, &reference.name, &reference.uid)
-                    .await?;
+                self.record_destination(
+                    s,
+                    d,
+                    &reference.namespace,
+                    &reference.name,
+                    &reference.uid,
+                )
+                .await?;
                 Ok(Next::Now)
             }
             Action::Commit {
@@ -1042,16 +1223,30 @@ impl TransferController {
                 }
             }
             Action::Mirror => {
-                if let Some(d) = d.filter(|d| d.metadata.uid != s.metadata.uid) {
+                if let Some(d) =
+                    d.filter(|d| d.metadata.uid != s.metadata.uid && !is_standing_pair(s))
+                {
                     let status = s.status.clone().unwrap_or_default();
                     self.update_status(d, |st| mirror(st, &status, s)).await?;
                 }
+                Ok(Next::Now)
+            }
+            Action::Release if is_standing_pair(s) => {
+                // The offer's finalizer is its own to let go (tend_offer).
+                if let Some(d) = d {
+                    self.set_finalizer(d, false).await?;
+                }
+                self.queue.add(&object_key(s));
                 Ok(Next::Now)
             }
             Action::Release => {
                 self.release_finalizers(s, d).await?;
                 Ok(Next::Now)
             }
+            Action::Expire if is_standing_pair(s) => match d {
+                Some(d) => self.expire(d).await,
+                None => Ok(Next::Done),
+            },
             Action::Expire => self.expire(s).await,
         }
     }
@@ -1178,6 +1373,7 @@ impl TransferController {
     async fn record_destination(
         &self,
         s: &NamespaceTransfer,
+        d: Option<&NamespaceTransfer>,
         namespace: &str,
         name: &str,
         uid: &str,
@@ -1187,8 +1383,14 @@ impl TransferController {
             name: name.to_owned(),
             uid: uid.to_owned(),
         };
-        self.update_status(s, |st| st.destination_claim = Some(reference.clone()))
+        // A standing offer's pair keeps its record on the request.
+        let holder = if is_standing_pair(s) { d } else { Some(s) };
+        if let Some(holder) = holder {
+            self.update_status(holder, |st| {
+                st.destination_claim = Some(reference.clone());
+            })
             .await?;
+        }
         Ok(())
     }
 
@@ -1210,6 +1412,8 @@ impl TransferController {
             Some(_) => {
                 self.update_pair(t, peer, report, change).await?;
             }
+            // A pair ended without its request: the offer goes on.
+            None if is_standing_pair(t) => {}
             None => {
                 let text = if role_of(t) == Some(Role::Destination) {
                     report.destination.clone()
@@ -1326,6 +1530,24 @@ impl TransferController {
         change: impl Fn(&mut NamespaceTransferStatus, bool),
     ) -> Result<(), Error> {
         let d = d.filter(|d| d.metadata.uid != s.metadata.uid);
+        if is_standing_pair(s) {
+            // The pair's record is the request's alone; the offer is shared.
+            let Some(d) = d else { return Ok(()) };
+            let s_ref = reference(s);
+            let offer_phase = self
+                .get(s.own_namespace(), name_of(s))
+                .await?
+                .and_then(|o| o.status.and_then(|st| st.phase));
+            self.update_status(d, |st| {
+                st.reason = Some(report.reason.to_owned());
+                st.message = Some(report.destination.clone());
+                change(st, true);
+                st.peer = Some(s_ref.clone());
+                st.peer_phase = offer_phase;
+            })
+            .await?;
+            return Ok(());
+        }
         let d_ref = d.map(reference);
         let itself = role_of(s) == Some(Role::Both);
         let s_ref = reference(s);
@@ -1459,6 +1681,37 @@ impl TransferController {
 }
 
 // ----- pure helpers ---------------------------------------------------------------------
+
+/// Reason of a standing clone offer that is open.
+pub const REASON_OFFERING: &str = "Offering";
+
+/// How often an open standing offer counts its clones again (a claim's
+/// deletion wakes no transfer).
+const OFFER_RECOUNT: Duration = Duration::from_secs(10);
+
+/// The pair of standing offer `s` and its request `d` as the decision sees
+/// a pair: the offer, carrying the request's record (its status, naming the
+/// request as the peer). The record lives on the request because the offer
+/// is shared by all its pairs; the lock and the volume marker still name
+/// the offer, each pair's clone by its own name.
+fn standing_view(s: &NamespaceTransfer, d: &NamespaceTransfer) -> NamespaceTransfer {
+    let mut view = s.clone();
+    let mut status = d.status.clone().unwrap_or_default();
+    status.peer = Some(reference(d));
+    status.clones = None;
+    view.status = Some(status);
+    view
+}
+
+/// Whether `t` is a standing offer's pair view (see [`standing_view`]): an
+/// offer itself never records a peer.
+fn is_standing_pair(t: &NamespaceTransfer) -> bool {
+    t.is_standing_offer()
+        && t.status
+            .as_ref()
+            .and_then(|st| st.peer.as_ref())
+            .is_some_and(|p| p.uid.is_some() && p.uid != t.metadata.uid)
+}
 
 /// The protocol step an action carries out, for the fault hooks.
 fn step_of(action: &Action) -> Step {

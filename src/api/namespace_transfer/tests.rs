@@ -269,6 +269,30 @@ fn each_spec_rule_names_its_field() {
             json!({"source": {"namespace": "prod", "name": "db"}, "activeDeadlineSeconds": 0}),
             vec![("spec.activeDeadlineSeconds", "FieldValueInvalid")],
         ),
+        (
+            "zero maxClones on a standing offer",
+            "prod",
+            json!({"source": {"name": "db"}, "destination": {"namespace": "dev"}, "mode": "Clone", "maxClones": 0}),
+            vec![("spec.maxClones", "FieldValueInvalid")],
+        ),
+        (
+            "maxClones on a Move offer",
+            "prod",
+            json!({"source": {"name": "db"}, "destination": {"namespace": "dev"}, "maxClones": 2}),
+            vec![("spec.maxClones", "FieldValueInvalid")],
+        ),
+        (
+            "maxClones on a clone offer that names its destination",
+            "prod",
+            json!({"source": {"name": "db"}, "destination": {"namespace": "dev", "name": "db"}, "mode": "Clone", "maxClones": 2}),
+            vec![("spec.maxClones", "FieldValueInvalid")],
+        ),
+        (
+            "maxClones on a clone request",
+            "dev",
+            json!({"source": {"namespace": "prod", "name": "db"}, "mode": "Clone", "maxClones": 2}),
+            vec![("spec.maxClones", "FieldValueInvalid")],
+        ),
     ];
     for (case, ns, spec, expected) in cases {
         let t = defaulted(ns, spec);
@@ -636,4 +660,28 @@ fn the_schema_carries_field_descriptions_for_kubectl_explain() {
         "{text}"
     );
     assert!(text.contains("WaitingForRelease"), "{text}");
+}
+
+#[test]
+fn a_standing_clone_offer_may_cap_its_clones() {
+    let t = defaulted(
+        "prod",
+        json!({"source": {"name": "db"}, "destination": {"namespace": "dev"}, "mode": "Clone", "maxClones": 2}),
+    );
+    assert!(t.is_standing_offer());
+    assert!(t.validate_create().is_empty(), "{:?}", t.validate_create());
+}
+
+#[test]
+fn the_clone_claims_name_is_the_offers_and_five_characters_of_the_receivers_uid() {
+    let t = defaulted(
+        "prod",
+        json!({"source": {"name": "db"}, "destination": {"namespace": "dev"}, "mode": "Clone"}),
+    );
+    assert_eq!(t.clone_claim_name("6F0a-91c2-77"), "t-clone-6f0a9");
+    let mut long = t.clone();
+    long.metadata.name = Some(format!("{}-", "a".repeat(252)));
+    let name = long.clone_claim_name("abcdef");
+    assert!(name.len() <= 253, "{}", name.len());
+    assert!(name.ends_with("a-clone-abcde"), "{name}");
 }

@@ -80,6 +80,8 @@ pub const REASON_DELETED: &str = "Deleted";
 pub const REASON_MODE_NOT_SUPPORTED: &str = "ModeNotSupported";
 /// Reason: Clone mode is waiting for the clone to be provisioned (C2).
 pub const REASON_CLONING: &str = "Cloning";
+/// Reason: a standing clone offer's clones alive reach its `maxClones`.
+pub const REASON_WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
 /// Reason: after the commit, waiting for the cluster to bind the destination.
 pub const REASON_WAITING_FOR_BINDING: &str = "WaitingForBinding";
 /// Reason: the destination claim was deleted after the commit; the volume is
@@ -352,6 +354,19 @@ fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
     let Some(clone) = &f.source_claim else {
         if !has_finalizer(s) || !has_finalizer(d) {
             return Some(Action::Protect);
+        }
+        if f.at_capacity {
+            return Some(wait(
+                Phase::WaitingForRelease,
+                Report::new(
+                    REASON_WAITING_FOR_CAPACITY,
+                    format!(
+                        "the offer's clones alive reach its maxClones ({}); waiting until one is deleted",
+                        s.spec.max_clones.unwrap_or_default()
+                    ),
+                ),
+                false,
+            ));
         }
         // C1 is a write under the server's identity: the parties' rights
         // first, as before R2 and R4.
@@ -984,8 +999,10 @@ fn release_destination(claim: &Claim) -> Action {
     }
 }
 
+/// Whether the pair still holds a finalizer it must let go. A standing
+/// offer's own finalizer is shared by all its pairs: the offer lets it go.
 fn finalizers_held(f: &Facts) -> bool {
-    has_finalizer(&f.source)
+    (has_finalizer(&f.source) && !f.source.is_standing_offer())
         || match &f.peer {
             Peer::Found(d) => has_finalizer(d),
             _ => false,
@@ -1082,6 +1099,7 @@ pub fn destination_text(reason: &str) -> &'static str {
         REASON_DELETED => "cancelled: one side was deleted before the volume was handed over",
         REASON_MODE_NOT_SUPPORTED => "refused: the two sides ask for different modes",
         REASON_CLONING => "waiting for the clone of the source claim to be provisioned",
+        REASON_WAITING_FOR_CAPACITY => "waiting: the offer's clones alive reach its maxClones",
         REASON_CLONE_FAILED => "refused: the clone of the source claim could not be made",
         REASON_DESTINATION_LOST => "the new claim was deleted after the volume was handed to it",
         REASON_COMPLETED => "the volume was handed over",

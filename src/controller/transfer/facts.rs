@@ -50,6 +50,9 @@ pub struct Facts {
     /// `--clone-timeout`: how long a clone may fail to provision before the
     /// transfer fails.
     pub clone_timeout: i64,
+    /// A standing clone offer's pair that has no clone yet: whether the
+    /// offer's other clones alive already reach its `maxClones`.
+    pub at_capacity: bool,
     /// The claim at the destination's namespace and name, live; `None` also
     /// while the destination is not known (no peer).
     pub destination_claim: Option<Claim>,

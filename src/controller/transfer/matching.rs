@@ -76,7 +76,8 @@ pub fn by_age(a: &NamespaceTransfer, b: &NamespaceTransfer) -> Ordering {
 }
 
 /// The Destination that `s` matches among `all`: the one `s` recorded, or
-/// else the oldest active peer.
+/// else the oldest active peer. (A standing offer has no one peer: see
+/// [`standing_pairs`].)
 pub fn peer_of<'a>(
     s: &NamespaceTransfer,
     all: &'a [NamespaceTransfer],
@@ -87,6 +88,21 @@ pub fn peer_of<'a>(
     all.iter()
         .filter(|d| is_active(d) && are_peers(s, d))
         .min_by(|a, b| by_age(a, b))
+}
+
+/// The requests a standing offer `s` has matched: every Destination whose
+/// recorded peer is `s`, uid and all.
+pub fn standing_pairs<'a>(
+    s: &'a NamespaceTransfer,
+    all: &'a [NamespaceTransfer],
+) -> impl Iterator<Item = &'a NamespaceTransfer> {
+    all.iter().filter(move |d| {
+        role_of(d) == Some(Role::Destination)
+            && d.status
+                .as_ref()
+                .and_then(|st| st.peer.as_ref())
+                .is_some_and(|p| p.uid.is_some() && is_named(s, p))
+    })
 }
 
 /// What a Destination-role transfer sees of the Source side.
@@ -112,6 +128,13 @@ pub fn destination_view<'a>(
 ) -> DestinationView<'a> {
     let mut taken = None;
     for s in all.iter().filter(|s| are_peers(s, d)) {
+        if s.is_standing_offer() {
+            // A standing offer takes every request; it is never taken.
+            if is_active(s) {
+                return DestinationView::Matched(s);
+            }
+            continue;
+        }
         let winner = if is_active(s) {
             peer_of(s, all)
         } else if created_before_finish(d, s) {

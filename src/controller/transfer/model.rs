@@ -399,6 +399,7 @@ impl World {
             origin: None,
             clone_failure: None,
             clone_timeout: 300,
+            at_capacity: false,
             destination_claim: if dest_known {
                 self.destination.as_ref().map(Self::claim)
             } else {

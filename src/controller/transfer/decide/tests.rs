@@ -154,6 +154,7 @@ fn fresh() -> Facts {
         origin: None,
         clone_failure: None,
         clone_timeout: 300,
+        at_capacity: false,
         destination_claim: None,
         volume: Some(volume(Some(("prod", "db", CLAIM_UID)))),
         class: ClassPolicy::Allowed,

@@ -190,3 +190,48 @@ fn a_request_without_an_offer_is_unmatched() {
     let all = vec![request("dev", "d", 1)];
     assert_eq!(destination_view(&all[0], &all), DestinationView::Unmatched);
 }
+
+fn clone_of(mut t: NamespaceTransfer) -> NamespaceTransfer {
+    t.spec.mode = Some(crate::api::namespace_transfer::TransferMode::Clone);
+    t
+}
+
+#[test]
+fn a_standing_clone_offer_matches_every_clone_request_and_is_never_taken() {
+    let s = clone_of(offer("give", 1));
+    assert!(s.is_standing_offer());
+    let a = clone_of(request("dev", "a", 2));
+    let b = clone_of(request("dev", "b", 3));
+    let all = vec![s.clone(), a.clone(), b.clone()];
+    for d in [&a, &b] {
+        assert!(
+            matches!(destination_view(d, &all), DestinationView::Matched(m) if m.metadata.name == s.metadata.name)
+        );
+    }
+    // A Move request is not a clone request; a finished offer matches none.
+    let moving = request("dev", "m", 4);
+    assert_eq!(destination_view(&moving, &all), DestinationView::Unmatched);
+    let done = with_phase(s, NamespaceTransferPhase::Failed);
+    assert_eq!(
+        destination_view(&a, &[done, a.clone()]),
+        DestinationView::Unmatched
+    );
+}
+
+#[test]
+fn a_clone_offer_that_names_its_destination_is_one_shot() {
+    let mut s = clone_of(offer("give", 1));
+    s.spec.destination.name = "db".to_owned();
+    assert!(!s.is_standing_offer());
+    let a = clone_of(request("dev", "a", 2));
+    let b = clone_of(request("dev", "b", 3));
+    let all = vec![s.clone(), a.clone(), b.clone()];
+    assert!(matches!(
+        destination_view(&a, &all),
+        DestinationView::Matched(_)
+    ));
+    assert!(matches!(
+        destination_view(&b, &all),
+        DestinationView::Taken { .. }
+    ));
+}
