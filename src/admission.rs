@@ -118,6 +118,12 @@ pub fn claim_rights(obj: &EphemeralClaim) -> Vec<Right> {
                 .as_ref()
                 .map(|r| (r.api_group.clone(), r.kind.clone(), r.name.clone(), None))
         });
+    // A claim in another namespace is cloned through that namespace's
+    // standing offer: the consent is the offer's, and its requester's right
+    // to read the claim is checked before each clone.
+    if obj.cross_namespace_source().is_some() {
+        return rights;
+    }
     if let Some((group, kind, name, ns)) = source {
         let group = group.unwrap_or_default();
         let resource = match (group.as_str(), kind.as_str()) {

@@ -272,6 +272,7 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
     );
     let claims = ClaimController::new(
         deps.claims.clone(),
+        deps.transfers.clone(),
         cluster,
         deps.authorizer.clone(),
         events,

@@ -800,3 +800,132 @@ fn an_update_that_adds_a_volume_name_to_the_template_is_refused_naming_the_field
         "{causes}"
     );
 }
+
+/// A CSI class that allows transfers, for the source of cross-namespace
+/// clones.
+const TRANSFERABLE_CLASS: &str = "ephemeral-csi-transferable";
+
+/// `prod/db` of the transferable class, Bound; its CSI volume id.
+fn transferable_fixture(k: &Kubectl, prod: &str) -> String {
+    k.apply(&sta_testenv::csi::storage_class_yaml(
+        TRANSFERABLE_CLASS,
+        "{storage.transfer.k8s.io/allow-namespace-transfer: \"true\"}",
+        "{}",
+    ))
+    .unwrap();
+    k.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: db\n  namespace: {prod}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {TRANSFERABLE_CLASS}\n  resources:\n    requests:\n      storage: 1Gi\n"
+    ))
+    .unwrap();
+    eventually("prod/db to be Bound", WAIT, || {
+        claim_json(k, prod, "db").is_some_and(|c| c["status"]["phase"] == "Bound")
+    });
+    bound_volume_of(k, prod, "db").1
+}
+
+/// An EphemeralClaim `name` of pod `owner` in `ns` cloning `prod/db`.
+fn cross_namespace_claim(k: &Kubectl, ns: &str, name: &str, owner: &str, prod: &str) {
+    create_pod(
+        k,
+        ns,
+        owner,
+        &format!("{owner}-{name}"),
+        Scheduling::Scheduled,
+    );
+    k.apply(&ephemeral_claim_yaml(
+        ns,
+        name,
+        owner,
+        Policy::Delete,
+        &format!("dataSourceRef: {{kind: PersistentVolumeClaim, namespace: {prod}, name: db}}"),
+    ))
+    .unwrap();
+}
+
+#[test]
+fn an_ephemeral_clone_of_another_namespaces_claim_waits_for_its_offer_and_is_destroyed_after_use() {
+    let prod = cp().namespace("ec-prod").unwrap();
+    let ci = cp().namespace("ec-ci").unwrap();
+    let k = admin();
+    let source = transferable_fixture(k, &prod.name);
+    cross_namespace_claim(k, &ci.name, "first", "runner", &prod.name);
+    // No consent yet: it waits, and says what prod must create.
+    eventually("the claim to wait for consent", WAIT, || {
+        ec_json(k, &ci.name, "first").is_some_and(|ec| {
+            ec["status"]["reason"] == "WaitingForConsent"
+                && ec["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "SourceConsented" && c["status"] == "False")
+                })
+        })
+    });
+    let events = events_about(k, &ci.name, "EphemeralClaim", "first");
+    assert!(
+        events.iter().any(|e| e.contains("mode: Clone")),
+        "an Event says what prod must create: {events:?}"
+    );
+    assert!(claim_json(k, &ci.name, "runner-first").is_none());
+    // prod offers one clone alive at a time.
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: fixtures\n  namespace: {}\nspec:\n  mode: Clone\n  maxClones: 1\n  source:\n    name: db\n  destination:\n    namespace: {}\n",
+        prod.name, ci.name
+    ))
+    .unwrap();
+    let ec = wait_phase(k, &ci.name, "first", "Bound");
+    assert!(
+        ec["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "SourceConsented" && c["status"] == "True"),
+        "{ec}"
+    );
+    let claim = claim_json(k, &ci.name, "runner-first").unwrap();
+    let owners = claim["metadata"]["ownerReferences"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(
+        owners
+            .iter()
+            .any(|o| o["kind"] == "EphemeralClaim" && o["controller"] == true),
+        "{owners:?}"
+    );
+    assert!(owners.iter().any(|o| o["kind"] == "Pod"), "{owners:?}");
+    let (_, first) = bound_volume_of(k, &ci.name, "runner-first");
+    let created = cp().csi.creation_of(&first).unwrap();
+    assert_eq!(
+        created.request["volume_content_source"]["Type"]["Volume"]["volume_id"],
+        source.as_str(),
+        "a clone of prod/db: {}",
+        created.request
+    );
+    // The second waits while the first clone is alive.
+    cross_namespace_claim(k, &ci.name, "second", "helper", &prod.name);
+    eventually("the second request to wait for capacity", WAIT, || {
+        k.run(&[
+            "get",
+            "nst",
+            "second",
+            "-n",
+            &ci.name,
+            "-o",
+            "jsonpath={.status.reason}",
+        ])
+        .stdout
+            == "WaitingForCapacity"
+    });
+    // Used and released, the first clone is destroyed; the second comes.
+    set_pod_phase(k, &ci.name, "runner", "Running");
+    wait_phase(k, &ci.name, "first", "InUse");
+    set_pod_phase(k, &ci.name, "runner", "Succeeded");
+    wait_phase(k, &ci.name, "first", "Deleted");
+    delete_pod(k, &ci.name, "runner");
+    cp().csi.assert_deleted_once(&first, WAIT);
+    wait_phase(k, &ci.name, "second", "Bound");
+    let (_, second) = bound_volume_of(k, &ci.name, "helper-second");
+    assert_ne!(second, first);
+    cp().csi.assert_never_deleted(&source);
+    let prod_claim = claim_json(k, &prod.name, "db").unwrap();
+    assert_eq!(prod_claim["status"]["phase"], "Bound");
+}

@@ -95,3 +95,26 @@ fn a_cloning_claim_needs_to_read_its_source() {
         "get volumesnapshots.snapshot.storage.k8s.io \"fixture\" in namespace \"ci\""
     );
 }
+
+#[test]
+fn a_claim_cloned_from_another_namespace_needs_only_to_create_its_claim() {
+    let obj: EphemeralClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+        "kind": "EphemeralClaim",
+        "metadata": {"name": "c", "namespace": "ci"},
+        "spec": {
+            "owner": {"apiVersion": "v1", "kind": "Pod", "name": "p"},
+            "claimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+                "dataSourceRef": {"kind": "PersistentVolumeClaim", "namespace": "prod", "name": "db"}
+            }}
+        }
+    }))
+    .unwrap();
+    assert_eq!(
+        claim_rights(&obj),
+        [Right::pvcs("create", "ci", "", "creating the claim")],
+        "the consent is prod's standing offer, not the requester's right to read prod"
+    );
+}

@@ -289,6 +289,29 @@ impl EphemeralClaim {
     /// with them, a tenant could have another namespace's volume bound to its
     /// claim. Validation refuses such a template; the controller refuses to
     /// make a claim from one stored before it did.
+    /// The claim in another namespace the template clones, `(namespace,
+    /// name)`: a `dataSourceRef` to a PersistentVolumeClaim whose namespace
+    /// is not this one (DESIGN §2.2, ephemeral clones across namespaces).
+    /// That reference never reaches kube-apiserver: the clone comes through
+    /// a standing clone offer in that namespace.
+    pub fn cross_namespace_source(&self) -> Option<(&str, &str)> {
+        let own = self.metadata.namespace.as_deref().unwrap_or_default();
+        let source = self
+            .spec
+            .claim_template
+            .as_ref()?
+            .spec
+            .data_source_ref
+            .as_ref()?;
+        let namespace = source
+            .namespace
+            .as_deref()
+            .filter(|ns| !ns.is_empty() && *ns != own)?;
+        let claim = source.api_group.as_deref().unwrap_or_default().is_empty()
+            && source.kind == "PersistentVolumeClaim";
+        claim.then_some((namespace, source.name.as_str()))
+    }
+
     pub fn template_safety_causes(&self) -> Vec<FieldCause> {
         let mut errs = FieldErrors::new();
         if let Some(template) = &self.spec.claim_template {
@@ -305,6 +328,27 @@ impl EphemeralClaim {
         match &self.spec.claim_template {
             None => errs.required("spec.claimTemplate", ""),
             Some(template) => validate_claim_template(errs, template),
+        }
+        let own = self.metadata.namespace.as_deref().unwrap_or_default();
+        let foreign = self
+            .spec
+            .claim_template
+            .as_ref()
+            .and_then(|t| t.spec.data_source_ref.as_ref())
+            .filter(|r| {
+                r.namespace
+                    .as_deref()
+                    .is_some_and(|ns| !ns.is_empty() && ns != own)
+            });
+        if let Some(source) = foreign {
+            if self.cross_namespace_source().is_none() {
+                errs.invalid(
+                    "spec.claimTemplate.spec.dataSourceRef.namespace",
+                    source.namespace.as_deref().unwrap_or_default(),
+                    "only a PersistentVolumeClaim may be cloned from another namespace, through \
+                     a standing clone offer there",
+                );
+            }
         }
     }
 

@@ -36,6 +36,7 @@
 //! read; writes to the claim are a create or a delete with a uid precondition.
 //! The leadership lease is checked before every write.
 
+pub mod across;
 pub mod lifecycle;
 pub mod watch;
 
@@ -59,6 +60,7 @@ use crate::api::meta::{self as apimeta, CONDITION_TRUE};
 use crate::api::{EPHEMERAL_CLAIMS, GROUP_VERSION};
 use crate::authz::Authorizer;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
+use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{Context, Store};
 
 use lifecycle::{ClaimState, Facts, Release, Step};
@@ -88,6 +90,8 @@ pub const REASON_CREATED: &str = "Created";
 #[derive(Debug, Clone)]
 pub struct ClaimController {
     store: Arc<Store<EphemeralClaimStrategy>>,
+    /// Where a cross-namespace clone's request is made (`across`).
+    transfers: Arc<Store<NamespaceTransferStrategy>>,
     cluster: Cluster,
     authorizer: Arc<dyn Authorizer>,
     events: Events,
@@ -109,6 +113,7 @@ struct Observed {
 impl ClaimController {
     pub fn new(
         store: Arc<Store<EphemeralClaimStrategy>>,
+        transfers: Arc<Store<NamespaceTransferStrategy>>,
         cluster: Cluster,
         authorizer: Arc<dyn Authorizer>,
         events: Events,
@@ -117,6 +122,7 @@ impl ClaimController {
     ) -> Self {
         Self {
             store,
+            transfers,
             cluster,
             authorizer,
             events,
@@ -130,6 +136,11 @@ impl ClaimController {
         let Some(ec) = super::keyed(&self.leadership, &self.store, key).await? else {
             return Ok(Next::Done);
         };
+        if ec.cross_namespace_source().is_some() {
+            if let Some(next) = self.across_before_lifecycle(&ec).await? {
+                return Ok(next);
+            }
+        }
         let observed = self.observe(&ec).await?;
         let step = lifecycle::next_step(&observed.facts);
         tracing::debug!(%key, ?step, facts = ?observed.facts, "reconciling an EphemeralClaim");
@@ -245,7 +256,10 @@ impl ClaimController {
                 .await?;
                 Ok(Next::Now)
             }
-            Step::CreateClaim => self.create_claim(ec, observed).await,
+            Step::CreateClaim => match ec.cross_namespace_source() {
+                Some((source_ns, source)) => self.request_clone(ec, source_ns, source).await,
+                None => self.create_claim(ec, observed).await,
+            },
             Step::RecordCreated => {
                 self.record_created(ec, claim).await?;
                 Ok(Next::Now)

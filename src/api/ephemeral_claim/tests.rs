@@ -210,6 +210,21 @@ fn each_spec_rule_names_its_field() {
             },
             vec![("metadata.namespace", "FieldValueRequired")],
         ),
+        (
+            "a snapshot in another namespace",
+            |v| {
+                v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] = json!({
+                    "apiGroup": "snapshot.storage.k8s.io",
+                    "kind": "VolumeSnapshot",
+                    "namespace": "prod",
+                    "name": "nightly"
+                })
+            },
+            vec![(
+                "spec.claimTemplate.spec.dataSourceRef.namespace",
+                "FieldValueInvalid",
+            )],
+        ),
     ];
     for (case, edit, expected) in cases {
         let c = claim_with(edit);
@@ -659,4 +674,20 @@ fn the_schema_carries_field_descriptions_for_kubectl_explain() {
         text.contains("The Pod whose use of the claim decides its life"),
         "{text}"
     );
+}
+
+#[test]
+fn a_claim_in_another_namespace_is_a_cross_namespace_source_and_one_here_is_not() {
+    let c = claim_with(|v| {
+        v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] =
+            json!({"kind": "PersistentVolumeClaim", "namespace": "prod", "name": "db"})
+    });
+    assert!(c.validate_create().is_empty(), "{:?}", c.validate_create());
+    assert_eq!(c.cross_namespace_source(), Some(("prod", "db")));
+    let own = c.metadata.namespace.clone().unwrap();
+    let here = claim_with(|v| {
+        v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] =
+            json!({"kind": "PersistentVolumeClaim", "namespace": own, "name": "db"})
+    });
+    assert_eq!(here.cross_namespace_source(), None);
 }
