@@ -248,27 +248,6 @@ impl Cluster {
         Ok(pods.list(&ListParams::default()).await?.items)
     }
 
-    /// The pods in `namespace` that use claim `name` now, by the
-    /// pvc-protection rule: scheduled (`spec.nodeName` set), not Succeeded or
-    /// Failed, and naming the claim in a volume (directly, or as the claim of
-    /// a generic ephemeral volume). A live LIST, never a cache.
-    pub async fn pods_using(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Vec<String>, ClusterError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let list = pods.list(&ListParams::default()).await?;
-        Ok(list
-            .items
-            .iter()
-            .filter(|pod| pod_uses_claim(pod, name))
-            .filter_map(|pod| pod.metadata.name.clone())
-            .collect())
-    }
-}
-
-impl Cluster {
     /// The pods in `namespace` that use claim `name` or may start to: not
     /// Succeeded or Failed, scheduled or not yet (a pod waiting for the
     /// scheduler may be placed any moment), naming the claim in a volume. A
@@ -279,10 +258,9 @@ impl Cluster {
         namespace: &str,
         name: &str,
     ) -> Result<Vec<String>, ClusterError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let list = pods.list(&ListParams::default()).await?;
-        Ok(list
-            .items
+        Ok(self
+            .pods(namespace)
+            .await?
             .iter()
             .filter(|pod| pod_may_use_claim(pod, name))
             .filter_map(|pod| pod.metadata.name.clone())
