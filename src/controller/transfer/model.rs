@@ -25,6 +25,11 @@
 //!   finalizer removal by tenants are refused by the registry, so they are
 //!   not moves.)
 //!
+//! In Clone mode ([`World::start_clone`]) the moved claim is a clone that
+//! C1 makes and the provisioner gives a volume; `prod/db` is only read. A
+//! clone never handed over is ours to destroy; one handed over is guarded
+//! as a moved volume is.
+//!
 //! Invariants, in every reachable state: the volume is never deleted, never
 //! Released while its policy is `Delete`, and never names a claim but the
 //! source claim or a destination claim the controller made. In every state
@@ -52,6 +57,9 @@ use crate::api::namespace_transfer::{
 /// The uid of the source claim; destination claims get fresh ones.
 const SOURCE_UID: u32 = 1;
 const VOLUME: &str = "pv-db";
+/// The clone's name in Clone mode: `give-clone-` and five characters of the
+/// request's uid (`uid-20`); the request is never recreated in Clone runs.
+const CLONE: &str = "give-clone-uid20";
 
 /// One of our transfer objects.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -183,6 +191,14 @@ pub(super) struct World {
     /// was untouched by the transfer and under Delete: its deletion is then
     /// the owner's own doing, as in any cluster.
     owner_released: bool,
+    /// Clone mode: the pair moves a clone of `prod/db` that C1 makes (the
+    /// `source` claim, absent at the start, and its volume, which the
+    /// provisioner makes); `prod/db` itself is only read.
+    clone_mode: bool,
+    /// Clone mode: the uids of the clones C1 made.
+    clones: Vec<u32>,
+    /// Whether R4 ever pointed the volume at a destination claim.
+    committed: bool,
 }
 
 impl World {
@@ -222,6 +238,30 @@ impl World {
             stale: None,
             deleted: false,
             owner_released: false,
+            clone_mode: false,
+            clones: Vec::new(),
+            committed: false,
+        }
+    }
+
+    /// A matched Clone pair, nothing made yet: the source claim `prod/db`
+    /// is Bound to its own volume, which the model leaves out (nothing of
+    /// the protocol writes it); the clone and its volume are to be made.
+    pub(super) fn start_clone(allowed: u16) -> Self {
+        Self {
+            source: None,
+            volume: None,
+            clone_mode: true,
+            ..Self::start(allowed)
+        }
+    }
+
+    /// The name of the claim the protocol moves.
+    fn moved_name(&self) -> &'static str {
+        if self.clone_mode {
+            CLONE
+        } else {
+            "db"
         }
     }
 
@@ -276,6 +316,9 @@ impl World {
         } else {
             ("prod", "give")
         };
+        let mode = self
+            .clone_mode
+            .then_some(crate::api::namespace_transfer::TransferMode::Clone);
         let any_status = tx.phase.is_some() || tx.peer.is_some() || tx.snapshot.is_some();
         NamespaceTransfer {
             metadata: ObjectMeta {
@@ -296,6 +339,7 @@ impl World {
                     username: format!("{name}-user"),
                     ..Requester::default()
                 }),
+                mode,
                 ..spec
             },
             status: any_status.then(|| NamespaceTransferStatus {
@@ -309,7 +353,7 @@ impl World {
                     uid: Some(format!("uid-{uid}")),
                 }),
                 source_claim: tx.snapshot.map(|uid| SourceClaimSnapshot {
-                    name: "db".to_owned(),
+                    name: self.moved_name().to_owned(),
                     uid: format!("uid-{uid}"),
                     volume_name: VOLUME.to_owned(),
                     storage_request: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
@@ -331,10 +375,10 @@ impl World {
         }
     }
 
-    fn claim(pvc: &Pvc) -> Claim {
+    fn claim(pvc: &Pvc, name: &str, cloned: bool) -> Claim {
         let volume = pvc.volume.then(|| VOLUME.to_owned());
         Claim {
-            name: "db".to_owned(),
+            name: name.to_owned(),
             uid: format!("uid-{}", pvc.uid),
             resource_version: pvc.rv.to_string(),
             created: 1_000,
@@ -365,7 +409,7 @@ impl World {
                 ),
                 volume_attributes_class_name: None,
                 volume_name: volume,
-                data_source_claim: None,
+                data_source_claim: cloned.then(|| "db".to_owned()),
                 extras: false,
             },
         }
@@ -395,13 +439,36 @@ impl World {
             allow_all_storage_classes: false,
             source: s,
             peer,
-            source_claim: self.source.as_ref().map(Self::claim),
-            origin: None,
+            source_claim: self
+                .source
+                .as_ref()
+                .map(|c| Self::claim(c, self.moved_name(), self.clone_mode)),
+            origin: self.clone_mode.then(|| {
+                let mut origin = Self::claim(
+                    &Pvc {
+                        uid: SOURCE_UID,
+                        rv: 1,
+                        phase: "Bound",
+                        volume: true,
+                        lock: None,
+                        deleting: false,
+                        finalizer: false,
+                        as_made: false,
+                    },
+                    "db",
+                    false,
+                );
+                origin.volume_name = Some("pv-origin".to_owned());
+                origin.shape.volume_name = origin.volume_name.clone();
+                origin
+            }),
             clone_failure: None,
             clone_timeout: 300,
             at_capacity: false,
             destination_claim: if dest_known {
-                self.destination.as_ref().map(Self::claim)
+                self.destination
+                    .as_ref()
+                    .map(|c| Self::claim(c, "db", false))
             } else {
                 None
             },
@@ -411,7 +478,7 @@ impl World {
                 resource_version: v.rv.to_string(),
                 claim_ref: Some(ClaimRef {
                     namespace: if v.claim.0 { "dev" } else { "prod" }.to_owned(),
-                    name: "db".to_owned(),
+                    name: if v.claim.0 { "db" } else { self.moved_name() }.to_owned(),
                     uid: format!("uid-{}", v.claim.1),
                 }),
                 reclaim_policy: if v.delete_policy { "Delete" } else { "Retain" }.to_owned(),
@@ -513,10 +580,32 @@ impl World {
                 let phase = *phase;
                 pair(&w, &|t, _| t.phase = Some(phase))
             }
-            // The modelled pairs are Move pairs; C1 and the clone's rollback
-            // are not modelled yet.
-            Action::CreateClone(_) | Action::DeleteClone { .. } => {
-                panic!("a Move pair decided a Clone-mode action: {action:?}")
+            Action::CreateClone(_) => {
+                if w.source.is_some() {
+                    return vec![w];
+                }
+                let uid = w.next_uid;
+                w.next_uid += 1;
+                let rv = w.bump();
+                w.source = Some(Pvc {
+                    uid,
+                    rv,
+                    phase: "Pending",
+                    volume: false,
+                    lock: Some(seen.s.uid),
+                    deleting: false,
+                    finalizer: false,
+                    as_made: true,
+                });
+                w.clones.push(uid);
+                vec![w]
+            }
+            Action::DeleteClone { uid, .. } => {
+                let uid = Self::uid(uid);
+                if let Some(c) = w.source.as_mut().filter(|c| c.uid == uid) {
+                    c.deleting = true;
+                }
+                vec![w]
             }
             Action::RecordMatch => {
                 let (su, du) = (seen.s.uid, d_uid);
@@ -622,6 +711,7 @@ impl World {
                         done = true;
                     }
                 }
+                w.committed |= done;
                 w.rv = rv;
                 let crashed = w.clone();
                 if done {
@@ -761,6 +851,30 @@ impl World {
     /// next, if any (they act on their own, in any order with the rest).
     fn cluster_steps(&self) -> Vec<World> {
         let mut out = Vec::new();
+        // Clone mode: the provisioner makes the clone's volume, bound to it.
+        if let Some(c) = self
+            .source
+            .as_ref()
+            .filter(|c| self.clone_mode && !c.volume && c.phase == "Pending" && !c.deleting)
+        {
+            if self.volume.is_none() && !self.deleted {
+                let mut w = self.clone();
+                let rv = w.bump();
+                w.volume = Some(Pv {
+                    rv,
+                    claim: (false, c.uid),
+                    delete_policy: true,
+                    original_delete: None,
+                    marker: None,
+                    lost: None,
+                    phase: "Bound",
+                });
+                if let Some(c) = w.source.as_mut() {
+                    c.volume = true;
+                }
+                out.push(w);
+            }
+        }
         let exists = |w: &World, dest: bool, uid: u32| {
             let c = if dest { &w.destination } else { &w.source };
             c.as_ref().is_some_and(|c| c.uid == uid)
@@ -990,15 +1104,24 @@ impl World {
 
     /// What must hold in every state.
     fn safety(&self) -> Result<(), String> {
-        if self.deleted && !self.owner_released {
+        // A clone never handed over is ours to destroy; one handed over is
+        // the destination's, as a moved volume is.
+        let ours_to_destroy = self.clone_mode && !self.committed;
+        if self.deleted && !self.owner_released && !ours_to_destroy {
             return Err("the volume was deleted".to_owned());
         }
         if let Some(v) = &self.volume {
-            if v.phase == "Released" && v.delete_policy && !self.owner_released {
+            if v.phase == "Released" && v.delete_policy && !self.owner_released && !ours_to_destroy
+            {
                 return Err("the volume is Released under Delete".to_owned());
             }
             let (dest, uid) = v.claim;
-            let allowed = (!dest && uid == SOURCE_UID) || (dest && self.ours.contains(&uid));
+            let source_side = if self.clone_mode {
+                self.clones.contains(&uid)
+            } else {
+                uid == SOURCE_UID
+            };
+            let allowed = (!dest && source_side) || (dest && self.ours.contains(&uid));
             if !allowed {
                 return Err(format!("the volume names a third claim (uid {uid})"));
             }
@@ -1008,7 +1131,15 @@ impl World {
 
     /// What must hold once nothing moves any more.
     fn outcome(&self) -> Result<(), String> {
+        if self.clone_mode {
+            if let Some(why) = self.clone_outcome() {
+                return Err(why);
+            }
+        }
         let Some(v) = &self.volume else {
+            if self.clone_mode && !self.committed {
+                return Ok(());
+            }
             if self.owner_released {
                 return Ok(());
             }
@@ -1020,7 +1151,7 @@ impl World {
             ));
         }
         match self.s.phase {
-            Some(Phase::Failed | Phase::Cancelled) if self.s.exists => {
+            Some(Phase::Failed | Phase::Cancelled) if self.s.exists && !self.clone_mode => {
                 let kept = self.made & Move::DeleteSourceClaim as u16 == 0;
                 if kept {
                     let bound = self
@@ -1051,6 +1182,35 @@ impl World {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Clone mode, once nothing moves: a pair that ended before its commit
+    /// left no clone claim alive and no volume bound to one; one that
+    /// completed is checked as any Completed pair.
+    fn clone_outcome(&self) -> Option<String> {
+        if !matches!(self.s.phase, Some(Phase::Failed | Phase::Cancelled)) || self.committed {
+            return None;
+        }
+        if let Some(c) = self.source.as_ref().filter(|c| !c.deleting) {
+            return Some(format!(
+                "{:?}, but the clone claim is left: {c:?}",
+                self.s.phase
+            ));
+        }
+        // A volume still Bound to a clone claim on its way out (a tenant's
+        // pod holds it under pvc-protection) goes with that claim.
+        let going = |uid: u32| {
+            self.source
+                .as_ref()
+                .is_some_and(|c| c.uid == uid && c.deleting)
+        };
+        match &self.volume {
+            Some(v) if v.phase == "Bound" && !going(v.claim.1) => Some(format!(
+                "{:?}, but the clone's volume is still bound: {v:?}",
+                self.s.phase
+            )),
+            _ => None,
+        }
     }
 
     /// The controller's next worlds.

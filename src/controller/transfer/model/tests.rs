@@ -7,7 +7,11 @@ use super::*;
 /// Explores from the start with `allowed` moves; panics with the path to
 /// the first violation.
 fn check(name: &str, allowed: u16, limit: usize) -> Report {
-    let report = explore(World::start(allowed), limit);
+    check_from(name, World::start(allowed), limit)
+}
+
+fn check_from(name: &str, start: World, limit: usize) -> Report {
+    let report = explore(start, limit);
     if let Some((why, path)) = &report.violation {
         let steps: Vec<String> = path.iter().map(|w| format!("{w:?}")).collect();
         panic!(
@@ -68,4 +72,47 @@ fn a_stale_leader_with_tenants_deleting_everything_loses_nothing() {
 fn every_move_at_once_loses_nothing() {
     let report = check("every move", ALL_MOVES, 600_000);
     assert!(report.states > 10_000, "{report:?}");
+}
+
+// ----- Clone mode: C1 and C2 before R1–R6 -------------------------------------------
+
+/// The moves a Clone run allows: all but recreating the request (the clone's
+/// name is the request's, and the model keeps one name).
+fn clone_moves() -> Vec<Move> {
+    MOVES
+        .into_iter()
+        .filter(|m| *m != Move::RecreateRequest)
+        .collect()
+}
+
+#[test]
+fn left_alone_a_clone_pair_completes_and_the_clone_moves() {
+    let report = check_from("clone, no moves", World::start_clone(0), 100_000);
+    assert!(report.completed > 0, "{report:?}");
+    assert_eq!(report.failed_or_cancelled, 0, "{report:?}");
+}
+
+#[test]
+fn no_pair_of_moves_leaks_a_clone_or_loses_a_handed_over_one() {
+    let list = clone_moves();
+    let mut total = 0;
+    for m in &list {
+        total += check_from(
+            &format!("clone, {m:?}"),
+            World::start_clone(moves(&[*m])),
+            400_000,
+        )
+        .states;
+    }
+    for (i, a) in list.iter().enumerate() {
+        for b in &list[i + 1..] {
+            total += check_from(
+                &format!("clone, {a:?} + {b:?}"),
+                World::start_clone(moves(&[*a, *b])),
+                400_000,
+            )
+            .states;
+        }
+    }
+    println!("model check: {total} states over every single move and pair of moves, Clone mode");
 }
