@@ -521,8 +521,9 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
 
 /// `storage_transfer_namespace_transfers{phase}`: how many transfers are in
 /// each phase, from the watch cache; and `storage_transfer_clones{phase}`:
-/// the Clone-mode transfers among them, counted once per clone (on the side
-/// that gives it), so that Completed, Failed and Cancelled are the clones'
+/// the Clone-mode transfers among them, counted once per clone on the side
+/// that receives it (a standing offer has one object for many clones, each
+/// request one), so that Completed, Failed and Cancelled are the clones'
 /// outcomes.
 async fn transfers_by_phase(store: &Store<NamespaceTransferStrategy>) -> String {
     use crate::api::namespace_transfer::{NamespaceTransferPhase as Phase, Role, TransferMode};
@@ -559,7 +560,7 @@ async fn transfers_by_phase(store: &Store<NamespaceTransferStrategy>) -> String 
             .items
             .iter()
             .filter(|t| t.mode() == TransferMode::Clone)
-            .filter(|t| matches!(t.role(), Ok(Role::Source | Role::Both)))
+            .filter(|t| matches!(t.role(), Ok(Role::Destination | Role::Both)))
             .filter(|t| t.status.as_ref().and_then(|s| s.phase) == Some(phase))
             .count();
         text.push_str(&format!(

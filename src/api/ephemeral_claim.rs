@@ -281,14 +281,6 @@ impl EphemeralClaim {
         self.spec.release_policy.unwrap_or_default()
     }
 
-    /// Why the claim template is unsafe to make a claim from, if it is
-    /// (DESIGN §2.2, template safety). The server makes the claim under its
-    /// own identity, so the template may not choose the volume (a
-    /// `volumeName`, or a `selector` that matches one) nor set the
-    /// annotations that volume binding, provisioning or this server act on:
-    /// with them, a tenant could have another namespace's volume bound to its
-    /// claim. Validation refuses such a template; the controller refuses to
-    /// make a claim from one stored before it did.
     /// The claim in another namespace the template clones, `(namespace,
     /// name)`: a `dataSourceRef` to a PersistentVolumeClaim whose namespace
     /// is not this one (DESIGN §2.2, ephemeral clones across namespaces).
@@ -312,6 +304,14 @@ impl EphemeralClaim {
         claim.then_some((namespace, source.name.as_str()))
     }
 
+    /// Why the claim template is unsafe to make a claim from, if it is
+    /// (DESIGN §2.2, template safety). The server makes the claim under its
+    /// own identity, so the template may not choose the volume (a
+    /// `volumeName`, or a `selector` that matches one) nor set the
+    /// annotations that volume binding, provisioning or this server act on:
+    /// with them, a tenant could have another namespace's volume bound to its
+    /// claim. Validation refuses such a template; the controller refuses to
+    /// make a claim from one stored before it did.
     pub fn template_safety_causes(&self) -> Vec<FieldCause> {
         let mut errs = FieldErrors::new();
         if let Some(template) = &self.spec.claim_template {

@@ -52,6 +52,10 @@ pub const REASON_CLONE_FAILED: &str = "CloneFailed";
 /// Clone-claim annotation naming the claim it was cloned from,
 /// `<namespace>/<name>` (C1).
 pub const ANNOTATION_CLONE_OF: &str = "storage.transfer.k8s.io/clone-of";
+/// Clone-claim annotation naming the uid of the receiving transfer it was
+/// made for (C1): the pairs of one standing offer share its lock, and a
+/// clone's five-character name suffix may repeat.
+pub const ANNOTATION_CLONE_FOR: &str = "storage.transfer.k8s.io/clone-for";
 
 /// StorageClass annotation that allows transfers of its volumes (§2.1.4).
 pub const ANNOTATION_ALLOW_NAMESPACE_TRANSFER: &str =

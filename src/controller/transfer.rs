@@ -1368,8 +1368,9 @@ impl TransferController {
 
     // ----- writes -----------------------------------------------------------------------
 
-    /// Records R3's claim, uid and all, on the source object: from now on
-    /// only that claim is the destination.
+    /// Records R3's claim, uid and all, on the object that holds the pair's
+    /// record (the source object, or a standing offer's request): from now
+    /// on only that claim is the destination.
     async fn record_destination(
         &self,
         s: &NamespaceTransfer,

@@ -167,14 +167,18 @@ pub(crate) fn request(
     .unwrap_or_else(|e| panic!("request {namespace}/{name}: {e}"))
 }
 
-/// Both consents of a Clone-mode transfer of `source/claim` to
+/// Both consents of a one-shot Clone-mode transfer of `source/claim` to
 /// `destination` under the same name: `source/give` and `destination/take`.
 pub(crate) fn clone_consent(k: &Kubectl, source: &str, claim: &str, destination: &str) {
     for (ns, name, ends) in [
         (
             source,
             "give",
-            format!("source:\n    name: {claim}\n  destination:\n    namespace: {destination}"),
+            // Naming the destination claim makes it one-shot; without a
+            // name it would be a standing offer (DESIGN §2.1.5b).
+            format!(
+                "source:\n    name: {claim}\n  destination:\n    namespace: {destination}\n    name: {claim}"
+            ),
         ),
         (
             destination,

@@ -38,6 +38,8 @@ pub const REASON_WAITING_FOR_CONSENT: &str = "WaitingForConsent";
 pub const REASON_CLONING: &str = "Cloning";
 /// Reason of `SourceConsented=True`.
 pub const REASON_OFFERED: &str = "Offered";
+/// Reason: the handed-over clone's claim went before it was adopted.
+pub const REASON_CLAIM_LOST: &str = "ClaimLost";
 
 /// How often a waiting cross-namespace clone looks again: transfers and
 /// offers do not wake EphemeralClaims.
@@ -76,7 +78,10 @@ impl ClaimController {
             }
         }
         if ec.metadata.deletion_timestamp.is_some() && is_active(&request) {
-            if request.metadata.deletion_timestamp.is_none() {
+            // Before R3 a deletion cancels the request; from R3 on the clone
+            // may already be the destination's, so it is let arrive, adopted
+            // and deleted as this claim's.
+            if request.metadata.deletion_timestamp.is_none() && recorded.is_none() {
                 self.leadership.check()?;
                 let opts = DeleteOptions {
                     precondition_uid: request.metadata.uid.clone(),
@@ -91,13 +96,16 @@ impl ClaimController {
                     Err(e) => return Err(e.into()),
                 }
             }
-            // Until it ends: after its commit the clone still arrives, and is
-            // adopted and deleted as this claim's.
             return Ok(Some(Next::After(POLL)));
         }
-        if is_active(&request) {
+        if is_active(&request) && ec.metadata.deletion_timestamp.is_none() {
             // The claim of our name is the request's until it is handed
             // over: not a conflict, and not ours to judge yet.
+            return Ok(Some(self.follow(ec, &request).await?));
+        }
+        if !is_active(&request) && !handed_over && !phase_of(ec).is_finished() {
+            // Failed or Cancelled: its reason is this claim's, whatever its
+            // rollback still has to undo.
             return Ok(Some(self.follow(ec, &request).await?));
         }
         Ok(None)
@@ -224,7 +232,25 @@ impl ClaimController {
                 Ok(Next::Now)
             }
             // Adopted on the next look, unless the claim went meanwhile.
-            Some(NamespaceTransferPhase::Completed) => Ok(Next::After(POLL)),
+            Some(NamespaceTransferPhase::Completed) => {
+                let recorded = status.destination_claim.clone();
+                let claim = self.cluster.claim(namespace, &ec.claim_name()).await?;
+                let arrived = recorded.is_some_and(|r| {
+                    claim
+                        .as_ref()
+                        .is_some_and(|c| c.metadata.uid.as_deref() == Some(r.uid.as_str()))
+                });
+                if arrived {
+                    return Ok(Next::Now);
+                }
+                let message = format!(
+                    "the clone was handed over as PersistentVolumeClaim {namespace}/{}, which was deleted or replaced before it could be adopted",
+                    ec.claim_name()
+                );
+                self.record(ec, None, Phase::Failed, REASON_CLAIM_LOST, &message, |_| {})
+                    .await?;
+                Ok(Next::Now)
+            }
             _ => {
                 let message = format!(
                     "the standing offer consents; the clone is being made and moved here ({})",
@@ -239,10 +265,13 @@ impl ClaimController {
         }
     }
 
-    /// The request of this claim, if it exists and is this claim's.
+    /// The request of this claim, if it exists and is this claim's: made
+    /// for its requester (which the server stamps; a tenant cannot), asking
+    /// for exactly this claim's clone, and controlled by it. A look-alike a
+    /// tenant made under this name is never followed or adopted from.
     async fn own_request(&self, ec: &EphemeralClaim) -> Result<Option<NamespaceTransfer>, Error> {
         let request = super::super::current(&self.transfers, namespace_of(ec), name_of(ec)).await?;
-        Ok(request.filter(|t| is_controlled_by(t, ec)))
+        Ok(request.filter(|t| is_request_of(t, ec)))
     }
 
     async fn refuse_foreign_request(&self, ec: &EphemeralClaim) -> Result<Next, Error> {
@@ -360,12 +389,23 @@ pub fn clone_request(
     }
 }
 
-fn is_controlled_by(t: &NamespaceTransfer, ec: &EphemeralClaim) -> bool {
-    t.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.controller == Some(true) && Some(r.uid.as_str()) == ec.metadata.uid.as_deref())
+/// Whether `t` is the request [`clone_request`] makes for `ec`, for `ec`'s
+/// requester.
+fn is_request_of(t: &NamespaceTransfer, ec: &EphemeralClaim) -> bool {
+    let controlled =
+        t.metadata.owner_references.iter().flatten().any(|r| {
+            r.controller == Some(true) && Some(r.uid.as_str()) == ec.metadata.uid.as_deref()
+        });
+    let Some((source_ns, source)) = ec.cross_namespace_source() else {
+        return false;
+    };
+    controlled
+        && t.spec.requester.is_some()
+        && t.spec.requester == ec.spec.requester
+        && t.mode() == TransferMode::Clone
+        && t.source_namespace() == source_ns
+        && t.spec.source.name == source
+        && t.spec.destination.name == ec.claim_name()
 }
 
 fn request_phase(t: &NamespaceTransfer) -> Option<NamespaceTransferPhase> {

@@ -50,9 +50,9 @@ pub use super::facts::{Refusal, Side};
 use super::matching::is_named;
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, Role, SourceClaimSnapshot,
-    TransferMode, ANNOTATION_CLONE_OF, ANNOTATION_TRANSFERRED_FROM, ANNOTATION_TRANSFER_LOCK,
-    FINALIZER_TRANSFER_PROTECTION, REASON_CLONE_FAILED, REASON_DEADLINE_EXCEEDED,
-    REASON_DESTINATION_EXISTS, REASON_FORBIDDEN,
+    TransferMode, ANNOTATION_CLONE_FOR, ANNOTATION_CLONE_OF, ANNOTATION_TRANSFERRED_FROM,
+    ANNOTATION_TRANSFER_LOCK, FINALIZER_TRANSFER_PROTECTION, REASON_CLONE_FAILED,
+    REASON_DEADLINE_EXCEEDED, REASON_DESTINATION_EXISTS, REASON_FORBIDDEN,
 };
 
 /// Reason: no transfer in the other namespace matches yet.
@@ -375,7 +375,7 @@ fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
         }
         return Some(Action::CreateClone(Box::new(clone_claim(s, d, origin))));
     };
-    if !is_our_clone(s, clone) {
+    if !is_our_clone(s, uid_of(d), clone) {
         return Some(finish_failed(Report::new(
             REASON_CLONE_FAILED,
             format!(
@@ -469,6 +469,7 @@ pub fn clone_claim(
             format!("{source_ns}/{}", origin.name),
         ),
         (ANNOTATION_TRANSFER_LOCK.to_owned(), uid_of(s).to_owned()),
+        (ANNOTATION_CLONE_FOR.to_owned(), uid_of(d).to_owned()),
     ];
     let shape = &origin.shape;
     PersistentVolumeClaim {
@@ -498,13 +499,16 @@ pub fn clone_claim(
 }
 
 /// Whether `clone` (found under the clone's name) is the one C1 made for
-/// this pair: our lock, cloned from the source claim and from nothing else,
-/// and once R1 recorded it, that very claim. A claim without our lock is
+/// this pair: our lock, made for this receiver (`clone-for`: a standing
+/// offer's pairs share its lock, and five characters of a uid may repeat),
+/// cloned from the source claim and from nothing else, and once R1 recorded
+/// it, that very claim. A claim without our lock is
 /// never adopted, and so never deleted by a rollback. (Only the source
 /// namespace, which consented to the clone, can make a look-alike with our
 /// lock; adopting it hands over nothing it did not offer.)
-fn is_our_clone(s: &NamespaceTransfer, clone: &Claim) -> bool {
+fn is_our_clone(s: &NamespaceTransfer, receiver: &str, clone: &Claim) -> bool {
     clone.lock.as_deref() == Some(uid_of(s))
+        && clone.clone_for.as_deref() == Some(receiver)
         && !clone.shape.extras
         && clone.shape.data_source_claim.as_deref() == Some(s.spec.source.name.as_str())
         && recorded_source(s).is_none_or(|snapshot| snapshot.uid == clone.uid)
@@ -939,7 +943,17 @@ fn roll_back(f: &Facts) -> Action {
     }
     if let Some(claim) = &f.source_claim {
         if s.mode() == TransferMode::Clone {
-            if is_our_clone(s, claim) && !claim.deleting {
+            let receiver = match &f.peer {
+                Peer::Itself => Some(uid_of(s)),
+                Peer::Found(d) => Some(uid_of(d)),
+                Peer::Gone | Peer::Unmatched => s
+                    .status
+                    .as_ref()
+                    .and_then(|st| st.peer.as_ref())
+                    .and_then(|p| p.uid.as_deref()),
+            };
+            let ours = receiver.is_some_and(|r| is_our_clone(s, r, claim));
+            if ours && !claim.deleting {
                 return Action::DeleteClone {
                     name: claim.name.clone(),
                     uid: claim.uid.clone(),

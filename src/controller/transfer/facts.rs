@@ -22,8 +22,8 @@
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
 use crate::api::namespace_transfer::{
-    NamespaceTransfer, ANNOTATION_DESTINATION_LOST, ANNOTATION_ORIGINAL_RECLAIM_POLICY,
-    ANNOTATION_TRANSFER_LOCK, FINALIZER_TRANSFER_PROTECTION,
+    NamespaceTransfer, ANNOTATION_CLONE_FOR, ANNOTATION_DESTINATION_LOST,
+    ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK, FINALIZER_TRANSFER_PROTECTION,
 };
 
 /// Everything one decision is made on.
@@ -137,6 +137,8 @@ pub struct Claim {
     pub volume_name: Option<String>,
     /// Our lock annotation: the uid of the transfer that holds the claim.
     pub lock: Option<String>,
+    /// A clone's `clone-for` annotation: the receiving transfer's uid.
+    pub clone_for: Option<String>,
     pub deleting: bool,
     /// `metadata.finalizers`, ours (transfer-protection) among them or not.
     pub finalizers: Vec<String>,
@@ -289,6 +291,7 @@ impl From<&PersistentVolumeClaim> for Claim {
                 .unwrap_or_default(),
             volume_name: spec.volume_name.clone().filter(|v| !v.is_empty()),
             lock: annotation(&c.metadata, ANNOTATION_TRANSFER_LOCK),
+            clone_for: annotation(&c.metadata, ANNOTATION_CLONE_FOR),
             deleting: c.metadata.deletion_timestamp.is_some(),
             finalizers: c.metadata.finalizers.clone().unwrap_or_default(),
             shape: ClaimShape {

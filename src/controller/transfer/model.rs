@@ -389,6 +389,7 @@ impl World {
                 volume.clone().filter(|_| pvc.as_made)
             },
             lock: pvc.lock.map(|u| format!("uid-{u}")),
+            clone_for: cloned.then(|| "uid-20".to_owned()),
             deleting: pvc.deleting,
             finalizers: if pvc.finalizer {
                 vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]

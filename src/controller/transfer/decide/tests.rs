@@ -88,6 +88,7 @@ fn claim(name: &str, uid: &str, volume: Option<&str>) -> Claim {
         phase: if volume.is_some() { "Bound" } else { "Pending" }.to_owned(),
         volume_name: volume.map(str::to_owned),
         lock: None,
+        clone_for: None,
         deleting: false,
         finalizers: Vec::new(),
         shape: ClaimShape {
@@ -815,6 +816,19 @@ fn a_claim_under_the_clones_name_without_our_lock_is_neither_adopted_nor_deleted
     let mut look_alike = made_clone(&f);
     look_alike.lock = None;
     f.source_claim = Some(look_alike.clone());
+    assert_finish(decide(&f), Phase::Failed, REASON_CLONE_FAILED);
+    finished(&mut f, Phase::Failed);
+    assert!(
+        !matches!(decide(&f), Action::DeleteClone { .. }),
+        "{:?}",
+        decide(&f)
+    );
+    // Made for another receiver under the same name (five characters of a
+    // uid may repeat among a standing offer's requests): not ours.
+    let mut f = clone_fresh();
+    let mut other_pair = made_clone(&f);
+    other_pair.clone_for = Some("uid-takeover".to_owned());
+    f.source_claim = Some(other_pair);
     assert_finish(decide(&f), Phase::Failed, REASON_CLONE_FAILED);
     finished(&mut f, Phase::Failed);
     assert!(
