@@ -929,3 +929,61 @@ fn an_ephemeral_clone_of_another_namespaces_claim_waits_for_its_offer_and_is_des
     let prod_claim = claim_json(k, &prod.name, "db").unwrap();
     assert_eq!(prod_claim["status"]["phase"], "Bound");
 }
+
+#[test]
+fn a_clone_request_a_tenant_forges_under_an_ephemeral_claims_name_is_never_adopted_from() {
+    let prod = cp().namespace("ec-forge-prod").unwrap();
+    let ci = cp().namespace("ec-forge-ci").unwrap();
+    let k = admin();
+    transferable_fixture(k, &prod.name);
+    cross_namespace_claim(k, &ci.name, "scratch", "runner", &prod.name);
+    let ec = ec_json(k, &ci.name, "scratch").unwrap();
+    let uid = ec["metadata"]["uid"].as_str().unwrap().to_owned();
+    // Another user of ci makes a request under the claim's name, claiming
+    // to be controlled by it.
+    let mallory = "mallory-ec";
+    grant(
+        cp(),
+        &ci.name,
+        mallory,
+        "create,get,list",
+        "namespacetransfers.storage.transfer.k8s.io,persistentvolumeclaims",
+    );
+    let forger = cp().user(mallory, None).unwrap();
+    forger
+        .apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: scratch\n  namespace: {ci}\n  ownerReferences:\n  - {{apiVersion: storage.transfer.k8s.io/v1alpha1, kind: EphemeralClaim, name: scratch, uid: {uid}, controller: true}}\nspec:\n  mode: Clone\n  source: {{namespace: {prod}, name: db}}\n  destination: {{name: runner-scratch}}\n",
+            ci = ci.name,
+            prod = prod.name
+        ))
+        .unwrap();
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: fixtures\n  namespace: {}\nspec:\n  mode: Clone\n  source:\n    name: db\n  destination:\n    namespace: {}\n",
+        prod.name, ci.name
+    ))
+    .unwrap();
+    let ec = wait_phase(k, &ci.name, "scratch", "Failed");
+    assert_eq!(ec["status"]["reason"], "ClaimConflict", "{ec}");
+    // Whatever the forged request brings is never this claim's.
+    eventually("the forged request to finish", WAIT, || {
+        k.run(&[
+            "get",
+            "nst",
+            "scratch",
+            "-n",
+            &ci.name,
+            "-o",
+            "jsonpath={.status.phase}",
+        ])
+        .stdout
+            == "Completed"
+    });
+    let claim = claim_json(k, &ci.name, "runner-scratch").unwrap();
+    let owners = &claim["metadata"]["ownerReferences"];
+    assert!(
+        owners
+            .as_array()
+            .is_none_or(|o| o.iter().all(|o| o["kind"] != "EphemeralClaim")),
+        "the forged request's claim was adopted: {owners}"
+    );
+}
