@@ -537,6 +537,23 @@ impl World {
         text.trim_start_matches("uid-").parse().unwrap_or(0)
     }
 
+    /// A write to the volume conditional on `resource_version`, as the
+    /// executor's patches are: applies `change` and moves the volume to the
+    /// next revision if it is still at that version. The world's revision
+    /// moves either way. Whether it was applied.
+    fn patch_volume(&mut self, resource_version: &str, change: impl FnOnce(&mut Pv)) -> bool {
+        let rv = self.rv + 1;
+        self.rv = rv;
+        match self.volume.as_mut() {
+            Some(v) if v.rv.to_string() == resource_version => {
+                change(v);
+                v.rv = rv;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Writes status on `tx` as `update_status` does: to the object that
     /// exists now, never turning a finished decision on an active object.
     fn write_status(tx: &mut Tx, decided_on_active: bool, change: impl Fn(&mut Tx)) {
@@ -654,16 +671,11 @@ impl World {
                 policy,
             } => {
                 let marker = seen.s.uid;
-                let rv = w.rv + 1;
-                if let Some(v) = w.volume.as_mut() {
-                    if v.rv.to_string() == *resource_version {
-                        v.original_delete = Some(policy == "Delete");
-                        v.marker = Some(marker);
-                        v.delete_policy = false;
-                        v.rv = rv;
-                    }
-                }
-                w.rv = rv;
+                w.patch_volume(resource_version, |v| {
+                    v.original_delete = Some(policy == "Delete");
+                    v.marker = Some(marker);
+                    v.delete_policy = false;
+                });
                 vec![w]
             }
             Action::CreateDestination(_) => {
@@ -703,17 +715,8 @@ impl World {
                 destination,
             } => {
                 let uid = Self::uid(&destination.uid);
-                let rv = w.rv + 1;
-                let mut done = false;
-                if let Some(v) = w.volume.as_mut() {
-                    if v.rv.to_string() == *resource_version {
-                        v.claim = (true, uid);
-                        v.rv = rv;
-                        done = true;
-                    }
-                }
+                let done = w.patch_volume(resource_version, |v| v.claim = (true, uid));
                 w.committed |= done;
-                w.rv = rv;
                 let crashed = w.clone();
                 if done {
                     if let Some(c) = w.destination.as_mut().filter(|c| c.uid == uid) {
@@ -748,19 +751,14 @@ impl World {
             Action::Rehold { resource_version } => {
                 let marker = seen.s.uid;
                 let lost = seen.s.destination;
-                let rv = w.rv + 1;
-                if let Some(v) = w.volume.as_mut() {
-                    if v.rv.to_string() == *resource_version {
-                        if v.original_delete.is_none() {
-                            v.original_delete = Some(v.delete_policy);
-                        }
-                        v.lost = lost;
-                        v.marker = Some(marker);
-                        v.delete_policy = false;
-                        v.rv = rv;
+                w.patch_volume(resource_version, |v| {
+                    if v.original_delete.is_none() {
+                        v.original_delete = Some(v.delete_policy);
                     }
-                }
-                w.rv = rv;
+                    v.lost = lost;
+                    v.marker = Some(marker);
+                    v.delete_policy = false;
+                });
                 vec![w]
             }
             Action::ReleaseSource { uid } | Action::DeleteDestination { uid } => {
@@ -779,34 +777,24 @@ impl World {
                 resource_version,
                 policy,
             } => {
-                let rv = w.rv + 1;
-                if let Some(v) = w.volume.as_mut() {
-                    if v.rv.to_string() == *resource_version {
-                        v.delete_policy = policy == "Delete";
-                        v.marker = None;
-                        v.original_delete = None;
-                        v.rv = rv;
-                    }
-                }
-                w.rv = rv;
+                w.patch_volume(resource_version, |v| {
+                    v.delete_policy = policy == "Delete";
+                    v.marker = None;
+                    v.original_delete = None;
+                });
                 vec![w]
             }
             Action::Unmark {
                 resource_version,
                 restore,
             } => {
-                let rv = w.rv + 1;
-                if let Some(v) = w.volume.as_mut() {
-                    if v.rv.to_string() == *resource_version {
-                        if let Some(policy) = restore {
-                            v.delete_policy = policy == "Delete";
-                        }
-                        v.marker = None;
-                        v.original_delete = None;
-                        v.rv = rv;
+                w.patch_volume(resource_version, |v| {
+                    if let Some(policy) = restore {
+                        v.delete_policy = policy == "Delete";
                     }
-                }
-                w.rv = rv;
+                    v.marker = None;
+                    v.original_delete = None;
+                });
                 vec![w]
             }
             Action::Unlock { resource_version } => {
