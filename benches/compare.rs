@@ -16,7 +16,8 @@
 //! and 10k objects, watch fan-out (N watchers; the delay from a write to each
 //! watcher and to the last one), the resident memory of our server and of
 //! kube-apiserver, and the transfer latency against volume size next to
-//! kube-controller-manager's own bind time. The API phases run with our
+//! kube-controller-manager's own bind time, and a Clone-mode transfer at 1 GiB
+//! and 1 TiB against the CSI driver's own clone. The API phases run with our
 //! controllers off (`--controllers=`), since the CRD has no controller
 //! writing statuses either.
 //!
@@ -568,6 +569,9 @@ struct Results {
     loaded_objects: (usize, usize),
     transfers: Vec<transfer::TransferTiming>,
     bind: Vec<Duration>,
+    /// Clone-mode transfers and the driver's same-namespace clones, by size.
+    clones: Vec<transfer::TransferTiming>,
+    csi_clones: Vec<transfer::TransferTiming>,
 }
 
 fn report(r: &Results, targets: &[Arc<Target>], provenance: &str) -> String {
@@ -688,7 +692,28 @@ fn report(r: &Results, targets: &[Arc<Target>], provenance: &str) -> String {
     );
     let _ = writeln!(
         md,
-        "![Throughput](benchmarks/throughput.png)\n\n![Latency](benchmarks/latency.png)\n\n![Watch fan-out](benchmarks/watch.png)\n\n![Memory](benchmarks/memory.png)\n\n![Transfer latency](benchmarks/transfer.png)"
+        "### Clone latency against volume size (milliseconds, median of {} runs)\n\nA Clone-mode transfer of a CSI volume, from the second consent to the destination claim being Bound: C1 (the clone claim beside the source), the driver's clone, C2, then R1–R6 and kube-controller-manager's bind. The baseline is the driver's own clone in one namespace: a claim whose `dataSource` is the source claim, from its creation to Bound. The mock driver clones in constant time, so the difference is what our protocol costs.\n\n| volume | Clone-mode transfer | same-namespace CSI clone | transfer ÷ CSI clone | overhead | transfer runs (ms) |\n|---|---|---|---|---|---|",
+        r.clones.first().map_or(0, |t| t.runs.len())
+    );
+    for (t, base) in r.clones.iter().zip(&r.csi_clones) {
+        let runs: Vec<String> = t
+            .runs
+            .iter()
+            .map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
+            .collect();
+        let (ours, theirs) = (median(&t.runs), median(&base.runs));
+        let _ = writeln!(
+            md,
+            "| {} | {ours:.0} | {theirs:.0} | {} | {:+.0} | {} |",
+            t.capacity,
+            ratio(ours, theirs),
+            ours - theirs,
+            runs.join(", ")
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n![Throughput](benchmarks/throughput.png)\n\n![Latency](benchmarks/latency.png)\n\n![Watch fan-out](benchmarks/watch.png)\n\n![Memory](benchmarks/memory.png)\n\n![Transfer latency](benchmarks/transfer.png)\n\n![Clone latency](benchmarks/clone.png)"
     );
     md
 }
@@ -788,6 +813,25 @@ fn plots(r: &Results, targets: &[Arc<Target>], dir: &Path) {
         ],
     )
     .unwrap();
+    let sizes: Vec<String> = r.clones.iter().map(|t| t.capacity.clone()).collect();
+    plot::lines(
+        &dir.join("clone.png"),
+        "Clone: second consent → destination Bound, against volume size",
+        "volume capacity",
+        "ms (median)",
+        &sizes,
+        &[
+            Series {
+                name: "Clone-mode NamespaceTransfer".to_owned(),
+                values: r.clones.iter().map(|t| median(&t.runs)).collect(),
+            },
+            Series {
+                name: "same-namespace CSI clone".to_owned(),
+                values: r.csi_clones.iter().map(|t| median(&t.runs)).collect(),
+            },
+        ],
+    )
+    .unwrap();
 }
 
 /// Writes the report into `benchmarks.md` under `out`, between the markers
@@ -826,6 +870,10 @@ fn main() {
     println!("transfer latency, {runs} runs per size");
     let transfers = transfer::transfer_latency(&cp, &["1Gi", "100Gi", "10Ti"], runs);
     let bind = transfer::kcm_bind_baseline(&cp, runs);
+    println!("clone latency, {runs} runs per size");
+    let clone_sizes = ["1Gi", "1Ti"];
+    let clones = transfer::clone_latency(&cp, &clone_sizes, runs);
+    let csi_clones = transfer::csi_clone_baseline(&cp, &clone_sizes, runs);
     cp.restart_server(&["--controllers=".to_owned()], &[])
         .unwrap_or_else(|e| panic!("{e}"));
 
@@ -986,6 +1034,8 @@ fn main() {
         loaded_objects,
         transfers,
         bind,
+        clones,
+        csi_clones,
     };
     let generated = report(&results, &targets, &provenance(&cp));
     println!("{generated}");

@@ -7,6 +7,8 @@
 //!   an offer from `<src>` (processed: phase `WaitingForPeer`), then the
 //!   request from `<dst>` (the second consent). The clock runs from the
 //!   request's `ADDED` event to the first event showing `<dst>/db` `Bound`.
+//! - [`clone_latency`] and its baseline [`csi_clone_baseline`]: a Clone-mode
+//!   transfer of a CSI volume against the driver's own same-namespace clone.
 //! - [`kcm_bind_baseline`]: an `Available` volume whose `claimRef` names a claim
 //!   that does not exist yet (no uid), then that claim, created with
 //!   `spec.volumeName` = the volume. The clock runs from the claim's `ADDED`
@@ -40,7 +42,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sta_testenv::{ControlPlane, Kubectl, Namespace};
 
-use crate::scenario::{self, STATIC_ALLOWED_CLASS};
+use crate::scenario::{self, ALLOWED_CLASS, STATIC_ALLOWED_CLASS};
 
 /// How long any one step (a bind, a phase, a watch starting) may take.
 const WAIT: Duration = Duration::from_secs(120);
@@ -79,19 +81,7 @@ pub(crate) fn transfer_latency(
     capacities: &[&str],
     runs: usize,
 ) -> Vec<TransferTiming> {
-    scenario::ensure_classes(cp.kubectl());
-    let mut leftovers = Leftovers::default();
-    let timings = capacities
-        .iter()
-        .map(|capacity| TransferTiming {
-            capacity: (*capacity).to_owned(),
-            runs: (0..runs)
-                .map(|_| one_transfer(cp, capacity, &mut leftovers))
-                .collect(),
-        })
-        .collect();
-    leftovers.clean_up(cp.kubectl());
-    timings
+    each_capacity(cp, capacities, runs, one_transfer)
 }
 
 /// kube-controller-manager's own bind time, the baseline our protocol is compared with:
@@ -105,6 +95,156 @@ pub(crate) fn kcm_bind_baseline(cp: &ControlPlane, runs: usize) -> Vec<Duration>
     let timings = (0..runs).map(|_| one_bind(cp, &mut leftovers)).collect();
     leftovers.clean_up(cp.kubectl());
     timings
+}
+
+/// Clones a CSI volume of each of `capacities` into a fresh destination
+/// namespace with a one-shot Clone-mode transfer, `runs` times per capacity,
+/// and returns the time from the second consent (the request, created once
+/// the offer waits for it) to the destination claim being `Bound`: C1's clone
+/// claim, the driver's clone, C2, then R1–R6 and kube-controller-manager's
+/// bind. Each run checks that both transfers completed, that the driver made
+/// the destination's volume from the source's with the capacity asked, and
+/// that the source claim keeps its volume.
+pub(crate) fn clone_latency(
+    cp: &ControlPlane,
+    capacities: &[&str],
+    runs: usize,
+) -> Vec<TransferTiming> {
+    each_capacity(cp, capacities, runs, one_clone)
+}
+
+/// The driver's own clone, the baseline [`clone_latency`] is compared with:
+/// a claim whose `dataSource` is a Bound claim of `capacity` in the same
+/// namespace, from its `ADDED` event to its first `Bound` event (the
+/// external-provisioner's `CreateVolume` from the source volume, then
+/// kube-controller-manager's bind). This is what C1–C2 cost at the least, so
+/// the difference is what the rest of the protocol costs.
+pub(crate) fn csi_clone_baseline(
+    cp: &ControlPlane,
+    capacities: &[&str],
+    runs: usize,
+) -> Vec<TransferTiming> {
+    each_capacity(cp, capacities, runs, one_csi_clone)
+}
+
+/// `one` run `runs` times for each of `capacities`, then the cleanup.
+fn each_capacity(
+    cp: &ControlPlane,
+    capacities: &[&str],
+    runs: usize,
+    one: fn(&ControlPlane, &str, &mut Leftovers) -> Duration,
+) -> Vec<TransferTiming> {
+    scenario::ensure_classes(cp.kubectl());
+    let mut leftovers = Leftovers::default();
+    let timings = capacities
+        .iter()
+        .map(|capacity| TransferTiming {
+            capacity: (*capacity).to_owned(),
+            runs: (0..runs)
+                .map(|_| one(cp, capacity, &mut leftovers))
+                .collect(),
+        })
+        .collect();
+    leftovers.clean_up(cp.kubectl());
+    timings
+}
+
+/// One clone moved; see [`clone_latency`].
+fn one_clone(cp: &ControlPlane, capacity: &str, leftovers: &mut Leftovers) -> Duration {
+    let k = cp.kubectl();
+    let src = cp.namespace("bench-clone-src").expect("a source namespace");
+    let dst = cp
+        .namespace("bench-clone-dst")
+        .expect("a destination namespace");
+    let (src_ns, dst_ns) = (src.name.clone(), dst.name.clone());
+    leftovers.namespaces.extend([src, dst]);
+    let source = scenario::provisioned_volume(k, ALLOWED_CLASS, &src_ns, CLAIM, capacity);
+
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {src_ns}\nspec:\n  mode: Clone\n  source:\n    name: {CLAIM}\n  destination:\n    namespace: {dst_ns}\n    name: {CLAIM}\n"
+    ))
+    .unwrap_or_else(|e| panic!("clone offer {src_ns}/give: {e}"));
+    scenario::wait_phase(k, &src_ns, "give", "WaitingForPeer", WAIT);
+
+    let claim = EventWatch::start(cp, "pvc", &dst_ns, CLAIM);
+    let request = EventWatch::start(cp, "namespacetransfers", &dst_ns, "take");
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: take\n  namespace: {dst_ns}\nspec:\n  mode: Clone\n  source:\n    namespace: {src_ns}\n    name: {CLAIM}\n"
+    ))
+    .unwrap_or_else(|e| panic!("clone request {dst_ns}/take: {e}"));
+    let second_consent = request.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let bound = claim.first("Bound", WAIT, is_bound);
+    let latency = bound.duration_since(second_consent);
+    drop((claim, request));
+
+    scenario::wait_phase(k, &src_ns, "give", "Completed", WAIT);
+    scenario::wait_phase(k, &dst_ns, "take", "Completed", WAIT);
+    assert_cloned_from(cp, &dst_ns, CLAIM, &source.handle, capacity);
+    let kept = scenario::claim_json(k, &src_ns, CLAIM).expect("the source claim exists");
+    assert_eq!(
+        (&kept["metadata"]["uid"], &kept["spec"]["volumeName"]),
+        (
+            &Value::from(source.claim_uid.as_str()),
+            &Value::from(source.pv.as_str())
+        ),
+        "{src_ns}/{CLAIM} keeps its volume"
+    );
+    latency
+}
+
+/// One clone by the driver alone; see [`csi_clone_baseline`].
+fn one_csi_clone(cp: &ControlPlane, capacity: &str, leftovers: &mut Leftovers) -> Duration {
+    let k = cp.kubectl();
+    let ns = cp.namespace("bench-csi-clone").expect("a namespace");
+    let namespace = ns.name.clone();
+    leftovers.namespaces.push(ns);
+    let source = scenario::provisioned_volume(k, ALLOWED_CLASS, &namespace, CLAIM, capacity);
+
+    let watch = EventWatch::start(cp, "pvc", &namespace, "copy");
+    k.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: copy\n  namespace: {namespace}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {ALLOWED_CLASS}\n  dataSource:\n    kind: PersistentVolumeClaim\n    name: {CLAIM}\n  resources:\n    requests:\n      storage: {capacity}\n"
+    ))
+    .unwrap_or_else(|e| panic!("creating claim {namespace}/copy: {e}"));
+    let created = watch.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let bound = watch.first("Bound", WAIT, is_bound);
+    let latency = bound.duration_since(created);
+    drop(watch);
+
+    assert_cloned_from(cp, &namespace, "copy", &source.handle, capacity);
+    latency
+}
+
+/// `namespace/claim` is bound to a volume that the driver made as a clone of
+/// the volume `source`, with `capacity`.
+#[track_caller]
+fn assert_cloned_from(
+    cp: &ControlPlane,
+    namespace: &str,
+    claim: &str,
+    source: &str,
+    capacity: &str,
+) {
+    let k = cp.kubectl();
+    let pvc = scenario::claim_json(k, namespace, claim).expect("the clone's claim exists");
+    let pv = pvc["spec"]["volumeName"].as_str().unwrap_or_default();
+    let volume = scenario::volume_json(k, pv).expect("the clone's volume exists");
+    assert_eq!(
+        volume["spec"]["capacity"]["storage"], capacity,
+        "{namespace}/{claim}'s volume {pv} has the capacity asked: {}",
+        volume["spec"]
+    );
+    let handle = volume["spec"]["csi"]["volumeHandle"]
+        .as_str()
+        .unwrap_or_default();
+    let made = cp
+        .csi
+        .creation_of(handle)
+        .unwrap_or_else(|| panic!("the driver never made {namespace}/{claim}'s volume {handle}"));
+    assert_eq!(
+        made.request["volume_content_source"]["Type"]["Volume"]["volume_id"], source,
+        "{namespace}/{claim}'s volume {handle} is a clone of {source}: {}",
+        made.request
+    );
 }
 
 /// One transfer of a fresh `capacity` volume; see [`transfer_latency`].

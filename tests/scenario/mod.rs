@@ -212,10 +212,9 @@ pub(crate) fn clones_of(csi: &Csi, handle: &str) -> Vec<sta_testenv::CsiCall> {
     csi.calls("CreateVolume")
         .into_iter()
         .filter(|c| {
+            // Volume ids are counters: "1" must not match "12".
             c.succeeded()
-                && c.request["volume_content_source"]
-                    .to_string()
-                    .contains(handle)
+                && c.request["volume_content_source"]["Type"]["Volume"]["volume_id"] == handle
         })
         .collect()
 }

@@ -16,6 +16,13 @@
 // "fail-clone-volume" does the same only to a CreateVolume that clones
 // another volume, so that a class can provision volumes but not clone them.
 //
+// The mock refuses capacities of 1 TiB and more (its MaxStorageCapacity).
+// It holds no data, so a capacity is only a number: the wrapper shrinks a
+// request of 1 TiB or more by hugeScale before the mock sees it and gives the
+// asked capacity back in the answer (also to a repeated call for the same
+// volume), so that benchmarks and tests can ask for production sizes. The
+// call log holds the request and answer as the provisioner sent and got them.
+//
 // Volumes live in memory: a restart forgets them.
 package main
 
@@ -47,6 +54,10 @@ const (
 	failCloneParameter  = "fail-clone-volume"
 )
 
+// hugeScale divides a capacity the mock would refuse (service.MaxStorageCapacity
+// and more) down to one it accepts.
+const hugeScale = 1 << 20
+
 type callLog struct {
 	mu  sync.Mutex
 	out *os.File
@@ -54,6 +65,10 @@ type callLog struct {
 	// calls apart, so that the answer stays true until the call is done.
 	svc       service.Service
 	deletions sync.Mutex
+	// huge holds the capacity asked for each volume made through hugeScale,
+	// by volume name (CreateVolume's idempotency key).
+	hugeMu sync.Mutex
+	huge   map[string]int64
 }
 
 type call struct {
@@ -92,6 +107,9 @@ func (l *callLog) intercept(ctx context.Context, req interface{}, info *grpc.Una
 			l.record(info.FullMethod, req, nil, err, nil)
 			return nil, err
 		}
+		resp, err := l.createHuge(ctx, create, handler)
+		l.record(info.FullMethod, req, resp, err, nil)
+		return resp, err
 	}
 	var existed *bool
 	if del, ok := req.(*csi.DeleteVolumeRequest); ok {
@@ -104,6 +122,37 @@ func (l *callLog) intercept(ctx context.Context, req interface{}, info *grpc.Una
 	resp, err := handler(ctx, req)
 	l.record(info.FullMethod, req, resp, err, existed)
 	return resp, err
+}
+
+// createHuge passes a CreateVolume to the mock, through hugeScale when it
+// asks for more than the mock allows; the request logged is the one given.
+func (l *callLog) createHuge(ctx context.Context, req *csi.CreateVolumeRequest, handler grpc.UnaryHandler) (interface{}, error) {
+	asked := req.GetCapacityRange().GetRequiredBytes()
+	if limit := req.GetCapacityRange().GetLimitBytes(); limit > 0 {
+		asked = limit
+	}
+	if asked < service.MaxStorageCapacity {
+		return handler(ctx, req)
+	}
+	scaled := *req
+	scaled.CapacityRange = &csi.CapacityRange{
+		RequiredBytes: (req.GetCapacityRange().GetRequiredBytes() + hugeScale - 1) / hugeScale,
+		LimitBytes:    (req.GetCapacityRange().GetLimitBytes() + hugeScale - 1) / hugeScale,
+	}
+	resp, err := handler(ctx, &scaled)
+	if err != nil {
+		return resp, err
+	}
+	created := resp.(*csi.CreateVolumeResponse)
+	l.hugeMu.Lock()
+	defer l.hugeMu.Unlock()
+	if before, ok := l.huge[req.GetName()]; ok && before > asked {
+		asked = before
+	}
+	l.huge[req.GetName()] = asked
+	volume := *created.GetVolume()
+	volume.CapacityBytes = asked
+	return &csi.CreateVolumeResponse{Volume: &volume}, nil
 }
 
 func main() {
@@ -124,7 +173,7 @@ func main() {
 		os.Exit(1)
 	}
 	svc := service.New(service.Config{DisableAttach: true, DriverName: *name})
-	log := &callLog{out: out, svc: svc}
+	log := &callLog{out: out, svc: svc, huge: map[string]int64{}}
 	d := driver.NewCSIDriver(&driver.CSIDriverServers{Controller: svc, Identity: svc, Node: svc})
 
 	// A socket left by a killed driver would make Listen fail.
