@@ -842,16 +842,10 @@ fn cross_namespace_claim(k: &Kubectl, ns: &str, name: &str, owner: &str, prod: &
     .unwrap();
 }
 
-#[test]
-fn an_ephemeral_clone_of_another_namespaces_claim_waits_for_its_offer_and_is_destroyed_after_use() {
-    let prod = cp().namespace("ec-prod").unwrap();
-    let ci = cp().namespace("ec-ci").unwrap();
-    let k = admin();
-    let source = transferable_fixture(k, &prod.name);
-    cross_namespace_claim(k, &ci.name, "first", "runner", &prod.name);
-    // No consent yet: it waits, and says what prod must create.
+/// Waits until the EphemeralClaim `ns/name` waits for `prod`'s consent.
+fn wait_for_consent(k: &Kubectl, ns: &str, name: &str) {
     eventually("the claim to wait for consent", WAIT, || {
-        ec_json(k, &ci.name, "first").is_some_and(|ec| {
+        ec_json(k, ns, name).is_some_and(|ec| {
             ec["status"]["reason"] == "WaitingForConsent"
                 && ec["status"]["conditions"].as_array().is_some_and(|c| {
                     c.iter()
@@ -859,15 +853,38 @@ fn an_ephemeral_clone_of_another_namespaces_claim_waits_for_its_offer_and_is_des
                 })
         })
     });
+}
+
+/// The CSI volume `ns/claim` is bound to, checked to be a clone of `source`.
+fn clone_volume(k: &Kubectl, ns: &str, claim: &str, source: &str) -> String {
+    let (_, handle) = bound_volume_of(k, ns, claim);
+    let created = cp().csi.creation_of(&handle).unwrap();
+    assert_eq!(
+        created.request["volume_content_source"]["Type"]["Volume"]["volume_id"], source,
+        "{ns}/{claim} is a clone of prod/db: {}",
+        created.request
+    );
+    handle
+}
+
+#[test]
+fn ephemeral_clones_of_another_namespaces_claim_wait_for_its_offer_and_are_destroyed_after_use() {
+    let prod = cp().namespace("ec-prod").unwrap();
+    let ci = cp().namespace("ec-ci").unwrap();
+    let k = admin();
+    let source = transferable_fixture(k, &prod.name);
+    cross_namespace_claim(k, &ci.name, "first", "runner", &prod.name);
+    // No consent yet: it waits, and says what prod must create.
+    wait_for_consent(k, &ci.name, "first");
     let events = events_about(k, &ci.name, "EphemeralClaim", "first");
     assert!(
         events.iter().any(|e| e.contains("mode: Clone")),
         "an Event says what prod must create: {events:?}"
     );
     assert!(claim_json(k, &ci.name, "runner-first").is_none());
-    // prod offers one clone alive at a time.
+    // prod offers two clones alive at a time.
     k.apply(&format!(
-        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: fixtures\n  namespace: {}\nspec:\n  mode: Clone\n  maxClones: 1\n  source:\n    name: db\n  destination:\n    namespace: {}\n",
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: fixtures\n  namespace: {}\nspec:\n  mode: Clone\n  maxClones: 2\n  source:\n    name: db\n  destination:\n    namespace: {}\n",
         prod.name, ci.name
     ))
     .unwrap();
@@ -892,21 +909,18 @@ fn an_ephemeral_clone_of_another_namespaces_claim_waits_for_its_offer_and_is_des
         "{owners:?}"
     );
     assert!(owners.iter().any(|o| o["kind"] == "Pod"), "{owners:?}");
-    let (_, first) = bound_volume_of(k, &ci.name, "runner-first");
-    let created = cp().csi.creation_of(&first).unwrap();
-    assert_eq!(
-        created.request["volume_content_source"]["Type"]["Volume"]["volume_id"],
-        source.as_str(),
-        "a clone of prod/db: {}",
-        created.request
-    );
-    // The second waits while the first clone is alive.
+    let first = clone_volume(k, &ci.name, "runner-first", &source);
+    // A second pod gets its own clone; the third waits while two are alive.
     cross_namespace_claim(k, &ci.name, "second", "helper", &prod.name);
-    eventually("the second request to wait for capacity", WAIT, || {
+    wait_phase(k, &ci.name, "second", "Bound");
+    let second = clone_volume(k, &ci.name, "helper-second", &source);
+    assert_ne!(second, first);
+    cross_namespace_claim(k, &ci.name, "third", "checker", &prod.name);
+    eventually("the third request to wait for capacity", WAIT, || {
         k.run(&[
             "get",
             "nst",
-            "second",
+            "third",
             "-n",
             &ci.name,
             "-o",
@@ -915,17 +929,47 @@ fn an_ephemeral_clone_of_another_namespaces_claim_waits_for_its_offer_and_is_des
         .stdout
             == "WaitingForCapacity"
     });
-    // Used and released, the first clone is destroyed; the second comes.
+    consistently("the third keeps waiting", Duration::from_secs(3), || {
+        claim_json(k, &ci.name, "checker-third").is_none()
+    });
+    // Used and released, the first clone is destroyed, once; the third comes.
     set_pod_phase(k, &ci.name, "runner", "Running");
     wait_phase(k, &ci.name, "first", "InUse");
     set_pod_phase(k, &ci.name, "runner", "Succeeded");
     wait_phase(k, &ci.name, "first", "Deleted");
     delete_pod(k, &ci.name, "runner");
     cp().csi.assert_deleted_once(&first, WAIT);
-    wait_phase(k, &ci.name, "second", "Bound");
-    let (_, second) = bound_volume_of(k, &ci.name, "helper-second");
-    assert_ne!(second, first);
-    cp().csi.assert_never_deleted(&source);
+    wait_phase(k, &ci.name, "third", "Bound");
+    let third = clone_volume(k, &ci.name, "checker-third", &source);
+    assert!(third != first && third != second);
+    // Deleting the offer stops new clones and leaves the made ones alone.
+    k.ok(&[
+        "delete",
+        "nst",
+        "fixtures",
+        "-n",
+        &prod.name,
+        "--wait=false",
+    ]);
+    eventually("the offer to be gone", WAIT, || {
+        let get = k.run(&["get", "nst", "fixtures", "-n", &prod.name]);
+        !get.success && get.stderr.contains("NotFound")
+    });
+    cross_namespace_claim(k, &ci.name, "fourth", "late", &prod.name);
+    wait_for_consent(k, &ci.name, "fourth");
+    consistently("no clone after the offer", Duration::from_secs(3), || {
+        claim_json(k, &ci.name, "late-fourth").is_none()
+    });
+    for (name, claim) in [("second", "helper-second"), ("third", "checker-third")] {
+        wait_phase(k, &ci.name, name, "Bound");
+        assert_eq!(
+            claim_json(k, &ci.name, claim).unwrap()["status"]["phase"],
+            "Bound"
+        );
+    }
+    for kept in [&second, &third, &source] {
+        cp().csi.assert_never_deleted(kept);
+    }
     let prod_claim = claim_json(k, &prod.name, "db").unwrap();
     assert_eq!(prod_claim["status"]["phase"], "Bound");
 }

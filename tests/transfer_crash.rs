@@ -13,6 +13,7 @@
 #![cfg(feature = "fault-injection")]
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
+mod ephemeral;
 mod scenario;
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -230,10 +231,10 @@ fn assert_clone_completed(cp: &ControlPlane, s: &Setup, clone: &str, recorder: V
 }
 
 #[test]
-fn a_clone_pair_crashed_right_after_c1_or_any_of_r1_to_r6_completes_with_one_clone_and_an_untouched_source(
+fn a_clone_pair_crashed_right_after_c1_c2_or_any_of_r1_to_r6_completes_with_one_clone_and_an_untouched_source(
 ) {
     let (cp, _turn) = turn();
-    for step in ["C1", "R1", "R2", "R3", "R4", "R5", "R6"] {
+    for step in CLONE_STEPS {
         restart(cp, &[("STA_FAULT_EXIT_AFTER", step)]);
         let s = setup(cp);
         let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
@@ -248,6 +249,97 @@ fn a_clone_pair_crashed_right_after_c1_or_any_of_r1_to_r6_completes_with_one_clo
         let clone = clone_claim_name(cp.direct(), &s.dst.name);
         assert_clone_completed(cp, &s, &clone, recorder);
         println!("clone, crash after {step}: completed with one clone");
+    }
+}
+
+/// Every step of a Clone pair a crash can follow.
+const CLONE_STEPS: [&str; 8] = ["C1", "C2", "R1", "R2", "R3", "R4", "R5", "R6"];
+
+#[test]
+fn a_standing_offers_clones_crashed_after_any_step_each_arrive_once_to_a_request_and_an_ephemeral_claim(
+) {
+    let (cp, _turn) = turn();
+    ephemeral::ensure_class(cp.kubectl());
+    for step in CLONE_STEPS {
+        restart(cp, &[("STA_FAULT_EXIT_AFTER", step)]);
+        let s = setup(cp);
+        let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+        let (src, dst) = (&s.src.name, &s.dst.name);
+        let k = cp.kubectl();
+        // A standing offer, a Clone request and an EphemeralClaim of a pod:
+        // the offer's pairs run one at a time, so the crash comes in one of
+        // them and the other may be anywhere.
+        k.apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {src}\nspec:\n  mode: Clone\n  source:\n    name: db\n  destination:\n    namespace: {dst}\n"
+        ))
+        .unwrap();
+        k.apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: take\n  namespace: {dst}\nspec:\n  mode: Clone\n  source:\n    namespace: {src}\n    name: db\n"
+        ))
+        .unwrap();
+        ephemeral::create_pod(
+            k,
+            dst,
+            "runner",
+            "runner-scratch",
+            ephemeral::Scheduling::Scheduled,
+        );
+        k.apply(&ephemeral::ephemeral_claim_yaml(
+            dst,
+            "scratch",
+            "runner",
+            ephemeral::Policy::Delete,
+            &format!("dataSourceRef: {{kind: PersistentVolumeClaim, namespace: {src}, name: db}}"),
+        ))
+        .unwrap();
+        let code = cp.wait_for_server_exit(WAIT);
+        assert_eq!(
+            code,
+            Some(FAULT_EXIT_CODE),
+            "the server crashed right after {step}"
+        );
+        restart(cp, &[]);
+        wait_phase(k, dst, "take", "Completed", WAIT);
+        ephemeral::wait_phase(k, dst, "scratch", "Bound");
+        // Two clones, each made once, each in its claim; nothing left over.
+        let admin = k;
+        let clones: Vec<String> = clones_of(&cp.csi, &s.handle)
+            .iter()
+            .map(|c| c.volume_id().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(clones.len(), 2, "after {step}: {clones:?}");
+        let mut held: Vec<String> = ["db", "runner-scratch"]
+            .iter()
+            .map(|claim| ephemeral::bound_volume_of(admin, dst, claim).1)
+            .collect();
+        held.sort();
+        let mut made = clones.clone();
+        made.sort();
+        assert_eq!(held, made, "after {step}: each clone is in its claim");
+        eventually("no clone claim left in the source namespace", WAIT, || {
+            admin.ok(&["get", "pvc", "-n", src, "-o", "name"]).trim() == "persistentvolumeclaim/db"
+        });
+        eventually("the offer to count its clones", WAIT, || {
+            transfer_json(admin, src, "give").is_some_and(|t| {
+                t["status"]["clones"] == serde_json::json!({"made": 2, "alive": 2})
+                    && t["status"]["phase"] == "WaitingForPeer"
+            })
+        });
+        let source = claim_json(admin, src, "db").unwrap();
+        assert_eq!(source["metadata"]["uid"], s.claim_uid.as_str());
+        assert_eq!(source["status"]["phase"], "Bound");
+        assert!(source["metadata"]["annotations"]
+            .get("storage.transfer.k8s.io/transfer")
+            .is_none());
+        let pv = volume_json(admin, &s.pv).unwrap();
+        assert_eq!(pv["spec"]["claimRef"]["uid"], s.claim_uid.as_str());
+        assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+        recorder.assert_never_lost(&[&s.claim_uid]);
+        cp.csi.assert_never_deleted(&s.handle);
+        for clone in &clones {
+            cp.csi.assert_never_deleted(clone);
+        }
+        println!("standing offer, crash after {step}: two clones, each once");
     }
 }
 

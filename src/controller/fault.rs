@@ -5,7 +5,8 @@
 //! - `STA_FAULT_EXIT_AFTER=R3` makes the process exit at once, with
 //!   [`FAULT_EXIT_CODE`], right after the controller has completed step R3 of
 //!   a transfer: no destructor, no graceful shutdown, no lease resignation, as
-//!   if the machine had lost power.
+//!   if the machine had lost power. `C2` (a wait, with no write) exits once
+//!   the clone is seen Bound, before R1.
 //! - `STA_FAULT_PAUSE_BEFORE=R4:3000` makes the controller sleep 3000 ms just
 //!   before step R4, so that a test can change the world in between.
 
@@ -15,17 +16,23 @@ use super::transfer::Step;
 pub const FAULT_EXIT_CODE: i32 = 86;
 
 /// Called right after `step` is done.
-#[cfg(feature = "fault-injection")]
 pub fn after(step: Step) {
-    if std::env::var("STA_FAULT_EXIT_AFTER").ok().as_deref() == Some(step.name()) {
-        eprintln!("fault injection: exiting right after step {}", step.name());
+    after_named(step.name());
+}
+
+/// Called right after the step named `name` is done; also for a step with no
+/// write of its own, such as C2 (a wait), which ends when it is seen done.
+#[cfg(feature = "fault-injection")]
+pub fn after_named(name: &str) {
+    if std::env::var("STA_FAULT_EXIT_AFTER").ok().as_deref() == Some(name) {
+        eprintln!("fault injection: exiting right after step {name}");
         std::process::exit(FAULT_EXIT_CODE);
     }
 }
 
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
-pub fn after(_step: Step) {}
+pub fn after_named(_name: &str) {}
 
 /// Whether [`before`] pauses before `step`.
 #[cfg(feature = "fault-injection")]

@@ -349,6 +349,13 @@ impl TransferController {
                     };
                     facts = self.gather(fresh).await?;
                 }
+                action @ (Action::Lock { .. } | Action::RecordSource(_))
+                    if facts.source.mode() == TransferMode::Clone =>
+                {
+                    // C2 writes nothing: it is done once R1 is next.
+                    fault::after_named("C2");
+                    return self.execute(&facts, action).await;
+                }
                 action => return self.execute(&facts, action).await,
             }
         }
