@@ -748,13 +748,27 @@ fn a_standing_offer_clones_for_every_request_up_to_max_clones_and_stops_when_del
     consistently("the third keeps waiting", Duration::from_secs(3), || {
         claim_json(admin(), &s.dst.name, "db-3").is_none()
     });
-    eventually("the offer to count its clones", WAIT, || {
-        transfer_json(admin(), &s.src.name, "fixtures").is_some_and(|t| {
-            t["status"]["clones"] == serde_json::json!({"made": 2, "alive": 2})
-                && t["status"]["phase"] == "WaitingForPeer"
-                && t["status"]["reason"] == "Offering"
+    let counted = || {
+        eventually("the offer to count its clones", WAIT, || {
+            transfer_json(admin(), &s.src.name, "fixtures").is_some_and(|t| {
+                t["status"]["clones"] == serde_json::json!({"made": 2, "alive": 2})
+                    && t["status"]["phase"] == "WaitingForPeer"
+                    && t["status"]["reason"] == "Offering"
+            })
         })
-    });
+    };
+    counted();
+    // The destination deleting its Completed requests frees no slot: their
+    // clones are still there.
+    for done in ["one", "two"] {
+        admin().ok(&["delete", "nst", done, "-n", &s.dst.name]);
+    }
+    consistently(
+        "the third still waits with the requests gone",
+        Duration::from_secs(12),
+        || claim_json(admin(), &s.dst.name, "db-3").is_none(),
+    );
+    counted();
     // Releasing one clone destroys exactly it, and makes room for the third.
     let first = handle_of(&s.dst.name, "db-1");
     let second = handle_of(&s.dst.name, "db-2");

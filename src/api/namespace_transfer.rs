@@ -57,6 +57,12 @@ pub const ANNOTATION_CLONE_OF: &str = "storage.transfer.k8s.io/clone-of";
 /// clone's five-character name suffix may repeat.
 pub const ANNOTATION_CLONE_FOR: &str = "storage.transfer.k8s.io/clone-for";
 
+/// Label on a clone's PersistentVolume naming the uid of the offer it was
+/// cloned under (R2; never removed): what a standing offer's `maxClones`
+/// counts. The volume is cluster-scoped, so no tenant of either namespace can
+/// take it off to free a slot.
+pub const LABEL_CLONED_UNDER: &str = "storage.transfer.k8s.io/cloned-under";
+
 /// StorageClass annotation that allows transfers of its volumes (§2.1.4).
 pub const ANNOTATION_ALLOW_NAMESPACE_TRANSFER: &str =
     "storage.transfer.k8s.io/allow-namespace-transfer";

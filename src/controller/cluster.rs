@@ -111,6 +111,16 @@ impl Cluster {
     }
 
     /// A StorageClass's metadata (its annotations carry the transfer policy).
+    /// The volumes labelled `key=value`, live.
+    pub async fn volumes_labelled(
+        &self,
+        key: &str,
+        value: &str,
+    ) -> Result<Vec<PersistentVolume>, ClusterError> {
+        let params = ListParams::default().labels(&format!("{key}={value}"));
+        Ok(self.volumes().list(&params).await?.items)
+    }
+
     pub async fn storage_class(&self, name: &str) -> Result<Option<ObjectMeta>, ClusterError> {
         let classes: Api<StorageClass> = Api::all(self.client.clone());
         Ok(found(classes.get_metadata(name).await)?.map(|m| m.metadata))

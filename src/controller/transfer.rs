@@ -43,6 +43,7 @@ pub mod matching;
 #[cfg(test)]
 mod model;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,8 +67,8 @@ use crate::api::namespace_transfer::{
     TransferMode, ANNOTATION_ALLOW_NAMESPACE_TRANSFER, ANNOTATION_DESTINATION_LOST,
     ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK, CONDITION_AUTHORIZED,
     CONDITION_PEER_MATCHED, CONDITION_READY, CONDITION_REBOUND, CONDITION_SOURCE_RELEASED,
-    FINALIZER_TRANSFER_PROTECTION, REASON_CLONE_FAILED, REASON_DEADLINE_EXCEEDED,
-    REASON_PEER_TAKEN,
+    FINALIZER_TRANSFER_PROTECTION, LABEL_CLONED_UNDER, REASON_CLONE_FAILED,
+    REASON_DEADLINE_EXCEEDED, REASON_PEER_TAKEN,
 };
 use crate::authz::Authorizer;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
@@ -403,10 +404,17 @@ impl TransferController {
         for d in pairs.iter().filter(|d| is_active(d) || has_finalizer(d)) {
             self.queue.add(&object_key(*d));
         }
+        // A request deleted after its clone arrived still made one.
+        let made_before = s
+            .status
+            .as_ref()
+            .and_then(|st| st.clones.as_ref())
+            .map_or(0, |c| usize::try_from(c.made).unwrap_or(0));
         let made = pairs
             .iter()
             .filter(|d| recorded_source(d).is_some())
-            .count();
+            .count()
+            .max(made_before);
         let alive = self.clones_alive(&s, &pairs, None).await?;
         let held = pairs.iter().any(|d| has_finalizer(d));
         let deleting = s.metadata.deletion_timestamp.is_some();
@@ -472,41 +480,49 @@ impl TransferController {
 
     /// How many of a standing offer's clones are alive, not counting the
     /// pair of `except`: being made (the clone claim exists, or was
-    /// recorded), or handed over and the destination claim still exists.
+    /// recorded), or from R2 on, while their volume exists (labelled
+    /// [`LABEL_CLONED_UNDER`]), whoever holds it and whether or not its
+    /// request still exists.
     async fn clones_alive(
         &self,
         s: &NamespaceTransfer,
         pairs: &[&NamespaceTransfer],
         except: Option<&str>,
     ) -> Result<usize, Error> {
-        let mut alive = 0;
+        // Every clone from R2 on: its volume carries the offer's label until
+        // it is gone, whatever became of the request or the claim.
+        let mut labelled: HashSet<String> = self
+            .cluster
+            .volumes_labelled(LABEL_CLONED_UNDER, uid_of(s))
+            .await?
+            .into_iter()
+            .filter(|v| v.metadata.deletion_timestamp.is_none())
+            .filter_map(|v| v.metadata.name)
+            .collect();
+        // Before R2: the pairs with a clone claim made.
+        let mut early = 0;
         for d in pairs {
+            let volume = recorded_source(d).map(|c| c.volume_name.as_str());
             if except.is_some_and(|uid| d.metadata.uid.as_deref() == Some(uid)) {
+                if let Some(volume) = volume {
+                    labelled.remove(volume);
+                }
                 continue;
             }
             let phase = d.status.as_ref().and_then(|st| st.phase);
-            let holds = match phase {
-                Some(Phase::Completed) => match recorded_destination(d) {
-                    Some(dest) => self
-                        .cluster
-                        .claim(&dest.namespace, &dest.name)
-                        .await?
-                        .is_some_and(|c| c.metadata.uid.as_deref() == Some(dest.uid.as_str())),
-                    None => false,
-                },
-                Some(p) if p.is_finished() => false,
-                _ => {
-                    recorded_source(d).is_some()
-                        || self
-                            .cluster
-                            .claim(s.source_namespace(), &s.clone_claim_name(uid_of(d)))
-                            .await?
-                            .is_some()
-                }
-            };
-            alive += usize::from(holds);
+            if phase.is_some_and(Phase::is_finished) || volume.is_some_and(|v| labelled.contains(v))
+            {
+                continue;
+            }
+            let made = volume.is_some()
+                || self
+                    .cluster
+                    .claim(s.source_namespace(), &s.clone_claim_name(uid_of(d)))
+                    .await?
+                    .is_some();
+            early += usize::from(made);
         }
-        Ok(alive)
+        Ok(labelled.len() + early)
     }
 
     /// Reads every fact the decision needs, live.
@@ -871,7 +887,7 @@ impl TransferController {
                 })
                 .await?;
                 self.leadership.check()?;
-                let retain = json!({
+                let mut retain = json!({
                     "metadata": {
                         "resourceVersion": resource_version,
                         "annotations": {
@@ -881,6 +897,10 @@ impl TransferController {
                     },
                     "spec": {"persistentVolumeReclaimPolicy": "Retain"},
                 });
+                if s.mode() == TransferMode::Clone {
+                    // For good: what maxClones counts (clones_alive).
+                    retain["metadata"]["labels"] = json!({ LABEL_CLONED_UNDER: mine });
+                }
                 let Some(volume) = &f.volume else {
                     return Ok(Next::Now);
                 };
