@@ -328,10 +328,14 @@ impl TransferController {
     async fn drive(&self, s: NamespaceTransfer) -> Result<Next, Error> {
         let mut facts = self.gather(s).await?;
         let mut paused = false;
-        // At most: rights, admission, one pause and its fresh facts.
-        for _ in 0..6 {
+        // At most: users, rights, admission, one pause and its fresh facts
+        // (whose users, rights and admission are asked for again).
+        for _ in 0..10 {
             let action = decide(&facts);
             match action {
+                Action::CheckUsers => {
+                    facts.users = Some(self.users_of(&facts).await?);
+                }
                 Action::CheckRights => {
                     facts.rights = Some(self.check_rights(&facts).await?);
                 }
@@ -611,21 +615,6 @@ impl TransferController {
             }
             (None, None) => ClassPolicy::Unknown,
         };
-        let committed = recorded_destination(&s).is_some_and(|d| {
-            volume
-                .as_ref()
-                .is_some_and(|v| v.names(&d.namespace, &d.name, &d.uid))
-        });
-        // Before the commit the pods decide; after it, until R5, they are
-        // only reported.
-        let users = match &moved {
-            Some(name) if is_active(&s) && (!committed || source_claim.is_some()) => {
-                self.cluster
-                    .pods_using_for_transfer(&source_ns, name)
-                    .await?
-            }
-            _ => Vec::new(),
-        };
         let at_capacity = match (s.spec.max_clones, &peer) {
             (Some(max), Peer::Found(d))
                 if s.is_standing_offer()
@@ -659,7 +648,7 @@ impl TransferController {
             destination_claim,
             volume,
             class,
-            users,
+            users: None,
             lock_holder_active,
             rights: None,
             admission: None,
@@ -748,7 +737,7 @@ impl TransferController {
                 }
                 Ok(Next::Now)
             }
-            Action::CheckRights | Action::CheckAdmission => Ok(Next::Now),
+            Action::CheckUsers | Action::CheckRights | Action::CheckAdmission => Ok(Next::Now),
             Action::Protect => {
                 self.set_finalizer(s, true).await?;
                 if let Some(d) = d {
@@ -1087,8 +1076,13 @@ impl TransferController {
                 let name = recorded_source(s)
                     .map(|snap| snap.name.clone())
                     .unwrap_or_else(|| s.spec.source.name.clone());
-                if !f.users.is_empty() {
-                    // Scheduled between the last check and the commit.
+                // Scheduled between the last check and the commit: only
+                // reported, the volume is the destination's already.
+                let users = self
+                    .cluster
+                    .pods_using_for_transfer(source_ns, &name)
+                    .await?;
+                if !users.is_empty() {
                     let volume = f
                         .volume
                         .as_ref()
@@ -1096,7 +1090,7 @@ impl TransferController {
                         .unwrap_or_default();
                     let note = format!(
                         "{}, but its volume {volume} was already handed over",
-                        decide::in_use_message(source_ns, &name, &f.users)
+                        decide::in_use_message(source_ns, &name, &users)
                     );
                     for regarding in [
                         reference_to(s),
@@ -1317,6 +1311,18 @@ impl TransferController {
             .await?
             .iter()
             .any(|t| t.metadata.uid.as_deref() == Some(holder) && is_active(t)))
+    }
+
+    /// The pods that use the claim the protocol moves (the source claim or
+    /// its clone), live.
+    async fn users_of(&self, f: &Facts) -> Result<Vec<String>, Error> {
+        match moved_claim_name_of(&f.source, &f.peer) {
+            Some(name) => Ok(self
+                .cluster
+                .pods_using_for_transfer(f.source.source_namespace(), &name)
+                .await?),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Re-runs the create-time SubjectAccessReviews for both stored

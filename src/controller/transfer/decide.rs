@@ -144,6 +144,9 @@ pub enum Action {
     /// Record the end before the commit: Failed or Cancelled, on both. The
     /// rollback is decided afterwards, from the recorded phase.
     Finish { phase: Phase, report: Report },
+    /// List the pods that use the claim the protocol moves (live) and
+    /// decide again.
+    CheckUsers,
     /// Re-run both parties' SubjectAccessReviews (uncached) and decide again.
     CheckRights,
     /// Ask kube-apiserver with `dryRun=All` whether the R3 create and the R5
@@ -582,23 +585,21 @@ fn before_lock(f: &Facts, d: &NamespaceTransfer) -> Action {
             ),
         ));
     }
-    if !f.users.is_empty() {
-        return wait(
-            Phase::WaitingForRelease,
-            Report::new(
-                REASON_SOURCE_IN_USE,
-                in_use_message(source_ns, source_name, &f.users),
-            ),
-            true,
-        );
-    }
-    if !has_finalizer(s) || !has_finalizer(d) {
-        return Action::Protect;
-    }
     if claim.lock.as_deref() != Some(mine) {
+        // Nobody may use the claim when it is locked; R2 and R4 ask again.
+        if let Some(action) = while_in_use(f, |users| in_use_message(source_ns, source_name, users))
+        {
+            return action;
+        }
+        if !has_finalizer(s) || !has_finalizer(d) {
+            return Action::Protect;
+        }
         return Action::Lock {
             resource_version: claim.resource_version.clone(),
         };
+    }
+    if !has_finalizer(s) || !has_finalizer(d) {
+        return Action::Protect;
     }
     Action::RecordSource(snapshot_of(claim, volume))
 }
@@ -666,15 +667,10 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
                 ),
             ));
         }
-        if !f.users.is_empty() {
-            return wait(
-                Phase::WaitingForRelease,
-                Report::new(
-                    REASON_SOURCE_IN_USE,
-                    in_use_message(source_ns, &snapshot.name, &f.users),
-                ),
-                true,
-            );
+        if let Some(action) =
+            while_in_use(f, |users| in_use_message(source_ns, &snapshot.name, users))
+        {
+            return action;
         }
         if let Some(action) = rights_and_admission(f, true) {
             return action;
@@ -731,18 +727,13 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
 
     // R4: a pod may have started using the source since it was checked, and
     // rights may have been revoked since R2.
-    if !f.users.is_empty() {
-        return wait(
-            Phase::WaitingForRelease,
-            Report::new(
-                REASON_SOURCE_IN_USE,
-                format!(
-                    "{}; it started after the claim was checked, so the rebind waits before committing",
-                    in_use_message(source_ns, &snapshot.name, &f.users)
-                ),
-            ),
-            true,
-        );
+    if let Some(action) = while_in_use(f, |users| {
+        format!(
+            "{}; it started after the claim was checked, so the rebind waits before committing",
+            in_use_message(source_ns, &snapshot.name, users)
+        )
+    }) {
+        return action;
     }
     if let Some(action) = rights_and_admission(f, false) {
         return action;
@@ -750,6 +741,20 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
     Action::Commit {
         resource_version: volume.resource_version.clone(),
         destination: destination.clone(),
+    }
+}
+
+/// Asks for the source claim's users, or waits while there are any (saying
+/// so with `message`); `None` once nobody uses it.
+fn while_in_use(f: &Facts, message: impl FnOnce(&[String]) -> String) -> Option<Action> {
+    match f.users.as_deref() {
+        None => Some(Action::CheckUsers),
+        Some([]) => None,
+        Some(users) => Some(wait(
+            Phase::WaitingForRelease,
+            Report::new(REASON_SOURCE_IN_USE, message(users)),
+            true,
+        )),
     }
 }
 

@@ -15,9 +15,11 @@
 //!   source recorded, or by matching before anything was recorded.
 //! - [`Facts::source_claim`], [`Facts::destination_claim`] and
 //!   [`Facts::volume`] are live reads (GET) from kube-apiserver.
-//! - [`Facts::users`] is a live LIST of the pods that use the source claim.
-//! - [`Facts::rights`] and [`Facts::admission`] are only gathered when the
-//!   decision asks for them, right before the write they guard.
+//! - [`Facts::users`], [`Facts::rights`] and [`Facts::admission`] are only
+//!   gathered when the decision asks for them, right before the write they
+//!   guard: the users are a live LIST of pods, which kube-apiserver answers
+//!   only once its cache has caught up with etcd (tens of milliseconds), so
+//!   the steps that do not depend on them do not pay for them.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
@@ -62,8 +64,8 @@ pub struct Facts {
     /// Whether the volume's StorageClass allows transfers.
     pub class: ClassPolicy,
     /// The pods that use the source claim now (live LIST): not Succeeded or
-    /// Failed, scheduled or not.
-    pub users: Vec<String>,
+    /// Failed, scheduled or not; `None` until the decision asks for them.
+    pub users: Option<Vec<String>>,
     /// When the source claim carries another transfer's lock: whether that
     /// transfer exists and is active.
     pub lock_holder_active: bool,

@@ -493,11 +493,11 @@ impl World {
                 capacity: Some("1Gi".to_owned()),
             }),
             class: ClassPolicy::Allowed,
-            users: if self.pod {
+            users: Some(if self.pod {
                 vec!["app".to_owned()]
             } else {
                 Vec::new()
-            },
+            }),
             lock_holder_active: false,
             rights: None,
             admission: None,
@@ -590,6 +590,7 @@ impl World {
         match action {
             Action::Nothing { .. }
             | Action::Expire
+            | Action::CheckUsers
             | Action::CheckRights
             | Action::CheckAdmission => {
                 vec![w]

@@ -159,7 +159,7 @@ fn fresh() -> Facts {
         destination_claim: None,
         volume: Some(volume(Some(("prod", "db", CLAIM_UID)))),
         class: ClassPolicy::Allowed,
-        users: Vec::new(),
+        users: Some(Vec::new()),
         lock_holder_active: false,
         rights: None,
         admission: None,
@@ -304,7 +304,7 @@ fn the_preconditions_are_checked_in_order_before_the_lock() {
 #[test]
 fn a_pod_using_the_source_holds_the_pair_and_only_the_source_side_learns_its_name() {
     for mut f in [fresh(), locked(), created()] {
-        f.users = vec!["secret-app".to_owned()];
+        f.users = Some(vec!["secret-app".to_owned()]);
         match decide(&f) {
             Action::Wait { report, in_use, .. } => {
                 assert_eq!(report.reason, REASON_SOURCE_IN_USE);
@@ -315,6 +315,40 @@ fn a_pod_using_the_source_holds_the_pair_and_only_the_source_side_learns_its_nam
             other => panic!("{other:?}"),
         }
     }
+}
+
+#[test]
+fn the_pods_are_listed_before_the_lock_r2_and_the_commit_and_for_no_other_step() {
+    let mut before_lock = fresh();
+    protect(&mut before_lock);
+    for (step, mut f) in [("R1", before_lock), ("R2", locked()), ("R4", created())] {
+        f.users = None;
+        assert_eq!(decide(&f), Action::CheckUsers, "before {step}");
+    }
+    // R1's record of the claim it has locked needs no list of its own.
+    let mut record = fresh();
+    protect(&mut record);
+    record.source_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
+    record.users = None;
+    assert!(
+        matches!(decide(&record), Action::RecordSource(_)),
+        "{:?}",
+        decide(&record)
+    );
+    let mut r3 = retained();
+    r3.users = None;
+    assert!(
+        matches!(decide(&r3), Action::CreateDestination(_)),
+        "{:?}",
+        decide(&r3)
+    );
+    let mut r5 = committed();
+    r5.users = None;
+    assert!(
+        matches!(decide(&r5), Action::ReleaseSource { .. }),
+        "{:?}",
+        decide(&r5)
+    );
 }
 
 #[test]
@@ -683,7 +717,7 @@ fn clone_fresh() -> Facts {
     }
     f.origin = f.source_claim.take();
     f.volume = None;
-    f.users = Vec::new();
+    f.users = Some(Vec::new());
     f
 }
 
