@@ -43,7 +43,7 @@ pub mod matching;
 #[cfg(test)]
 mod model;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -163,9 +163,10 @@ pub struct TransferController {
     queue: WorkQueue,
     options: TransferOptions,
     ctx: Context,
-    /// Held while a standing offer's pair decides, so that two pairs never
-    /// both see room under `maxClones` for one clone.
-    standing: Arc<tokio::sync::Mutex<()>>,
+    /// One lock per standing offer (by uid), held while one of its pairs
+    /// decides, so that two pairs never both see room under `maxClones` for
+    /// one clone; pairs of different offers go on side by side.
+    standing: Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 impl TransferController {
@@ -396,8 +397,25 @@ impl TransferController {
         d: NamespaceTransfer,
         s: NamespaceTransfer,
     ) -> Result<Next, Error> {
-        let _one_at_a_time = self.standing.lock().await;
+        let offer = self.standing_lock(uid_of(&s));
+        let _one_at_a_time = offer.lock().await;
         self.drive(standing_view(&s, &d)).await
+    }
+
+    /// The lock of the standing offer with uid `offer`.
+    fn standing_lock(&self, offer: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.standing.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(locks.entry(offer.to_owned()).or_default())
+    }
+
+    /// Drops the lock of the finished standing offer `offer`, unless
+    /// someone holds or waits for it: then it stays, so that it still
+    /// excludes (its pairs only wind down now).
+    fn forget_standing_lock(&self, offer: &str) {
+        let mut locks = self.standing.lock().unwrap_or_else(|p| p.into_inner());
+        if locks.get(offer).is_some_and(|l| Arc::strong_count(l) == 1) {
+            locks.remove(offer);
+        }
     }
 
     /// A standing offer itself: counts its clones, wakes its pairs, and ends
@@ -472,6 +490,7 @@ impl TransferController {
             }
         }
         if (!is_active(&s) || deleting || expired) && !held {
+            self.forget_standing_lock(uid_of(&s));
             self.set_finalizer(&s, false).await?;
             return self.expire(&s).await;
         }
