@@ -607,6 +607,13 @@ fn a_clone_moves_to_the_destination_while_the_source_keeps_its_volume_and_its_po
         events.iter().any(|e| e.starts_with("CloneCreated")),
         "a CloneCreated event on the offer: {events:?}"
     );
+    let events = events_about(admin(), &s.dst.name, "NamespaceTransfer", "take");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("CloneCreated") && !e.contains("give")),
+        "a CloneCreated event on the request, naming nothing of the offer: {events:?}"
+    );
     let table = admin().ok(&["get", "nst", "-n", &s.dst.name]);
     assert!(
         table.contains("Clone"),

@@ -83,6 +83,25 @@ fn setup(cp: &ControlPlane) -> Setup {
 }
 
 impl Setup {
+    /// The source claim and its volume exactly as before (a Clone pair only
+    /// reads them): same claim, Bound, unlocked; the volume bound to it under
+    /// Delete, never lost and never deleted by the driver.
+    #[track_caller]
+    fn assert_source_untouched(&self, cp: &ControlPlane, recorder: VolumeRecorder) {
+        let admin = cp.kubectl();
+        let source = claim_json(admin, &self.src.name, "db").unwrap();
+        assert_eq!(source["metadata"]["uid"], self.claim_uid.as_str());
+        assert_eq!(source["status"]["phase"], "Bound");
+        assert!(source["metadata"]["annotations"]
+            .get("storage.transfer.k8s.io/transfer")
+            .is_none());
+        let pv = volume_json(admin, &self.pv).unwrap();
+        assert_eq!(pv["spec"]["claimRef"]["uid"], self.claim_uid.as_str());
+        assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+        recorder.assert_never_lost(&[&self.claim_uid]);
+        cp.csi.assert_never_deleted(&self.handle);
+    }
+
     fn consent(&self, k: &Kubectl) {
         offer(k, &self.src.name, "give", "db", &self.dst.name);
         request(k, &self.dst.name, "take", &self.src.name, "db");
@@ -201,17 +220,7 @@ fn assert_clone_completed(cp: &ControlPlane, s: &Setup, clone: &str, recorder: V
     wait_phase(k, &s.src.name, "give", "Completed", WAIT);
     wait_phase(k, &s.dst.name, "take", "Completed", WAIT);
     let admin = cp.kubectl();
-    let source = claim_json(admin, &s.src.name, "db").unwrap();
-    assert_eq!(source["metadata"]["uid"], s.claim_uid.as_str());
-    assert_eq!(source["status"]["phase"], "Bound");
-    assert!(source["metadata"]["annotations"]
-        .get("storage.transfer.k8s.io/transfer")
-        .is_none());
-    let pv = volume_json(admin, &s.pv).unwrap();
-    assert_eq!(pv["spec"]["claimRef"]["uid"], s.claim_uid.as_str());
-    assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
-    recorder.assert_never_lost(&[&s.claim_uid]);
-    cp.csi.assert_never_deleted(&s.handle);
+    s.assert_source_untouched(cp, recorder);
     let clones = clones_of(&cp.csi, &s.handle);
     assert_eq!(clones.len(), 1, "one clone, made once: {clones:?}");
     let dest = claim_json(admin, &s.dst.name, "db").unwrap();
@@ -325,17 +334,7 @@ fn a_standing_offers_clones_crashed_after_any_step_each_arrive_once_to_a_request
                     && t["status"]["phase"] == "WaitingForPeer"
             })
         });
-        let source = claim_json(admin, src, "db").unwrap();
-        assert_eq!(source["metadata"]["uid"], s.claim_uid.as_str());
-        assert_eq!(source["status"]["phase"], "Bound");
-        assert!(source["metadata"]["annotations"]
-            .get("storage.transfer.k8s.io/transfer")
-            .is_none());
-        let pv = volume_json(admin, &s.pv).unwrap();
-        assert_eq!(pv["spec"]["claimRef"]["uid"], s.claim_uid.as_str());
-        assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
-        recorder.assert_never_lost(&[&s.claim_uid]);
-        cp.csi.assert_never_deleted(&s.handle);
+        s.assert_source_untouched(cp, recorder);
         for clone in &clones {
             cp.csi.assert_never_deleted(clone);
         }
@@ -380,14 +379,7 @@ fn cancelling_a_clone_pair_before_the_commit_deletes_the_clone_and_its_volume_on
     );
     // The clone was ours: its volume goes, once. The source's never.
     cp.csi.assert_deleted_once(&handle, WAIT);
-    let source = claim_json(cp.kubectl(), &s.src.name, "db").unwrap();
-    assert_eq!(source["metadata"]["uid"], s.claim_uid.as_str());
-    assert_eq!(source["status"]["phase"], "Bound");
-    let pv = volume_json(cp.kubectl(), &s.pv).unwrap();
-    assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
-    assert_eq!(pv["spec"]["claimRef"]["uid"], s.claim_uid.as_str());
-    recorder.assert_never_lost(&[&s.claim_uid]);
-    cp.csi.assert_never_deleted(&s.handle);
+    s.assert_source_untouched(cp, recorder);
     restart(cp, &[]);
 }
 

@@ -47,6 +47,13 @@ use crate::scenario::{self, ALLOWED_CLASS, STATIC_ALLOWED_CLASS};
 /// How long any one step (a bind, a phase, a watch starting) may take.
 const WAIT: Duration = Duration::from_secs(120);
 
+/// The pause between provisioning a clone's source and cloning it. The
+/// external-provisioner's client is rate-limited (5 requests per second,
+/// bursts of 10: its defaults), and provisioning the source spends part of
+/// the burst; without the pause each of the clone's API calls would wait up
+/// to 200 ms for a token, and the figure would measure the bucket.
+const SOURCE_SETTLE: Duration = Duration::from_secs(2);
+
 /// The claim name used on both sides, and by the baseline.
 const CLAIM: &str = "db";
 
@@ -159,6 +166,7 @@ fn one_clone(cp: &ControlPlane, capacity: &str, leftovers: &mut Leftovers) -> Du
     let (src_ns, dst_ns) = (src.name.clone(), dst.name.clone());
     leftovers.namespaces.extend([src, dst]);
     let source = scenario::provisioned_volume(k, ALLOWED_CLASS, &src_ns, CLAIM, capacity);
+    std::thread::sleep(SOURCE_SETTLE);
 
     k.apply(&format!(
         "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {src_ns}\nspec:\n  mode: Clone\n  source:\n    name: {CLAIM}\n  destination:\n    namespace: {dst_ns}\n    name: {CLAIM}\n"
@@ -199,6 +207,7 @@ fn one_csi_clone(cp: &ControlPlane, capacity: &str, leftovers: &mut Leftovers) -
     let namespace = ns.name.clone();
     leftovers.namespaces.push(ns);
     let source = scenario::provisioned_volume(k, ALLOWED_CLASS, &namespace, CLAIM, capacity);
+    std::thread::sleep(SOURCE_SETTLE);
 
     let watch = EventWatch::start(cp, "pvc", &namespace, "copy");
     k.apply(&format!(

@@ -442,6 +442,16 @@ impl NamespaceTransfer {
     /// over (C1): `<this transfer's name>-clone-<the first 5 characters of the
     /// receiving transfer's uid>`, the name cut so that the whole stays a
     /// valid object name. One clone per receiving transfer.
+    /// Whether `claim`, in this transfer's own namespace, may be one of the
+    /// clones it makes (a Clone-mode transfer on the source side): what
+    /// wakes it when a clone is provisioned.
+    pub fn may_be_clone(&self, namespace: &str, claim: &str) -> bool {
+        self.mode() == TransferMode::Clone
+            && self.own_namespace() == self.source_namespace()
+            && self.source_namespace() == namespace
+            && claim.starts_with(&self.clone_claim_name(""))
+    }
+
     pub fn clone_claim_name(&self, receiver_uid: &str) -> String {
         let suffix: String = receiver_uid
             .chars()

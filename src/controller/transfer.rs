@@ -788,6 +788,21 @@ impl TransferController {
                                 )
                                 .await;
                         }
+                        // The destination learns that its clone is on the
+                        // way, not the clone's name (it names the offer).
+                        if let Some(d) = d.filter(|d| d.metadata.uid != s.metadata.uid) {
+                            self.events
+                                .publish(
+                                    &reference_to(d),
+                                    Severity::Normal,
+                                    "CloneCreated",
+                                    Step::Clone.action(),
+                                    &format!(
+                                        "the provisioner is making a clone of {source_ns}/{origin} for this transfer"
+                                    ),
+                                )
+                                .await;
+                        }
                         Ok(Next::Now)
                     }
                     Err(ClusterError::AlreadyExists { .. }) => Ok(Next::Now),

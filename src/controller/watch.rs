@@ -80,6 +80,7 @@ impl Triggers {
             |t, claim| {
                 let (ns, name) = (namespace(claim), name(claim));
                 (t.source_namespace() == ns && t.spec.source.name == name)
+                    || t.may_be_clone(ns, name)
                     || (t.destination_namespace() == ns && t.spec.destination.name == name)
                     || (role_of(t) == Some(Role::Destination) && t.own_namespace() == ns)
             },

@@ -685,3 +685,23 @@ fn the_clone_claims_name_is_the_offers_and_five_characters_of_the_receivers_uid(
     assert!(name.len() <= 253, "{}", name.len());
     assert!(name.ends_with("a-clone-abcde"), "{name}");
 }
+
+#[test]
+fn a_clone_is_recognised_by_its_offers_name_in_the_offers_namespace_only() {
+    let offer = defaulted(
+        "prod",
+        json!({"source": {"name": "db"}, "destination": {"namespace": "dev"}, "mode": "Clone"}),
+    );
+    let clone = offer.clone_claim_name("6F0a-91c2-77");
+    assert!(offer.may_be_clone("prod", &clone));
+    assert!(!offer.may_be_clone("dev", &clone));
+    assert!(!offer.may_be_clone("prod", "db"));
+    let mut moving = offer.clone();
+    moving.spec.mode = Some(TransferMode::Move);
+    assert!(!moving.may_be_clone("prod", &clone));
+    let request = defaulted(
+        "dev",
+        json!({"source": {"namespace": "prod", "name": "db"}, "mode": "Clone"}),
+    );
+    assert!(!request.may_be_clone("prod", &request.clone_claim_name("x")));
+}
