@@ -438,10 +438,6 @@ impl NamespaceTransfer {
             && self.spec.destination.name.is_empty()
     }
 
-    /// The claim a Clone-mode transfer makes in the source namespace and hands
-    /// over (C1): `<this transfer's name>-clone-<the first 5 characters of the
-    /// receiving transfer's uid>`, the name cut so that the whole stays a
-    /// valid object name. One clone per receiving transfer.
     /// Whether `claim`, in this transfer's own namespace, may be one of the
     /// clones it makes (a Clone-mode transfer on the source side): what
     /// wakes it when a clone is provisioned.
@@ -452,6 +448,10 @@ impl NamespaceTransfer {
             && claim.starts_with(&self.clone_claim_name(""))
     }
 
+    /// The claim a Clone-mode transfer makes in the source namespace and hands
+    /// over (C1): `<this transfer's name>-clone-<the first 5 characters of the
+    /// receiving transfer's uid>`, the name cut so that the whole stays a
+    /// valid object name. One clone per receiving transfer.
     pub fn clone_claim_name(&self, receiver_uid: &str) -> String {
         let suffix: String = receiver_uid
             .chars()

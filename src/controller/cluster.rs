@@ -110,7 +110,6 @@ impl Cluster {
         found(self.volumes().get(name).await)
     }
 
-    /// A StorageClass's metadata (its annotations carry the transfer policy).
     /// The volumes labelled `key=value`, live.
     pub async fn volumes_labelled(
         &self,
@@ -121,6 +120,7 @@ impl Cluster {
         Ok(self.volumes().list(&params).await?.items)
     }
 
+    /// A StorageClass's metadata (its annotations carry the transfer policy).
     pub async fn storage_class(&self, name: &str) -> Result<Option<ObjectMeta>, ClusterError> {
         let classes: Api<StorageClass> = Api::all(self.client.clone());
         Ok(found(classes.get_metadata(name).await)?.map(|m| m.metadata))
