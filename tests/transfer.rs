@@ -770,6 +770,11 @@ fn a_standing_offer_clones_for_every_request_up_to_max_clones_and_stops_when_del
     wait_phase(admin(), &s.dst.name, "three", "Completed", WAIT);
     let third = handle_of(&s.dst.name, "db-3");
     assert!(third != first && third != second);
+    // Three made, though two of their requests are gone; two alive.
+    eventually("the offer to count three made, two alive", WAIT, || {
+        transfer_json(admin(), &s.src.name, "fixtures")
+            .is_some_and(|t| t["status"]["clones"] == serde_json::json!({"made": 3, "alive": 2}))
+    });
     cp().csi.assert_never_deleted(&second);
     let clones = clones_of(&cp().csi, &s.handle);
     assert_eq!(clones.len(), 3, "three clones, each made once: {clones:?}");

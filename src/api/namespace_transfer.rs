@@ -345,9 +345,11 @@ pub struct NamespaceTransferStatus {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CloneCounts {
-    /// Clones made (for requests that still exist).
+    /// Clones made under this offer, each counted once, when its pair
+    /// records it (R1); never goes down.
     pub made: i64,
-    /// Clones being made, or handed over and whose claim still exists.
+    /// Clones that exist now: being made, or from R2 on while their volume
+    /// exists, whoever holds it.
     pub alive: i64,
 }
 
@@ -442,10 +444,13 @@ impl NamespaceTransfer {
     /// clones it makes (a Clone-mode transfer on the source side): what
     /// wakes it when a clone is provisioned.
     pub fn may_be_clone(&self, namespace: &str, claim: &str) -> bool {
+        // The name cut as a real suffix cuts it, without the suffix.
+        let named = self.clone_claim_name("00000");
+        let prefix = named.strip_suffix("00000").unwrap_or(&named);
         self.mode() == TransferMode::Clone
             && self.own_namespace() == self.source_namespace()
             && self.source_namespace() == namespace
-            && claim.starts_with(&self.clone_claim_name(""))
+            && claim.starts_with(prefix)
     }
 
     /// The claim a Clone-mode transfer makes in the source namespace and hands

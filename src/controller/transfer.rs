@@ -356,7 +356,8 @@ impl TransferController {
                     facts = self.gather(fresh).await?;
                 }
                 action @ (Action::Lock { .. } | Action::RecordSource(_))
-                    if facts.source.mode() == TransferMode::Clone =>
+                    if facts.source.mode() == TransferMode::Clone
+                        && recorded_source(&facts.source).is_none() =>
                 {
                     // C2 writes nothing: it is done once R1 is next.
                     fault::after_named("C2");
@@ -426,7 +427,8 @@ impl TransferController {
         for d in pairs.iter().filter(|d| is_active(d) || has_finalizer(d)) {
             self.queue.add(&object_key(*d));
         }
-        // A request deleted after its clone arrived still made one.
+        // Each pair adds its clone at R1; the pairs recorded now only repair
+        // a count a crash between R1's two writes left short.
         let made_before = s
             .status
             .as_ref()
@@ -482,7 +484,12 @@ impl TransferController {
                         st.phase = Some(Phase::WaitingForPeer);
                         st.reason = Some(REASON_OFFERING.to_owned());
                         st.message = Some(message.clone());
-                        st.clones = Some(counts.clone());
+                        // A pair may have counted its clone since `s` was read.
+                        let made = st.clones.as_ref().map_or(0, |c| c.made).max(counts.made);
+                        st.clones = Some(CloneCounts {
+                            made,
+                            alive: counts.alive,
+                        });
                         set(st, CONDITION_PEER_MATCHED, false, REASON_OFFERING, &message);
                     })
                     .await?;
@@ -532,12 +539,20 @@ impl TransferController {
                 }
                 continue;
             }
-            let phase = d.status.as_ref().and_then(|st| st.phase);
-            if phase.is_some_and(Phase::is_finished) || volume.is_some_and(|v| labelled.contains(v))
-            {
+            if volume.is_some_and(|v| labelled.contains(v)) {
                 continue;
             }
-            let made = volume.is_some()
+            // A pair that ended is done with its clone once it lets go of its
+            // finalizer; until then its rollback may still have one.
+            let finished = d
+                .status
+                .as_ref()
+                .and_then(|st| st.phase)
+                .is_some_and(Phase::is_finished);
+            if finished && !has_finalizer(d) {
+                continue;
+            }
+            let made = (!finished && volume.is_some())
                 || self
                     .cluster
                     .claim(s.source_namespace(), &s.clone_claim_name(uid_of(d)))
@@ -875,6 +890,14 @@ impl TransferController {
                     set(st, CONDITION_SOURCE_RELEASED, true, "NotInUse", &released);
                 })
                 .await?;
+                if is_standing_pair(s) {
+                    // The offer counts each clone once, here, under its lock.
+                    self.update_status(s, |st| {
+                        let counts = st.clones.get_or_insert_with(CloneCounts::default);
+                        counts.made = counts.made.saturating_add(1);
+                    })
+                    .await?;
+                }
                 fault::after(Step::Lock);
                 if let Some(claim) = &f.source_claim {
                     let (dest_ns, dest_name) = d.map_or((source_ns, ""), |d| destination_of(s, d));
@@ -1350,13 +1373,18 @@ impl TransferController {
     /// The pods that use the claim the protocol moves (the source claim or
     /// its clone), live.
     async fn users_of(&self, f: &Facts) -> Result<Vec<String>, Error> {
-        match moved_claim_name_of(&f.source, &f.peer) {
-            Some(name) => Ok(self
-                .cluster
-                .pods_using_for_transfer(f.source.source_namespace(), &name)
-                .await?),
-            None => Ok(Vec::new()),
-        }
+        let Some(name) = moved_claim_name_of(&f.source, &f.peer) else {
+            // The decision asks only once the claim is known; never answer
+            // "nobody" for a claim that is not.
+            return Err(ClusterError::NotFound {
+                message: "the claim to check for users is not known yet".to_owned(),
+            }
+            .into());
+        };
+        Ok(self
+            .cluster
+            .pods_using_for_transfer(f.source.source_namespace(), &name)
+            .await?)
     }
 
     /// Re-runs the create-time SubjectAccessReviews for both stored

@@ -17,11 +17,13 @@
 // another volume, so that a class can provision volumes but not clone them.
 //
 // The mock refuses capacities of 1 TiB and more (its MaxStorageCapacity).
-// It holds no data, so a capacity is only a number: the wrapper shrinks a
-// request of 1 TiB or more by hugeScale before the mock sees it and gives the
-// asked capacity back in the answer (also to a repeated call for the same
-// volume), so that benchmarks and tests can ask for production sizes. The
-// call log holds the request and answer as the provisioner sent and got them.
+// It holds no data, so a capacity is only a number: the wrapper remembers the
+// capacity each volume was asked with, by name (CreateVolume's idempotency
+// key), passes a request of 1 TiB or more to the mock divided by hugeScale,
+// and answers with the capacity asked. A repeated call for a name is answered
+// from that record, as CSI requires: the volume if it is large enough,
+// AlreadyExists if not. The call log holds the request and answer as the
+// provisioner sent and got them.
 //
 // Volumes live in memory: a restart forgets them.
 package main
@@ -65,10 +67,9 @@ type callLog struct {
 	// calls apart, so that the answer stays true until the call is done.
 	svc       service.Service
 	deletions sync.Mutex
-	// huge holds the capacity asked for each volume made through hugeScale,
-	// by volume name (CreateVolume's idempotency key).
-	hugeMu sync.Mutex
-	huge   map[string]int64
+	// made holds the capacity each volume was made with, by name.
+	madeMu sync.Mutex
+	made   map[string]int64
 }
 
 type call struct {
@@ -124,34 +125,45 @@ func (l *callLog) intercept(ctx context.Context, req interface{}, info *grpc.Una
 	return resp, err
 }
 
-// createHuge passes a CreateVolume to the mock, through hugeScale when it
-// asks for more than the mock allows; the request logged is the one given.
+// mockCapacity is what the mock is asked for a volume of capacity c.
+func mockCapacity(c int64) int64 {
+	if c < service.MaxStorageCapacity {
+		return c
+	}
+	return (c + hugeScale - 1) / hugeScale
+}
+
+// createHuge passes a CreateVolume to the mock, asking for mockCapacity of
+// the capacity wanted, and answers with the capacity wanted; the request
+// logged is the one given.
 func (l *callLog) createHuge(ctx context.Context, req *csi.CreateVolumeRequest, handler grpc.UnaryHandler) (interface{}, error) {
-	asked := req.GetCapacityRange().GetRequiredBytes()
+	// The mock's own rule: the limit, if any, else the request.
+	wanted := req.GetCapacityRange().GetRequiredBytes()
 	if limit := req.GetCapacityRange().GetLimitBytes(); limit > 0 {
-		asked = limit
+		wanted = limit
 	}
-	if asked < service.MaxStorageCapacity {
-		return handler(ctx, req)
+	l.madeMu.Lock()
+	defer l.madeMu.Unlock()
+	if before, ok := l.made[req.GetName()]; ok {
+		if before < req.GetCapacityRange().GetRequiredBytes() {
+			return nil, status.Errorf(codes.AlreadyExists, "Volume with name %s already exists", req.GetName())
+		}
+		wanted = before
 	}
-	scaled := *req
-	scaled.CapacityRange = &csi.CapacityRange{
-		RequiredBytes: (req.GetCapacityRange().GetRequiredBytes() + hugeScale - 1) / hugeScale,
-		LimitBytes:    (req.GetCapacityRange().GetLimitBytes() + hugeScale - 1) / hugeScale,
+	asked := *req
+	if wanted > 0 {
+		asked.CapacityRange = &csi.CapacityRange{RequiredBytes: mockCapacity(wanted)}
 	}
-	resp, err := handler(ctx, &scaled)
+	resp, err := handler(ctx, &asked)
 	if err != nil {
 		return resp, err
 	}
 	created := resp.(*csi.CreateVolumeResponse)
-	l.hugeMu.Lock()
-	defer l.hugeMu.Unlock()
-	if before, ok := l.huge[req.GetName()]; ok && before > asked {
-		asked = before
-	}
-	l.huge[req.GetName()] = asked
 	volume := *created.GetVolume()
-	volume.CapacityBytes = asked
+	if wanted > 0 {
+		volume.CapacityBytes = wanted
+	}
+	l.made[req.GetName()] = volume.CapacityBytes
 	return &csi.CreateVolumeResponse{Volume: &volume}, nil
 }
 
@@ -173,7 +185,7 @@ func main() {
 		os.Exit(1)
 	}
 	svc := service.New(service.Config{DisableAttach: true, DriverName: *name})
-	log := &callLog{out: out, svc: svc, huge: map[string]int64{}}
+	log := &callLog{out: out, svc: svc, made: map[string]int64{}}
 	d := driver.NewCSIDriver(&driver.CSIDriverServers{Controller: svc, Identity: svc, Node: svc})
 
 	// A socket left by a killed driver would make Listen fail.

@@ -704,4 +704,9 @@ fn a_clone_is_recognised_by_its_offers_name_in_the_offers_namespace_only() {
         json!({"source": {"namespace": "prod", "name": "db"}, "mode": "Clone"}),
     );
     assert!(!request.may_be_clone("prod", &request.clone_claim_name("x")));
+    // A name long enough to be cut for the suffix.
+    let mut long = offer.clone();
+    long.metadata.name = Some("a".repeat(250));
+    let clone = long.clone_claim_name("6F0a-91c2-77");
+    assert!(long.may_be_clone("prod", &clone), "{clone}");
 }
