@@ -61,9 +61,25 @@ impl Setup {
         request(admin(), &self.dst.name, "take", &self.src.name, "db");
     }
 
-    /// The source claim and its volume are exactly as before the transfer.
+    /// The source claim and its volume are exactly as before the transfer,
+    /// once a rollback has run: a pair records Failed or Cancelled first and
+    /// then undoes its lock and the volume's marks, so those may outlive the
+    /// phase by a reconcile or two.
     #[track_caller]
     fn assert_source_untouched(&self) {
+        eventually("the rollback to take its marks off", WAIT, || {
+            let locked = claim_json(admin(), &self.src.name, "db").is_some_and(|c| {
+                c["metadata"]["annotations"]
+                    .get("storage.transfer.k8s.io/transfer")
+                    .is_some()
+            });
+            let marked = volume_json(admin(), &self.pv).is_some_and(|v| {
+                v["metadata"]["annotations"]
+                    .get("storage.transfer.k8s.io/original-reclaim-policy")
+                    .is_some()
+            });
+            !locked && !marked
+        });
         let claim = claim_json(admin(), &self.src.name, "db").expect("the source claim exists");
         assert_eq!(claim["metadata"]["uid"], self.claim_uid.as_str());
         assert_eq!(claim["status"]["phase"], "Bound");
