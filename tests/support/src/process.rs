@@ -255,10 +255,15 @@ impl Drop for Process {
 /// A shell process that kills the registered pids and removes the registered
 /// paths when its stdin closes, which happens when the test binary exits in any
 /// way, including a panic or SIGKILL.
+///
+/// Dropping it (the control plane that owns it is done, or failed to start)
+/// closes its stdin and waits for it, so that its clean-up is over before the
+/// caller goes on; it gives up on the processes it was given within about
+/// two seconds.
 #[derive(Debug)]
 pub struct Watchdog {
-    stdin: ChildStdin,
-    _child: Child,
+    stdin: Option<ChildStdin>,
+    child: Child,
 }
 
 const WATCHDOG_SCRIPT: &str = r#"
@@ -303,25 +308,38 @@ impl Watchdog {
             message: "no stdin pipe".to_owned(),
         })?;
         Ok(Self {
-            stdin,
-            _child: child,
+            stdin: Some(stdin),
+            child,
         })
     }
 
     /// Kill `pid` when the test binary exits.
     pub fn guard_pid(&mut self, pid: u32) {
-        let _ = writeln!(self.stdin, "pid {pid}");
+        if let Some(stdin) = &mut self.stdin {
+            let _ = writeln!(stdin, "pid {pid}");
+        }
     }
 
     /// No longer kill `pid` (it was stopped and reaped; the number may be
     /// reused by an unrelated process).
     pub fn forget_pid(&mut self, pid: u32) {
-        let _ = writeln!(self.stdin, "unpid {pid}");
+        if let Some(stdin) = &mut self.stdin {
+            let _ = writeln!(stdin, "unpid {pid}");
+        }
     }
 
     /// Remove `path` (no spaces) when the test binary exits.
     pub fn guard_path(&mut self, path: &Path) {
-        let _ = writeln!(self.stdin, "path {}", path.display());
+        if let Some(stdin) = &mut self.stdin {
+            let _ = writeln!(stdin, "path {}", path.display());
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
     }
 }
 
