@@ -157,6 +157,18 @@ impl Setup {
     }
 }
 
+/// The server, started with `STA_FAULT_EXIT_AFTER=<step>`, exits with the
+/// injected crash's code.
+#[track_caller]
+fn assert_crashed_after(cp: &ControlPlane, step: &str) {
+    let code = cp.wait_for_server_exit(WAIT);
+    assert_eq!(
+        code,
+        Some(FAULT_EXIT_CODE),
+        "the server crashed right after {step}"
+    );
+}
+
 /// The server exits right after `step`; after a restart the transfer
 /// completes, and the PV was never at risk.
 fn crash_right_after(step: &str) {
@@ -165,12 +177,7 @@ fn crash_right_after(step: &str) {
     let s = setup(cp);
     let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
     s.consent(cp.direct());
-    let code = cp.wait_for_server_exit(WAIT);
-    assert_eq!(
-        code,
-        Some(FAULT_EXIT_CODE),
-        "the server crashed right after {step}"
-    );
+    assert_crashed_after(cp, step);
     let at_crash = s.describe(cp.kubectl());
     let restarted = Instant::now();
     restart(cp, &[]);
@@ -248,12 +255,7 @@ fn a_clone_pair_crashed_right_after_c1_c2_or_any_of_r1_to_r6_completes_with_one_
         let s = setup(cp);
         let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
         clone_consent(cp.direct(), &s.src.name, "db", &s.dst.name);
-        let code = cp.wait_for_server_exit(WAIT);
-        assert_eq!(
-            code,
-            Some(FAULT_EXIT_CODE),
-            "the server crashed right after {step}"
-        );
+        assert_crashed_after(cp, step);
         restart(cp, &[]);
         let clone = clone_claim_name(cp.direct(), &s.dst.name);
         assert_clone_completed(cp, &s, &clone, recorder);
@@ -301,12 +303,7 @@ fn a_standing_offers_clones_crashed_after_any_step_each_arrive_once_to_a_request
             &format!("dataSourceRef: {{kind: PersistentVolumeClaim, namespace: {src}, name: db}}"),
         ))
         .unwrap();
-        let code = cp.wait_for_server_exit(WAIT);
-        assert_eq!(
-            code,
-            Some(FAULT_EXIT_CODE),
-            "the server crashed right after {step}"
-        );
+        assert_crashed_after(cp, step);
         restart(cp, &[]);
         wait_phase(k, dst, "take", "Completed", WAIT);
         ephemeral::wait_phase(k, dst, "scratch", "Bound");
