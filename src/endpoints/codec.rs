@@ -266,15 +266,74 @@ pub fn encode_list<S: Strategy>(
 
 /// A bookmark's object: only kind, apiVersion and metadata.
 pub fn bookmark_object<T: Object>(resource_version: &str, initial_events_end: bool) -> Value {
+    json!({
+        "kind": T::resource().kind,
+        "apiVersion": api::GROUP_VERSION,
+        "metadata": bookmark_metadata(resource_version, initial_events_end),
+    })
+}
+
+fn bookmark_metadata(resource_version: &str, initial_events_end: bool) -> Value {
     let mut metadata = json!({"resourceVersion": resource_version});
     if initial_events_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    json!({
-        "kind": T::resource().kind,
-        "apiVersion": api::GROUP_VERSION,
-        "metadata": metadata,
-    })
+    metadata
+}
+
+/// A bookmark in the negotiated representation, as kube-apiserver turns its
+/// bookmark object into what the watch asked for: a metadata watch gets a
+/// `PartialObjectMetadata`, a Table watch a one-row Table whose cells are
+/// those of an object that has nothing but its resourceVersion. The
+/// `k8s.io/initial-events-end` row always carries the metadata, whatever
+/// `includeObject` says, since that annotation is how the client sees it.
+pub fn encode_bookmark<S: Strategy>(
+    strategy: &S,
+    resource_version: &str,
+    initial_events_end: bool,
+    output: Output,
+) -> Result<Bytes, ApiError> {
+    let metadata = bookmark_metadata(resource_version, initial_events_end);
+    let partial = || {
+        json!({
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": metadata.clone(),
+        })
+    };
+    let value = match output {
+        Output::Json => bookmark_object::<S::Object>(resource_version, initial_events_end),
+        Output::Metadata => partial(),
+        Output::Table { v1beta1, include } => {
+            let object = match include {
+                _ if initial_events_end => Some(partial()),
+                IncludeObject::None => None,
+                IncludeObject::Metadata => Some(partial()),
+                IncludeObject::Object => Some(bookmark_object::<S::Object>(
+                    resource_version,
+                    initial_events_end,
+                )),
+            };
+            // The cells of an object with no name, no fields and no
+            // creation time, as kube's column printers give them.
+            let cells = strategy
+                .table_columns()
+                .iter()
+                .map(|c| match c.name {
+                    "Name" => Value::String(String::new()),
+                    "Age" => Value::String("<unknown>".to_owned()),
+                    _ => Value::Null,
+                })
+                .collect();
+            table(
+                strategy,
+                vec![TableRow { cells, object }],
+                json!({"resourceVersion": resource_version}),
+                v1beta1,
+            )?
+        }
+    };
+    to_bytes(&value).map(Bytes::from)
 }
 
 #[cfg(test)]

@@ -402,11 +402,7 @@ fn encode_event<S: Strategy>(
             initial_events_end,
         } => (
             "BOOKMARK",
-            codec::to_bytes(&codec::bookmark_object::<S::Object>(
-                &resource_version,
-                initial_events_end,
-            ))
-            .map(Bytes::from),
+            codec::encode_bookmark(strategy, &resource_version, initial_events_end, output),
         ),
     };
     let (kind, object) = match object {

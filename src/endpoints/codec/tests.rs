@@ -87,3 +87,64 @@ fn bookmarks_carry_only_the_resource_version_and_the_end_marker() {
     );
     assert_eq!(b["kind"], "NamespaceTransfer");
 }
+
+fn bookmark_as(output: Output, end: bool) -> Value {
+    let strategy = crate::registry::namespace_transfer::NamespaceTransferStrategy;
+    let bytes = encode_bookmark(&strategy, "42", end, output).unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[test]
+fn a_metadata_watch_gets_its_bookmarks_as_partial_object_metadata() {
+    for end in [false, true] {
+        let b = bookmark_as(Output::Metadata, end);
+        assert_eq!(b["kind"], "PartialObjectMetadata", "{b}");
+        assert_eq!(b["apiVersion"], "meta.k8s.io/v1", "{b}");
+        assert_eq!(b["metadata"]["resourceVersion"], "42", "{b}");
+        assert_eq!(
+            b["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true",
+            end,
+            "{b}"
+        );
+    }
+}
+
+#[test]
+fn a_table_watch_gets_its_bookmarks_as_a_one_row_table() {
+    let include = |include| Output::Table {
+        v1beta1: false,
+        include,
+    };
+    let b = bookmark_as(include(IncludeObject::None), false);
+    assert_eq!(b["kind"], "Table", "{b}");
+    assert_eq!(b["metadata"]["resourceVersion"], "42", "{b}");
+    let row = &b["rows"][0];
+    assert_eq!(row["cells"][0], "", "{b}");
+    assert_eq!(
+        row["cells"].as_array().unwrap().last().unwrap(),
+        "<unknown>"
+    );
+    assert!(row.get("object").is_none(), "{b}");
+    let b = bookmark_as(include(IncludeObject::Metadata), false);
+    assert_eq!(
+        b["rows"][0]["object"]["kind"], "PartialObjectMetadata",
+        "{b}"
+    );
+    // The end of the initial events is always told in the row's metadata.
+    let b = bookmark_as(include(IncludeObject::None), true);
+    let object = &b["rows"][0]["object"];
+    assert_eq!(object["kind"], "PartialObjectMetadata", "{b}");
+    assert_eq!(
+        object["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    let b = bookmark_as(include(IncludeObject::Object), false);
+    assert_eq!(b["rows"][0]["object"]["kind"], "NamespaceTransfer", "{b}");
+}
+
+#[test]
+fn a_plain_watch_keeps_its_bookmarks_in_our_kind() {
+    let b = bookmark_as(Output::Json, false);
+    assert_eq!(b["kind"], "NamespaceTransfer", "{b}");
+    assert_eq!(b["apiVersion"], crate::api::GROUP_VERSION);
+}
