@@ -97,6 +97,10 @@ where
     let output = negotiate::output(header(header::ACCEPT).as_deref(), include)?;
     let content_type = header(header::CONTENT_TYPE);
     ctx.dry_run = query.dry_run()?;
+    ctx.manager = crate::registry::fields::manager::manager_or_user_agent(
+        query.get("fieldManager"),
+        header(header::USER_AGENT).as_deref().unwrap_or_default(),
+    );
     let body = match *req.method() {
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE => {
             read_body(req.into_body()).await?

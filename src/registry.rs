@@ -8,6 +8,7 @@
 //! added. It must not parse HTTP.
 
 pub mod ephemeral_claim;
+pub mod fields;
 pub mod namespace_transfer;
 pub mod selectors;
 pub mod shared;
@@ -42,7 +43,14 @@ pub struct Context {
     pub dry_run: bool,
     /// Whether the write comes from a client or from this server's controllers.
     pub writer: Writer,
+    /// The field manager the write is recorded under in `managedFields`:
+    /// the `fieldManager` parameter, or derived from the User-Agent. Empty
+    /// for the controllers, which write as [`CONTROLLER_MANAGER`].
+    pub manager: String,
 }
+
+/// The field manager of this server's own controllers.
+pub const CONTROLLER_MANAGER: &str = "storage-transfer-apiserver";
 
 /// Where a write comes from. Only the controllers write status and their own
 /// finalizers: status is the protocol's output, never a tenant's input.
@@ -60,6 +68,15 @@ pub enum Writer {
 pub const SYSTEM_MASTERS: &str = "system:masters";
 
 impl Context {
+    /// The name the write's fields are recorded under.
+    pub fn field_manager(&self) -> &str {
+        if self.manager.is_empty() && self.writer == Writer::Controller {
+            CONTROLLER_MANAGER
+        } else {
+            &self.manager
+        }
+    }
+
     /// Whether this write may change status and the controllers' finalizers:
     /// the controllers themselves, or a cluster administrator.
     pub fn may_write_controller_fields(&self) -> bool {

@@ -469,6 +469,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                 user,
                 dry_run: false,
                 writer: crate::registry::Writer::Client,
+                manager: String::new(),
             };
             endpoints::serve_api(&state.api, req, ctx).await
         }

@@ -68,7 +68,7 @@ pub enum ApiError {
         name: String,
         message: String,
     },
-    #[error("{kind} \"{name}\" is invalid: {}", join_causes(.causes))]
+    #[error("{} \"{name}\" is invalid: {}", qualified(kind, group), join_causes(.causes))]
     Invalid {
         group: String,
         kind: String,
@@ -77,6 +77,14 @@ pub enum ApiError {
     },
     #[error("{message}")]
     Forbidden { message: String },
+    /// A server-side apply that would change fields other managers own:
+    /// kube's `NewApplyConflict`, one `FieldManagerConflict` cause per field
+    /// (field path, "conflict with …").
+    #[error("{message}")]
+    ApplyConflict {
+        message: String,
+        causes: Vec<(String, String)>,
+    },
     #[error("Unauthorized")]
     Unauthorized,
     #[error("{0}")]
@@ -85,7 +93,7 @@ pub enum ApiError {
     Expired(String),
     #[error("the request entity is too large: {0}")]
     TooLarge(String),
-    #[error("the body of the request was in an unknown format: {0}")]
+    #[error("the body of the request was in an unknown format - {0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
     NotAcceptable(String),
@@ -109,11 +117,24 @@ pub enum ApiError {
 /// (`metav1.CauseTypeResourceVersionTooLarge`), by which clients recognise it.
 pub const CAUSE_RESOURCE_VERSION_TOO_LARGE: &str = "ResourceVersionTooLarge";
 
+/// `Kind.group`, as kube qualifies a kind in messages.
+fn qualified(kind: &str, group: &str) -> String {
+    if group.is_empty() {
+        kind.to_owned()
+    } else {
+        format!("{kind}.{group}")
+    }
+}
+
+/// kube's aggregate message: each distinct cause once, in order.
 fn join_causes(causes: &[FieldCause]) -> String {
-    let parts: Vec<String> = causes
-        .iter()
-        .map(|c| format!("{}: {}", c.field, c.message))
-        .collect();
+    let mut parts: Vec<String> = Vec::new();
+    for c in causes {
+        let part = format!("{}: {}", c.field, c.message);
+        if !parts.contains(&part) {
+            parts.push(part);
+        }
+    }
     if parts.len() == 1 {
         parts.into_iter().next().unwrap_or_default()
     } else {
@@ -126,7 +147,9 @@ impl ApiError {
     pub fn code(&self) -> u16 {
         match self {
             ApiError::NotFound { .. } | ApiError::PathNotFound => 404,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::AlreadyExists { .. }
+            | ApiError::Conflict { .. }
+            | ApiError::ApplyConflict { .. } => 409,
             ApiError::Invalid { .. } => 422,
             ApiError::Forbidden { .. } => 403,
             ApiError::Unauthorized => 401,
@@ -147,7 +170,7 @@ impl ApiError {
         match self {
             ApiError::NotFound { .. } | ApiError::PathNotFound => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Invalid { .. } => "Invalid",
             ApiError::Forbidden { .. } => "Forbidden",
             ApiError::Unauthorized => "Unauthorized",
@@ -191,7 +214,7 @@ impl ApiError {
             } => Some(StatusDetails {
                 group: Some(group.clone()),
                 kind: Some(kind.clone()),
-                name: Some(name.clone()),
+                name: Some(name.clone()).filter(|n| !n.is_empty()),
                 causes: Some(
                     causes
                         .iter()
@@ -199,6 +222,19 @@ impl ApiError {
                             field: Some(c.field.clone()),
                             message: Some(c.message.clone()),
                             reason: Some(c.reason.clone()),
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ApiError::ApplyConflict { causes, .. } => Some(StatusDetails {
+                causes: Some(
+                    causes
+                        .iter()
+                        .map(|(field, message)| StatusCause {
+                            field: Some(field.clone()),
+                            message: Some(message.clone()),
+                            reason: Some("FieldManagerConflict".to_owned()),
                         })
                         .collect(),
                 ),

@@ -16,6 +16,8 @@
 mod paths;
 mod schemas;
 
+pub(crate) use schemas::{definitions, kind_definition};
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 

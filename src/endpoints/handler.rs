@@ -146,6 +146,7 @@ impl<S: Strategy> Handler<S> {
     }
 
     async fn create(&self, call: &Call) -> Result<Response<Body>, ApiError> {
+        validate_options(call, "CreateOptions", None)?;
         let (obj, warnings) = self.decode_body(call)?;
         let created = self.store.create(&call.ctx, namespace(call), obj).await?;
         let resp = respond(StatusCode::CREATED, self.encode(&created, call.output)?)?;
@@ -153,6 +154,7 @@ impl<S: Strategy> Handler<S> {
     }
 
     async fn update(&self, call: &Call) -> Result<Response<Body>, ApiError> {
+        validate_options(call, "UpdateOptions", None)?;
         let (obj, warnings) = self.decode_body(call)?;
         let updated = self
             .store
@@ -170,7 +172,11 @@ impl<S: Strategy> Handler<S> {
 
     async fn patch(&self, call: &Call) -> Result<Response<Body>, ApiError> {
         let patch_type = negotiate::patch_type(call.content_type.as_deref())?;
+        validate_options(call, "PatchOptions", Some(patch_type))?;
         let validation = FieldValidation::parse(call.query.get("fieldValidation"))?;
+        if patch_type == PatchType::Apply {
+            return self.apply(call, validation).await;
+        }
         let patch: Value = serde_json::from_slice(&call.body).map_err(|e| {
             ApiError::BadRequest(format!("the patch could not be decoded as JSON: {e}"))
         })?;
@@ -185,6 +191,7 @@ impl<S: Strategy> Handler<S> {
                     ))
                 }
                 PatchType::Merge => Patch::Merge(patch),
+                PatchType::Apply => unreachable_apply()?,
             };
         // No patch may grow the object past what a client could send whole.
         let limits = bounded_patch::Limits::new(MAX_BODY_BYTES);
@@ -220,6 +227,57 @@ impl<S: Strategy> Handler<S> {
             )
             .await?;
         let resp = respond(StatusCode::OK, self.encode(&updated, call.output)?)?;
+        let warnings = warnings.into_inner().unwrap_or_default();
+        Ok(with_warnings(resp, &warnings))
+    }
+
+    /// Server-side apply: the body is the configuration the manager wants,
+    /// in YAML (JSON is YAML too).
+    async fn apply(
+        &self,
+        call: &Call,
+        validation: FieldValidation,
+    ) -> Result<Response<Body>, ApiError> {
+        let (config, duplicates) = decode_apply_body(&call.body)?;
+        let force = call.query.bool("force")?.unwrap_or(false);
+        let warnings = std::sync::Mutex::new(Vec::new());
+        let (obj, created) = self
+            .store
+            .apply(
+                &call.ctx,
+                namespace(call),
+                name(call),
+                call.request.status,
+                &config,
+                force,
+                |merged| {
+                    // As kube: the strict reading of the YAML comes after
+                    // the merge, before the write.
+                    if let Some(dup) = &duplicates {
+                        if validation == FieldValidation::Strict {
+                            return Err(ApiError::BadRequest(format!(
+                                "error strict decoding YAML: {dup}"
+                            )));
+                        }
+                    }
+                    let (obj, mut w) = codec::decode_value::<S::Object>(merged, validation)?;
+                    if validation == FieldValidation::Warn {
+                        w.extend(duplicates.clone());
+                    }
+                    if let Ok(mut all) = warnings.lock() {
+                        *all = w;
+                    }
+                    check_identity(&obj, call)?;
+                    Ok(obj)
+                },
+            )
+            .await?;
+        let code = if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        let resp = respond(code, self.encode(&obj, call.output)?)?;
         let warnings = warnings.into_inner().unwrap_or_default();
         Ok(with_warnings(resp, &warnings))
     }
@@ -447,6 +505,107 @@ fn json_patch_error<T: Object>(err: bounded_patch::PatchError, name: &str) -> Ap
             message: format!("the JSON patch could not be applied: {err}"),
         }],
     }
+}
+
+/// An apply body: YAML (or JSON) whose top level is an object, and what a
+/// strict reading objects to (a key given twice), for `fieldValidation`.
+pub(super) fn decode_apply_body(body: &[u8]) -> Result<(Value, Option<String>), ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok((Value::Object(serde_json::Map::new()), None));
+    }
+    let duplicates = match serde_yaml::from_slice::<serde_yaml::Value>(body) {
+        Ok(_) => None,
+        Err(e) if e.to_string().contains("duplicate") => Some(e.to_string()),
+        Err(e) => {
+            return Err(ApiError::BadRequest(format!(
+                "error decoding YAML: error converting YAML to JSON: {e}"
+            )))
+        }
+    };
+    let config: Value = serde_yaml::from_slice(body).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "error decoding YAML: error converting YAML to JSON: {e}"
+        ))
+    })?;
+    let go_type = match &config {
+        Value::Null => return Ok((Value::Object(serde_json::Map::new()), duplicates)),
+        Value::Object(_) => return Ok((config, duplicates)),
+        Value::Array(_) => "array",
+        Value::String(_) => "string",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "bool",
+    };
+    Err(ApiError::BadRequest(format!(
+        "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal {go_type} into Go value of type map[string]interface {{}}"
+    )))
+}
+
+fn unreachable_apply<T>() -> Result<T, ApiError> {
+    Err(ApiError::Internal(
+        "apply is served by its own path".to_owned(),
+    ))
+}
+
+/// kube's `Validate{Create,Update,Patch}Options` for the field manager:
+/// required for apply, at most 128 bytes, printable; `force` only for apply.
+fn validate_options(
+    call: &Call,
+    kind: &str,
+    patch_type: Option<PatchType>,
+) -> Result<(), ApiError> {
+    let manager = call.query.get("fieldManager").unwrap_or_default();
+    let mut causes = Vec::new();
+    let cause = |reason: &str, field: &str, message: String| crate::api::errors::FieldCause {
+        reason: reason.to_owned(),
+        field: field.to_owned(),
+        message,
+    };
+    match patch_type {
+        Some(PatchType::Apply) if manager.is_empty() => causes.push(cause(
+            "FieldValueRequired",
+            "fieldManager",
+            "Required value: is required for apply patch".to_owned(),
+        )),
+        Some(PatchType::Apply) | None => {}
+        Some(_) if call.query.get("force").is_some() => causes.push(cause(
+            "FieldValueForbidden",
+            "force",
+            "Forbidden: may not be specified for non-apply patch".to_owned(),
+        )),
+        Some(_) => {}
+    }
+    if manager.len() > crate::registry::fields::manager::MAX_MANAGER_LENGTH {
+        causes.push(cause(
+            "FieldValueTooLong",
+            "fieldManager",
+            format!(
+                "Too long: may not be more than {} bytes",
+                crate::registry::fields::manager::MAX_MANAGER_LENGTH
+            ),
+        ));
+    }
+    for (i, c) in manager.char_indices() {
+        if !crate::registry::fields::manager::is_printable(c) {
+            causes.push(cause(
+                "FieldValueInvalid",
+                "fieldManager",
+                format!(
+                    "Invalid value: {}: invalid character U+{:04X} (at position {i})",
+                    serde_json::to_string(manager).unwrap_or_default(),
+                    u32::from(c)
+                ),
+            ));
+        }
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::Invalid {
+        group: "meta.k8s.io".to_owned(),
+        kind: kind.to_owned(),
+        name: String::new(),
+        causes,
+    })
 }
 
 /// The body's namespace and name must agree with the URL.

@@ -232,3 +232,28 @@ fn openapi_paths_of_other_groups_are_not_documents() {
     assert!(document(Method::GET, "/openapi/v3/apis/apps/v1", &[]).is_none());
     assert!(document(Method::GET, "/openapi/v1", &[]).is_none());
 }
+
+#[test]
+fn an_apply_body_is_yaml_whose_top_level_is_an_object() {
+    use super::handler::decode_apply_body;
+    let (v, dup) = decode_apply_body(b"kind: X\nmetadata:\n  name: a\n").unwrap();
+    assert_eq!(v["metadata"]["name"], "a");
+    assert!(dup.is_none());
+    let (_, dup) = decode_apply_body(b"metadata:\n  labels:\n    a: x\n    a: y\n").unwrap();
+    assert!(dup.is_some_and(|d| d.contains("duplicate")));
+    for (body, says) in [
+        (&b"- a\n- b\n"[..], "cannot unmarshal array"),
+        (b"just text", "cannot unmarshal string"),
+        (b"{a: [", "error converting YAML to JSON"),
+    ] {
+        let err = decode_apply_body(body).unwrap_err();
+        assert_eq!(err.code(), 400);
+        assert!(err.to_string().contains(says), "{err}");
+    }
+    assert!(decode_apply_body(b"  \n")
+        .unwrap()
+        .0
+        .as_object()
+        .unwrap()
+        .is_empty());
+}

@@ -34,6 +34,7 @@ use crate::storage::{
     self, index_key, resource_prefix, Guard, KeyValue, Release, Revision, Storage, StorageError,
 };
 
+use super::fields::{self, manager::Write, ApplyError, FieldManager};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::shared::Shared;
 use super::strategy::{Strategy, UniqueClaim, COMMON_FIELDS};
@@ -119,6 +120,29 @@ pub struct Store<S: Strategy> {
     resource: GroupResource,
     bookmark_interval: Duration,
     admission: Option<Arc<dyn Admission<S::Object>>>,
+    /// Who owns which field: `managedFields`, and server-side apply.
+    fields: Arc<FieldManager>,
+}
+
+/// Whether a write records its manager's fields, or already carries the
+/// entries (an apply, which computed them with the merge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fields {
+    Track,
+    Keep,
+}
+
+/// An object as the field manager sees it: JSON, without its entries.
+fn fields_view<T: Object>(obj: &T) -> Result<serde_json::Value, ApiError> {
+    let mut v = serde_json::to_value(obj)
+        .map_err(|e| ApiError::Internal(format!("encoding for field management: {e}")))?;
+    if let Some(meta) = v
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        meta.remove("managedFields");
+    }
+    Ok(v)
 }
 
 impl<S: Strategy> Store<S> {
@@ -142,6 +166,7 @@ impl<S: Strategy> Store<S> {
             resource: GroupResource::new(api::GROUP, info.plural),
             bookmark_interval: Duration::from_secs(30),
             admission: None,
+            fields: Arc::new(fields::for_kind::<S::Object>()),
         }
     }
 
@@ -220,9 +245,39 @@ impl<S: Strategy> Store<S> {
         &self,
         ctx: &Context,
         namespace: &str,
+        obj: S::Object,
+    ) -> Result<S::Object, ApiError> {
+        self.create_with(ctx, namespace, obj, Fields::Track).await
+    }
+
+    async fn create_with(
+        &self,
+        ctx: &Context,
+        namespace: &str,
         mut obj: S::Object,
+        fields: Fields,
     ) -> Result<S::Object, ApiError> {
         obj.set_type_meta();
+        // As kube: who set what is decided on the object as sent, before
+        // the server fills in identity, defaults and status.
+        let managed_fields = match fields {
+            Fields::Keep => obj.metadata().managed_fields.clone(),
+            Fields::Track => {
+                let sent = obj.metadata().managed_fields.clone();
+                self.fields.update(
+                    &self.fields.empty_object(),
+                    None,
+                    &fields_view(&obj)?,
+                    sent.as_ref(),
+                    true,
+                    Write {
+                        manager: ctx.field_manager(),
+                        subresource: "",
+                        now: &now(),
+                    },
+                )
+            }
+        };
         let generate = obj
             .metadata()
             .name
@@ -244,7 +299,7 @@ impl<S: Strategy> Store<S> {
             m.deletion_timestamp = None;
             m.deletion_grace_period_seconds = None;
             m.self_link = None;
-            m.managed_fields = None;
+            m.managed_fields = managed_fields;
         }
         obj.set_requester(ctx.user.clone());
         obj.apply_defaults();
@@ -695,12 +750,21 @@ impl<S: Strategy> Store<S> {
         if wanted != revision.to_string() {
             return Err(self.conflict(name));
         }
-        self.write_update(ctx, namespace, name, current, revision, obj, status)
-            .await
-            .map_err(|e| match e {
-                UpdateError::Api(e) => e,
-                UpdateError::Raced => self.conflict(name),
-            })
+        self.write_update(
+            ctx,
+            namespace,
+            name,
+            current,
+            revision,
+            obj,
+            status,
+            Fields::Track,
+        )
+        .await
+        .map_err(|e| match e {
+            UpdateError::Api(e) => e,
+            UpdateError::Raced => self.conflict(name),
+        })
     }
 
     /// Read-modify-write: `mutate` turns the current object into the desired
@@ -728,13 +792,108 @@ impl<S: Strategy> Store<S> {
                 }
             }
             match self
-                .write_update(ctx, namespace, name, current, revision, desired, status)
+                .write_update(
+                    ctx,
+                    namespace,
+                    name,
+                    current,
+                    revision,
+                    desired,
+                    status,
+                    Fields::Track,
+                )
                 .await
             {
                 Ok(obj) => return Ok(obj),
                 Err(UpdateError::Api(e)) => return Err(e),
                 Err(UpdateError::Raced) if pinned.is_some() => return Err(self.conflict(name)),
                 Err(UpdateError::Raced) => continue,
+            }
+        }
+        Err(self.conflict(name))
+    }
+
+    /// Server-side apply (`application/apply-patch+yaml`): merges `config`
+    /// into the object, or creates it from `config` when there is none (not
+    /// through `/status`). `decode` turns the merged JSON into an object,
+    /// with the request's field validation. Returns the object and whether
+    /// it was created.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn apply(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+        status: bool,
+        config: &serde_json::Value,
+        force: bool,
+        decode: impl Fn(serde_json::Value) -> Result<S::Object, ApiError>,
+    ) -> Result<(S::Object, bool), ApiError> {
+        let subresource = if status { "status" } else { "" };
+        let apply_error = |e: ApplyError| match e {
+            ApplyError::Conflicts { message, causes } => {
+                ApiError::ApplyConflict { message, causes }
+            }
+            ApplyError::BadRequest(m) => ApiError::BadRequest(m),
+            // kube answers 500 here; a config that does not fit the schema
+            // is the client's error, so it is a 400.
+            ApplyError::Internal(m) => ApiError::BadRequest(m),
+        };
+        for _ in 0..RETRIES {
+            let now = now();
+            let write = Write {
+                manager: ctx.field_manager(),
+                subresource,
+                now: &now,
+            };
+            match self.get_with_revision(namespace, name).await {
+                Err(ApiError::NotFound { .. }) if !status => {
+                    let (merged, entries) = self
+                        .fields
+                        .apply(&self.fields.empty_object(), None, config, force, write)
+                        .map_err(apply_error)?;
+                    let mut obj = decode(merged)?;
+                    obj.metadata_mut().managed_fields = entries;
+                    match self.create_with(ctx, namespace, obj, Fields::Keep).await {
+                        Ok(created) => return Ok((created, true)),
+                        // Someone created it meanwhile: apply to theirs.
+                        Err(ApiError::AlreadyExists { .. }) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+                Ok((current, revision)) => {
+                    let live = fields_view(&current)?;
+                    let (merged, entries) = self
+                        .fields
+                        .apply(
+                            &live,
+                            current.metadata().managed_fields.as_ref(),
+                            config,
+                            force,
+                            write,
+                        )
+                        .map_err(apply_error)?;
+                    let mut obj = decode(merged)?;
+                    obj.metadata_mut().managed_fields = entries;
+                    match self
+                        .write_update(
+                            ctx,
+                            namespace,
+                            name,
+                            current,
+                            revision,
+                            obj,
+                            status,
+                            Fields::Keep,
+                        )
+                        .await
+                    {
+                        Ok(obj) => return Ok((obj, false)),
+                        Err(UpdateError::Api(e)) => return Err(e),
+                        Err(UpdateError::Raced) => continue,
+                    }
+                }
             }
         }
         Err(self.conflict(name))
@@ -762,6 +921,7 @@ impl<S: Strategy> Store<S> {
         revision: Revision,
         mut new: S::Object,
         status: bool,
+        fields: Fields,
     ) -> Result<S::Object, UpdateError> {
         new.set_type_meta();
         if let Some(uid) = new.metadata().uid.as_deref().filter(|u| !u.is_empty()) {
@@ -777,10 +937,28 @@ impl<S: Strategy> Store<S> {
             }
         }
         let old_meta = old.metadata().clone();
+        if fields == Fields::Track {
+            // On the object as sent, before status or spec is reset, as kube.
+            let entries = self.fields.update(
+                &fields_view(&old).map_err(UpdateError::Api)?,
+                old_meta.managed_fields.as_ref(),
+                &fields_view(&new).map_err(UpdateError::Api)?,
+                new.metadata().managed_fields.as_ref(),
+                false,
+                Write {
+                    manager: ctx.field_manager(),
+                    subresource: if status { "status" } else { "" },
+                    now: &now(),
+                },
+            );
+            new.metadata_mut().managed_fields = entries;
+        }
+        let managed_fields = new.metadata().managed_fields.clone();
         if status {
             // A status write changes status and nothing else.
             new.set_spec_from(&old);
             *new.metadata_mut() = old_meta.clone();
+            new.metadata_mut().managed_fields = managed_fields;
             if !ctx.may_write_controller_fields() {
                 let causes = status_changes(&old, &new);
                 if !causes.is_empty() {
@@ -802,7 +980,6 @@ impl<S: Strategy> Store<S> {
             m.deletion_grace_period_seconds = old_meta.deletion_grace_period_seconds;
             m.generation = old_meta.generation;
             m.generate_name = old_meta.generate_name.clone().or(m.generate_name.take());
-            m.managed_fields = old_meta.managed_fields.clone();
             m.self_link = None;
             if !new.same_spec(&old) {
                 new.metadata_mut().generation = Some(old_meta.generation.unwrap_or(1) + 1);
@@ -828,16 +1005,19 @@ impl<S: Strategy> Store<S> {
                     .filter(|f| !old_finalizers.contains(f))
                     .collect();
                 if !added.is_empty() {
-                    return Err(UpdateError::Api(self.invalid(
-                        &new,
-                        vec![FieldCause {
-                            reason: "FieldValueForbidden".to_owned(),
-                            field: "metadata.finalizers".to_owned(),
-                            message: format!(
-                                "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
-                            ),
-                        }],
-                    )));
+                    let cause = FieldCause {
+                        reason: "FieldValueForbidden".to_owned(),
+                        field: "metadata.finalizers".to_owned(),
+                        message: format!(
+                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {}",
+                            go_string_slice(&added)
+                        ),
+                    };
+                    // Twice, as kube-apiserver checks a custom resource's
+                    // metadata twice (generic and CRD validation).
+                    return Err(UpdateError::Api(
+                        self.invalid(&new, vec![cause.clone(), cause]),
+                    ));
                 }
             }
         }
@@ -845,6 +1025,15 @@ impl<S: Strategy> Store<S> {
         let causes = new.validate_update(&old);
         if !causes.is_empty() {
             return Err(UpdateError::Api(self.invalid(&new, causes)));
+        }
+        // A write that changes nothing but its entries' times changes
+        // nothing (kube's IgnoreManagedFieldsTimestampsTransformer).
+        if only_times_differ(old.metadata(), new.metadata()) {
+            let mut same = new.clone();
+            same.metadata_mut().managed_fields = old_meta.managed_fields.clone();
+            if same == old {
+                new = same;
+            }
         }
         // A no-op writes nothing and keeps the resourceVersion, as in kube.
         if new == old || ctx.dry_run {
@@ -868,10 +1057,9 @@ impl<S: Strategy> Store<S> {
                 .delete_releasing(&key, revision, &releases)
                 .await
             {
-                Ok((_, at)) => {
-                    new.metadata_mut().resource_version = Some(at.to_string());
-                    Ok(new)
-                }
+                // The answer is the object as last stored, as kube answers
+                // the write that finishes an object.
+                Ok(_) => Ok(new),
                 Err(StorageError::Conflict { .. }) => Err(UpdateError::Raced),
                 Err(e) => Err(UpdateError::Api(storage_error(e, &self.resource, name))),
             };
@@ -1339,6 +1527,31 @@ impl<S: Strategy> Watch<S> {
             }
         }
     }
+}
+
+/// Whether two objects' entries are the same but for their times.
+fn only_times_differ(old: &ObjectMeta, new: &ObjectMeta) -> bool {
+    let untimed = |m: &ObjectMeta| {
+        m.managed_fields.clone().map(|entries| {
+            entries
+                .into_iter()
+                .map(|mut e| {
+                    e.time = None;
+                    e
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    old.managed_fields != new.managed_fields && untimed(old) == untimed(new)
+}
+
+/// A list of strings as Go's `%#v` prints a `[]string`.
+fn go_string_slice(items: &[String]) -> String {
+    let quoted: Vec<String> = items
+        .iter()
+        .map(|i| serde_json::to_string(i).unwrap_or_default())
+        .collect();
+    format!("[]string{{{}}}", quoted.join(", "))
 }
 
 /// Now, to the second, as kube stores timestamps.

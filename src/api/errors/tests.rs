@@ -118,6 +118,6 @@ fn invalid_names_every_bad_field_in_causes() {
     assert_eq!(fields, ["spec.source.name", "metadata.name"]);
     assert_eq!(
         v["message"],
-        "NamespaceTransfer \"t\" is invalid: [spec.source.name: Required value, metadata.name: Invalid value]"
+        "NamespaceTransfer.storage.transfer.k8s.io \"t\" is invalid: [spec.source.name: Required value, metadata.name: Invalid value]"
     );
 }

@@ -172,6 +172,7 @@ impl ClaimController {
             user: requester,
             dry_run: false,
             writer: Writer::Controller,
+            manager: String::new(),
         };
         self.leadership.check()?;
         match self.transfers.create(&ctx, namespace, request).await {

@@ -140,6 +140,7 @@ fn normalize(raw: Map<String, Value>, kinds: &[&ResourceInfo]) -> Definitions {
         .collect();
     inline_string_enums(&mut definitions, &prefix);
     publish_as_kubernetes_does(&mut definitions);
+    mark_merge_types(&mut definitions);
     for kind in kinds {
         mark_kind(&mut definitions, kind);
     }
@@ -299,6 +300,97 @@ fn publish_as_kubernetes_does(definitions: &mut Definitions) {
         int_or_string.remove("x-kubernetes-int-or-string");
         int_or_string.insert("type".to_owned(), json!("string"));
         int_or_string.insert("format".to_owned(), json!("int-or-string"));
+    }
+}
+
+/// How lists and structs merge under server-side apply, as kube publishes
+/// it for its own types (`+listType`, `+listMapKey`, `+structType`) and as
+/// our types declare it. A list without a type is atomic; these say so
+/// anyway where kube does, so that our documents read as kube's.
+const MERGE_TYPES: &[(&str, Option<&str>, &str)] = &[
+    (
+        META_V1_OBJECT_META,
+        Some("finalizers"),
+        r#"{"x-kubernetes-list-type":"set","x-kubernetes-patch-strategy":"merge"}"#,
+    ),
+    (
+        META_V1_OBJECT_META,
+        Some("ownerReferences"),
+        r#"{"x-kubernetes-list-map-keys":["uid"],"x-kubernetes-list-type":"map","x-kubernetes-patch-merge-key":"uid","x-kubernetes-patch-strategy":"merge"}"#,
+    ),
+    (
+        META_V1_OBJECT_META,
+        Some("managedFields"),
+        r#"{"x-kubernetes-list-type":"atomic"}"#,
+    ),
+    (
+        "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
+        None,
+        r#"{"x-kubernetes-map-type":"atomic"}"#,
+    ),
+    (
+        "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
+        None,
+        r#"{"x-kubernetes-map-type":"atomic"}"#,
+    ),
+    (
+        "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
+        Some("matchExpressions"),
+        r#"{"x-kubernetes-list-type":"atomic"}"#,
+    ),
+    (
+        "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
+        Some("values"),
+        r#"{"x-kubernetes-list-type":"atomic"}"#,
+    ),
+    (
+        "io.k8s.api.core.v1.PersistentVolumeClaimSpec",
+        Some("accessModes"),
+        r#"{"x-kubernetes-list-type":"atomic"}"#,
+    ),
+    (
+        "io.k8s.api.core.v1.TypedLocalObjectReference",
+        None,
+        r#"{"x-kubernetes-map-type":"atomic"}"#,
+    ),
+    (
+        "io.k8s.transfer.storage.v1alpha1.NamespaceTransferStatus",
+        Some("conditions"),
+        r#"{"x-kubernetes-list-map-keys":["type"],"x-kubernetes-list-type":"map","x-kubernetes-patch-merge-key":"type","x-kubernetes-patch-strategy":"merge"}"#,
+    ),
+    (
+        "io.k8s.transfer.storage.v1alpha1.EphemeralClaimStatus",
+        Some("conditions"),
+        r#"{"x-kubernetes-list-map-keys":["type"],"x-kubernetes-list-type":"map","x-kubernetes-patch-merge-key":"type","x-kubernetes-patch-strategy":"merge"}"#,
+    ),
+    (
+        "io.k8s.transfer.storage.v1alpha1.Requester",
+        Some("groups"),
+        r#"{"x-kubernetes-list-type":"atomic"}"#,
+    ),
+    (
+        "io.k8s.transfer.storage.v1alpha1.SourceClaimSnapshot",
+        Some("accessModes"),
+        r#"{"x-kubernetes-list-type":"atomic"}"#,
+    ),
+];
+
+const META_V1_OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+
+fn mark_merge_types(definitions: &mut Definitions) {
+    for (definition, property, markers) in MERGE_TYPES {
+        let Some(schema) = definitions.get_mut(*definition) else {
+            continue;
+        };
+        let node = match property {
+            Some(p) => schema.get_mut("properties").and_then(|ps| ps.get_mut(*p)),
+            None => Some(schema),
+        };
+        if let (Some(Value::Object(node)), Ok(Value::Object(markers))) =
+            (node, serde_json::from_str::<Value>(markers))
+        {
+            node.extend(markers);
+        }
     }
 }
 

@@ -56,7 +56,7 @@ fn unproducible_accepts_are_not_acceptable() {
 }
 
 #[test]
-fn patch_types_are_merge_and_json_only() {
+fn patch_types_are_merge_json_and_apply_as_for_custom_resources() {
     assert_eq!(
         patch_type(Some("application/merge-patch+json")).unwrap(),
         PatchType::Merge
@@ -65,9 +65,13 @@ fn patch_types_are_merge_and_json_only() {
         patch_type(Some("application/json-patch+json; charset=utf-8")).unwrap(),
         PatchType::Json
     );
+    assert_eq!(
+        patch_type(Some("application/apply-patch+yaml")).unwrap(),
+        PatchType::Apply
+    );
     for unsupported in [
         "application/strategic-merge-patch+json",
-        "application/apply-patch+yaml",
+        "application/apply-patch+cbor",
         "text/plain",
     ] {
         assert_eq!(

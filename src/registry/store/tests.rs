@@ -37,6 +37,7 @@ fn ctx(user: &str) -> Context {
         },
         dry_run: false,
         writer: crate::registry::Writer::Client,
+        manager: String::new(),
     }
 }
 
