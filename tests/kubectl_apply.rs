@@ -106,26 +106,34 @@ fn kubectl_apply_server_side_creates_conflicts_and_forces() {
 }
 
 #[test]
-fn kubectl_diff_shows_a_change_and_writes_nothing() {
+fn kubectl_diff_shows_a_change_on_either_side_and_writes_nothing() {
     let ns = cp().namespace("diff").unwrap();
     let k = cp().kubectl();
     k.apply(&transfer(&ns.name, "t", "a")).unwrap();
     let before = get(k, &ns.name, "t");
-    // `kubectl diff --server-side` still finds no difference: left for
-    // later (issue 15).
-    let args = ["diff", "-f", "-"];
-    let run = k.run_with_stdin(&args, Some(&transfer(&ns.name, "t", "b")));
-    // kubectl diff exits 1 when there are differences, >1 on errors.
-    assert!(!run.success, "no difference?");
-    assert!(
-        run.stdout.contains("tier: b") && run.stdout.contains("tier: a"),
-        "{}\n{}",
-        run.stdout,
-        run.stderr
-    );
-    assert!(!run.stderr.contains("panic"), "{}", run.stderr);
-    let same = k.run_with_stdin(&args, Some(&transfer(&ns.name, "t", "a")));
-    assert!(same.success, "{}", same.stderr);
+    for server_side in [false, true] {
+        let mut args = vec!["diff", "-f", "-"];
+        if server_side {
+            args.push("--server-side");
+        }
+        let run = k.run_with_stdin(&args, Some(&transfer(&ns.name, "t", "b")));
+        // kubectl diff exits 1 when there are differences, >1 on errors.
+        assert_eq!(
+            run.stdout.is_empty(),
+            run.success,
+            "server-side {server_side}: {}",
+            run.stderr
+        );
+        assert!(
+            run.stdout.contains("tier: b") && run.stdout.contains("tier: a"),
+            "server-side {server_side}: {}\n{}",
+            run.stdout,
+            run.stderr
+        );
+        assert!(!run.stderr.contains("panic"), "{}", run.stderr);
+        let same = k.run_with_stdin(&args, Some(&transfer(&ns.name, "t", "a")));
+        assert!(same.success, "server-side {server_side}: {}", same.stderr);
+    }
     let after = get(k, &ns.name, "t");
     assert_eq!(
         before["metadata"]["resourceVersion"],

@@ -145,6 +145,10 @@ fn fields_view<T: Object>(obj: &T) -> Result<serde_json::Value, ApiError> {
     Ok(v)
 }
 
+/// The largest object the store writes: etcd's default request limit, so
+/// that no write (managedFields included) fails in etcd instead.
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
 impl<S: Strategy> Store<S> {
     /// A store for `S`'s resource under `etcd_prefix`, with its watch cache
     /// started (and stopped when `shutdown` is notified).
@@ -211,12 +215,34 @@ impl<S: Strategy> Store<S> {
         decode_object(kv)
     }
 
+    /// The stored form, refused past [`MAX_OBJECT_BYTES`].
     fn encode(&self, obj: &S::Object) -> Result<Bytes, ApiError> {
         let mut obj = obj.clone();
         obj.metadata_mut().resource_version = None;
-        serde_json::to_vec(&obj)
-            .map(Bytes::from)
-            .map_err(|e| ApiError::Internal(format!("encoding for storage: {e}")))
+        let bytes = serde_json::to_vec(&obj)
+            .map_err(|e| ApiError::Internal(format!("encoding for storage: {e}")))?;
+        if bytes.len() > MAX_OBJECT_BYTES {
+            return Err(ApiError::TooLarge(format!(
+                "the object would be {} bytes, more than the {MAX_OBJECT_BYTES} bytes an object may take",
+                bytes.len()
+            )));
+        }
+        Ok(Bytes::from(bytes))
+    }
+
+    /// As [`Store::encode`]; a write that only records its fields (not an
+    /// apply) drops the entries when they would make the object too large,
+    /// as kube does, rather than fail.
+    fn encode_tracked(&self, obj: &mut S::Object, fields: Fields) -> Result<Bytes, ApiError> {
+        match self.encode(obj) {
+            Err(ApiError::TooLarge(_))
+                if fields == Fields::Track && obj.metadata().managed_fields.is_some() =>
+            {
+                obj.metadata_mut().managed_fields = None;
+                self.encode(obj)
+            }
+            other => other,
+        }
     }
 
     fn invalid(&self, obj: &S::Object, causes: Vec<FieldCause>) -> ApiError {
@@ -304,6 +330,9 @@ impl<S: Strategy> Store<S> {
         obj.set_requester(ctx.user.clone());
         obj.apply_defaults();
         obj.reset_status();
+        // Checked here, so that a create that is too large only because of
+        // its entries loses them, as kube's does.
+        self.encode_tracked(&mut obj, fields)?;
 
         for attempt in 0..RETRIES {
             if generate {
@@ -1069,7 +1098,8 @@ impl<S: Strategy> Store<S> {
             .update_releasing(
                 &key,
                 revision,
-                self.encode(&new).map_err(UpdateError::Api)?,
+                self.encode_tracked(&mut new, fields)
+                    .map_err(UpdateError::Api)?,
                 &releases,
             )
             .await

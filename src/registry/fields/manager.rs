@@ -501,8 +501,16 @@ impl FieldManager {
                 .is_some_and(|s| !s.is_empty())
         {
             let mut last = config.clone();
-            if let Some(a) = last["metadata"]["annotations"].as_object_mut() {
-                a.remove(LAST_APPLIED);
+            if let Some(meta) = last["metadata"].as_object_mut() {
+                match meta.get_mut("annotations") {
+                    Some(Value::Object(a)) => {
+                        a.remove(LAST_APPLIED);
+                    }
+                    Some(_) => {
+                        meta.remove("annotations");
+                    }
+                    None => {}
+                }
             }
             let text = format!("{}\n", serde_json::to_string(&last).unwrap_or_default());
             merged["metadata"]["annotations"][LAST_APPLIED] = Value::String(text);

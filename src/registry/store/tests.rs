@@ -1551,3 +1551,135 @@ async fn a_watch_from_a_future_resource_version_ends_with_a_too_large_error() {
         );
     }
 }
+
+fn apply_config(labels: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+        "kind": "NamespaceTransfer",
+        "metadata": {"name": "t", "labels": labels},
+        "spec": {"source": {"name": "db"}, "destination": {"namespace": "dev"}},
+    })
+}
+
+fn decode_config(v: serde_json::Value) -> Result<NamespaceTransfer, ApiError> {
+    serde_json::from_value(v).map_err(|e| ApiError::BadRequest(e.to_string()))
+}
+
+fn with_manager(user: &str, manager: &str) -> Context {
+    Context {
+        manager: manager.to_owned(),
+        ..ctx(user)
+    }
+}
+
+#[tokio::test]
+async fn every_write_records_its_manager_and_a_status_write_its_subresource() {
+    let store = store().await;
+    let created = store
+        .create(&with_manager("alice", "creator"), "prod", offer("t"))
+        .await
+        .unwrap();
+    let entries = created.metadata.managed_fields.clone().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].manager.as_deref(), Some("creator"));
+    assert_eq!(entries[0].operation.as_deref(), Some("Update"));
+    // The controllers write status under their own name and subresource.
+    let mut status = created.clone();
+    status.status.as_mut().unwrap().message = Some("working".to_owned());
+    let written = store
+        .update(&controller(), "prod", "t", status, true)
+        .await
+        .unwrap();
+    let ctl = written
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .find(|e| e.manager.as_deref() == Some(crate::registry::CONTROLLER_MANAGER))
+        .unwrap();
+    assert_eq!(ctl.subresource.as_deref(), Some("status"));
+}
+
+#[tokio::test]
+async fn an_apply_creates_then_conflicts_with_another_manager() {
+    let store = store().await;
+    let (obj, created) = store
+        .apply(
+            &with_manager("alice", "a"),
+            "prod",
+            "t",
+            false,
+            &apply_config(serde_json::json!({"x": "1"})),
+            false,
+            decode_config,
+        )
+        .await
+        .unwrap();
+    assert!(created);
+    assert!(obj.metadata.uid.is_some());
+    let err = store
+        .apply(
+            &with_manager("bob", "b"),
+            "prod",
+            "t",
+            false,
+            &apply_config(serde_json::json!({"x": "2"})),
+            false,
+            decode_config,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 409, "{err}");
+    assert_eq!(
+        err.to_status().details.unwrap().causes.unwrap()[0]
+            .reason
+            .as_deref(),
+        Some("FieldManagerConflict")
+    );
+    // Nothing changed.
+    let live = store.get("prod", "t").await.unwrap();
+    assert_eq!(live.metadata.labels.unwrap()["x"], "1");
+}
+
+#[tokio::test]
+async fn an_object_never_grows_past_the_limit_through_its_entries() {
+    let store = store().await;
+    // Labels that fit in an object, but not twice (as values and as the
+    // field names an entry lists).
+    let labels: serde_json::Map<String, serde_json::Value> = (0..9000)
+        .map(|i| {
+            (
+                format!("l{i:05}-{}", "x".repeat(53)),
+                serde_json::json!("v".repeat(60)),
+            )
+        })
+        .collect();
+    let config = apply_config(serde_json::Value::Object(labels));
+    // An apply owns what it applies: past the limit, it is refused.
+    let err = store
+        .apply(
+            &with_manager("alice", "a"),
+            "prod",
+            "t",
+            false,
+            &config,
+            false,
+            decode_config,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 413, "{err}");
+    assert_eq!(store.get("prod", "t").await.unwrap_err().code(), 404);
+    // A create only records who wrote: it loses the entries instead.
+    let created = store
+        .create(
+            &with_manager("alice", "a"),
+            "prod",
+            decode_config(config).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(created.metadata.managed_fields.is_none());
+    assert!(store.encode(&created).is_ok());
+    assert_eq!(created.metadata.labels.unwrap().len(), 9000);
+}
