@@ -213,3 +213,87 @@ fn kubectl_edit_records_its_change_under_kubectl_edit() {
         serde_json::json!({"f:tier": {}})
     );
 }
+
+/// A controller (as Flux's kustomize-controller does it) applies with
+/// kube-rs' `Patch::Apply` and `force`, over a field kubectl set.
+#[test]
+fn kube_rs_patch_apply_creates_and_takes_over_with_force() {
+    use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+
+    let ns = cp().namespace("kube-rs").unwrap();
+    let k = cp().kubectl();
+    k.run_with_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&transfer(&ns.name, "owned", "a")),
+    )
+    .into_result()
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let kubeconfig = kube::config::Kubeconfig::read_from(k.kubeconfig()).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        let resource = ApiResource {
+            group: "storage.transfer.k8s.io".to_owned(),
+            version: "v1alpha1".to_owned(),
+            api_version: "storage.transfer.k8s.io/v1alpha1".to_owned(),
+            kind: "NamespaceTransfer".to_owned(),
+            plural: "namespacetransfers".to_owned(),
+        };
+        let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(
+            kube::Client::try_from(config).unwrap(),
+            &ns.name,
+            &resource,
+        );
+        let doc = |name: &str, tier: &str| -> serde_json::Value {
+            serde_yaml::from_str(&transfer(&ns.name, name, tier)).unwrap()
+        };
+        // Create on apply.
+        let created = api
+            .patch(
+                "fresh",
+                &PatchParams::apply("kustomize-controller"),
+                &Patch::Apply(doc("fresh", "a")),
+            )
+            .await
+            .unwrap();
+        assert!(created.metadata.uid.is_some());
+        // Without force, kubectl's label is not the controller's to change.
+        let err = api
+            .patch(
+                "owned",
+                &PatchParams::apply("kustomize-controller"),
+                &Patch::Apply(doc("owned", "b")),
+            )
+            .await
+            .unwrap_err();
+        match err {
+            kube::Error::Api(status) => assert_eq!(status.code, 409, "{status:?}"),
+            other => panic!("not a conflict: {other}"),
+        }
+        let forced = api
+            .patch(
+                "owned",
+                &PatchParams::apply("kustomize-controller").force(),
+                &Patch::Apply(doc("owned", "b")),
+            )
+            .await
+            .unwrap();
+        assert_eq!(forced.metadata.labels.unwrap()["tier"], "b");
+        let managers: Vec<String> = forced
+            .metadata
+            .managed_fields
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| e.manager)
+            .collect();
+        assert!(
+            managers.contains(&"kustomize-controller".to_owned()),
+            "{managers:?}"
+        );
+    });
+}
