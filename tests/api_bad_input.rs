@@ -577,3 +577,116 @@ fn a_legal_json_patch_near_the_limits_is_applied() {
         "the copies are gone"
     );
 }
+
+const APPLY: (&str, &str) = ("Content-Type", "application/apply-patch+yaml");
+
+#[test]
+fn bad_applies_are_refused_with_a_reason_and_change_nothing() {
+    let ns = cp().namespace("bad-apply").unwrap();
+    let http = cp().server_http().unwrap();
+    let url = format!("{}/a?fieldManager=m", base(&ns.name));
+    let created = send(
+        &http,
+        "PATCH",
+        &url,
+        &[APPLY],
+        &serde_json::to_vec(&transfer("a")).unwrap(),
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    let before = settle(&http, &base(&ns.name), &created.json());
+
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut t = transfer("a");
+        f(&mut t);
+        serde_json::to_vec(&t).unwrap()
+    };
+    let cases: Vec<(&str, Vec<u8>, u16, &str, &str)> = vec![
+        (
+            "",
+            b"- a\n- b\n".to_vec(),
+            400,
+            "BadRequest",
+            "cannot unmarshal array",
+        ),
+        (
+            "",
+            b"just words".to_vec(),
+            400,
+            "BadRequest",
+            "cannot unmarshal string",
+        ),
+        (
+            "",
+            b"{a: [".to_vec(),
+            400,
+            "BadRequest",
+            "error decoding YAML",
+        ),
+        (
+            "",
+            with(&|t| t["kind"] = json!("EphemeralClaim")),
+            400,
+            "BadRequest",
+            "invalid object type",
+        ),
+        (
+            "",
+            with(&|t| t["apiVersion"] = json!("storage.transfer.k8s.io/v2")),
+            400,
+            "BadRequest",
+            "invalid object type",
+        ),
+        (
+            "",
+            with(&|t| t["metadata"]["name"] = json!("b")),
+            400,
+            "BadRequest",
+            "does not match the name on the URL",
+        ),
+        (
+            "&fieldValidation=Strict",
+            with(&|t| t["spec"]["bogus"] = json!(1)),
+            400,
+            "BadRequest",
+            ".spec.bogus: field not declared in schema",
+        ),
+        (
+            "",
+            with(&|t| t["metadata"]["managedFields"] = json!([])),
+            400,
+            "BadRequest",
+            "metadata.managedFields must be nil",
+        ),
+        (
+            "",
+            with(&|t| t["spec"]["source"] = json!("db")),
+            400,
+            "BadRequest",
+            "expected map",
+        ),
+        ("&force=maybe", with(&|_| {}), 400, "BadRequest", "force"),
+    ];
+    for (query, body, code, reason, says) in cases {
+        let resp = send(&http, "PATCH", &format!("{url}{query}"), &[APPLY], &body);
+        assert_status(&resp, code, reason, says);
+    }
+    // No field manager: kube's 422 on the options.
+    let resp = send(
+        &http,
+        "PATCH",
+        &format!("{}/a", base(&ns.name)),
+        &[APPLY],
+        &serde_json::to_vec(&transfer("a")).unwrap(),
+    );
+    assert_status(&resp, 422, "Invalid", "fieldManager: Required value");
+    // Past the body limit.
+    let mut huge = b"metadata:\n  annotations:\n    a: \"".to_vec();
+    huge.resize(BODY_LIMIT + 10, b'x');
+    let resp = send(&http, "PATCH", &url, &[APPLY], &huge);
+    assert_eq!(resp.status, 413, "{}", resp.text());
+    let after = send(&http, "GET", &format!("{}/a", base(&ns.name)), &[], b"").json();
+    assert_eq!(
+        before["metadata"]["resourceVersion"],
+        after["metadata"]["resourceVersion"]
+    );
+}
