@@ -29,8 +29,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark fails by panicking.
 
-#[path = "support/crd.rs"]
-mod crd;
 #[path = "support/load.rs"]
 mod load;
 #[path = "support/plot.rs"]
@@ -51,7 +49,7 @@ use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use load::{call_with, connect_to, env_f64, run, scaled, Client, Sample, SERVER_NAME};
 use plot::Series;
-use sta_testenv::{repo_root, ControlPlane, Options};
+use sta_testenv::{crd, repo_root, ControlPlane, Options};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
 const OUR_GROUP: &str = "storage.transfer.k8s.io";
@@ -877,11 +875,7 @@ fn main() {
     cp.restart_server(&["--controllers=".to_owned()], &[])
         .unwrap_or_else(|e| panic!("{e}"));
 
-    let openapi: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(repo_root().join("openapi/v3/apis__storage.transfer.k8s.io__v1alpha1.json"))
-            .unwrap(),
-    )
-    .unwrap();
+    let openapi = crd::checked_in_openapi().unwrap_or_else(|e| panic!("{e}"));
     let crd_path = cp.dir.join("crd-twin.json");
     std::fs::write(
         &crd_path,

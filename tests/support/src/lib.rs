@@ -29,6 +29,7 @@
 //! working), and run more replicas with [`ControlPlane::start_replica`].
 
 pub mod balancer;
+pub mod crd;
 pub mod csi;
 pub mod http;
 pub mod kubectl;
@@ -890,6 +891,27 @@ impl ControlPlane {
     /// Where every component's log is.
     pub fn logs_dir(&self) -> PathBuf {
         self.dir.join("logs")
+    }
+
+    /// A raw HTTPS client to kube-apiserver, presenting the admin
+    /// certificate (`system:masters`): our group through the aggregator, and
+    /// everything else kube-apiserver serves.
+    pub fn apiserver_http(&self) -> Result<http::HttpClient, Error> {
+        let port = self
+            .apiserver_url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .ok_or_else(|| Error::Io {
+                context: format!("the kube-apiserver URL {}", self.apiserver_url),
+                source: std::io::Error::other("it names no port"),
+            })?;
+        http::HttpClient::new(
+            port,
+            &self.pki.cluster_ca.cert,
+            "localhost",
+            Some((&self.pki.admin.cert, &self.pki.admin.key)),
+        )
     }
 
     /// A raw HTTPS client straight to our server, presenting the admin
