@@ -5,7 +5,7 @@
 #   make down   stop what `make dev` started
 #   make lint   rustfmt and clippy, as CI runs them
 #   make release   the release binary, by the Dockerfile's command (CI builds it too)
-#   make tools  only build the pinned etcd, Kubernetes and CSI binaries (cached outside the tree)
+#   make tools  only build the pinned etcd, Kubernetes and CSI binaries and the client-go test program (cached outside the tree)
 #   make fresh-check   run the README's commands on a bare Debian root, as on a new machine
 #   make openapi   rewrite the checked-in OpenAPI documents under openapi/ from the code
 #   make bench   our server against the same schema as a CRD, side by side (docs/benchmarks.md)
@@ -20,12 +20,14 @@ DEV_DIR ?= $(CURDIR)/.dev
 prereqs:
 	@hack/prereqs.sh
 
-# etcd 3.6, kube-apiserver, kube-controller-manager, kubectl and the CSI stack,
-# each pinned under hack/ and built once into ~/.cache/storage-transfer-apiserver.
+# etcd 3.6, kube-apiserver, kube-controller-manager, kubectl, the CSI stack and
+# the client-go test program (tests/clientgo), each pinned under hack/ and built
+# once into ~/.cache/storage-transfer-apiserver.
 tools: prereqs
 	@hack/build-etcd.sh >/dev/null
 	@hack/build-kube.sh >/dev/null
 	@hack/build-csi.sh >/dev/null
+	@hack/build-clientgo.sh >/dev/null
 
 kube: tools
 
