@@ -285,8 +285,8 @@ fn bookmark_metadata(resource_version: &str, initial_events_end: bool) -> Value 
 /// bookmark object into what the watch asked for: a metadata watch gets a
 /// `PartialObjectMetadata`, a Table watch a one-row Table whose cells are
 /// those of an object that has nothing but its resourceVersion. The
-/// `k8s.io/initial-events-end` row always carries the metadata, whatever
-/// `includeObject` says, since that annotation is how the client sees it.
+/// `k8s.io/initial-events-end` row carries at least the metadata, even
+/// with `includeObject=None`, since that annotation is how the client sees it.
 pub fn encode_bookmark<S: Strategy>(
     strategy: &S,
     resource_version: &str,
@@ -306,13 +306,13 @@ pub fn encode_bookmark<S: Strategy>(
         Output::Metadata => partial(),
         Output::Table { v1beta1, include } => {
             let object = match include {
-                _ if initial_events_end => Some(partial()),
-                IncludeObject::None => None,
-                IncludeObject::Metadata => Some(partial()),
                 IncludeObject::Object => Some(bookmark_object::<S::Object>(
                     resource_version,
                     initial_events_end,
                 )),
+                IncludeObject::Metadata => Some(partial()),
+                IncludeObject::None if initial_events_end => Some(partial()),
+                IncludeObject::None => None,
             };
             // The cells of an object with no name, no fields and no
             // creation time, as kube's column printers give them.

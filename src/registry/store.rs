@@ -1291,7 +1291,12 @@ impl<S: Strategy> Store<S> {
                     queue.push_back(WatchEvent::Added(obj));
                 }
             }
-            if opts.send_initial_events == Some(true) {
+            // The end of the initial events, for a watch-list and (as
+            // kube-apiserver's watch cache marks its first bookmark) for a
+            // legacy watch that takes bookmarks.
+            if opts.send_initial_events == Some(true)
+                || (opts.send_initial_events.is_none() && opts.allow_bookmarks)
+            {
                 queue.push_back(WatchEvent::Bookmark {
                     resource_version: snap.revision.to_string(),
                     initial_events_end: true,
@@ -1314,12 +1319,20 @@ impl<S: Strategy> Store<S> {
                     current
                 }
             };
-            let watch = self.cache.watch_from(after).map_err(|e| match e {
-                CacheError::TooOld { requested, oldest } => {
-                    ApiError::Expired(format!("too old resource version: {requested} ({oldest})"))
+            let watch = match self.cache.watch_from(after) {
+                Ok(watch) => watch,
+                // As kube-apiserver's watch cache: a watch that was allowed
+                // and parsed fails in its stream, with one ERROR event.
+                Err(CacheError::TooOld { requested, oldest }) => {
+                    return Ok(self.failed_watch(
+                        ApiError::Expired(format!(
+                            "too old resource version: {requested} ({oldest})"
+                        )),
+                        filter,
+                    ))
                 }
-                other => cache_error(other),
-            })?;
+                Err(other) => return Err(cache_error(other)),
+            };
             let mut pending = VecDeque::from(watch.backlog);
             while let Some(event) = pending.pop_front() {
                 if let Some(e) = self.translate(&filter, &event)? {
