@@ -320,6 +320,41 @@ async fn updates(
     )
 }
 
+/// Each created object applied once with server-side apply, by a manager
+/// that takes the label the creator set (`force`, as Flux applies): the
+/// merge, the conflict check and the managedFields bookkeeping on top of a
+/// write.
+async fn applies(target: &Arc<Target>, client: &Client, count: usize, concurrency: usize) -> Stat {
+    let (t, c) = (target.clone(), client.clone());
+    Stat::of(
+        run("apply", count, concurrency, move |i| {
+            let (t, c) = (t.clone(), c.clone());
+            async move {
+                let name = format!("c-{i:06}");
+                let mut config: serde_json::Value =
+                    serde_json::from_slice(&t.transfer(&name)).unwrap();
+                config["metadata"]["labels"]["bench"] = "applied".into();
+                let path = format!(
+                    "{}/{name}?fieldManager=bench&force=true",
+                    t.collection(&format!("bench-{}", t.key))
+                );
+                let mut headers = t.headers.clone();
+                headers.push(("content-type", "application/apply-patch+yaml"));
+                let (status, body) = call_with(
+                    &c,
+                    Method::PATCH,
+                    &path,
+                    &headers,
+                    Some(serde_json::to_vec(&config).unwrap()),
+                )
+                .await;
+                assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+            }
+        })
+        .await,
+    )
+}
+
 /// `count` lists of `size` objects: consistent ones (no resourceVersion), or
 /// with `resourceVersion=0` (whatever the server's cache holds).
 async fn lists(
@@ -958,6 +993,15 @@ fn main() {
         }
         rows.push(Row {
             name: "update".to_owned(),
+            requests: creates_n,
+            stats,
+        });
+        let mut stats = Vec::new();
+        for (t, c) in targets.iter().zip(&clients) {
+            stats.push(applies(t, c, creates_n, concurrency).await);
+        }
+        rows.push(Row {
+            name: "apply".to_owned(),
             requests: creates_n,
             stats,
         });

@@ -105,8 +105,13 @@ pub(crate) async fn call_with(
     c.ready().await.unwrap();
     let mut req = Request::builder()
         .method(method)
-        .uri(format!("https://127.0.0.1{path}"))
-        .header("content-type", "application/json");
+        .uri(format!("https://127.0.0.1{path}"));
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+    {
+        req = req.header("content-type", "application/json");
+    }
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
