@@ -513,20 +513,26 @@ pub(super) fn decode_apply_body(body: &[u8]) -> Result<(Value, Option<String>), 
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok((Value::Object(serde_json::Map::new()), None));
     }
-    let duplicates = match serde_yaml::from_slice::<serde_yaml::Value>(body) {
-        Ok(_) => None,
-        Err(e) if e.to_string().contains("duplicate") => Some(e.to_string()),
-        Err(e) => {
-            return Err(ApiError::BadRequest(format!(
-                "error decoding YAML: error converting YAML to JSON: {e}"
-            )))
-        }
-    };
-    let config: Value = serde_yaml::from_slice(body).map_err(|e| {
+    check_yaml_nesting(body)?;
+    let converting = |e: &dyn std::fmt::Display| {
         ApiError::BadRequest(format!(
             "error decoding YAML: error converting YAML to JSON: {e}"
         ))
-    })?;
+    };
+    // One parse, into YAML's own tree, which refuses a key given twice;
+    // only then a second, where the last of them wins, as kube reads it.
+    let (config, duplicates): (Value, Option<String>) =
+        match serde_yaml::from_slice::<serde_yaml::Value>(body) {
+            Ok(yaml) => (
+                serde_json::to_value(yaml).map_err(|e| converting(&e))?,
+                None,
+            ),
+            Err(e) if e.to_string().contains("duplicate") => (
+                serde_yaml::from_slice(body).map_err(|e| converting(&e))?,
+                Some(e.to_string()),
+            ),
+            Err(e) => return Err(converting(&e)),
+        };
     let go_type = match &config {
         Value::Null => return Ok((Value::Object(serde_json::Map::new()), duplicates)),
         Value::Object(_) => return Ok((config, duplicates)),
@@ -538,6 +544,80 @@ pub(super) fn decode_apply_body(body: &[u8]) -> Result<(Value, Option<String>), 
     Err(ApiError::BadRequest(format!(
         "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal {go_type} into Go value of type map[string]interface {{}}"
     )))
+}
+
+/// How deep an apply body may nest, and how many structural tokens it may
+/// hold. The YAML parser reads every event of a document before it checks
+/// anything, so three million `[` would cost gigabytes; this bounds the
+/// body first, loosely enough that no configuration of our kinds notices.
+const MAX_YAML_NESTING: usize = 64;
+const MAX_YAML_TOKENS: usize = 100_000;
+
+fn check_yaml_nesting(body: &[u8]) -> Result<(), ApiError> {
+    let refuse = |what: String| {
+        ApiError::BadRequest(format!("error decoding YAML: the configuration {what}"))
+    };
+    let (mut flow, mut tokens) = (0usize, 0usize);
+    let (mut quote, mut escaped) = (None::<u8>, false);
+    for line in body.split(|b| *b == b'\n') {
+        tokens += 1;
+        if quote.is_none() {
+            // Block nesting: two columns of indentation, or a "- ", per level.
+            let indent = line.iter().take_while(|b| **b == b' ').count();
+            let dashes = line[indent..]
+                .chunks(2)
+                .take_while(|c| *c == b"- " || *c == b"-")
+                .count();
+            if indent / 2 + dashes > MAX_YAML_NESTING * 2 {
+                return Err(refuse(format!(
+                    "nests deeper than {} levels",
+                    MAX_YAML_NESTING * 2
+                )));
+            }
+        }
+        // Whether the byte before starts a token (a quote there opens a
+        // quoted scalar, a `#` a comment).
+        let mut at_token_start = true;
+        for &b in line {
+            if let Some(q) = quote {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' && q == b'"' {
+                    escaped = true;
+                } else if b == q {
+                    quote = None;
+                }
+                at_token_start = false;
+                continue;
+            }
+            match b {
+                b'"' | b'\'' if at_token_start => quote = Some(b),
+                b'#' if at_token_start => break,
+                b'[' | b'{' => {
+                    flow += 1;
+                    tokens += 1;
+                    if flow > MAX_YAML_NESTING {
+                        return Err(refuse(format!(
+                            "nests deeper than {MAX_YAML_NESTING} levels"
+                        )));
+                    }
+                }
+                b']' | b'}' => {
+                    flow = flow.saturating_sub(1);
+                    tokens += 1;
+                }
+                b',' | b':' | b'-' => tokens += 1,
+                _ => {}
+            }
+            at_token_start = matches!(b, b' ' | b'\t' | b'[' | b'{' | b',');
+        }
+        if tokens > MAX_YAML_TOKENS {
+            return Err(refuse(format!(
+                "holds more than {MAX_YAML_TOKENS} elements"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn unreachable_apply<T>() -> Result<T, ApiError> {

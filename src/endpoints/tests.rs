@@ -257,3 +257,20 @@ fn an_apply_body_is_yaml_whose_top_level_is_an_object() {
         .unwrap()
         .is_empty());
 }
+
+#[test]
+fn an_apply_body_that_would_cost_the_parser_too_much_is_refused_before_parsing() {
+    use super::handler::decode_apply_body;
+    let deep = "[".repeat(3 * 1024 * 1024);
+    let err = decode_apply_body(deep.as_bytes()).unwrap_err();
+    assert_eq!(err.code(), 400);
+    assert!(err.to_string().contains("nests deeper"), "{err}");
+    let wide = format!("a: [{}]", "[],".repeat(1024 * 1024));
+    let err = decode_apply_body(wide.as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("more than"), "{err}");
+    // Quotes and comments hide nothing, and hide no brackets either.
+    let (v, _) = decode_apply_body(b"a: \"[[[[\" # [[[[\nb: don't [1, [2]]\n").unwrap();
+    assert_eq!(v["a"], "[[[[");
+    let sneaky = format!("a: x'\nb: {}", "[".repeat(200));
+    assert!(decode_apply_body(sneaky.as_bytes()).is_err());
+}

@@ -330,9 +330,6 @@ impl<S: Strategy> Store<S> {
         obj.set_requester(ctx.user.clone());
         obj.apply_defaults();
         obj.reset_status();
-        // Checked here, so that a create that is too large only because of
-        // its entries loses them, as kube's does.
-        self.encode_tracked(&mut obj, fields)?;
 
         for attempt in 0..RETRIES {
             if generate {
@@ -346,6 +343,9 @@ impl<S: Strategy> Store<S> {
             if let Some(admission) = &self.admission {
                 admission.admit_create(ctx, &obj).await?;
             }
+            // Checked last, so that a create that is too large only
+            // because of its entries loses them, as kube's does.
+            self.encode_tracked(&mut obj, fields)?;
             let name = obj.metadata().name.clone().unwrap_or_default();
             match self.create_claiming(ctx, namespace, &name, &obj).await {
                 Ok(written) => {
@@ -892,6 +892,14 @@ impl<S: Strategy> Store<S> {
                 }
                 Err(e) => return Err(e),
                 Ok((current, revision)) => {
+                    // A configuration may pin the version it was made for,
+                    // as any patch may.
+                    let pinned = config["metadata"]["resourceVersion"]
+                        .as_str()
+                        .filter(|v| !v.is_empty());
+                    if pinned.is_some_and(|v| v != revision.to_string()) {
+                        return Err(self.conflict(name));
+                    }
                     let live = fields_view(&current)?;
                     let (merged, entries) = self
                         .fields
@@ -920,6 +928,9 @@ impl<S: Strategy> Store<S> {
                     {
                         Ok(obj) => return Ok((obj, false)),
                         Err(UpdateError::Api(e)) => return Err(e),
+                        Err(UpdateError::Raced) if pinned.is_some() => {
+                            return Err(self.conflict(name))
+                        }
                         Err(UpdateError::Raced) => continue,
                     }
                 }

@@ -651,10 +651,10 @@ impl FieldManager {
         let last = named(last);
         let pruned = remove(&merged, &last);
         // Add back what someone owns.
-        let owned = managed
-            .fields
-            .values()
-            .fold(Set::new(), |all, o| all.union(&o.set));
+        let mut owned = Set::new();
+        for o in managed.fields.values() {
+            owned.union_in(&o.set);
+        }
         let merged_set = named(&set_of(&merged));
         let pruned = remove(
             &merged,
@@ -760,7 +760,7 @@ fn cap_update_managers(managed: &mut Managed) {
                     }
                 }
                 if let Some(b) = managed.fields.get_mut(&bucket) {
-                    b.set = owned.set.union(&b.set);
+                    b.set.union_in(&owned.set);
                 }
                 managed.fields.remove(&id);
                 managed.times.remove(&id);

@@ -8,9 +8,16 @@ use std::fmt;
 use serde_json::Value;
 
 /// A JSON value with the total order structured-merge-diff sorts by:
-/// numbers, then strings, booleans, lists, maps, and null last.
-#[derive(Debug, Clone, PartialEq)]
+/// numbers, then strings, booleans, lists, maps, and null last. Equal
+/// exactly when the order says so, so that sets and maps keyed by it hold.
+#[derive(Debug, Clone)]
 pub struct OrdValue(pub Value);
+
+impl PartialEq for OrdValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
 
 impl Eq for OrdValue {}
 
@@ -23,6 +30,31 @@ impl PartialOrd for OrdValue {
 impl Ord for OrdValue {
     fn cmp(&self, other: &Self) -> Ordering {
         compare_values(&self.0, &other.0)
+    }
+}
+
+/// Numbers by value, exactly: integers as integers (however large), and
+/// where an integer and a float are equal as floats, the integer first.
+fn compare_numbers(x: &serde_json::Number, y: &serde_json::Number) -> Ordering {
+    let int = |n: &serde_json::Number| {
+        n.as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+    };
+    // A float as an integer, when it is one that fits.
+    let whole = |f: f64| (f.is_finite() && f.fract() == 0.0 && f.abs() < 1e38).then_some(f as i128);
+    let (fx, fy) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+    match (int(x), int(y)) {
+        (Some(a), Some(b)) => a.cmp(&b),
+        (Some(a), None) => match whole(fy) {
+            Some(b) => a.cmp(&b).then(Ordering::Less),
+            None => (a as f64).total_cmp(&fy).then(Ordering::Less),
+        },
+        (None, Some(b)) => match whole(fx) {
+            Some(a) => a.cmp(&b).then(Ordering::Greater),
+            None => fx.total_cmp(&(b as f64)).then(Ordering::Greater),
+        },
+        (None, None) => fx.total_cmp(&fy),
     }
 }
 
@@ -40,13 +72,7 @@ fn rank(v: &Value) -> u8 {
 /// structured-merge-diff's `value.Compare`.
 pub fn compare_values(a: &Value, b: &Value) -> Ordering {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
-            (Some(x), Some(y)) => x.cmp(&y),
-            _ => {
-                let (x, y) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
-                x.partial_cmp(&y).unwrap_or(Ordering::Equal)
-            }
-        },
+        (Value::Number(x), Value::Number(y)) => compare_numbers(x, y),
         (Value::String(x), Value::String(y)) => x.cmp(y),
         (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
         (Value::Array(x), Value::Array(y)) => {

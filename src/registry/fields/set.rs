@@ -54,7 +54,8 @@ impl Set {
         out
     }
 
-    fn union_in(&mut self, other: &Set) {
+    /// Adds `other` to this set, in place.
+    pub fn union_in(&mut self, other: &Set) {
         self.members.extend(other.members.iter().cloned());
         for (pe, child) in &other.children {
             self.children.entry(pe.clone()).or_default().union_in(child);

@@ -317,3 +317,63 @@ fn fields_v1_round_trips() {
     assert!(set::Set::from_fields_v1(&json!({"q:x": {}})).is_err());
     assert!(set::Set::from_fields_v1(&json!({"f:x": 1})).is_err());
 }
+
+#[test]
+fn a_long_set_merges_and_compares_item_by_item() {
+    let fm = fm();
+    let now = at(100);
+    let names: Vec<String> = (0..20_000).map(|i| format!("f{i}")).collect();
+    let mut config = transfer(json!({}), spec("db"));
+    config["metadata"]["finalizers"] = json!(names);
+    let (merged, entries) = fm
+        .apply(&fm.empty_object(), None, &config, false, write("a", &now))
+        .unwrap();
+    assert_eq!(
+        merged["metadata"]["finalizers"].as_array().unwrap().len(),
+        20_000
+    );
+    let owned = fields_of(entries.as_ref().unwrap(), "a");
+    assert_eq!(
+        owned["f:metadata"]["f:finalizers"]
+            .as_object()
+            .unwrap()
+            .len(),
+        20_000
+    );
+    // Repeated items are owned once, whole.
+    let mut twice = transfer(json!({}), spec("db"));
+    twice["metadata"]["finalizers"] = json!(["x", "x", "y"]);
+    let set = typed::to_field_set(&fm_schema(), fm_root(), &twice).unwrap();
+    assert!(set.has(&[
+        path::PathElement::field("metadata"),
+        path::PathElement::field("finalizers"),
+        path::PathElement::Value(path::OrdValue(json!("x"))),
+    ]));
+}
+
+fn fm_schema() -> schema::Schema {
+    let definitions = crate::discovery::openapi::definitions();
+    schema::Schema::from_definitions(
+        &definitions,
+        &[crate::discovery::openapi::kind_definition("NamespaceTransfer").as_str()],
+    )
+}
+
+fn fm_root() -> schema::TypeId {
+    fm_schema()
+        .named(&crate::discovery::openapi::kind_definition(
+            "NamespaceTransfer",
+        ))
+        .unwrap()
+}
+
+#[test]
+fn numbers_order_exactly_even_where_floats_cannot_tell_them_apart() {
+    use path::OrdValue;
+    let big = OrdValue(json!(9_007_199_254_740_993_i64));
+    let near = OrdValue(serde_json::from_str("9007199254740992.0").unwrap());
+    assert_ne!(big, near);
+    assert!(near < big);
+    assert_eq!(OrdValue(json!(1)), OrdValue(json!(1)));
+    assert_ne!(OrdValue(json!(1)), OrdValue(json!(1.0)));
+}

@@ -3,6 +3,8 @@
 //! values, a merge of an applied configuration into a live object, and the
 //! removal of a set of fields. Objects are plain JSON values here.
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
 use serde_json::{Map, Value};
 
 use super::path::{OrdValue, PathElement};
@@ -127,16 +129,19 @@ fn field_set_into(
             let Some(items) = value.as_array() else {
                 return Ok(());
             };
-            let mut seen = Vec::with_capacity(items.len());
+            let mut elements = Vec::with_capacity(items.len());
+            let mut counts: BTreeMap<PathElement, usize> = BTreeMap::new();
             for (i, item) in items.iter().enumerate() {
-                seen.push(item_element(kind, item, i)?);
+                let pe = item_element(kind, item, i)?;
+                *counts.entry(pe.clone()).or_default() += 1;
+                elements.push(pe);
             }
-            for (i, (item, pe)) in items.iter().zip(&seen).enumerate() {
+            let mut repeated_done = BTreeSet::new();
+            for (item, pe) in items.iter().zip(&elements) {
                 path.push(pe.clone());
-                let duplicate = seen.iter().filter(|other| *other == pe).count() > 1;
-                if duplicate {
+                if counts.get(pe).is_some_and(|n| *n > 1) {
                     // A repeated item is owned whole, once.
-                    if seen.iter().position(|other| other == pe) == Some(i) {
+                    if repeated_done.insert(pe.clone()) {
                         set.insert(path);
                     }
                 } else {
@@ -242,23 +247,26 @@ fn compare_node(
     Ok(())
 }
 
-/// Items by path element; a repeated element keeps its first item.
-fn index_items<'v>(
-    kind: &ListKind,
-    items: Option<&'v Vec<Value>>,
-) -> Result<Vec<(PathElement, &'v Value)>, String> {
-    let mut out: Vec<(PathElement, &Value)> = Vec::new();
+/// Items by path element, in order; a repeated element keeps its first
+/// item.
+struct Indexed<'v> {
+    order: Vec<PathElement>,
+    items: BTreeMap<PathElement, &'v Value>,
+}
+
+fn index_items<'v>(kind: &ListKind, items: Option<&'v Vec<Value>>) -> Result<Indexed<'v>, String> {
+    let mut out = Indexed {
+        order: Vec::new(),
+        items: BTreeMap::new(),
+    };
     for (i, item) in items.into_iter().flatten().enumerate() {
         let pe = item_element(kind, item, i)?;
-        if !out.iter().any(|(seen, _)| *seen == pe) {
-            out.push((pe, item));
+        if let std::collections::btree_map::Entry::Vacant(slot) = out.items.entry(pe.clone()) {
+            slot.insert(item);
+            out.order.push(pe);
         }
     }
     Ok(out)
-}
-
-fn find<'v>(items: &[(PathElement, &'v Value)], pe: &PathElement) -> Option<&'v Value> {
-    items.iter().find(|(p, _)| p == pe).map(|(_, v)| *v)
 }
 
 fn compare_lists(
@@ -272,15 +280,16 @@ fn compare_lists(
 ) -> Result<(), String> {
     let left = index_items(kind, lhs)?;
     let right = index_items(kind, rhs)?;
-    for (pe, r) in &right {
+    for pe in &right.order {
         path.push(pe.clone());
-        compare_node(schema, elem, find(&left, pe), Some(r), path, out)?;
+        let r = right.items.get(pe).copied();
+        compare_node(schema, elem, left.items.get(pe).copied(), r, path, out)?;
         path.pop();
     }
-    for (pe, l) in &left {
-        if find(&right, pe).is_none() {
+    for pe in &left.order {
+        if !right.items.contains_key(pe) {
             path.push(pe.clone());
-            compare_node(schema, elem, Some(l), None, path, out)?;
+            compare_node(schema, elem, left.items.get(pe).copied(), None, path, out)?;
             path.pop();
         }
     }
@@ -345,47 +354,42 @@ fn merge_lists(
     rhs: Option<&Vec<Value>>,
 ) -> Result<Option<Value>, String> {
     let mut rhs_pes = Vec::new();
+    let mut observed_rhs: BTreeMap<PathElement, &Value> = BTreeMap::new();
     for (i, item) in rhs.into_iter().flatten().enumerate() {
         let pe = item_element(kind, item, i)?;
-        if rhs_pes.iter().any(|(seen, _)| *seen == pe) {
+        if observed_rhs.insert(pe.clone(), item).is_some() {
             return Err(format!("duplicate entries for key {pe}"));
         }
-        rhs_pes.push((pe, item));
+        rhs_pes.push(pe);
     }
     // The live object may hold duplicates; a repeated item merges as none.
-    let mut lhs_pes: Vec<(PathElement, Option<&Value>)> = Vec::new();
+    let mut lhs_pes: Vec<(PathElement, &Value)> = Vec::new();
+    let mut observed_lhs: BTreeMap<PathElement, Option<&Value>> = BTreeMap::new();
     for (i, item) in lhs.into_iter().flatten().enumerate() {
         let pe = item_element(kind, item, i)?;
-        lhs_pes.push((pe, Some(item)));
+        observed_lhs
+            .entry(pe.clone())
+            .and_modify(|seen| *seen = None)
+            .or_insert(Some(item));
+        lhs_pes.push((pe, item));
     }
-    let observed_lhs = |pe: &PathElement| -> Option<Option<&Value>> {
-        let mut found = lhs_pes.iter().filter(|(p, _)| p == pe);
-        let first = found.next()?;
-        Some(if found.next().is_some() {
-            None
-        } else {
-            first.1
-        })
-    };
-    let observed_rhs = |pe: &PathElement| rhs_pes.iter().find(|(p, _)| p == pe).map(|(_, v)| *v);
 
-    let mut shared: std::collections::VecDeque<&PathElement> = rhs_pes
+    let mut shared: VecDeque<&PathElement> = rhs_pes
         .iter()
-        .map(|(pe, _)| pe)
-        .filter(|pe| observed_lhs(pe).is_some())
+        .filter(|pe| observed_lhs.contains_key(*pe))
         .collect();
     let mut next_shared = shared.pop_front();
-    let mut merged_rhs: Vec<PathElement> = Vec::new();
+    let mut merged_rhs: BTreeSet<PathElement> = BTreeSet::new();
     let mut out = Vec::new();
     let (l_len, r_len) = (lhs_pes.len(), rhs_pes.len());
     let (mut li, mut ri) = (0, 0);
     while li < l_len || ri < r_len {
         if li < l_len && ri < r_len {
             let pe = &lhs_pes[li].0;
-            if *pe == rhs_pes[ri].0 {
-                merged_rhs.push(pe.clone());
-                let l = observed_lhs(pe).flatten();
-                let r = observed_rhs(pe);
+            if *pe == rhs_pes[ri] {
+                merged_rhs.insert(pe.clone());
+                let l = observed_lhs.get(pe).copied().flatten();
+                let r = observed_rhs.get(pe).copied();
                 if let Some(v) = merge_node(schema, elem, l, r)? {
                     out.push(v);
                 }
@@ -394,15 +398,15 @@ fn merge_lists(
                 next_shared = shared.pop_front();
                 continue;
             }
-            if observed_rhs(pe).is_some() && next_shared.is_some_and(|n| n != pe) {
+            if observed_rhs.contains_key(pe) && next_shared.is_some_and(|n| n != pe) {
                 li += 1;
                 continue;
             }
         }
         if li < l_len {
             let pe = &lhs_pes[li].0;
-            if observed_rhs(pe).is_none() {
-                if let Some(v) = merge_node(schema, elem, lhs_pes[li].1, None)? {
+            if !observed_rhs.contains_key(pe) {
+                if let Some(v) = merge_node(schema, elem, Some(lhs_pes[li].1), None)? {
                     out.push(v);
                 }
                 li += 1;
@@ -412,10 +416,10 @@ fn merge_lists(
             }
         }
         if ri < r_len {
-            let pe = &rhs_pes[ri].0;
-            merged_rhs.push(pe.clone());
-            let l = observed_lhs(pe).flatten();
-            if let Some(v) = merge_node(schema, elem, l, Some(rhs_pes[ri].1))? {
+            let pe = &rhs_pes[ri];
+            merged_rhs.insert(pe.clone());
+            let l = observed_lhs.get(pe).copied().flatten();
+            if let Some(v) = merge_node(schema, elem, l, observed_rhs.get(pe).copied())? {
                 out.push(v);
             }
             ri += 1;

@@ -1683,3 +1683,40 @@ async fn an_object_never_grows_past_the_limit_through_its_entries() {
     assert!(store.encode(&created).is_ok());
     assert_eq!(created.metadata.labels.unwrap().len(), 9000);
 }
+
+#[tokio::test]
+async fn an_apply_pinned_to_an_old_resource_version_is_a_conflict() {
+    let store = store().await;
+    let ctx = with_manager("alice", "a");
+    let config = apply_config(serde_json::json!({"x": "1"}));
+    let (first, _) = store
+        .apply(&ctx, "prod", "t", false, &config, false, decode_config)
+        .await
+        .unwrap();
+    let (second, _) = store
+        .apply(
+            &ctx,
+            "prod",
+            "t",
+            false,
+            &apply_config(serde_json::json!({"x": "2"})),
+            false,
+            decode_config,
+        )
+        .await
+        .unwrap();
+    let mut stale = apply_config(serde_json::json!({"x": "3"}));
+    stale["metadata"]["resourceVersion"] = first.metadata.resource_version.clone().into();
+    let err = store
+        .apply(&ctx, "prod", "t", false, &stale, false, decode_config)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 409, "{err}");
+    let mut current = apply_config(serde_json::json!({"x": "3"}));
+    current["metadata"]["resourceVersion"] = second.metadata.resource_version.clone().into();
+    let (third, _) = store
+        .apply(&ctx, "prod", "t", false, &current, false, decode_config)
+        .await
+        .unwrap();
+    assert_eq!(third.metadata.labels.unwrap()["x"], "3");
+}
