@@ -1076,7 +1076,13 @@ impl<S: Strategy> Store<S> {
             }
         }
         // A no-op writes nothing and keeps the resourceVersion, as in kube.
-        if new == old || ctx.dry_run {
+        if new == old {
+            return Ok(new);
+        }
+        if ctx.dry_run {
+            // What the write would store, size limit included.
+            self.encode_tracked(&mut new, fields)
+                .map_err(UpdateError::Api)?;
             return Ok(new);
         }
         let key = self.key(namespace, name);

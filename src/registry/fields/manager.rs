@@ -198,7 +198,17 @@ pub fn encode(managed: &Managed) -> Option<Vec<ManagedFieldsEntry>> {
 /// kinds `[]` does too; for a custom resource kube-apiserver never sees an
 /// empty list, which means "keep them", and so it means that here.)
 fn is_reset(entries: Option<&Vec<ManagedFieldsEntry>>) -> bool {
-    matches!(entries, Some(e) if e.len() == 1 && e[0] == ManagedFieldsEntry::default())
+    let empty = |e: &ManagedFieldsEntry| {
+        let blank = |s: &Option<String>| s.as_deref().is_none_or(str::is_empty);
+        blank(&e.manager)
+            && blank(&e.operation)
+            && blank(&e.api_version)
+            && blank(&e.fields_type)
+            && blank(&e.subresource)
+            && e.time.is_none()
+            && e.fields_v1.is_none()
+    };
+    matches!(entries, Some(e) if e.len() == 1 && empty(&e[0]))
 }
 
 /// The field manager of one kind.
@@ -567,7 +577,7 @@ impl FieldManager {
     }
 
     /// Below the kubectl layer: remember who set what before the first
-    /// apply, cap, name, stamp, strip, apply.
+    /// apply, then name, stamp, strip, apply.
     fn apply_tracked(
         &self,
         live: &Value,
@@ -588,9 +598,8 @@ impl FieldManager {
                     Inner::Failed(format!("failed to create manager for existing fields: {e}"))
                 })?;
         }
-        let result = self.apply_inner(live, managed, config, force, write)?;
-        cap_update_managers(managed);
-        Ok(result)
+        // kube caps the update entries on updates only.
+        self.apply_inner(live, managed, config, force, write)
     }
 
     fn apply_inner(

@@ -377,3 +377,46 @@ fn numbers_order_exactly_even_where_floats_cannot_tell_them_apart() {
     assert_eq!(OrdValue(json!(1)), OrdValue(json!(1)));
     assert_ne!(OrdValue(json!(1)), OrdValue(json!(1.0)));
 }
+
+#[test]
+fn one_blank_entry_clears_the_entries_whatever_its_fields_say_blankly() {
+    let fm = fm();
+    let now = at(100);
+    let live = transfer(json!({"app": "db"}), spec("db"));
+    let entries = fm
+        .update(
+            &fm.empty_object(),
+            None,
+            &live,
+            None,
+            true,
+            write("a", &now),
+        )
+        .unwrap();
+    let blank = ManagedFieldsEntry {
+        manager: Some(String::new()),
+        ..ManagedFieldsEntry::default()
+    };
+    assert!(fm
+        .update(
+            &live,
+            Some(&entries),
+            &live,
+            Some(&vec![blank]),
+            false,
+            write("b", &now)
+        )
+        .is_none());
+    // An empty list keeps them, as for a custom resource.
+    assert_eq!(
+        fm.update(
+            &live,
+            Some(&entries),
+            &live,
+            Some(&vec![]),
+            false,
+            write("b", &now)
+        ),
+        Some(entries)
+    );
+}
