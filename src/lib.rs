@@ -8,7 +8,8 @@
 //! ```
 //!
 //! `discovery` (built from `api`), `authn`, `authz` (with the `review_cache` they
-//! share) and `controller` sit beside the request path. `api` is pure: no I/O and no tokio. See `DESIGN.md` §3.
+//! share) and `controller` sit beside the request path. The registry's field
+//! management reads its schemas from the OpenAPI definitions `discovery` builds. `api` is pure: no I/O and no tokio. See `DESIGN.md` §3.
 #![forbid(unsafe_code)]
 
 pub mod admission;
