@@ -123,11 +123,16 @@ pub fn to_bytes<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
 
 /// `PartialObjectMetadata` of one object.
 pub fn partial_metadata<T: Object>(obj: &T) -> Result<Value, ApiError> {
-    Ok(json!({
+    Ok(partial_object_metadata(to_value(obj.metadata())?))
+}
+
+/// `PartialObjectMetadata` around `metadata`.
+fn partial_object_metadata(metadata: Value) -> Value {
+    json!({
         "kind": "PartialObjectMetadata",
         "apiVersion": "meta.k8s.io/v1",
-        "metadata": to_value(obj.metadata())?,
-    }))
+        "metadata": metadata,
+    })
 }
 
 fn row<S: Strategy>(
@@ -294,13 +299,7 @@ pub fn encode_bookmark<S: Strategy>(
     output: Output,
 ) -> Result<Bytes, ApiError> {
     let metadata = bookmark_metadata(resource_version, initial_events_end);
-    let partial = || {
-        json!({
-            "kind": "PartialObjectMetadata",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": metadata.clone(),
-        })
-    };
+    let partial = || partial_object_metadata(metadata.clone());
     let value = match output {
         Output::Json => bookmark_object::<S::Object>(resource_version, initial_events_end),
         Output::Metadata => partial(),

@@ -76,6 +76,14 @@ fn as_map(v: Option<&Value>) -> Option<&Map<String, Value>> {
     v.and_then(Value::as_object)
 }
 
+/// The keys of either map, each once, in order.
+fn union_keys<'m>(
+    l: Option<&'m Map<String, Value>>,
+    r: Option<&'m Map<String, Value>>,
+) -> std::collections::BTreeSet<&'m String> {
+    l.into_iter().chain(r).flat_map(Map::keys).collect()
+}
+
 /// The path element naming a list item.
 pub fn item_element(kind: &ListKind, item: &Value, index: usize) -> Result<PathElement, String> {
     match kind {
@@ -217,11 +225,7 @@ fn compare_node(
             if is_atomic_map(m) || empty {
                 true
             } else {
-                let mut keys: Vec<&String> = l.iter().flat_map(|l| l.keys()).collect();
-                keys.extend(r.iter().flat_map(|r| r.keys()));
-                keys.sort();
-                keys.dedup();
-                for key in keys {
+                for key in union_keys(l, r) {
                     path.push(PathElement::Field(key.clone()));
                     compare_node(
                         schema,
@@ -326,11 +330,7 @@ fn merge_node(
                 return Ok(keep_rhs());
             }
             let mut out = Map::new();
-            let mut keys: Vec<&String> = l.iter().flat_map(|l| l.keys()).collect();
-            keys.extend(r.iter().flat_map(|r| r.keys()));
-            keys.sort();
-            keys.dedup();
-            for key in keys {
+            for key in union_keys(l, r) {
                 let merged = merge_node(
                     schema,
                     field_type(m, key),
