@@ -656,3 +656,18 @@ fn unsupported_functions_fail_at_evaluation() {
 fn the_default_limit_is_kubes_per_call_limit() {
     assert_eq!(Limits::default().max_cost, 1_000_000);
 }
+
+#[test]
+fn the_operations_guide_lists_every_unsupported_function() {
+    let guide = include_str!("../../../docs/operations.md");
+    let section = guide
+        .split("### CEL support")
+        .nth(1)
+        .expect("docs/operations.md has a CEL support section");
+    for name in crate::UNSUPPORTED {
+        assert!(
+            section.contains(&format!("`{name}`")),
+            "docs/operations.md does not list `{name}` as unsupported"
+        );
+    }
+}
