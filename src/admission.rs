@@ -1,232 +1,64 @@
-//! Create-time admission: the rights a tenant must hold for what an object
-//! asks the server to do later with its own, broader rights (DESIGN §2.1.2,
-//! §2.2). Each check is a SubjectAccessReview for the requester, and a
-//! refusal is a 403 that names the missing permission.
+//! Admission of client writes to our kinds, in kube-apiserver's order
+//! (DESIGN §2.1.2, §3.1): the cluster's mutating admission policies and
+//! mutating webhooks (with reinvocation), then our own validation and the
+//! rights a tenant must hold ([`rights`]), then the cluster's validating
+//! admission policies and validating webhooks.
 //!
-//! Owns the mapping from an object to the rights it needs; asks the
-//! [`Authorizer`] whether the requester holds them. Runs after defaulting and
-//! validation, before anything is stored (also for dry-run).
+//! kube-apiserver does not admit what it proxies to an aggregated API, so
+//! this server runs the cluster's admission configuration itself, as every
+//! server built on k8s.io/apiserver does.
+//!
+//! Owns the plugins and their shared per-request state; the store decides
+//! when each phase runs (`crate::registry::admission`).
 
+pub mod chain;
+pub mod config;
+pub mod policy;
+pub mod rights;
+pub mod webhook;
+
+use std::any::Any;
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::api::ephemeral_claim::EphemeralClaim;
-use crate::api::errors::ApiError;
-use crate::api::meta::{Object, Requester};
-use crate::api::namespace_transfer::{NamespaceTransfer, Role, TransferMode};
-use crate::authz::{Attributes, Authorizer, Decision, ResourceAttributes};
-use crate::registry::{Admission, Context};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, MutatingWebhookConfiguration,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Namespace;
 
-/// One right an object needs its requester to hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Right {
-    pub verb: &'static str,
-    pub group: String,
-    pub resource: String,
-    pub namespace: String,
-    /// Empty for any name.
-    pub name: String,
-    /// Why the object needs it, for the refusal message.
-    pub because: &'static str,
+pub use rights::{claim_rights, first_missing, transfer_rights, Right, RightsAdmission};
+
+/// The cluster's admission configuration at one moment, each list sorted by
+/// name (kube's order for webhook configurations and policies).
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    pub mutating_policies: Vec<Arc<MutatingAdmissionPolicy>>,
+    pub mutating_bindings: Vec<Arc<MutatingAdmissionPolicyBinding>>,
+    pub mutating_webhooks: Vec<Arc<MutatingWebhookConfiguration>>,
+    pub validating_policies: Vec<Arc<ValidatingAdmissionPolicy>>,
+    pub validating_bindings: Vec<Arc<ValidatingAdmissionPolicyBinding>>,
+    pub validating_webhooks: Vec<Arc<ValidatingWebhookConfiguration>>,
 }
 
-impl Right {
-    fn pvcs(verb: &'static str, namespace: &str, name: &str, because: &'static str) -> Self {
-        Self {
-            verb,
-            group: String::new(),
-            resource: "persistentvolumeclaims".to_owned(),
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            because,
-        }
-    }
-
-    /// `delete persistentvolumeclaims "db" in namespace "prod"`.
-    pub fn describe(&self) -> String {
-        let resource = if self.group.is_empty() {
-            self.resource.clone()
-        } else {
-            format!("{}.{}", self.resource, self.group)
-        };
-        let target = if self.name.is_empty() {
-            resource
-        } else {
-            format!("{resource} \"{}\"", self.name)
-        };
-        format!("{} {target} in namespace \"{}\"", self.verb, self.namespace)
-    }
+/// The cluster's namespaces, from an informer: for `namespaceSelector` and
+/// `namespaceObject`.
+pub trait Namespaces: Send + Sync + std::fmt::Debug {
+    /// The namespace, if the cache has it.
+    fn get(&self, name: &str) -> Option<Arc<Namespace>>;
 }
 
-/// The rights a NamespaceTransfer's requester needs (§2.1.2, §2.1.5a):
-/// giving a claim away is deleting it from the source namespace; giving a
-/// clone of it is reading it and creating a claim (the clone) there;
-/// receiving either is creating a claim in the destination namespace.
-pub fn transfer_rights(obj: &NamespaceTransfer) -> Vec<Right> {
-    let source_ns = obj.source_namespace();
-    let source = obj.spec.source.name.as_str();
-    let give = || match obj.mode() {
-        TransferMode::Move => vec![Right::pvcs(
-            "delete",
-            source_ns,
-            source,
-            "giving a claim away",
-        )],
-        TransferMode::Clone => vec![
-            Right::pvcs("get", source_ns, source, "giving a clone of it"),
-            Right::pvcs("create", source_ns, "", "making the clone"),
-        ],
-    };
-    let receive = || {
-        Right::pvcs(
-            "create",
-            obj.destination_namespace(),
-            "",
-            "receiving a claim",
-        )
-    };
-    match obj.role() {
-        Ok(Role::Source) => give(),
-        Ok(Role::Destination) => vec![receive()],
-        Ok(Role::Both) => give().into_iter().chain([receive()]).collect(),
-        // Validation has already refused an object without a role.
-        Err(_) => Vec::new(),
-    }
+/// One request's mutating passes, shared by the mutating plugins (kube's
+/// `admission.ReinvocationContext`): a mutator with `reinvocationPolicy:
+/// IfNeeded` runs a second time when a later mutator changed the object
+/// after it ran.
+#[derive(Debug, Default)]
+pub struct Reinvocation {
+    /// Set by a plugin whose mutator changed the object after a mutator
+    /// that may be reinvoked had run.
+    pub should_reinvoke: bool,
+    /// True during the second pass.
+    pub reinvoking: bool,
+    /// Each plugin's own state between the passes, by plugin name.
+    pub state: HashMap<&'static str, Box<dyn Any + Send + Sync>>,
 }
-
-/// The rights an EphemeralClaim's requester needs (§2.2): creating the claim,
-/// and reading what it is cloned from.
-pub fn claim_rights(obj: &EphemeralClaim) -> Vec<Right> {
-    let namespace = obj.metadata.namespace.clone().unwrap_or_default();
-    let mut rights = vec![Right::pvcs("create", &namespace, "", "creating the claim")];
-    let Some(template) = &obj.spec.claim_template else {
-        return rights;
-    };
-    let spec = &template.spec;
-    let source = spec
-        .data_source_ref
-        .as_ref()
-        .map(|r| {
-            (
-                r.api_group.clone(),
-                r.kind.clone(),
-                r.name.clone(),
-                r.namespace.clone(),
-            )
-        })
-        .or_else(|| {
-            spec.data_source
-                .as_ref()
-                .map(|r| (r.api_group.clone(), r.kind.clone(), r.name.clone(), None))
-        });
-    // A claim in another namespace is cloned through that namespace's
-    // standing offer: the consent is the offer's, and its requester's right
-    // to read the claim is checked before each clone.
-    if obj.cross_namespace_source().is_some() {
-        return rights;
-    }
-    if let Some((group, kind, name, ns)) = source {
-        let group = group.unwrap_or_default();
-        let resource = match (group.as_str(), kind.as_str()) {
-            ("", "PersistentVolumeClaim") => "persistentvolumeclaims".to_owned(),
-            ("snapshot.storage.k8s.io", "VolumeSnapshot") => "volumesnapshots".to_owned(),
-            // kube's own guess for a kind's resource: lower-case plural.
-            (_, other) => format!("{}s", other.to_ascii_lowercase()),
-        };
-        rights.push(Right {
-            verb: "get",
-            group,
-            resource,
-            namespace: ns.filter(|n| !n.is_empty()).unwrap_or(namespace),
-            name,
-            because: "cloning from it",
-        });
-    }
-    rights
-}
-
-/// The first of `rights` that `user` lacks, asked of `authorizer` in order;
-/// `fresh` bypasses any cache (the controller's re-check before it acts).
-pub async fn first_missing(
-    authorizer: &dyn Authorizer,
-    user: &Requester,
-    rights: Vec<Right>,
-    fresh: bool,
-) -> Result<Option<Right>, ApiError> {
-    for right in rights {
-        let attributes = Attributes {
-            user: user.clone(),
-            verb: right.verb.to_owned(),
-            resource: Some(ResourceAttributes {
-                group: right.group.clone(),
-                version: String::new(),
-                resource: right.resource.clone(),
-                subresource: String::new(),
-                namespace: right.namespace.clone(),
-                name: right.name.clone(),
-            }),
-            path: String::new(),
-        };
-        let decision = if fresh {
-            authorizer.authorize_fresh(&attributes).await?
-        } else {
-            authorizer.authorize(&attributes).await?
-        };
-        if let Decision::Deny { .. } = decision {
-            return Ok(Some(right));
-        }
-    }
-    Ok(None)
-}
-
-/// Checks each right with the authorizer, for the requester.
-#[derive(Debug, Clone)]
-pub struct RightsAdmission {
-    authorizer: Arc<dyn Authorizer>,
-}
-
-impl RightsAdmission {
-    pub fn new(authorizer: Arc<dyn Authorizer>) -> Self {
-        Self { authorizer }
-    }
-
-    async fn require(
-        &self,
-        ctx: &Context,
-        kind: &str,
-        name: &str,
-        rights: Vec<Right>,
-    ) -> Result<(), ApiError> {
-        match first_missing(self.authorizer.as_ref(), &ctx.user, rights, false).await? {
-            None => Ok(()),
-            Some(right) => Err(ApiError::Forbidden {
-                message: format!(
-                    "{kind} \"{name}\" is forbidden: User \"{}\" cannot {}, which {} requires",
-                    ctx.user.username,
-                    right.describe(),
-                    right.because
-                ),
-            }),
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl Admission<NamespaceTransfer> for RightsAdmission {
-    async fn admit_create(&self, ctx: &Context, obj: &NamespaceTransfer) -> Result<(), ApiError> {
-        let name = obj.metadata().name.clone().unwrap_or_default();
-        self.require(ctx, "NamespaceTransfer", &name, transfer_rights(obj))
-            .await
-    }
-}
-
-#[async_trait::async_trait]
-impl Admission<EphemeralClaim> for RightsAdmission {
-    async fn admit_create(&self, ctx: &Context, obj: &EphemeralClaim) -> Result<(), ApiError> {
-        let name = obj.metadata().name.clone().unwrap_or_default();
-        self.require(ctx, "EphemeralClaim", &name, claim_rights(obj))
-            .await
-    }
-}
-
-#[cfg(test)]
-mod tests;

@@ -245,6 +245,7 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
         dry_run: false,
         writer: crate::registry::Writer::Controller,
         manager: String::new(),
+        notes: Default::default(),
     };
 
     let transfer_queue = WorkQueue::new();

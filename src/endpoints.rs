@@ -63,10 +63,38 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    match route(api, req, ctx).await {
+    let notes = ctx.notes.clone();
+    let resp = match route(api, req, ctx).await {
         Ok(resp) => resp,
         Err(err) => error_response(&err),
+    };
+    // What admission warned about goes back with the answer, refusals
+    // included, as kube-apiserver sends it.
+    with_warnings(resp, &notes.warnings())
+}
+
+/// Adds `Warning: 299 - "…"` headers (RFC 7234 warn-text: quotes and
+/// backslashes escaped, control characters dropped).
+pub fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<Body> {
+    for w in warnings {
+        let mut text = String::with_capacity(w.len() + 8);
+        text.push_str("299 - \"");
+        for c in w.chars() {
+            match c {
+                '"' | '\\' => {
+                    text.push('\\');
+                    text.push(c);
+                }
+                c if c.is_control() => text.push(' '),
+                c => text.push(c),
+            }
+        }
+        text.push('"');
+        if let Ok(v) = http::HeaderValue::from_bytes(text.as_bytes()) {
+            resp.headers_mut().append(http::header::WARNING, v);
+        }
     }
+    resp
 }
 
 async fn route<B>(api: &Api, req: Request<B>, mut ctx: Context) -> Result<Response<Body>, ApiError>

@@ -8,12 +8,15 @@
 //! ```
 //!
 //! `discovery` (built from `api`), `authn`, `authz` (with the `review_cache` they
-//! share) and `controller` sit beside the request path. The registry's field
+//! share), `admission` (the cluster's policies and webhooks, run by the registry
+//! through `registry::AdmissionControl`), `audit` and `controller` sit beside the request
+//! path. The registry's field
 //! management reads its schemas from the OpenAPI definitions `discovery` builds. `api` is pure: no I/O and no tokio. See `DESIGN.md` §3.
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod api;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod controller;

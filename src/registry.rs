@@ -7,6 +7,7 @@
 //! where [`StorageError`]s become [`ApiError`]s, with the resource and name
 //! added. It must not parse HTTP.
 
+pub mod admission;
 pub mod ephemeral_claim;
 pub mod fields;
 pub mod namespace_transfer;
@@ -16,6 +17,7 @@ pub mod store;
 pub mod strategy;
 pub mod table;
 
+pub use admission::{AdmissionControl, Attributes, Notes, Operation};
 pub use selectors::{FieldSelector, LabelSelector};
 pub use shared::Shared;
 pub use store::{
@@ -47,6 +49,8 @@ pub struct Context {
     /// the `fieldManager` parameter, or derived from the User-Agent. Empty
     /// for the controllers, which write as [`CONTROLLER_MANAGER`].
     pub manager: String,
+    /// Warnings and audit annotations the request collects.
+    pub notes: Notes,
 }
 
 /// The field manager of this server's own controllers.

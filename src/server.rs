@@ -25,8 +25,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::Notify;
 
+use crate::admission::chain::ClusterAdmission;
+use crate::admission::config::AdmissionConfig;
+use crate::admission::policy::Policies;
+use crate::admission::webhook::Webhooks;
 use crate::admission::RightsAdmission;
 use crate::api::errors::ApiError;
+use crate::audit::{self, Auditor};
 use crate::authn::{self, Anonymous, Authenticator, Peer, UserInfo};
 use crate::authz::sar::SubjectAccessReviewer;
 use crate::authz::{self, AllowAll, Attributes, Authorizer, Decision, ResourceAttributes};
@@ -35,11 +40,12 @@ use crate::endpoints::request::{self, Query, ResourceRequest};
 use crate::endpoints::{self, Api, Body};
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
-use crate::registry::{Context, Store};
+use crate::registry::{AdmissionControl, Context, Notes, Store};
 use crate::storage::etcd::EtcdStorage;
 use crate::storage::Storage;
 use bytes::Bytes;
 use connection::{ConnectionCap, ConnectionServer};
+use futures::FutureExt;
 use health::Health;
 use http_body_util::{BodyExt, Full};
 use metrics::{Metrics, RequestLabels};
@@ -255,6 +261,8 @@ struct State {
     api: Api,
     authn: Arc<dyn Authenticator>,
     authz: Arc<dyn Authorizer>,
+    /// The audit policy and log; `None` when auditing is off.
+    audit: Option<Auditor>,
 }
 
 /// The accept loop on an already bound listener.
@@ -267,26 +275,48 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let stop = Arc::new(Notify::new());
+    let auditor = config.audit.as_ref().map(Auditor::start);
     let rights = Arc::new(RightsAdmission::new(auth.authz.clone()));
-    let transfers = Arc::new(
-        Store::new(
-            NamespaceTransferStrategy,
-            storage.clone(),
-            &config.etcd_prefix,
-            stop.clone(),
-        )
-        .with_admission(rights.clone()),
-    );
-    let claims = Arc::new(
-        Store::new(
-            EphemeralClaimStrategy,
-            storage.clone(),
-            &config.etcd_prefix,
-            stop.clone(),
-        )
-        .with_admission(rights),
-    );
+    // The cluster's policies and webhooks, which kube-apiserver does not
+    // run for what it proxies to us.
+    let admission = cluster.as_ref().map(|c| {
+        let watched = Arc::new(AdmissionConfig::start(c.client.clone()));
+        let control: Arc<dyn AdmissionControl> = Arc::new(ClusterAdmission::new(
+            watched.clone(),
+            Policies::new(c.client.clone(), auth.authz.clone()),
+            Webhooks::new(c.client.clone()),
+        ));
+        (watched, control)
+    });
+    let mut transfers = Store::new(
+        NamespaceTransferStrategy,
+        storage.clone(),
+        &config.etcd_prefix,
+        stop.clone(),
+    )
+    .with_admission(rights.clone());
+    let mut claims = Store::new(
+        EphemeralClaimStrategy,
+        storage.clone(),
+        &config.etcd_prefix,
+        stop.clone(),
+    )
+    .with_admission(rights);
+    if let Some((_, control)) = &admission {
+        transfers = transfers.with_admission_control(control.clone());
+        claims = claims.with_admission_control(control.clone());
+    }
+    let (transfers, claims) = (Arc::new(transfers), Arc::new(claims));
     let mut health = Health::new();
+    if let Some((watched, _)) = admission {
+        health.add_readyz("admission-config", move || {
+            if watched.synced() {
+                Ok(())
+            } else {
+                Err("the cluster's admission configuration has not been listed yet".to_owned())
+            }
+        });
+    }
     let etcd_ok = Arc::new(AtomicBool::new(false));
     tokio::spawn(probe_etcd(storage.clone(), etcd_ok.clone(), stop.clone()));
     health.add_readyz("etcd", {
@@ -325,31 +355,48 @@ pub async fn serve(
             tracing::info!("--controllers enables none: this replica only serves the API");
             None
         }
-        Some(cluster) => Some(controller::start(
-            ControllerConfig {
-                identity: replica_identity(),
-                election: format!(
-                    "{}/{}/_leader/controllers",
-                    config.etcd_prefix,
-                    crate::api::GROUP
-                ),
-                lease_ttl: config.controllers.lease_ttl,
-                workers: config.controllers.workers,
-                enabled: config.controllers.enabled,
-                transfer: TransferOptions {
-                    allow_all_storage_classes: config.controllers.allow_all_storage_classes,
-                    clone_timeout: config.controllers.clone_timeout,
+        Some(cluster) => {
+            let identity = replica_identity();
+            // The controllers' requests name the transfer they act for, and
+            // their PV/PVC writes are audited (crate::audit::client).
+            let controller_user = audit::ControllerUser::new(UserInfo {
+                username: format!("system:controller:{identity}"),
+                ..UserInfo::default()
+            });
+            if auditor.is_some() {
+                controller_user.discover(cluster.client.clone());
+            }
+            let client = audit::controller_client(
+                cluster.client,
+                auditor.as_ref().map(|a| a.sink().clone()),
+                controller_user,
+            );
+            Some(controller::start(
+                ControllerConfig {
+                    identity,
+                    election: format!(
+                        "{}/{}/_leader/controllers",
+                        config.etcd_prefix,
+                        crate::api::GROUP
+                    ),
+                    lease_ttl: config.controllers.lease_ttl,
+                    workers: config.controllers.workers,
+                    enabled: config.controllers.enabled,
+                    transfer: TransferOptions {
+                        allow_all_storage_classes: config.controllers.allow_all_storage_classes,
+                        clone_timeout: config.controllers.clone_timeout,
+                    },
                 },
-            },
-            controller::Dependencies {
-                transfers: transfers.clone(),
-                claims: claims.clone(),
-                client: cluster.client,
-                etcd: cluster.etcd,
-                authorizer: auth.authz.clone(),
-            },
-            controllers_stop.clone(),
-        )),
+                controller::Dependencies {
+                    transfers: transfers.clone(),
+                    claims: claims.clone(),
+                    client,
+                    etcd: cluster.etcd,
+                    authorizer: auth.authz.clone(),
+                },
+                controllers_stop.clone(),
+            ))
+        }
         None => {
             tracing::warn!("no cluster: the controllers do not run");
             None
@@ -368,6 +415,7 @@ pub async fn serve(
         api: Api::new(transfers, claims),
         authn: auth.authn,
         authz: auth.authz,
+        audit: auditor.clone(),
     });
 
     if let Some(reloader) = config.tls_reloader.clone() {
@@ -431,6 +479,11 @@ pub async fn serve(
         }
     }
     stop.notify_waiters();
+    if let Some(auditor) = &auditor {
+        if !auditor.flush(Duration::from_secs(5)).await {
+            tracing::warn!("the audit log was not flushed within 5s");
+        }
+    }
 }
 
 /// Keeps the `etcd` readiness check current.
@@ -451,53 +504,99 @@ async fn probe_etcd(storage: Arc<dyn Storage>, ok: Arc<AtomicBool>, stop: Arc<No
 }
 
 /// The filter chain: health, then authentication, authorization, and the API
-/// (or `/metrics`); every request is counted.
+/// (or `/metrics`); every request is counted, and audited as the policy
+/// says (crate::audit). Every response carries its `Audit-ID`.
 async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
+    let received = audit::now();
+    let audit_id = audit::audit_id(req.headers());
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     if let Some(resp) = state.health.serve(&path, req.uri().query()) {
-        return resp;
+        return audit::with_audit_id(resp, &audit_id);
     }
-    let (outcome, resource) = authorize(state, peer, &req).await;
-    let resp = match outcome {
-        Err(err) => endpoints::error_response(&err),
-        Ok(user)
-            if path == "/apis" || path.starts_with("/apis/") || path.starts_with("/openapi/") =>
-        {
-            let ctx = Context {
-                user,
-                dry_run: false,
-                writer: crate::registry::Writer::Client,
-                manager: String::new(),
-            };
-            endpoints::serve_api(&state.api, req, ctx).await
+    let (verdict, resource) = authorize(state, peer, &req).await;
+    let mut record = state.audit.as_ref().and_then(|auditor| {
+        auditor.begin(
+            &req,
+            &verdict.attributes,
+            verdict.authenticated,
+            &audit_id,
+            received,
+        )
+    });
+    if let Some(record) = &mut record {
+        // As kube: RequestReceived is written before authorization speaks.
+        record.request_received();
+        for (key, value) in &verdict.annotations {
+            record.annotate(*key, value.clone());
         }
-        Ok(_) if path == "/metrics" && method == http::Method::GET => {
-            let mut text = state.metrics.render();
-            if let Some(reviewer) = &state.reviewer {
-                let stats = reviewer.stats();
-                text.push_str(&format!(
-                    "# HELP storage_transfer_authorization_cache_total SubjectAccessReview answers by where they came from.\n# TYPE storage_transfer_authorization_cache_total counter\nstorage_transfer_authorization_cache_total{{result=\"hit\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"miss\"}} {}\n",
-                    stats.hits, stats.misses
-                ));
+    }
+    let notes = Notes::default();
+    let handled = async {
+        match verdict.outcome {
+            Err(err) => endpoints::error_response(&err),
+            Ok(user)
+                if path == "/apis"
+                    || path.starts_with("/apis/")
+                    || path.starts_with("/openapi/") =>
+            {
+                let ctx = Context {
+                    user,
+                    dry_run: false,
+                    writer: crate::registry::Writer::Client,
+                    manager: String::new(),
+                    notes: notes.clone(),
+                };
+                let req = match &mut record {
+                    Some(record) => record.capture_request(req, endpoints::MAX_BODY_BYTES).await,
+                    None => audit::Replayed::passthrough(req),
+                };
+                endpoints::serve_api(&state.api, req, ctx).await
             }
-            text.push_str(&transfers_by_phase(&state.transfers).await);
-            if let Some(leader) = &state.leader {
-                text.push_str(&format!(
-                    "# HELP storage_transfer_leader Whether this replica leads the controllers (1) or not (0).\n# TYPE storage_transfer_leader gauge\nstorage_transfer_leader {}\n",
-                    u8::from(leader.is_leader())
-                ));
+            Ok(_) if path == "/metrics" && method == http::Method::GET => {
+                let mut text = state.metrics.render();
+                if let Some(reviewer) = &state.reviewer {
+                    let stats = reviewer.stats();
+                    text.push_str(&format!(
+                        "# HELP storage_transfer_authorization_cache_total SubjectAccessReview answers by where they came from.\n# TYPE storage_transfer_authorization_cache_total counter\nstorage_transfer_authorization_cache_total{{result=\"hit\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"miss\"}} {}\n",
+                        stats.hits, stats.misses
+                    ));
+                }
+                text.push_str(&transfers_by_phase(&state.transfers).await);
+                if let Some(leader) = &state.leader {
+                    text.push_str(&format!(
+                        "# HELP storage_transfer_leader Whether this replica leads the controllers (1) or not (0).\n# TYPE storage_transfer_leader gauge\nstorage_transfer_leader {}\n",
+                        u8::from(leader.is_leader())
+                    ));
+                }
+                if let Some(auditor) = &state.audit {
+                    text.push_str(&auditor.sink().metrics());
+                }
+                let mut resp = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
+                resp.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                resp
             }
-            let mut resp = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
-            resp.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
-            resp
+            Ok(_) => endpoints::error_response(&ApiError::PathNotFound),
         }
-        Ok(_) => endpoints::error_response(&ApiError::PathNotFound),
     };
+    let resp = match std::panic::AssertUnwindSafe(handled).catch_unwind().await {
+        Ok(resp) => resp,
+        Err(panic) => {
+            if let Some(record) = record.take() {
+                record.panicked(&panic_message(panic.as_ref()));
+            }
+            std::panic::resume_unwind(panic);
+        }
+    };
+    if let Some(record) = &mut record {
+        for (key, value) in notes.annotations() {
+            record.annotate(key, value);
+        }
+    }
     let code = resp.status().as_u16();
     let labels = match &resource {
         Some(r) => RequestLabels {
@@ -517,7 +616,20 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
     };
     state.metrics.observe(labels, code, started.elapsed());
     tracing::debug!(%method, %path, code, "request");
-    resp
+    let resp = match record {
+        Some(record) => record.finish(resp, audit::MAX_AUDITED_RESPONSE_BYTES).await,
+        None => resp,
+    };
+    audit::with_audit_id(resp, &audit_id)
+}
+
+/// What a panic said, for the audit event of its request.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned())
 }
 
 /// `storage_transfer_namespace_transfers{phase}`: how many transfers are in
@@ -571,13 +683,25 @@ async fn transfers_by_phase(store: &Store<NamespaceTransferStrategy>) -> String 
     text
 }
 
+/// What authentication and authorization made of a request.
+struct Verdict {
+    /// What the request was authorized on (or would have been: the user is
+    /// empty when authentication failed); the audit policy reads them too.
+    attributes: Attributes,
+    authenticated: bool,
+    outcome: Result<UserInfo, ApiError>,
+    /// `authorization.k8s.io/decision` and `/reason`, as kube's
+    /// authorization filter annotates its audit event.
+    annotations: Vec<(&'static str, String)>,
+}
+
 /// Authenticates the caller and asks the authorizer about the request.
 /// Returns the parsed resource request too, for metrics.
 async fn authorize(
     state: &State,
     peer: &Peer,
     req: &Request<Incoming>,
-) -> (Result<UserInfo, ApiError>, Option<ResourceRequest>) {
+) -> (Verdict, Option<ResourceRequest>) {
     let query = Query::parse(req.uri().query());
     let resource = match request::parse(req.method(), req.uri().path(), &query) {
         Ok(Some(r)) => Some(r),
@@ -585,8 +709,8 @@ async fn authorize(
         // error; authorize them as the non-resource path they are.
         _ => None,
     };
-    let outcome = authorize_request(state, peer, req, resource.as_ref()).await;
-    (outcome, resource)
+    let verdict = authorize_request(state, peer, req, resource.as_ref()).await;
+    (verdict, resource)
 }
 
 async fn authorize_request(
@@ -594,11 +718,12 @@ async fn authorize_request(
     peer: &Peer,
     req: &Request<Incoming>,
     resource: Option<&ResourceRequest>,
-) -> Result<UserInfo, ApiError> {
-    let user = state.authn.authenticate(req.headers(), peer).await?;
+) -> Verdict {
+    let authenticated = state.authn.authenticate(req.headers(), peer).await;
+    let user = authenticated.as_ref().cloned().unwrap_or_default();
     let attributes = match resource {
         Some(r) => Attributes {
-            user: user.clone(),
+            user,
             verb: r.verb.as_str().to_owned(),
             resource: Some(ResourceAttributes {
                 group: crate::api::GROUP.to_owned(),
@@ -615,15 +740,48 @@ async fn authorize_request(
             path: req.uri().path().to_owned(),
         },
         None => Attributes {
-            user: user.clone(),
+            user,
             verb: req.method().as_str().to_ascii_lowercase(),
             resource: None,
             path: req.uri().path().to_owned(),
         },
     };
-    match state.authz.authorize(&attributes).await? {
-        Decision::Allow => Ok(user),
-        Decision::Deny { reason } => Err(authz::forbidden(&attributes, &reason)),
+    let user = match authenticated {
+        Ok(user) => user,
+        Err(err) => {
+            return Verdict {
+                attributes,
+                authenticated: false,
+                outcome: Err(err),
+                annotations: Vec::new(),
+            }
+        }
+    };
+    let (outcome, annotations) = match state.authz.authorize(&attributes).await {
+        Ok(Decision::Allow) => (
+            Ok(user),
+            vec![
+                (audit::ANNOTATION_DECISION, "allow".to_owned()),
+                (audit::ANNOTATION_REASON, String::new()),
+            ],
+        ),
+        Ok(Decision::Deny { reason }) => (
+            Err(authz::forbidden(&attributes, &reason)),
+            vec![
+                (audit::ANNOTATION_DECISION, "forbid".to_owned()),
+                (audit::ANNOTATION_REASON, reason),
+            ],
+        ),
+        Err(err) => (
+            Err(err),
+            vec![(audit::ANNOTATION_REASON, "internal error".to_owned())],
+        ),
+    };
+    Verdict {
+        attributes,
+        authenticated: true,
+        outcome,
+        annotations,
     }
 }
 

@@ -47,7 +47,7 @@ pub struct FieldCause {
 
 /// Every error the API can answer with. Closed on purpose: a new failure must pick
 /// (or add) a variant here, and so gets a code and reason in [`ApiError::to_status`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ApiError {
     #[error("{resource} \"{name}\" not found")]
     NotFound {
@@ -111,6 +111,16 @@ pub enum ApiError {
     /// a Timeout the client retries after a second.
     #[error("Timeout: Too large resource version: {requested}, current: {current}")]
     TooLargeResourceVersion { requested: i64, current: i64 },
+    /// An admission plugin's refusal, with the code, reason and details it
+    /// chose (a webhook's own Status, a policy's reason), as kube passes
+    /// them through. `code` is at least 400.
+    #[error("{message}")]
+    Denied {
+        code: u16,
+        reason: String,
+        message: String,
+        details: Option<Box<StatusDetails>>,
+    },
 }
 
 /// The cause kube-apiserver attaches to [`ApiError::TooLargeResourceVersion`]
@@ -162,11 +172,12 @@ impl ApiError {
             ApiError::Internal(_) => 500,
             ApiError::ServiceUnavailable(_) => 503,
             ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => 504,
+            ApiError::Denied { code, .. } => (*code).max(400),
         }
     }
 
     /// The `metav1.StatusReason` of this error.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &str {
         match self {
             ApiError::NotFound { .. } | ApiError::PathNotFound => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
@@ -183,6 +194,7 @@ impl ApiError {
             ApiError::Internal(_) => "InternalError",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
             ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => "Timeout",
+            ApiError::Denied { reason, .. } => reason,
         }
     }
 
@@ -249,6 +261,7 @@ impl ApiError {
                 retry_after_seconds: self.retry_after_seconds(),
                 ..Default::default()
             }),
+            ApiError::Denied { details, .. } => details.as_deref().cloned(),
             _ => None,
         };
         Status {

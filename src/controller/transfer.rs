@@ -325,9 +325,15 @@ impl TransferController {
     // ----- the source side: gather, decide, do ---------------------------------------
 
     /// A Source-role or Both object: decides the pair's next step from the
-    /// facts, and takes it.
+    /// facts, and takes it, acting for the pair's tenants: every request to
+    /// kube-apiserver in it names the transfer (crate::audit::client).
     async fn drive(&self, s: NamespaceTransfer) -> Result<Next, Error> {
-        let mut facts = self.gather(s).await?;
+        let facts = self.gather(s).await?;
+        let acting = crate::audit::ActingFor::pair(&facts.source, peer_or_self(&facts));
+        acting.scope(self.decide_and_act(facts)).await
+    }
+
+    async fn decide_and_act(&self, mut facts: Facts) -> Result<Next, Error> {
         let mut paused = false;
         // At most: users, rights, admission, one pause and its fresh facts
         // (whose users, rights and admission are asked for again).

@@ -25,6 +25,7 @@ use super::bounded_patch;
 use super::codec::{self, FieldValidation};
 use super::negotiate::{self, Output, PatchType};
 use super::request::{Query, ResourceRequest, Verb};
+use super::with_warnings;
 use super::{json_response, Body, MAX_BODY_BYTES};
 
 /// Everything a verb needs from the HTTP request, already read and checked.
@@ -78,17 +79,6 @@ fn namespace(call: &Call) -> &str {
 
 fn name(call: &Call) -> &str {
     call.request.name.as_deref().unwrap_or_default()
-}
-
-/// Adds `Warning: 299 - "…"` headers, as kube-apiserver reports dropped fields.
-fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<Body> {
-    for w in warnings {
-        let text = format!("299 - \"{}\"", w.replace('"', "\\\""));
-        if let Ok(v) = HeaderValue::from_str(&text) {
-            resp.headers_mut().append(header::WARNING, v);
-        }
-    }
-    resp
 }
 
 fn respond(status: StatusCode, body: Bytes) -> Result<Response<Body>, ApiError> {

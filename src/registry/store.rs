@@ -34,6 +34,7 @@ use crate::storage::{
     self, index_key, resource_prefix, Guard, KeyValue, Release, Revision, Storage, StorageError,
 };
 
+use super::admission::{AdmissionControl, Operation};
 use super::fields::{self, manager::Write, ApplyError, FieldManager};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::shared::Shared;
@@ -120,6 +121,8 @@ pub struct Store<S: Strategy> {
     resource: GroupResource,
     bookmark_interval: Duration,
     admission: Option<Arc<dyn Admission<S::Object>>>,
+    /// The cluster's admission plugins, for client writes.
+    control: Option<Arc<dyn AdmissionControl>>,
     /// Who owns which field: `managedFields`, and server-side apply.
     fields: Arc<FieldManager>,
 }
@@ -170,6 +173,7 @@ impl<S: Strategy> Store<S> {
             resource: GroupResource::new(api::GROUP, info.plural),
             bookmark_interval: Duration::from_secs(30),
             admission: None,
+            control: None,
             fields: Arc::new(fields::for_kind::<S::Object>()),
         }
     }
@@ -177,6 +181,12 @@ impl<S: Strategy> Store<S> {
     /// Adds a create-time admission check.
     pub fn with_admission(mut self, admission: Arc<dyn Admission<S::Object>>) -> Self {
         self.admission = Some(admission);
+        self
+    }
+
+    /// Adds the cluster's admission plugins (policies and webhooks).
+    pub fn with_admission_control(mut self, control: Arc<dyn AdmissionControl>) -> Self {
+        self.control = Some(control);
         self
     }
 
@@ -304,6 +314,10 @@ impl<S: Strategy> Store<S> {
                 )
             }
         };
+        obj.metadata_mut().namespace = Some(namespace.to_owned());
+        let mut obj = self
+            .admit_mutating(ctx, Operation::Create, namespace, obj, None, false)
+            .await?;
         let generate = obj
             .metadata()
             .name
@@ -343,6 +357,17 @@ impl<S: Strategy> Store<S> {
             if let Some(admission) = &self.admission {
                 admission.admit_create(ctx, &obj).await?;
             }
+            let name = obj.metadata().name.clone().unwrap_or_default();
+            self.admit_validating(
+                ctx,
+                Operation::Create,
+                namespace,
+                &name,
+                Some(&obj),
+                None,
+                false,
+            )
+            .await?;
             // Checked last, so that a create that is too large only
             // because of its entries loses them, as kube's does.
             self.encode_tracked(&mut obj, fields)?;
@@ -993,6 +1018,10 @@ impl<S: Strategy> Store<S> {
             );
             new.metadata_mut().managed_fields = entries;
         }
+        let mut new = self
+            .admit_mutating(ctx, Operation::Update, namespace, new, Some(&old), status)
+            .await
+            .map_err(UpdateError::Api)?;
         let managed_fields = new.metadata().managed_fields.clone();
         if status {
             // A status write changes status and nothing else.
@@ -1066,6 +1095,17 @@ impl<S: Strategy> Store<S> {
         if !causes.is_empty() {
             return Err(UpdateError::Api(self.invalid(&new, causes)));
         }
+        self.admit_validating(
+            ctx,
+            Operation::Update,
+            namespace,
+            name,
+            Some(&new),
+            Some(&old),
+            status,
+        )
+        .await
+        .map_err(UpdateError::Api)?;
         // A write that changes nothing but its entries' times changes
         // nothing (kube's IgnoreManagedFieldsTimestampsTransformer).
         if only_times_differ(old.metadata(), new.metadata()) {
@@ -1143,6 +1183,7 @@ impl<S: Strategy> Store<S> {
         for _ in 0..RETRIES {
             let (mut current, revision) = self.get_with_revision(namespace, name).await?;
             self.check_preconditions(&current, name, opts)?;
+            self.admit_delete(ctx, namespace, name, &current).await?;
             let finalizers = current.metadata().finalizers.clone().unwrap_or_default();
             if !finalizers.is_empty() {
                 if current.metadata().deletion_timestamp.is_some() {
@@ -1722,6 +1763,8 @@ fn decode_continue(
     }
     Ok((Some(token.rv), key))
 }
+
+mod admit;
 
 #[cfg(test)]
 mod tests;

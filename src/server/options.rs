@@ -4,6 +4,27 @@
 //! [`CompletedConfig`] exists only once they are validated and every file they
 //! name has been read. Bad configuration is an error that names the flag, never a
 //! panic.
+//!
+//! # Audit
+//!
+//! As kube-apiserver's flags of the same names (k8s.io/apiserver
+//! `options/audit.go`); events are written only when both a policy and a
+//! log path are given:
+//! - `--audit-policy-file`: an `audit.k8s.io/v1` Policy, YAML or JSON. A
+//!   policy that does not parse or validate stops the server, with the
+//!   reason and the field at fault.
+//! - `--audit-log-path`: the file events are appended to, one JSON object per
+//!   line; `-` for standard output. Its directory and the file (mode 0600)
+//!   are created at start-up; a path that cannot be written stops the server.
+//! - `--audit-log-maxsize` (megabytes; 0: never rotate),
+//!   `--audit-log-maxbackup` (0: keep every backup) and `--audit-log-maxage`
+//!   (days; 0: any age): rotation as lumberjack does it, backups named
+//!   `<name>-<UTC timestamp>.<ext>`.
+//! - `--audit-log-format`: only `json` (kube's `legacy` is not offered).
+//! - `--audit-log-buffer-size` (ours): how many events may wait for the
+//!   writer; past it, events are dropped and counted
+//!   (`storage_transfer_audit_error_total{reason="dropped"}`), never waited
+//!   for. `--audit-log-compress` is not offered.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -12,6 +33,7 @@ use std::time::Duration;
 
 use super::connection::ConnectionLimits;
 use super::tls::{self, TlsError};
+use crate::audit::{AuditConfig, LogConfig, Policy, PolicyError, RotatingFile, Rotation};
 use crate::controller::EnabledControllers;
 use crate::storage::etcd::EtcdConfig;
 
@@ -149,6 +171,38 @@ pub struct Options {
     /// Log format: `text` or `json`.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+
+    /// The audit policy (`audit.k8s.io/v1` Policy, YAML or JSON). Without
+    /// it, nothing is audited.
+    #[arg(long)]
+    pub audit_policy_file: Option<PathBuf>,
+
+    /// Where audit events are written, one JSON object per line; `-` for
+    /// standard output. Without it, nothing is audited.
+    #[arg(long)]
+    pub audit_log_path: Option<String>,
+
+    /// The most days a rotated audit log is kept; 0: no limit by age.
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxage: u32,
+
+    /// The most rotated audit logs kept; 0: no limit by number.
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxbackup: u32,
+
+    /// The size in megabytes at which the audit log is rotated; 0: never.
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxsize: u32,
+
+    /// The audit log's format: `json` (one Event per line).
+    #[arg(long, default_value = "json", value_parser = ["json"])]
+    pub audit_log_format: String,
+
+    /// How many audit events may wait for the writer; past it they are
+    /// dropped and counted, so that a slow or full disk never holds up a
+    /// request.
+    #[arg(long, default_value_t = 10_000)]
+    pub audit_log_buffer_size: usize,
 }
 
 /// A validated configuration, ready to serve.
@@ -165,6 +219,9 @@ pub struct CompletedConfig {
     pub etcd_prefix: String,
     pub auth: AuthMode,
     pub controllers: ControllerOptions,
+    /// `None` unless both `--audit-policy-file` and `--audit-log-path` are
+    /// given.
+    pub audit: Option<AuditConfig>,
 }
 
 /// What the controllers are told (they run only with a cluster, that is in
@@ -207,6 +264,12 @@ pub enum ConfigError {
     /// A connection limit that would refuse every connection.
     #[error("--{flag}: {reason}")]
     ConnectionLimit { flag: &'static str, reason: String },
+    #[error("--audit-policy-file {path}: {error}")]
+    AuditPolicy { path: String, error: PolicyError },
+    #[error("--audit-log-path {path}: {reason}")]
+    AuditLog { path: String, reason: String },
+    #[error("--audit-log-buffer-size: must be at least 1")]
+    AuditBuffer,
 }
 
 impl Options {
@@ -292,7 +355,62 @@ impl Options {
                 enabled: EnabledControllers::parse(&self.controllers)
                     .map_err(ConfigError::Controllers)?,
             },
+            audit: self.audit()?,
         })
+    }
+
+    /// The audit configuration: the policy read and validated, and the log
+    /// file created, as kube-apiserver does both before it serves.
+    fn audit(&self) -> Result<Option<AuditConfig>, ConfigError> {
+        let path = self.audit_log_path.as_deref().filter(|p| !p.is_empty());
+        let (policy_file, path) = match (&self.audit_policy_file, path) {
+            (Some(policy), Some(path)) => (policy, path),
+            (Some(_), None) => {
+                tracing::warn!(
+                    "--audit-policy-file without --audit-log-path: no audit events are written"
+                );
+                return Ok(None);
+            }
+            (None, Some(_)) => {
+                tracing::warn!(
+                    "--audit-log-path without --audit-policy-file: no audit events are written"
+                );
+                return Ok(None);
+            }
+            (None, None) => return Ok(None),
+        };
+        let policy = Policy::load(policy_file).map_err(|error| ConfigError::AuditPolicy {
+            path: policy_file.display().to_string(),
+            error,
+        })?;
+        if self.audit_log_buffer_size == 0 {
+            return Err(ConfigError::AuditBuffer);
+        }
+        let path = if path == "-" {
+            None
+        } else {
+            let file = PathBuf::from(path);
+            RotatingFile::ensure(&file).map_err(|e| ConfigError::AuditLog {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            })?;
+            Some(file)
+        };
+        const MEGABYTE: u64 = 1024 * 1024;
+        const DAY: u64 = 24 * 60 * 60;
+        Ok(Some(AuditConfig {
+            policy: Arc::new(policy),
+            log: LogConfig {
+                path,
+                rotation: Rotation {
+                    max_size: u64::from(self.audit_log_maxsize) * MEGABYTE,
+                    max_backups: usize::try_from(self.audit_log_maxbackup).unwrap_or(usize::MAX),
+                    max_age: (self.audit_log_maxage > 0)
+                        .then(|| Duration::from_secs(u64::from(self.audit_log_maxage) * DAY)),
+                },
+                buffer: self.audit_log_buffer_size,
+            },
+        }))
     }
 
     /// The connection limits, each of which must let something through: a

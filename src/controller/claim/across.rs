@@ -173,6 +173,7 @@ impl ClaimController {
             dry_run: false,
             writer: Writer::Controller,
             manager: String::new(),
+            notes: Default::default(),
         };
         self.leadership.check()?;
         match self.transfers.create(&ctx, namespace, request).await {

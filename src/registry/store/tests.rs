@@ -38,6 +38,7 @@ fn ctx(user: &str) -> Context {
         dry_run: false,
         writer: crate::registry::Writer::Client,
         manager: String::new(),
+        notes: Default::default(),
     }
 }
 

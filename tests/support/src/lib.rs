@@ -35,6 +35,7 @@ pub mod http;
 pub mod kubectl;
 pub mod pki;
 pub mod process;
+pub mod webhook;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -159,6 +160,10 @@ pub struct Options {
     /// Extra flags for other components, by name (one of [`COMPONENTS`]),
     /// appended to their standard set.
     pub component_args: Vec<(String, String)>,
+    /// Whether our server writes an audit log
+    /// ([`ControlPlane::server_audit_log`]); on for tests, off for the
+    /// benchmarks, whose CRD side is not audited either.
+    pub server_audit: bool,
 }
 
 impl Options {
@@ -189,6 +194,7 @@ impl Options {
             server_env: Vec::new(),
             detached: false,
             component_args: Vec::new(),
+            server_audit: true,
         }
     }
 }
@@ -275,6 +281,8 @@ const REPLICA_STOP_GRACE: Duration = Duration::from_secs(10);
 struct ServerSpec {
     bin: PathBuf,
     args: Vec<String>,
+    /// [`Options::server_audit`].
+    audit: bool,
 }
 
 /// A running control plane.
@@ -361,6 +369,7 @@ impl ControlPlane {
             server: ServerSpec {
                 bin: opts.server_bin.clone(),
                 args: opts.server_args.clone(),
+                audit: opts.server_audit,
             },
             detached: opts.detached,
             component_args: opts.component_args.clone(),
@@ -405,6 +414,35 @@ impl ControlPlane {
         let pid_file = self.dir.join("pids").join(format!("{}.pid", p.name));
         let _ = std::fs::write(pid_file, format!("{}\n", p.pid));
         lock(&self.processes).push(p);
+    }
+
+    /// The audit policy kube-apiserver runs with: writes to PVs and PVCs
+    /// (among them our controllers' steps) at Metadata, nothing else.
+    fn audit_policy(&self) -> Result<PathBuf, Error> {
+        let path = self.dir.join("kube-audit-policy.yaml");
+        std::fs::write(&path, KUBE_AUDIT_POLICY).map_err(io_err(&path))?;
+        Ok(path)
+    }
+
+    /// The audit policy our server runs with (unless
+    /// [`Options::server_audit`] is off): our kinds at RequestResponse, the
+    /// controllers' writes to PVs and PVCs at Metadata.
+    fn server_audit_policy(&self) -> Result<PathBuf, Error> {
+        let path = self.dir.join("server-audit-policy.yaml");
+        std::fs::write(&path, SERVER_AUDIT_POLICY).map_err(io_err(&path))?;
+        Ok(path)
+    }
+
+    /// The audit log of our server on `port`.
+    pub fn server_audit_log(&self, port: u16) -> PathBuf {
+        self.dir
+            .join("logs")
+            .join(format!("server-{port}-audit.log"))
+    }
+
+    /// kube-apiserver's audit log (`audit.k8s.io/v1` Event lines).
+    pub fn apiserver_audit_log(&self) -> PathBuf {
+        self.dir.join("logs").join("kube-apiserver-audit.log")
     }
 
     fn log_path(&self, name: &str) -> PathBuf {
@@ -490,6 +528,8 @@ impl ControlPlane {
     }
 
     fn start_apiserver(&mut self) -> Result<(), Error> {
+        let policy = self.audit_policy()?;
+        let audit_log = self.apiserver_audit_log();
         let pki = self.pki.clone();
         let etcd_url = self.etcd_url.clone();
         let port = std::cell::Cell::new(0u16);
@@ -509,7 +549,10 @@ impl ControlPlane {
                     &pki.cluster_ca.cert,
                     Some((&pki.admin.cert, &pki.admin.key)),
                 )?;
-                Ok(apiserver_args(&pki, &etcd_url, p))
+                let mut args = apiserver_args(&pki, &etcd_url, p);
+                args.push(format!("--audit-policy-file={}", policy.display()));
+                args.push(format!("--audit-log-path={}", audit_log.display()));
+                Ok(args)
             },
             &[],
             Duration::from_secs(120),
@@ -715,6 +758,7 @@ impl ControlPlane {
     }
 
     fn start_server(&mut self, opts: &Options) -> Result<(), Error> {
+        self.server_audit_policy()?;
         let direct_kubeconfig = self.dir.join("direct.kubeconfig");
         let port = std::cell::Cell::new(0u16);
         let env = server_env(&opts.server_env);
@@ -758,6 +802,16 @@ impl ControlPlane {
             // A clone the driver refuses fails the transfer in seconds.
             "--clone-timeout=5s".to_owned(),
         ];
+        if self.server.audit {
+            args.push(format!(
+                "--audit-policy-file={}",
+                self.dir.join("server-audit-policy.yaml").display()
+            ));
+            args.push(format!(
+                "--audit-log-path={}",
+                self.server_audit_log(port).display()
+            ));
+        }
         args.extend(self.server.args.iter().cloned());
         args.extend(extra.iter().cloned());
         args
@@ -1507,6 +1561,30 @@ impl Drop for Etcd {
         let _ = std::fs::remove_dir_all(&self.data);
     }
 }
+
+/// See [`ControlPlane::audit_policy`].
+const KUBE_AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete]
+  resources: [{group: \"\", resources: [persistentvolumes, persistentvolumeclaims]}]
+- level: None
+";
+
+/// See [`ControlPlane::server_audit_policy`].
+const SERVER_AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: RequestResponse
+  resources: [{group: storage.transfer.k8s.io}]
+- level: Metadata
+  verbs: [create, update, patch, delete]
+  resources: [{group: \"\", resources: [persistentvolumes, persistentvolumeclaims]}]
+- level: None
+";
 
 fn apiserver_args(pki: &Pki, etcd_url: &str, port: u16) -> Vec<String> {
     let p = |path: &Path| path.display().to_string();

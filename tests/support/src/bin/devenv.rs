@@ -86,6 +86,7 @@ fn up(dir: &Path, server_bin: &Path) -> ExitCode {
         server_env: Vec::new(),
         detached: true,
         component_args: Vec::new(),
+        server_audit: true,
     };
     eprintln!("devenv: starting {}…", sta_testenv::COMPONENTS.join(", "));
     let cp = match ControlPlane::start(opts) {
