@@ -38,6 +38,7 @@ use crate::authz::{self, AllowAll, Attributes, Authorizer, Decision, ResourceAtt
 use crate::controller::{self, leader::LeaderStatus, transfer::TransferOptions, ControllerConfig};
 use crate::endpoints::request::{self, Query, ResourceRequest};
 use crate::endpoints::{self, Api, Body};
+use crate::registry::admission::AnnotationLevel;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{AdmissionControl, Context, Notes, Store};
@@ -593,7 +594,12 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
         }
     };
     if let Some(record) = &mut record {
-        for (key, value) in notes.annotations() {
+        let level = if record.level() >= audit::Level::Request {
+            AnnotationLevel::Request
+        } else {
+            AnnotationLevel::Metadata
+        };
+        for (key, value) in notes.annotations_at(level) {
             record.annotate(key, value);
         }
     }

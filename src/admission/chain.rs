@@ -14,7 +14,8 @@ use crate::registry::Context;
 use super::config::{AdmissionConfig, SYNC_WAIT};
 use super::policy::Policies;
 use super::webhook::Webhooks;
-use super::Reinvocation;
+use super::{Namespaces, Reinvocation};
+use k8s_openapi::api::core::v1::Namespace;
 
 /// Policies and webhooks over the watched configuration.
 #[derive(Debug)]
@@ -34,15 +35,54 @@ impl ClusterAdmission {
     }
 
     /// Whether the configuration is known; a write is refused until it is,
-    /// as k8s.io/apiserver's plugins refuse it.
-    async fn ready(&self) -> Result<(), ApiError> {
+    /// as k8s.io/apiserver's plugins refuse it (`admission.NewForbidden`).
+    async fn ready(&self, attrs: &Attributes) -> Result<(), ApiError> {
         if self.config.wait_synced(SYNC_WAIT).await {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden {
-                message: "not yet ready to handle request".to_owned(),
-            })
+            return Ok(());
         }
+        let resource = format!("{}.{}", attrs.resource, attrs.group);
+        let what = if attrs.name.is_empty() {
+            resource
+        } else {
+            format!("{resource} \"{}\"", attrs.name)
+        };
+        Err(ApiError::Forbidden {
+            message: format!("{what} is forbidden: not yet ready to handle request"),
+        })
+    }
+
+    /// The namespaces the plugins see: the informer's, and the request's
+    /// own read from kube-apiserver when the informer has not seen it yet
+    /// (a namespace created just before the write), as kube's matchers
+    /// fall back to a live read.
+    async fn namespaces(&self, attrs: &Attributes) -> WithRequestNamespace<'_> {
+        let missing = !attrs.namespace.is_empty() && self.config.get(&attrs.namespace).is_none();
+        let fetched = if missing {
+            self.config.read_namespace(&attrs.namespace).await
+        } else {
+            None
+        };
+        WithRequestNamespace {
+            cache: &self.config,
+            fetched,
+        }
+    }
+}
+
+/// [`AdmissionConfig`]'s namespaces, and one read live.
+#[derive(Debug)]
+struct WithRequestNamespace<'a> {
+    cache: &'a AdmissionConfig,
+    fetched: Option<Arc<Namespace>>,
+}
+
+impl Namespaces for WithRequestNamespace<'_> {
+    fn get(&self, name: &str) -> Option<Arc<Namespace>> {
+        self.cache.get(name).or_else(|| {
+            self.fetched
+                .clone()
+                .filter(|n| n.metadata.name.as_deref() == Some(name))
+        })
     }
 }
 
@@ -53,9 +93,9 @@ impl AdmissionControl for ClusterAdmission {
     }
 
     async fn mutate(&self, ctx: &Context, attrs: &mut Attributes) -> Result<(), ApiError> {
-        self.ready().await?;
+        self.ready(attrs).await?;
         let snapshot = self.config.snapshot();
-        let namespaces = self.config.as_ref();
+        let namespaces = &self.namespaces(attrs).await;
         let mut reinvocation = Reinvocation::default();
         self.policies
             .mutate(&snapshot, attrs, ctx, namespaces, &mut reinvocation)
@@ -89,9 +129,9 @@ impl AdmissionControl for ClusterAdmission {
     }
 
     async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError> {
-        self.ready().await?;
+        self.ready(attrs).await?;
         let snapshot = self.config.snapshot();
-        let namespaces = self.config.as_ref();
+        let namespaces = &self.namespaces(attrs).await;
         self.policies
             .validate(&snapshot, attrs, ctx, namespaces)
             .await?;

@@ -113,6 +113,7 @@ pub struct AdmissionConfig {
     validating_webhooks: Informer<ValidatingWebhookConfiguration>,
     namespaces: Informer<Namespace>,
     changed: Arc<Notify>,
+    client: kube::Client,
 }
 
 impl Debug for AdmissionConfig {
@@ -134,8 +135,9 @@ impl AdmissionConfig {
             validating_policies: Informer::start(client.clone(), changed.clone()),
             validating_bindings: Informer::start(client.clone(), changed.clone()),
             validating_webhooks: Informer::start(client.clone(), changed.clone()),
-            namespaces: Informer::start(client, changed.clone()),
+            namespaces: Informer::start(client.clone(), changed.clone()),
             changed,
+            client,
         }
     }
 
@@ -190,6 +192,21 @@ impl AdmissionConfig {
             validating_policies: self.validating_policies.sorted(),
             validating_bindings: self.validating_bindings.sorted(),
             validating_webhooks: self.validating_webhooks.sorted(),
+        }
+    }
+}
+
+impl AdmissionConfig {
+    /// `name` read from kube-apiserver, for a namespace the informer has
+    /// not seen yet; none if it does not exist or cannot be read.
+    pub async fn read_namespace(&self, name: &str) -> Option<Arc<Namespace>> {
+        let api: kube::Api<Namespace> = kube::Api::all(self.client.clone());
+        match api.get_opt(name).await {
+            Ok(found) => found.map(Arc::new),
+            Err(e) => {
+                tracing::debug!(namespace = name, error = %e, "reading a namespace for admission");
+                None
+            }
         }
     }
 }

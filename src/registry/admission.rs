@@ -93,13 +93,27 @@ pub struct Notes(Arc<Mutex<NotesInner>>);
 #[derive(Debug, Default)]
 struct NotesInner {
     warnings: Vec<String>,
-    annotations: BTreeMap<String, String>,
+    annotations: BTreeMap<String, (String, AnnotationLevel)>,
 }
 
-/// Warnings beyond this many are dropped, as kube caps a response's
-/// warnings; each is also capped in length.
+/// The least audit level an annotation is recorded at (kube's
+/// `AddAnnotationWithLevel`): a webhook's patch, say, shows object content
+/// and so only goes into events that record the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AnnotationLevel {
+    Metadata,
+    Request,
+}
+
+/// What a request may hold in warnings, whatever its admission adds; the
+/// header's own bounds are kube's ([`Notes::warnings`]).
 const MAX_WARNINGS: usize = 100;
 const MAX_WARNING_LEN: usize = 4096;
+/// kube-apiserver's warning recorder: past this many characters in all,
+/// every warning is cut to [`TRUNCATE_ITEM_CHARS`], and the rest dropped
+/// once the total passes it again.
+const TRUNCATE_AT_TOTAL_CHARS: usize = 4 * 1024;
+const TRUNCATE_ITEM_CHARS: usize = 256;
 
 impl Notes {
     fn inner(&self) -> std::sync::MutexGuard<'_, NotesInner> {
@@ -125,17 +139,109 @@ impl Notes {
     /// Adds an audit annotation; the first value for a key wins, as kube's
     /// `AddAnnotation` keeps it.
     pub fn annotate(&self, key: impl Into<String>, value: impl Into<String>) {
+        self.annotate_at(key, value, AnnotationLevel::Metadata);
+    }
+
+    /// Adds an audit annotation recorded only in events of `level` or more.
+    pub fn annotate_at(
+        &self,
+        key: impl Into<String>,
+        value: impl Into<String>,
+        level: AnnotationLevel,
+    ) {
         self.inner()
             .annotations
             .entry(key.into())
-            .or_insert_with(|| value.into());
+            .or_insert_with(|| (value.into(), level));
     }
 
+    /// The warnings for the `Warning` headers, bounded as kube-apiserver's
+    /// recorder bounds them: all of them while they total at most 4 Ki
+    /// characters; past that, each cut to 256 characters, until the total
+    /// passes 4 Ki again.
     pub fn warnings(&self) -> Vec<String> {
-        self.inner().warnings.clone()
+        let all = self.inner().warnings.clone();
+        let cut = |w: &str| -> String { w.chars().take(TRUNCATE_ITEM_CHARS).collect() };
+        let (mut out, mut written, mut truncating) = (Vec::new(), 0usize, false);
+        for (i, w) in all.iter().enumerate() {
+            if truncating && written >= TRUNCATE_AT_TOTAL_CHARS {
+                break;
+            }
+            let text = if truncating { cut(w) } else { w.clone() };
+            let len = text.chars().count();
+            if truncating || written + len <= TRUNCATE_AT_TOTAL_CHARS {
+                written += len;
+                out.push(text);
+                continue;
+            }
+            // Over the limit: replay everything so far, cut.
+            truncating = true;
+            out = all[..=i].iter().map(|w| cut(w)).collect();
+            written = out.iter().map(|w| w.chars().count()).sum();
+        }
+        out
     }
 
+    /// The annotations an event of the given level records.
+    pub fn annotations_at(&self, level: AnnotationLevel) -> BTreeMap<String, String> {
+        self.inner()
+            .annotations
+            .iter()
+            .filter(|(_, (_, at))| *at <= level)
+            .map(|(k, (v, _))| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Every annotation, whatever its level.
     pub fn annotations(&self) -> BTreeMap<String, String> {
-        self.inner().annotations.clone()
+        self.annotations_at(AnnotationLevel::Request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_within_four_ki_characters_are_sent_whole() {
+        let notes = Notes::default();
+        notes.warn("a".repeat(2000));
+        notes.warn("b".repeat(2000));
+        notes.warn("b".repeat(2000));
+        assert_eq!(notes.warnings(), ["a".repeat(2000), "b".repeat(2000)]);
+    }
+
+    #[test]
+    fn warnings_past_four_ki_characters_are_cut_as_kube_cuts_them() {
+        let notes = Notes::default();
+        for c in ["a", "b", "c"] {
+            notes.warn(c.repeat(2000));
+        }
+        for i in 0..30 {
+            notes.warn(format!("{i}-{}", "d".repeat(300)));
+        }
+        let sent = notes.warnings();
+        assert!(sent.iter().all(|w| w.chars().count() <= 256), "{sent:?}");
+        assert_eq!(sent[0], "a".repeat(256));
+        let total: usize = sent.iter().map(|w| w.chars().count()).sum();
+        assert!(total < 4096 + 256, "{total}");
+        // Cut on character boundaries.
+        let wide = Notes::default();
+        for c in ["é", "ü", "ö"] {
+            wide.warn(c.repeat(1500));
+        }
+        assert_eq!(
+            wide.warnings(),
+            ["é".repeat(256), "ü".repeat(256), "ö".repeat(256)]
+        );
+    }
+
+    #[test]
+    fn an_annotation_at_request_level_stays_out_of_metadata_events() {
+        let notes = Notes::default();
+        notes.annotate("seen", "yes");
+        notes.annotate_at("patch", "{...}", AnnotationLevel::Request);
+        assert_eq!(notes.annotations_at(AnnotationLevel::Metadata).len(), 1);
+        assert_eq!(notes.annotations_at(AnnotationLevel::Request).len(), 2);
     }
 }

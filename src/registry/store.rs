@@ -1183,7 +1183,8 @@ impl<S: Strategy> Store<S> {
         for _ in 0..RETRIES {
             let (mut current, revision) = self.get_with_revision(namespace, name).await?;
             self.check_preconditions(&current, name, opts)?;
-            self.admit_delete(ctx, namespace, name, &current).await?;
+            self.admit_delete(ctx, namespace, name, &current, opts)
+                .await?;
             let finalizers = current.metadata().finalizers.clone().unwrap_or_default();
             if !finalizers.is_empty() {
                 if current.metadata().deletion_timestamp.is_some() {

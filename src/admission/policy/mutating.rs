@@ -12,6 +12,7 @@
 //! [`STATE_KEY`]): a policy with `reinvocationPolicy: IfNeeded` runs again in
 //! the second pass when something changed the object after it ran.
 
+use crate::endpoints::{bounded_patch, MAX_BODY_BYTES};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -376,10 +377,19 @@ fn json_patch(object: &Value, patch: Value) -> Result<Value, String> {
         .map_err(|e| {
             format!("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch: {e}")
         })?;
+    // Bounded as a client's JSON patch is: the cost budget limits how many
+    // operations an expression makes, not how large `copy` grows the object.
     let mut patched = object.clone();
-    match json_patch::patch(&mut patched, &operations) {
+    match bounded_patch::apply(
+        &mut patched,
+        &operations,
+        &bounded_patch::Limits::new(MAX_BODY_BYTES),
+    ) {
         Ok(()) => Ok(patched),
-        Err(e) if matches!(e.kind, json_patch::PatchErrorKind::TestFailed) => Ok(object.clone()),
+        Err(bounded_patch::PatchError::Failed {
+            reason: bounded_patch::Failure::TestFailed,
+            ..
+        }) => Ok(object.clone()),
         Err(e) => Err(format!("JSON Patch: {e}")),
     }
 }

@@ -19,7 +19,8 @@ use serde_json::Value;
 
 use crate::admission::{Namespaces, Reinvocation};
 use crate::api::errors::ApiError;
-use crate::registry::admission::Attributes;
+use crate::endpoints::{bounded_patch, MAX_BODY_BYTES};
+use crate::registry::admission::{AnnotationLevel, Attributes};
 use crate::registry::Context;
 
 use super::hook::Hook;
@@ -188,12 +189,21 @@ async fn call(
             verdict.patch_type
         )));
     }
+    // Within the bounds a client's JSON patch gets: a few `copy`
+    // operations from a hostile webhook must not double the object until
+    // the server runs out of memory.
     let mut patched = object.clone();
-    json_patch::patch(&mut patched, &patch.0)
-        .map_err(|e| HookError::Other(ApiError::Internal(e.to_string())))?;
+    bounded_patch::apply(
+        &mut patched,
+        &patch.0,
+        &bounded_patch::Limits::new(MAX_BODY_BYTES),
+    )
+    .map_err(|e| HookError::Other(ApiError::Internal(e.to_string())))?;
     let changed = patched != *object;
     let patch_json: Value = serde_json::from_slice(&verdict.patch).unwrap_or(Value::Null);
-    ctx.notes.annotate(
+    // The patch shows object content: as kube, only in events that record
+    // the request.
+    ctx.notes.annotate_at(
         format!("{PATCH_PREFIX}round_{round}_index_{index}"),
         json(&PatchAnnotation {
             configuration: hook.configuration,
@@ -201,6 +211,7 @@ async fn call(
             patch: &patch_json,
             patch_type: "JSONPatch",
         }),
+        AnnotationLevel::Request,
     );
     attrs.object = Some(patched);
     Ok(changed)

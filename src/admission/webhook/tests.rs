@@ -1017,3 +1017,39 @@ fn the_plugins_can_be_shared_across_tasks() {
     fn shared<T: Send + Sync + std::fmt::Debug + 'static>() {}
     shared::<Webhooks>();
 }
+
+#[tokio::test]
+async fn a_webhook_patch_that_doubles_the_object_by_copies_is_refused_not_applied() {
+    // 64 copies of the whole object into itself: 2^64 times its size, were
+    // it applied as written.
+    let ops: Vec<Value> = (0..64)
+        .map(|i| json!({"op": "copy", "from": "/metadata", "path": format!("/metadata/labels/c{i}")}))
+        .collect();
+    let server = WebhookServer::start(move |_| Reply::patch(Value::Array(ops.clone()))).unwrap();
+    let config = mutating("m", vec![hook("bomb.example.com", &server, json!({}))]);
+    let mut attrs = attrs(Operation::Create);
+    let before = attrs.object.clone();
+    let err = mutate(&[config], &mut attrs, &ctx()).await.unwrap_err();
+    assert_eq!(err.code(), 500, "{err}");
+    assert!(err.to_string().contains("more than the limit"), "{err}");
+    assert_eq!(attrs.object, before);
+}
+
+#[tokio::test]
+async fn a_patch_annotation_is_kept_out_of_metadata_level_audit_events() {
+    let server = WebhookServer::start(|_| {
+        Reply::patch(json!([{"op": "add", "path": "/metadata/labels/owner", "value": "ops"}]))
+    })
+    .unwrap();
+    let config = mutating("m", vec![hook("label.example.com", &server, json!({}))]);
+    let ctx = ctx();
+    mutate(&[config], &mut attrs(Operation::Create), &ctx)
+        .await
+        .unwrap();
+    use crate::registry::admission::AnnotationLevel;
+    let metadata = ctx.notes.annotations_at(AnnotationLevel::Metadata);
+    assert!(metadata.contains_key("mutation.webhook.admission.k8s.io/round_0_index_0"));
+    assert!(!metadata.contains_key("patch.webhook.admission.k8s.io/round_0_index_0"));
+    let request = ctx.notes.annotations_at(AnnotationLevel::Request);
+    assert!(request.contains_key("patch.webhook.admission.k8s.io/round_0_index_0"));
+}

@@ -168,11 +168,15 @@ impl ClaimController {
         let Some(requester) = ec.spec.requester.clone() else {
             return Ok(Next::Done);
         };
+        // The request is the tenant's, filed on its behalf: admitted as a
+        // client write (the cluster's policies and webhooks on transfers
+        // govern it as one the tenant filed itself), under the tenant's
+        // name, and recorded as this server's fields.
         let ctx = Context {
             user: requester,
             dry_run: false,
-            writer: Writer::Controller,
-            manager: String::new(),
+            writer: Writer::Client,
+            manager: crate::registry::CONTROLLER_MANAGER.to_owned(),
             notes: Default::default(),
         };
         self.leadership.check()?;

@@ -13,7 +13,7 @@ use crate::api::{self};
 use crate::registry::admission::{Attributes, Operation};
 use crate::registry::{Context, Writer};
 
-use super::{Store, Strategy};
+use super::{DeleteOptions, Store, Strategy};
 
 impl<S: Strategy> Store<S> {
     /// The attributes of a client write, or `None` when nothing admits it.
@@ -145,6 +145,7 @@ impl<S: Strategy> Store<S> {
         namespace: &str,
         name: &str,
         current: &S::Object,
+        opts: &DeleteOptions,
     ) -> Result<(), ApiError> {
         let Some(mut attrs) = self.admission_attributes(
             ctx,
@@ -158,6 +159,17 @@ impl<S: Strategy> Store<S> {
         else {
             return Ok(());
         };
+        // What of the client's DeleteOptions the store keeps.
+        let mut preconditions = serde_json::Map::new();
+        if let Some(uid) = &opts.precondition_uid {
+            preconditions.insert("uid".to_owned(), json!(uid));
+        }
+        if let Some(rv) = &opts.precondition_resource_version {
+            preconditions.insert("resourceVersion".to_owned(), json!(rv));
+        }
+        if !preconditions.is_empty() {
+            attrs.options["preconditions"] = serde_json::Value::Object(preconditions);
+        }
         let Some(control) = &self.control else {
             return Ok(());
         };

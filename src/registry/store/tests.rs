@@ -1721,3 +1721,145 @@ async fn an_apply_pinned_to_an_old_resource_version_is_a_conflict() {
         .unwrap();
     assert_eq!(third.metadata.labels.unwrap()["x"], "3");
 }
+
+/// Records every admission call, and in its mutating phase sets a label
+/// and tries to change what only the server sets.
+#[derive(Debug, Default)]
+struct Recorder {
+    calls: std::sync::Mutex<Vec<(String, &'static str, String)>>,
+    refuse: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl AdmissionControl for Recorder {
+    async fn mutate(
+        &self,
+        _ctx: &Context,
+        attrs: &mut crate::registry::Attributes,
+    ) -> Result<(), ApiError> {
+        self.calls.lock().unwrap().push((
+            "mutate".to_owned(),
+            attrs.operation.as_str(),
+            attrs.subresource.clone(),
+        ));
+        if let Some(obj) = attrs.object.as_mut() {
+            obj["metadata"]["labels"]["admitted"] = "yes".into();
+            obj["spec"]["requester"] = serde_json::json!({"username": "mallory"});
+            obj["metadata"]["uid"] = "forged".into();
+            obj["status"] = serde_json::json!({"phase": "Completed"});
+        }
+        Ok(())
+    }
+
+    async fn validate(
+        &self,
+        _ctx: &Context,
+        attrs: &crate::registry::Attributes,
+    ) -> Result<(), ApiError> {
+        self.calls.lock().unwrap().push((
+            "validate".to_owned(),
+            attrs.operation.as_str(),
+            attrs.subresource.clone(),
+        ));
+        if self.refuse.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(ApiError::Denied {
+                code: 403,
+                reason: "Forbidden".to_owned(),
+                message: "refused by the test".to_owned(),
+                details: None,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Recorder {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+            .into_iter()
+            .map(|(phase, op, sub)| {
+                format!(
+                    "{phase} {op}{}",
+                    if sub.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" {sub}")
+                    }
+                )
+            })
+            .collect()
+    }
+}
+
+async fn admitted_store() -> (NstStore, Arc<Recorder>) {
+    let recorder = Arc::new(Recorder::default());
+    let s = store().await.with_admission_control(recorder.clone());
+    (s, recorder)
+}
+
+#[tokio::test]
+async fn every_client_write_passes_both_admission_phases_and_mutations_keep_server_fields() {
+    let (s, rec) = admitted_store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    assert_eq!(rec.take(), ["mutate CREATE", "validate CREATE"]);
+    let labels = created.metadata.labels.clone().unwrap();
+    assert_eq!(labels["admitted"], "yes");
+    assert_eq!(created.spec.requester.as_ref().unwrap().username, "alice");
+    assert_ne!(created.metadata.uid.as_deref(), Some("forged"));
+    assert_eq!(
+        created.status.as_ref().unwrap().phase,
+        Some(NamespaceTransferPhase::Pending)
+    );
+
+    let mut changed = created.clone();
+    changed
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("tier".to_owned(), "gold".to_owned());
+    let updated = s
+        .update(&ctx("alice"), "prod", "a", changed, false)
+        .await
+        .unwrap();
+    assert_eq!(rec.take(), ["mutate UPDATE", "validate UPDATE"]);
+    assert_eq!(updated.metadata.uid, created.metadata.uid);
+    assert_eq!(updated.spec.requester.as_ref().unwrap().username, "alice");
+    assert_eq!(
+        updated.status.as_ref().unwrap().phase,
+        Some(NamespaceTransferPhase::Pending)
+    );
+
+    // A mutation is the client's change: on /status it may not write what
+    // only the controllers write either.
+    let err = s
+        .guaranteed_update(&ctx("alice"), "prod", "a", true, |cur| Ok(cur.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 422, "{err}");
+    assert_eq!(rec.take(), ["mutate UPDATE status"]);
+
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(rec.take(), ["mutate DELETE", "validate DELETE"]);
+}
+
+#[tokio::test]
+async fn a_validating_refusal_stores_nothing_and_the_controllers_are_not_admitted() {
+    let (s, rec) = admitted_store().await;
+    rec.refuse.store(true, std::sync::atomic::Ordering::Relaxed);
+    let err = s
+        .create(&ctx("alice"), "prod", offer("a"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 403, "{err}");
+    assert!(matches!(
+        s.get("prod", "a").await,
+        Err(ApiError::NotFound { .. })
+    ));
+    rec.take();
+    // The controllers' own writes are the protocol's, not admitted.
+    s.create(&controller(), "prod", offer("b")).await.unwrap();
+    assert!(rec.take().is_empty());
+}
