@@ -5,8 +5,9 @@
 //!
 //! - [`policy`]: the policy file and which level a request gets.
 //! - [`event`]: the event and its JSON form.
-//! - [`sink`]: the bounded queue and the writer thread; recording never
-//!   waits, and what cannot be written is dropped and counted.
+//! - [`sink`]: the queue, bounded by events and by bytes, and the writer
+//!   thread; recording never waits, and what cannot be written is dropped
+//!   and counted.
 //! - [`rotate`]: the log file, rotated by size as lumberjack rotates it.
 //! - [`request`]: one served request's event through its stages, and the
 //!   reading of bodies without changing them.
@@ -63,7 +64,10 @@ pub struct LogConfig {
     /// `None`: standard output (`--audit-log-path=-`).
     pub path: Option<PathBuf>,
     pub rotation: Rotation,
-    /// How many events may wait for the writer before new ones are dropped.
+    /// How many events may wait for the writer before new ones are dropped
+    /// (`--audit-log-buffer-size`). Whatever it allows, the events waiting
+    /// hold at most [`sink::MAX_QUEUED_BYTES`] (64 MiB) of JSON: past it,
+    /// they are dropped and counted the same way (`reason="dropped"`).
     pub buffer: usize,
 }
 

@@ -11,6 +11,7 @@ pub mod codec;
 pub mod handler;
 pub mod negotiate;
 pub mod request;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

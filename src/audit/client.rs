@@ -301,7 +301,7 @@ async fn send_traced(
     };
     event.stage = Stage::ResponseComplete;
     event.stage_timestamp = event::now();
-    sink.record(event);
+    sink.record(&event);
     result
 }
 

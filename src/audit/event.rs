@@ -5,6 +5,7 @@
 //! Owns the event's shape and the small rules about its content
 //! (managed fields left out, a long User-Agent cut short). It does no I/O.
 
+use crate::endpoints::yaml::YamlError;
 use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
@@ -257,17 +258,43 @@ pub fn strip_managed_fields(object: &mut Value) {
 }
 
 /// A request or response body as the event carries it: JSON as is, YAML
-/// (server-side apply) converted; anything else (CBOR) is left out.
+/// (server-side apply) converted; anything else (CBOR) is left out, and so
+/// is YAML that would cost more than its size (see [`read_body`]).
 pub fn parse_body(bytes: &[u8], content_type: Option<&str>) -> Option<Value> {
+    read_body(bytes, content_type).ok().flatten()
+}
+
+/// The annotation that says why a request body the level would record is
+/// not in `requestObject`.
+pub const ANNOTATION_REQUEST_OBJECT: &str = "audit.k8s.io/request-object";
+
+/// [`parse_body`], saying why YAML was left out: `Err` holds the value of
+/// [`ANNOTATION_REQUEST_OBJECT`].
+///
+/// YAML is read only if the apply handler's own guard would let it through
+/// (its nesting and its number of elements), and is never expanded beyond
+/// its size: an alias (`*name`) repeats its anchor's whole value, so a few
+/// megabytes of aliases would otherwise become billions of values before
+/// the handler could refuse them. The conversion counts what it builds, and
+/// gives up past `endpoints::yaml::MAX_YAML_VALUES` values or twice the body's bytes of
+/// text; an apply body without aliases never comes near either.
+pub fn read_body(bytes: &[u8], content_type: Option<&str>) -> Result<Option<Value>, &'static str> {
     if bytes.is_empty() {
-        return None;
+        return Ok(None);
     }
     if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
-        return Some(v);
+        return Ok(Some(v));
     }
     let yaml = content_type.is_some_and(|ct| ct.to_ascii_lowercase().contains("yaml"));
-    if yaml {
-        return serde_yaml::from_slice::<Value>(bytes).ok();
+    if !yaml {
+        return Ok(None);
     }
-    None
+    if crate::endpoints::handler::check_yaml_nesting(bytes).is_err() {
+        return Err("omitted (yaml too deep or too large)");
+    }
+    match crate::endpoints::yaml::to_json_bounded(bytes) {
+        Ok(v) => Ok(Some(v)),
+        Err(YamlError::Expands) => Err("omitted (yaml aliases expand beyond the body)"),
+        Err(YamlError::Invalid(_)) => Ok(None),
+    }
 }

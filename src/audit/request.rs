@@ -7,6 +7,17 @@
 //! client goes away), `Panic` if the handler panicked. A request that failed
 //! authentication gets the one `ResponseStarted` event kube writes for it.
 //!
+//! A record dropped before its last stage (the client reset the stream
+//! while the handler waited on a webhook or on etcd, so hyper dropped the
+//! request's future) still writes `ResponseComplete`, as kube's filter does
+//! in a `defer`: a write that committed leaves a trace even when
+//! `RequestReceived` is omitted. That event is annotated
+//! `audit.k8s.io/cancelled: "true"`; its `responseStatus` has the code the
+//! handler answered if it had answered (the response body was still being
+//! read), and otherwise no code, only a message that the outcome is unknown
+//! (kube, whose handlers are not cancelled, fakes `200 Connection closed
+//! early` for a handler that wrote nothing).
+//!
 //! Also owns reading bodies for the event without changing what the handler
 //! or the client sees: a body is read up to a bound, and then handed on as a
 //! [`Replayed`] body that yields the same frames, followed by the rest.
@@ -24,14 +35,19 @@ use hyper::body::{Body, Frame, SizeHint};
 use k8s_openapi::jiff::Timestamp;
 
 use super::event::{
-    self, parse_body, strip_managed_fields, Event, ObjectReference, ResponseStatus, User,
-    ANNOTATION_TRUNCATED,
+    self, parse_body, read_body, strip_managed_fields, Event, ObjectReference, ResponseStatus,
+    User, ANNOTATION_REQUEST_OBJECT, ANNOTATION_TRUNCATED,
 };
 use super::policy::{Level, Policy, RequestConfig, Stage};
 use super::sink::Sink;
 use crate::authz::Attributes;
 
-/// One request's event, written at each stage the policy keeps.
+/// The annotation on the `ResponseComplete` of a request whose client went
+/// away before its response was complete.
+pub const ANNOTATION_CANCELLED: &str = "audit.k8s.io/cancelled";
+
+/// One request's event, written at each stage the policy keeps; dropped
+/// unfinished, it writes `ResponseComplete` (see the module's doc).
 #[derive(Debug)]
 pub struct RequestAudit {
     sink: Sink,
@@ -42,6 +58,10 @@ pub struct RequestAudit {
     long_running: bool,
     /// `None` once authenticated; else what kube says of the failure.
     authentication_failed: Option<String>,
+    /// `ResponseStarted` is behind (or was not due).
+    started: bool,
+    /// The last stage is behind: nothing is left to write on drop.
+    finished: bool,
 }
 
 impl RequestAudit {
@@ -92,6 +112,8 @@ impl RequestAudit {
             authentication_failed: (!authenticated).then(|| authentication_message(req)),
             config,
             event,
+            started: false,
+            finished: false,
         })
     }
 
@@ -111,7 +133,7 @@ impl RequestAudit {
 
     /// Writes the `RequestReceived` stage (not for a request that failed
     /// authentication, as kube).
-    pub fn request_received(&self) {
+    pub fn request_received(&mut self) {
         if self.authentication_failed.is_none() {
             self.emit(Stage::RequestReceived);
         }
@@ -140,9 +162,9 @@ impl RequestAudit {
         let (body, whole) = read_prefix(body, limit).await;
         match whole
             .as_deref()
-            .map(|b| parse_body(b, content_type.as_deref()))
+            .map(|b| read_body(b, content_type.as_deref()))
         {
-            Some(Some(mut object)) => {
+            Some(Ok(Some(mut object))) => {
                 if let Some(r) = self.event.object_ref.as_mut() {
                     r.fill_from(&object);
                 }
@@ -153,7 +175,12 @@ impl RequestAudit {
                     self.event.request_object = Some(object);
                 }
             }
-            Some(None) => {}
+            Some(Ok(None)) => {}
+            Some(Err(omitted)) => {
+                if self.config.level >= Level::Request {
+                    self.event.annotate(ANNOTATION_REQUEST_OBJECT, omitted);
+                }
+            }
             None => {
                 if self.config.level >= Level::Request {
                     self.event.annotate(ANNOTATION_TRUNCATED, "true");
@@ -197,11 +224,14 @@ impl RequestAudit {
                 ..ResponseStatus::default()
             });
             self.emit(Stage::ResponseStarted);
+            self.finished = true;
             return resp.map(BodyExt::boxed_unsync);
         }
+        // Known from here on, should the client go away while the body
+        // is read.
+        self.event.response_status = Some(ResponseStatus::code(code));
         let success = (200..300).contains(&code);
         if self.long_running && success {
-            self.event.response_status = Some(ResponseStatus::code(code));
             self.emit(Stage::ResponseStarted);
             return resp.map(|body| {
                 Completion {
@@ -234,7 +264,6 @@ impl RequestAudit {
             }
             body.boxed_unsync()
         } else {
-            self.event.response_status = Some(ResponseStatus::code(code));
             body.boxed_unsync()
         };
         if self.long_running {
@@ -244,22 +273,61 @@ impl RequestAudit {
         Response::from_parts(parts, body)
     }
 
-    fn emit(&self, stage: Stage) {
+    /// Writes the event as it stands at `stage`. The event is serialized
+    /// where it is, not copied: its bodies may be megabytes.
+    fn emit(&mut self, stage: Stage) {
+        match stage {
+            Stage::ResponseStarted => self.started = true,
+            Stage::ResponseComplete | Stage::Panic => self.finished = true,
+            Stage::RequestReceived => {}
+        }
         if !self.config.records(stage) {
             return;
         }
-        let mut event = self.event.clone();
-        event.stage = stage;
-        event.stage_timestamp = if stage == Stage::RequestReceived {
-            event.request_received_timestamp
+        self.event.stage = stage;
+        self.event.stage_timestamp = if stage == Stage::RequestReceived {
+            self.event.request_received_timestamp
         } else {
             event::now()
         };
-        self.sink.record(event);
+        self.sink.record(&self.event);
     }
 
     /// `ResponseComplete` of a watch.
-    fn complete(&self) {
+    fn complete(mut self) {
+        self.emit(Stage::ResponseComplete);
+    }
+}
+
+impl Drop for RequestAudit {
+    /// The client went away before the last stage: writes what kube's
+    /// deferred `ResponseComplete` would. Never waits, never panics.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.event.annotate(ANNOTATION_CANCELLED, "true");
+        if let Some(message) = self.authentication_failed.take() {
+            // The one event kube writes for such a request.
+            self.event.response_status = Some(ResponseStatus {
+                message,
+                ..ResponseStatus::default()
+            });
+            self.emit(Stage::ResponseStarted);
+            self.finished = true;
+            return;
+        }
+        if self.event.response_status.is_none() {
+            self.event.response_status = Some(ResponseStatus {
+                message: "the client went away before the response was complete; \
+                          the request's outcome is unknown"
+                    .to_owned(),
+                ..ResponseStatus::default()
+            });
+        }
+        if self.long_running && !self.started {
+            self.emit(Stage::ResponseStarted);
+        }
         self.emit(Stage::ResponseComplete);
     }
 }

@@ -1,21 +1,31 @@
-//! Where events go: a bounded channel to one writer thread, which
-//! serializes each event and writes it as a line.
+//! Where events go: each event is serialized to its line when it is
+//! recorded, and the line waits in a bounded channel for one writer thread.
 //!
 //! Owns the promise that auditing never holds up or fails a request:
-//! [`Sink::record`] never waits. When the channel is full (the disk is slow
-//! or full, or stdout is blocked) the event is dropped and counted, and a
-//! warning is logged at most every ten seconds; a write that fails is
-//! counted the same way. The writer is a plain thread, not a tokio task,
-//! because writing a file blocks.
+//! [`Sink::record`] never waits. The queue is bounded twice: by its number
+//! of events (`--audit-log-buffer-size`) and by the bytes they hold
+//! ([`MAX_QUEUED_BYTES`]), since one event may carry a request body of
+//! megabytes. When either bound is reached (the disk is slow or full, or
+//! stdout is blocked) the event is dropped and counted, and a warning is
+//! logged at most every ten seconds; a write that fails is counted the same
+//! way. The writer is a plain thread, not a tokio task, because writing a
+//! file blocks.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::event::Event;
+
+/// How many bytes of serialized events may wait for the writer, whatever
+/// `--audit-log-buffer-size` allows: past it, events are dropped and
+/// counted (`reason="dropped"`) like those over the event count. Larger
+/// than the largest event (a 3 MiB request body and a 1 MiB response, as
+/// JSON) many times over.
+pub const MAX_QUEUED_BYTES: usize = 64 * 1024 * 1024;
 
 /// How often a run of dropped or failed events is reported in the log.
 const WARN_EVERY: Duration = Duration::from_secs(10);
@@ -29,7 +39,8 @@ pub struct Sink {
 
 #[derive(Debug)]
 enum Message {
-    Event(Box<Event>),
+    /// One event's line, newline included.
+    Line(Vec<u8>),
     /// Answered once everything before it is written and flushed.
     Flush(oneshot::Sender<()>),
 }
@@ -40,6 +51,9 @@ struct Stats {
     written: AtomicU64,
     dropped: AtomicU64,
     failed: AtomicU64,
+    /// Bytes of the lines sent and not yet written.
+    queued_bytes: AtomicUsize,
+    max_queued_bytes: usize,
     started: Instant,
     /// Milliseconds after `started` of the last warning, plus one (0: none yet).
     last_warning: AtomicU64,
@@ -68,14 +82,21 @@ impl Stats {
 }
 
 impl Sink {
-    /// Starts the writer thread on `out`; at most `capacity` events wait
-    /// for it.
+    /// Starts the writer thread on `out`; at most `capacity` events, of at
+    /// most [`MAX_QUEUED_BYTES`] in all, wait for it.
     pub fn start(out: Box<dyn Write + Send>, capacity: usize) -> Self {
+        Self::start_bounded(out, capacity, MAX_QUEUED_BYTES)
+    }
+
+    /// [`Sink::start`] with another bound on the bytes waiting.
+    pub fn start_bounded(out: Box<dyn Write + Send>, capacity: usize, max_bytes: usize) -> Self {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let stats = Arc::new(Stats {
             written: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            queued_bytes: AtomicUsize::new(0),
+            max_queued_bytes: max_bytes,
             started: Instant::now(),
             last_warning: AtomicU64::new(0),
         });
@@ -91,21 +112,42 @@ impl Sink {
         Self { tx, stats }
     }
 
-    /// Hands an event to the writer, or drops and counts it if the writer
-    /// is behind. Never waits.
-    pub fn record(&self, event: Event) {
-        match self.tx.try_send(Message::Event(Box::new(event))) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+    /// Serializes an event and hands its line to the writer, or drops and
+    /// counts it if the writer is behind. Never waits; keeps nothing of
+    /// `event`.
+    pub fn record(&self, event: &Event) {
+        match event.to_line() {
+            Ok(line) => self.record_line(line),
+            Err(err) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
                 self.stats
-                    .warn("the audit log buffer is full (is the disk slow or full?)");
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                self.stats.warn("the audit log writer has stopped");
+                    .warn(&format!("an audit event cannot be serialized: {err}"));
             }
         }
+    }
+
+    fn record_line(&self, line: Vec<u8>) {
+        let size = line.len();
+        // Reserve first, so that racing requests never exceed the bound
+        // together; give back what is not sent.
+        let before = self.stats.queued_bytes.fetch_add(size, Ordering::Relaxed);
+        if before.saturating_add(size) > self.stats.max_queued_bytes {
+            self.stats.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .warn("the audit log buffer is full by size (is the disk slow or full?)");
+            return;
+        }
+        let lost = match self.tx.try_send(Message::Line(line)) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                "the audit log buffer is full (is the disk slow or full?)"
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => "the audit log writer has stopped",
+        };
+        self.stats.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        self.stats.warn(lost);
     }
 
     /// Waits, at most `timeout`, until every event recorded so far is
@@ -130,7 +172,12 @@ impl Sink {
         self.stats.dropped.load(Ordering::Relaxed)
     }
 
-    /// Events whose write failed.
+    /// Bytes of events waiting for the writer.
+    pub fn queued_bytes(&self) -> usize {
+        self.stats.queued_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Events whose write failed (or that could not be serialized).
     pub fn failed(&self) -> u64 {
         self.stats.failed.load(Ordering::Relaxed)
     }
@@ -154,7 +201,10 @@ fn write_events(mut rx: mpsc::Receiver<Message>, mut out: Box<dyn Write + Send>,
         let mut next = Some(first);
         while let Some(message) = next {
             match message {
-                Message::Event(event) => write_one(&mut out, &event, stats),
+                Message::Line(line) => {
+                    write_one(&mut out, &line, stats);
+                    stats.queued_bytes.fetch_sub(line.len(), Ordering::Relaxed);
+                }
                 Message::Flush(done) => waiting.push(done),
             }
             next = rx.try_recv().ok();
@@ -170,12 +220,8 @@ fn write_events(mut rx: mpsc::Receiver<Message>, mut out: Box<dyn Write + Send>,
     let _ = out.flush();
 }
 
-fn write_one(out: &mut Box<dyn Write + Send>, event: &Event, stats: &Stats) {
-    let written = event
-        .to_line()
-        .map_err(|e| e.to_string())
-        .and_then(|line| out.write_all(&line).map_err(|e| e.to_string()));
-    match written {
+fn write_one(out: &mut Box<dyn Write + Send>, line: &[u8], stats: &Stats) {
+    match out.write_all(line) {
         Ok(()) => {
             stats.written.fetch_add(1, Ordering::Relaxed);
         }

@@ -594,7 +594,7 @@ async fn a_watch_writes_response_started_then_response_complete_when_its_stream_
         "",
         "",
     );
-    let record = auditor
+    let mut record = auditor
         .begin(&req, &attributes, true, "id", super::now())
         .unwrap();
     record.request_received();
@@ -673,7 +673,7 @@ async fn a_request_that_failed_authentication_gets_one_response_started_event() 
         .body(Full::new(Bytes::new()))
         .unwrap();
     let attributes = on_path(UserInfo::default(), "get", "/apis");
-    let record = auditor
+    let mut record = auditor
         .begin(&req, &attributes, false, "id", super::now())
         .unwrap();
     record.request_received();
@@ -729,7 +729,7 @@ async fn the_writer_never_blocks_a_request_when_the_disk_is_slow() {
     let sink = Sink::start(Box::new(Stuck(gate)), 4);
     let started = Instant::now();
     for i in 0..100 {
-        sink.record(some_event(i));
+        sink.record(&some_event(i));
     }
     assert!(
         started.elapsed() < Duration::from_secs(1),
@@ -761,7 +761,7 @@ impl Write for DiskFull {
 async fn a_full_disk_fails_events_not_requests() {
     let sink = Sink::start(Box::new(DiskFull), 16);
     for i in 0..10 {
-        sink.record(some_event(i));
+        sink.record(&some_event(i));
     }
     assert!(sink.flush(Duration::from_secs(5)).await);
     assert_eq!(sink.failed(), 10);
@@ -1174,4 +1174,252 @@ async fn a_body_read_whole_for_the_audit_reports_its_exact_length_again() {
     assert_eq!(whole, None);
     assert_eq!(replayed.size_hint().exact(), Some(10));
     assert_eq!(replayed.collect().await.unwrap().to_bytes().len(), 10);
+}
+
+// ----- bounded costs ---------------------------------------------------------------
+
+/// An apply of `body` (YAML) audited at Request level: what the handler
+/// read, and the event as it stands after the body was captured.
+async fn apply_yaml_at_request_level(body: Vec<u8>) -> (usize, super::Event) {
+    let (auditor, _) = auditor_at(Level::Request);
+    let req = Request::patch(
+        "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/a/namespacetransfers/x?fieldManager=m",
+    )
+    .header("content-type", "application/apply-patch+yaml")
+    .body(Full::new(Bytes::from(body)))
+    .unwrap();
+    let attributes = on_resource(
+        user("alice", &[]),
+        "patch",
+        "storage.transfer.k8s.io",
+        "namespacetransfers",
+        "a",
+        "x",
+    );
+    let mut record = auditor
+        .begin(&req, &attributes, true, "id", super::now())
+        .unwrap();
+    let req = record
+        .capture_request(req, crate::endpoints::MAX_BODY_BYTES)
+        .await;
+    let read = req.into_body().collect().await.unwrap().to_bytes().len();
+    (read, record.event().clone())
+}
+
+/// `a: &a [0,0,…]` then `b: [*a,*a,…]`, `size` bytes in all.
+fn yaml_alias_bomb(size: usize) -> Vec<u8> {
+    let half = size / 2;
+    let mut body = b"a: &a [0".to_vec();
+    while body.len() < half {
+        body.extend_from_slice(b",0");
+    }
+    body.extend_from_slice(b"]\nb: [*a");
+    while body.len() < size {
+        body.extend_from_slice(b",*a");
+    }
+    body.extend_from_slice(b"]\n");
+    body
+}
+
+#[tokio::test]
+async fn a_yaml_alias_bomb_of_three_mebibytes_is_not_expanded_by_the_audit() {
+    let body = yaml_alias_bomb(3 * 1024 * 1024 - 16);
+    let sent = body.len();
+    let (read, event) = apply_yaml_at_request_level(body).await;
+    assert_eq!(read, sent, "the handler reads the body unchanged");
+    assert!(event.request_object.is_none());
+    assert!(
+        event.annotations["audit.k8s.io/request-object"].starts_with("omitted"),
+        "{:?}",
+        event.annotations
+    );
+    assert!(
+        event.to_line().unwrap().len() < 4096,
+        "the event stays small"
+    );
+}
+
+#[tokio::test]
+async fn a_yaml_alias_bomb_within_the_handler_s_element_limit_is_not_expanded_either() {
+    // About 80,000 elements, which the handler's guard lets through, but
+    // 1.6 billion values once the aliases are expanded.
+    let flat = yaml_alias_bomb(160_000);
+    // And a billion laughs: a hundred bytes, a billion values.
+    let mut nested = b"l0: &l0 [x,x,x,x,x,x,x,x,x,x]\n".to_vec();
+    for i in 1..10 {
+        let p = i - 1;
+        nested.extend_from_slice(
+            format!("l{i}: &l{i} [*l{p},*l{p},*l{p},*l{p},*l{p},*l{p},*l{p},*l{p},*l{p},*l{p}]\n")
+                .as_bytes(),
+        );
+    }
+    for body in [flat, nested] {
+        let (_, event) = apply_yaml_at_request_level(body).await;
+        assert!(event.request_object.is_none());
+        assert!(event.annotations["audit.k8s.io/request-object"].starts_with("omitted"));
+        assert!(event.to_line().unwrap().len() < 4096);
+    }
+}
+
+#[tokio::test]
+async fn a_yaml_apply_body_with_a_small_alias_is_still_recorded_as_json() {
+    let body = b"apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: x\n  labels: &l {team: a}\n  annotations: *l\nspec: {}\n";
+    let (_, event) = apply_yaml_at_request_level(body.to_vec()).await;
+    let object = event.request_object.unwrap();
+    assert_eq!(object["metadata"]["annotations"], json!({"team": "a"}));
+    assert_eq!(object["metadata"]["labels"], json!({"team": "a"}));
+    assert!(event.annotations.is_empty(), "{:?}", event.annotations);
+}
+
+/// An event whose annotation holds `size` bytes.
+fn event_of_size(i: usize, size: usize) -> super::Event {
+    let mut event = some_event(i);
+    event.annotate("big", "x".repeat(size));
+    event
+}
+
+#[tokio::test]
+async fn the_queue_is_bounded_by_bytes_as_well_as_by_events() {
+    let (release, gate) = std::sync::mpsc::channel();
+    let sink = Sink::start(Box::new(Stuck(gate)), 10_000);
+    // 80 MiB of events, each far under the event-count bound; the writer
+    // takes the first and is stuck on it.
+    for i in 0..80 {
+        sink.record(&event_of_size(i, 1024 * 1024));
+    }
+    let limit = super::sink::MAX_QUEUED_BYTES;
+    assert!(sink.queued_bytes() <= limit, "{}", sink.queued_bytes());
+    assert!(
+        sink.dropped() >= 80 - (limit / (1024 * 1024)) as u64,
+        "dropped {}",
+        sink.dropped()
+    );
+    drop(release);
+    assert!(sink.flush(Duration::from_secs(10)).await);
+    assert_eq!(sink.written() + sink.dropped(), 80);
+    assert_eq!(
+        sink.queued_bytes(),
+        0,
+        "what is written is no longer counted"
+    );
+}
+
+#[tokio::test]
+async fn a_small_byte_budget_drops_big_events_and_keeps_small_ones() {
+    let (release, gate) = std::sync::mpsc::channel();
+    let sink = Sink::start_bounded(Box::new(Stuck(gate)), 10_000, 64 * 1024);
+    sink.record(&event_of_size(0, 100 * 1024));
+    assert_eq!(
+        sink.dropped(),
+        1,
+        "an event over the whole budget never fits"
+    );
+    for i in 1..=10 {
+        sink.record(&some_event(i));
+    }
+    assert_eq!(sink.dropped(), 1, "small events still fit");
+    assert!(sink
+        .metrics()
+        .contains("storage_transfer_audit_error_total{reason=\"dropped\"} 1"));
+    drop(release);
+    assert!(sink.flush(Duration::from_secs(5)).await);
+    assert_eq!(sink.written(), 10);
+}
+
+/// Runs a create of [`OBJECT`] through an audit record whose future is
+/// dropped (the client reset the stream) while the handler waits, or,
+/// if `in_response`, while its response body is read.
+async fn create_cancelled(policy: Policy, in_response: bool) -> Vec<Value> {
+    let (auditor, out) = auditor(policy);
+    let served = {
+        let auditor = auditor.clone();
+        async move {
+            let req = Request::post(
+                "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/src/namespacetransfers",
+            )
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(OBJECT.as_bytes())))
+            .unwrap();
+            let attributes = on_resource(
+                user("alice", &["tenants"]),
+                "create",
+                "storage.transfer.k8s.io",
+                "namespacetransfers",
+                "src",
+                "",
+            );
+            let mut record = auditor
+                .begin(&req, &attributes, true, "id-c", super::now())
+                .unwrap();
+            record.request_received();
+            let req = record.capture_request(req, 3 * 1024 * 1024).await;
+            let _ = req.into_body().collect().await;
+            if !in_response {
+                // The handler waits on a webhook or on etcd.
+                std::future::pending::<()>().await;
+            }
+            // The handler answered; its body never ends.
+            let (_tx, rx) = futures::channel::mpsc::unbounded::<Result<Frame<Bytes>, Infallible>>();
+            let resp = Response::builder()
+                .status(201)
+                .body(StreamBody::new(rx))
+                .unwrap();
+            let _ = record.finish(resp, 1024 * 1024).await;
+        }
+    };
+    assert!(
+        futures::FutureExt::now_or_never(served).is_none(),
+        "the request was still being served"
+    );
+    assert!(auditor.flush(Duration::from_secs(5)).await);
+    out.events()
+}
+
+#[tokio::test]
+async fn a_request_whose_client_went_away_still_gets_its_response_complete_event() {
+    let policy = Policy::new(
+        vec![Rule::at(Level::Request)],
+        vec![Stage::RequestReceived],
+        false,
+    )
+    .unwrap();
+    let events = create_cancelled(policy, false).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!(e["stage"], "ResponseComplete");
+    assert_eq!(e["auditID"], "id-c");
+    assert_eq!(e["objectRef"]["name"], "move-data");
+    assert!(e["requestObject"].is_object(), "the write is traced");
+    assert_eq!(e["annotations"]["audit.k8s.io/cancelled"], "true");
+    assert!(
+        e["responseStatus"].get("code").is_none(),
+        "no code was answered: {}",
+        e["responseStatus"]
+    );
+}
+
+#[tokio::test]
+async fn a_request_cancelled_while_its_response_is_read_records_the_code_it_answered() {
+    let events = create_cancelled(
+        Policy::new(vec![Rule::at(Level::RequestResponse)], vec![], false).unwrap(),
+        true,
+    )
+    .await;
+    let stages: Vec<&str> = events
+        .iter()
+        .map(|e| e["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["RequestReceived", "ResponseComplete"]);
+    assert_eq!(events[1]["responseStatus"]["code"], 201);
+    assert_eq!(events[1]["annotations"]["audit.k8s.io/cancelled"], "true");
+}
+
+#[tokio::test]
+async fn a_finished_request_writes_its_response_complete_event_once() {
+    let (auditor, out) = auditor_at(Level::Metadata);
+    let (_, _, events) = create_at(&auditor, &out, 201, OBJECT).await;
+    assert_eq!(events.len(), 2);
+    assert!(events[1]["annotations"]
+        .get("audit.k8s.io/cancelled")
+        .is_none());
 }

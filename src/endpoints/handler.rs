@@ -509,6 +509,10 @@ pub(super) fn decode_apply_body(body: &[u8]) -> Result<(Value, Option<String>), 
             "error decoding YAML: error converting YAML to JSON: {e}"
         ))
     };
+    // Aliases first, within a budget: the parses below expand them whole.
+    if super::yaml::to_json_bounded(body) == Err(super::yaml::YamlError::Expands) {
+        return Err(converting(&"yaml: document contains excessive aliasing"));
+    }
     // One parse, into YAML's own tree, which refuses a key given twice;
     // only then a second, where the last of them wins, as kube reads it.
     let (config, duplicates): (Value, Option<String>) =
@@ -543,7 +547,7 @@ pub(super) fn decode_apply_body(body: &[u8]) -> Result<(Value, Option<String>), 
 const MAX_YAML_NESTING: usize = 64;
 const MAX_YAML_TOKENS: usize = 100_000;
 
-fn check_yaml_nesting(body: &[u8]) -> Result<(), ApiError> {
+pub(crate) fn check_yaml_nesting(body: &[u8]) -> Result<(), ApiError> {
     let refuse = |what: String| {
         ApiError::BadRequest(format!("error decoding YAML: the configuration {what}"))
     };

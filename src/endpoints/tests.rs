@@ -274,3 +274,15 @@ fn an_apply_body_that_would_cost_the_parser_too_much_is_refused_before_parsing()
     let sneaky = format!("a: x'\nb: {}", "[".repeat(200));
     assert!(decode_apply_body(sneaky.as_bytes()).is_err());
 }
+
+#[test]
+fn an_apply_body_whose_aliases_expand_past_its_size_is_a_bad_request() {
+    let mut doc = String::from("apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: t\n  annotations: {a: &a [");
+    doc.push_str(&vec!["0"; 20_000].join(","));
+    doc.push_str("]}\nspec:\n  x: [");
+    doc.push_str(&vec!["*a"; 20_000].join(","));
+    doc.push_str("]\n");
+    let err = super::handler::decode_apply_body(doc.as_bytes()).unwrap_err();
+    assert_eq!(err.code(), 400, "{err}");
+    assert!(err.to_string().contains("excessive aliasing"), "{err}");
+}

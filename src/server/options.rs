@@ -22,7 +22,8 @@
 //!   `<name>-<UTC timestamp>.<ext>`.
 //! - `--audit-log-format`: only `json` (kube's `legacy` is not offered).
 //! - `--audit-log-buffer-size` (ours): how many events may wait for the
-//!   writer; past it, events are dropped and counted
+//!   writer (and at most 64 MiB of them); past it, events are dropped and
+//!   counted
 //!   (`storage_transfer_audit_error_total{reason="dropped"}`), never waited
 //!   for. `--audit-log-compress` is not offered.
 
@@ -198,9 +199,9 @@ pub struct Options {
     #[arg(long, default_value = "json", value_parser = ["json"])]
     pub audit_log_format: String,
 
-    /// How many audit events may wait for the writer; past it they are
-    /// dropped and counted, so that a slow or full disk never holds up a
-    /// request.
+    /// How many audit events may wait for the writer (at most 64 MiB of
+    /// them in all); past it they are dropped and counted, so that a slow
+    /// or full disk never holds up a request nor fills memory.
     #[arg(long, default_value_t = 10_000)]
     pub audit_log_buffer_size: usize,
 }
