@@ -580,6 +580,19 @@ fn a_legal_json_patch_near_the_limits_is_applied() {
 
 const APPLY: (&str, &str) = ("Content-Type", "application/apply-patch+yaml");
 
+/// 25,000 aliases of a list of 25,000 zeros in 200 KB: 625 million values
+/// if expanded, under the handler's nesting and token bounds.
+fn alias_bomb() -> Vec<u8> {
+    let mut doc = String::from(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: a\n  labels: {x: &a [",
+    );
+    doc.push_str(&vec!["0"; 25_000].join(","));
+    doc.push_str("]}\nspec:\n  y: [");
+    doc.push_str(&vec!["*a"; 25_000].join(","));
+    doc.push_str("]\n");
+    doc.into_bytes()
+}
+
 #[test]
 fn bad_applies_are_refused_with_a_reason_and_change_nothing() {
     let ns = cp().namespace("bad-apply").unwrap();
@@ -622,6 +635,7 @@ fn bad_applies_are_refused_with_a_reason_and_change_nothing() {
             "BadRequest",
             "error decoding YAML",
         ),
+        ("", alias_bomb(), 400, "BadRequest", "excessive aliasing"),
         (
             "",
             with(&|t| t["kind"] = json!("EphemeralClaim")),
