@@ -193,7 +193,9 @@ fn print_next_steps(dir: &Path) {
          \x20 kubectl get namespacetransfers -A\n\
          \x20 kubectl get --raw /apis/storage.transfer.k8s.io/v1alpha1\n\
          \x20 kubectl get pvc -n prod db          # the demo volume, Bound\n\
-         \nLogs: {logs}\nStop everything: make down\n",
+         \nLogs: {logs}\n\
+         \x20 server-<port>-audit.log: our audit log; kube-apiserver-audit.log: its PV and PVC writes\n\
+         Stop everything: make down\n",
         kc = kubeconfig.display(),
         logs = dir.join("logs").display(),
     );
