@@ -259,7 +259,7 @@ impl Drop for Process {
 /// Dropping it (the control plane that owns it is done, or failed to start)
 /// closes its stdin and waits for it, so that its clean-up is over before the
 /// caller goes on; it gives up on the processes it was given within about
-/// two seconds.
+/// four seconds (two after SIGTERM, two after SIGKILL).
 #[derive(Debug)]
 pub struct Watchdog {
     stdin: Option<ChildStdin>,
@@ -284,7 +284,16 @@ while [ $i -lt 20 ]; do
   sleep 0.1; i=$((i+1))
 done
 [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
-for p in $paths; do rm -rf "$p"; done
+# A killed process may still be writing until it is gone: wait, then
+# remove, and once more for anything it wrote meanwhile.
+i=0
+while [ $i -lt 20 ]; do
+  alive=""
+  for p in $pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+  [ -z "$alive" ] && break
+  sleep 0.1; i=$((i+1))
+done
+for p in $paths; do rm -rf "$p" 2>/dev/null || { sleep 0.2; rm -rf "$p"; }; done
 exit 0
 "#;
 
