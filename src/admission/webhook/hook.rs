@@ -88,64 +88,49 @@ fn uids<'a>(configuration: &str, names: impl Iterator<Item = &'a str>) -> Vec<St
         .collect()
 }
 
+/// The hooks of `$configs` (webhook configurations of one kind), the
+/// configurations sorted by name; `$reinvoke` says from a webhook whether it
+/// asks to be reinvoked. The two kinds are distinct types with the same
+/// webhook fields, hence a macro rather than a function.
+macro_rules! hooks_of {
+    ($configs:expr, |$w:ident| $reinvoke:expr) => {{
+        let mut configs: Vec<_> = $configs.iter().map(Arc::as_ref).collect();
+        configs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let mut hooks = Vec::new();
+        for config in configs {
+            let configuration = config.metadata.name.as_deref().unwrap_or_default();
+            let webhooks = config.webhooks.as_deref().unwrap_or_default();
+            let uids = uids(configuration, webhooks.iter().map(|w| w.name.as_str()));
+            for ($w, uid) in webhooks.iter().zip(uids) {
+                hooks.push(Hook {
+                    uid,
+                    configuration,
+                    name: &$w.name,
+                    client_config: &$w.client_config,
+                    rules: $w.rules.as_deref().unwrap_or_default(),
+                    failure_policy: failure_policy($w.failure_policy.as_deref()),
+                    namespace_selector: $w.namespace_selector.as_ref(),
+                    object_selector: $w.object_selector.as_ref(),
+                    side_effects: &$w.side_effects,
+                    timeout: timeout($w.timeout_seconds),
+                    admission_review_versions: &$w.admission_review_versions,
+                    match_conditions: $w.match_conditions.as_deref().unwrap_or_default(),
+                    reinvoke_if_needed: $reinvoke,
+                });
+            }
+        }
+        hooks
+    }};
+}
+
 /// Every mutating webhook, configurations sorted by name (kube runs them in
 /// this order, serially).
 pub(super) fn mutating_hooks(configs: &[Arc<MutatingWebhookConfiguration>]) -> Vec<Hook<'_>> {
-    let mut configs: Vec<&MutatingWebhookConfiguration> = configs.iter().map(Arc::as_ref).collect();
-    configs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let mut hooks = Vec::new();
-    for config in configs {
-        let configuration = config.metadata.name.as_deref().unwrap_or_default();
-        let webhooks = config.webhooks.as_deref().unwrap_or_default();
-        let uids = uids(configuration, webhooks.iter().map(|w| w.name.as_str()));
-        for (w, uid) in webhooks.iter().zip(uids) {
-            hooks.push(Hook {
-                uid,
-                configuration,
-                name: &w.name,
-                client_config: &w.client_config,
-                rules: w.rules.as_deref().unwrap_or_default(),
-                failure_policy: failure_policy(w.failure_policy.as_deref()),
-                namespace_selector: w.namespace_selector.as_ref(),
-                object_selector: w.object_selector.as_ref(),
-                side_effects: &w.side_effects,
-                timeout: timeout(w.timeout_seconds),
-                admission_review_versions: &w.admission_review_versions,
-                match_conditions: w.match_conditions.as_deref().unwrap_or_default(),
-                reinvoke_if_needed: w.reinvocation_policy.as_deref() == Some("IfNeeded"),
-            });
-        }
-    }
-    hooks
+    hooks_of!(configs, |w| w.reinvocation_policy.as_deref()
+        == Some("IfNeeded"))
 }
 
 /// Every validating webhook, configurations sorted by name.
 pub(super) fn validating_hooks(configs: &[Arc<ValidatingWebhookConfiguration>]) -> Vec<Hook<'_>> {
-    let mut configs: Vec<&ValidatingWebhookConfiguration> =
-        configs.iter().map(Arc::as_ref).collect();
-    configs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let mut hooks = Vec::new();
-    for config in configs {
-        let configuration = config.metadata.name.as_deref().unwrap_or_default();
-        let webhooks = config.webhooks.as_deref().unwrap_or_default();
-        let uids = uids(configuration, webhooks.iter().map(|w| w.name.as_str()));
-        for (w, uid) in webhooks.iter().zip(uids) {
-            hooks.push(Hook {
-                uid,
-                configuration,
-                name: &w.name,
-                client_config: &w.client_config,
-                rules: w.rules.as_deref().unwrap_or_default(),
-                failure_policy: failure_policy(w.failure_policy.as_deref()),
-                namespace_selector: w.namespace_selector.as_ref(),
-                object_selector: w.object_selector.as_ref(),
-                side_effects: &w.side_effects,
-                timeout: timeout(w.timeout_seconds),
-                admission_review_versions: &w.admission_review_versions,
-                match_conditions: w.match_conditions.as_deref().unwrap_or_default(),
-                reinvoke_if_needed: false,
-            });
-        }
-    }
-    hooks
+    hooks_of!(configs, |w| false)
 }
