@@ -139,6 +139,25 @@ fn move_volume(capacity: &str, class: &str) -> Duration {
     assert_eq!(take["status"]["volumeName"], s.pv.as_str());
     assert_eq!(take["status"]["peer"]["namespace"], s.src.name.as_str());
     assert_eq!(give["status"]["peer"]["name"], "take");
+    // Both sides show the six steps, once each, in order and in time.
+    for t in [&give, &take] {
+        let steps = t["status"]["steps"].as_array().unwrap();
+        let names: Vec<_> = steps.iter().map(|s| s["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "Locked",
+                "Retained",
+                "Created",
+                "Committed",
+                "Released",
+                "Settled"
+            ],
+            "{t}"
+        );
+        let times: Vec<_> = steps.iter().map(|s| s["time"].as_str().unwrap()).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    }
     eventually("the finalizers to be released", WAIT, || {
         [(&s.src.name, "give"), (&s.dst.name, "take")]
             .iter()

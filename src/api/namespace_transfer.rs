@@ -339,6 +339,96 @@ pub struct NamespaceTransferStatus {
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The steps of the rebind protocol this transfer has passed, in order,
+    /// each once, with when the controller recorded it: Locked, Retained,
+    /// Created, Committed, Released, Settled. Both sides see them. For a
+    /// person to follow; the protocol never reads them back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<TransferStep>,
+}
+
+/// A step of the rebind protocol (§2.1.5) that a transfer has passed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TransferStep {
+    /// Locked, Retained, Created, Committed, Released or Settled.
+    pub name: TransferStepName,
+    /// When the controller recorded the step: right after it was done, or, for
+    /// a step whose record a crash lost, with the next step's record.
+    pub time: Time,
+}
+
+/// The steps of the rebind protocol, in the order they are taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(transform = string_enum_schema)]
+pub enum TransferStepName {
+    /// R1: the source claim carries this transfer's lock.
+    Locked,
+    /// R2: the volume's reclaim policy is Retain, the original recorded.
+    Retained,
+    /// R3: the destination claim exists, pre-bound to the volume.
+    Created,
+    /// R4: the volume's claimRef names the destination claim. The commit
+    /// point: from here the transfer only goes forward.
+    Committed,
+    /// R5: the source claim was deleted.
+    Released,
+    /// R6: the destination claim is bound and the reclaim policy restored.
+    Settled,
+}
+
+impl TransferStepName {
+    /// Every step, in protocol order.
+    pub const ALL: [TransferStepName; 6] = [
+        TransferStepName::Locked,
+        TransferStepName::Retained,
+        TransferStepName::Created,
+        TransferStepName::Committed,
+        TransferStepName::Released,
+        TransferStepName::Settled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferStepName::Locked => "Locked",
+            TransferStepName::Retained => "Retained",
+            TransferStepName::Created => "Created",
+            TransferStepName::Committed => "Committed",
+            TransferStepName::Released => "Released",
+            TransferStepName::Settled => "Settled",
+        }
+    }
+}
+
+impl fmt::Display for TransferStepName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl NamespaceTransferStatus {
+    /// Records that `step` was passed at `time`, with any earlier step whose
+    /// record is missing (a crash between a step and its record) at the same
+    /// time. Idempotent: a step already recorded keeps its time, so the list
+    /// holds each step at most once, in protocol order.
+    pub fn record_step(&mut self, step: TransferStepName, time: &Time) {
+        for name in TransferStepName::ALL {
+            if !self.steps.iter().any(|s| s.name == name) {
+                self.steps.push(TransferStep {
+                    name,
+                    time: time.clone(),
+                });
+            }
+            if name == step {
+                break;
+            }
+        }
+    }
+
+    /// When `step` was recorded, if it was.
+    pub fn step_time(&self, step: TransferStepName) -> Option<&Time> {
+        self.steps.iter().find(|s| s.name == step).map(|s| &s.time)
+    }
 }
 
 /// The clones of a standing clone offer.

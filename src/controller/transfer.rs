@@ -64,11 +64,11 @@ use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::{self as apimeta, CONDITION_FALSE, CONDITION_TRUE};
 use crate::api::namespace_transfer::{
     CloneCounts, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus, Role,
-    TransferMode, ANNOTATION_ALLOW_NAMESPACE_TRANSFER, ANNOTATION_DESTINATION_LOST,
-    ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK, CONDITION_AUTHORIZED,
-    CONDITION_PEER_MATCHED, CONDITION_READY, CONDITION_REBOUND, CONDITION_SOURCE_RELEASED,
-    FINALIZER_TRANSFER_PROTECTION, LABEL_CLONED_UNDER, REASON_CLONE_FAILED,
-    REASON_DEADLINE_EXCEEDED, REASON_PEER_TAKEN,
+    TransferMode, TransferStepName as StepName, ANNOTATION_ALLOW_NAMESPACE_TRANSFER,
+    ANNOTATION_DESTINATION_LOST, ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK,
+    CONDITION_AUTHORIZED, CONDITION_PEER_MATCHED, CONDITION_READY, CONDITION_REBOUND,
+    CONDITION_SOURCE_RELEASED, FINALIZER_TRANSFER_PROTECTION, LABEL_CLONED_UNDER,
+    REASON_CLONE_FAILED, REASON_DEADLINE_EXCEEDED, REASON_PEER_TAKEN,
 };
 use crate::authz::Authorizer;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
@@ -887,6 +887,7 @@ impl TransferController {
                     "no pod uses PersistentVolumeClaim {source_ns}/{}",
                     snapshot.name
                 );
+                let now = now();
                 self.update_pair(s, d, &report, |st, is_source| {
                     st.phase = Some(Phase::Rebinding);
                     st.reason = None;
@@ -894,6 +895,7 @@ impl TransferController {
                         st.source_claim = Some(snapshot.clone());
                     }
                     set(st, CONDITION_SOURCE_RELEASED, true, "NotInUse", &released);
+                    st.record_step(StepName::Locked, &now);
                 })
                 .await?;
                 if is_standing_pair(s) {
@@ -957,7 +959,10 @@ impl TransferController {
                     return Ok(Next::Now);
                 };
                 match self.cluster.patch_volume(&volume.name, &retain).await {
-                    Ok(_) => fault::after(Step::Retain),
+                    Ok(_) => {
+                        fault::after(Step::Retain);
+                        self.mark_step(s, d, StepName::Retained).await?;
+                    }
                     Err(ClusterError::Conflict { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -973,6 +978,7 @@ impl TransferController {
                         let uid = created.metadata.uid.clone().unwrap_or_default();
                         self.record_destination(s, Some(d), dest_ns, dest_name, &uid)
                             .await?;
+                        self.mark_step(s, Some(d), StepName::Created).await?;
                         let from = recorded_source(s)
                             .map(|snap| format!("{source_ns}/{}", snap.name))
                             .unwrap_or_default();
@@ -1044,6 +1050,7 @@ impl TransferController {
                 // controller bind it now rather than at its next resync.
                 self.unlock_destination(&destination.namespace, &destination.name)
                     .await?;
+                let committed = now();
                 let rebound = format!(
                     "the volume now names {}/{}",
                     destination.namespace, destination.name
@@ -1055,6 +1062,7 @@ impl TransferController {
                     |st, _| {
                         set(st, CONDITION_REBOUND, true, "ClaimRefMoved", &rebound);
                         st.reason = None;
+                        st.record_step(StepName::Committed, &committed);
                     },
                 )
                 .await?;
@@ -1174,6 +1182,7 @@ impl TransferController {
                 match self.cluster.delete_claim(source_ns, &name, &uid).await {
                     Ok(()) => {
                         fault::after(Step::ReleaseSource);
+                        self.mark_step(s, d, StepName::Released).await?;
                         Ok(Next::Now)
                     }
                     Err(ClusterError::Refused { message, .. }) => {
@@ -1234,6 +1243,7 @@ impl TransferController {
                     st.volume_name = Some(volume_name.clone());
                     st.completion_time = Some(now.clone());
                     set(st, CONDITION_READY, true, REASON_COMPLETED, &message);
+                    st.record_step(StepName::Settled, &now);
                 })
                 .await?;
                 self.events
@@ -1676,6 +1686,25 @@ impl TransferController {
                 st.peer_phase = phase;
             })
             .await?;
+        }
+        Ok(())
+    }
+
+    /// Records `step` on the pair, as [`Self::update_pair`] writes it (a
+    /// standing offer's pair on the request alone), leaving reason and
+    /// message as they are.
+    async fn mark_step(
+        &self,
+        s: &NamespaceTransfer,
+        d: Option<&NamespaceTransfer>,
+        step: StepName,
+    ) -> Result<(), Error> {
+        let now = now();
+        let d = d.filter(|d| d.metadata.uid != s.metadata.uid);
+        let own = (!is_standing_pair(s)).then_some(s);
+        for t in own.into_iter().chain(d) {
+            self.update_status(t, |st| st.record_step(step, &now))
+                .await?;
         }
         Ok(())
     }

@@ -710,3 +710,52 @@ fn a_clone_is_recognised_by_its_offers_name_in_the_offers_namespace_only() {
     let clone = long.clone_claim_name("6F0a-91c2-77");
     assert!(long.may_be_clone("prod", &clone), "{clone}");
 }
+
+fn at(seconds: i64) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap())
+}
+
+#[test]
+fn recording_a_step_fills_in_earlier_steps_whose_record_was_lost() {
+    let mut status = NamespaceTransferStatus::default();
+    status.record_step(TransferStepName::Locked, &at(1));
+    status.record_step(TransferStepName::Committed, &at(5));
+    let steps: Vec<_> = status
+        .steps
+        .iter()
+        .map(|s| (s.name, s.time.clone()))
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            (TransferStepName::Locked, at(1)),
+            (TransferStepName::Retained, at(5)),
+            (TransferStepName::Created, at(5)),
+            (TransferStepName::Committed, at(5)),
+        ]
+    );
+}
+
+#[test]
+fn recording_a_step_twice_keeps_its_first_time_and_one_entry() {
+    let mut status = NamespaceTransferStatus::default();
+    status.record_step(TransferStepName::Retained, &at(2));
+    status.record_step(TransferStepName::Retained, &at(9));
+    status.record_step(TransferStepName::Locked, &at(9));
+    assert_eq!(status.steps.len(), 2);
+    assert_eq!(status.step_time(TransferStepName::Retained), Some(&at(2)));
+    assert_eq!(status.step_time(TransferStepName::Settled), None);
+}
+
+#[test]
+fn steps_serialize_with_their_names_and_times() {
+    let mut status = NamespaceTransferStatus::default();
+    status.record_step(TransferStepName::Locked, &at(0));
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(
+        json["steps"],
+        json!([{"name": "Locked", "time": "1970-01-01T00:00:00Z"}])
+    );
+    let back: NamespaceTransferStatus = serde_json::from_value(json).unwrap();
+    assert_eq!(back, status);
+}

@@ -1122,6 +1122,7 @@ pub fn destination_text(reason: &str) -> &'static str {
         REASON_CLONE_FAILED => "refused: the clone of the source claim could not be made",
         REASON_DESTINATION_LOST => "the new claim was deleted after the volume was handed to it",
         REASON_COMPLETED => "the volume was handed over",
+        "Locked" => "the source claim is locked for the transfer; its volume is being handed over",
         _ => "see the transfer in the other namespace",
     }
 }
