@@ -22,6 +22,7 @@ pub mod authz;
 pub mod controller;
 pub mod discovery;
 pub mod endpoints;
+pub mod plugin;
 pub mod registry;
 pub mod review_cache;
 pub mod server;

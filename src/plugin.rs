@@ -1,0 +1,104 @@
+//! `kubectl transfer`, the tenants' client: offer a claim, request one, follow
+//! a transfer's progress, list and cancel transfers, through the same API
+//! `kubectl` uses, as the user the kubeconfig (and `--as`) names.
+//!
+//! This module owns the command line ([`args`]), the sentences its failures
+//! become ([`error`]), the progress display ([`progress`]) and the commands
+//! ([`commands`]). It depends on `api` alone: the server's types and words,
+//! never its storage or controller. The binary is `src/bin/kubectl-transfer.rs`.
+
+pub mod args;
+pub mod commands;
+pub mod error;
+pub mod output;
+pub mod progress;
+
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+use std::io::Write;
+
+use clap::Parser;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::api::namespace_transfer::NamespaceTransfer;
+use crate::api::{GROUP, NAMESPACE_TRANSFERS};
+
+pub use error::Failure;
+
+/// The plugin's entry point: parses the command line, runs the command and
+/// returns the process's exit code.
+pub fn main() -> i32 {
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start: {e}");
+            return 1;
+        }
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match runtime.block_on(commands::run(cli)) {
+        Ok(()) => 0,
+        Err(failure) => {
+            report(&failure);
+            failure.exit_code()
+        }
+    }
+}
+
+/// Says why the plugin stops. A transfer that ended has printed its closing
+/// line already; it gets only the advice its reason carries.
+fn report(failure: &Failure) {
+    let mut err = std::io::stderr().lock();
+    match failure {
+        Failure::Failed { reason, .. } | Failure::Cancelled { reason, .. } => {
+            if let Some(advice) = output::advice(reason) {
+                let _ = writeln!(err, "{advice}");
+            }
+        }
+        other => {
+            let _ = writeln!(err, "error: {other}");
+        }
+    }
+}
+
+impl kube::Resource for NamespaceTransfer {
+    type DynamicType = ();
+    type Scope = kube::core::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(NAMESPACE_TRANSFERS.kind)
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(GROUP)
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(crate::api::VERSION)
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(NAMESPACE_TRANSFERS.plural)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}

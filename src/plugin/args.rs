@@ -1,0 +1,283 @@
+//! The command line of `kubectl transfer`: its commands, kubectl's global
+//! flags it honours, and the checks of its arguments that need no server.
+
+use std::fmt;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::api::validation;
+
+/// Move a PersistentVolumeClaim's volume to another namespace. Both
+/// namespaces consent: the source side offers, the destination side
+/// requests. No data is copied.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-transfer",
+    bin_name = "kubectl transfer",
+    version,
+    about,
+    after_help = "Flags go after the command: `kubectl transfer offer db --to dev -n prod`.\n\
+                  Exit codes: 0 done (Completed), 1 refused or an error, 2 bad usage, \
+                  3 Failed, 4 Cancelled, 5 --timeout passed."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub global: Global,
+}
+
+/// kubectl's global flags that the plugin honours.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Global {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<String>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The kubeconfig cluster to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// The kubeconfig user to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub user: Option<String>,
+    /// The namespace this side of the transfer is in (default: the context's).
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// The user to impersonate.
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub as_user: Option<String>,
+    /// A group to impersonate; repeat for more.
+    #[arg(long = "as-group", global = true, value_name = "GROUP")]
+    pub as_group: Vec<String>,
+    /// The uid to impersonate.
+    #[arg(long = "as-uid", global = true, value_name = "UID")]
+    pub as_uid: Option<String>,
+    /// How long one request to the server may take (e.g. 30s, 1m; 0 = no limit).
+    #[arg(long = "request-timeout", global = true, value_name = "DURATION", value_parser = parse_duration)]
+    pub request_timeout: Option<Duration>,
+    /// Accepted as kubectl accepts it; the plugin keeps no cache.
+    #[arg(long = "cache-dir", global = true, hide = true)]
+    pub cache_dir: Option<String>,
+    /// Accepted as kubectl accepts it; the plugin has one level of output.
+    #[arg(short = 'v', long = "v", global = true, hide = true)]
+    pub verbosity: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The source side: offer CLAIM, in this namespace, to another namespace.
+    Offer(Offer),
+    /// The destination side: ask for NAMESPACE/CLAIM to be moved into this namespace.
+    Request(Request),
+    /// Show a transfer's phase and the steps it has passed.
+    Status(Status),
+    /// List transfers: their role, peer and phase.
+    #[command(visible_alias = "ls")]
+    List(List),
+    /// Delete a transfer. Before the commit point that cancels it and the
+    /// source stays as it was; after it, the transfer completes first.
+    Cancel(Cancel),
+    /// Print a shell completion script.
+    Completion(Completion),
+}
+
+/// What offer and request share.
+#[derive(Debug, Clone, Args)]
+pub struct Create {
+    /// The name of the claim to create on the destination side (default: the source claim's).
+    #[arg(long, value_name = "NEW")]
+    pub name: Option<String>,
+    /// Hand over a clone of the claim and keep the original (mode Clone).
+    #[arg(long)]
+    pub clone: bool,
+    /// The NamespaceTransfer's own name (default: CLAIM-to-NAMESPACE or CLAIM-from-NAMESPACE).
+    #[arg(long = "transfer-name", value_name = "NAME")]
+    pub transfer_name: Option<String>,
+    #[command(flatten)]
+    pub wait: Wait,
+    /// `server`: ask the server's admission without creating anything;
+    /// `client`: only print what would be sent.
+    #[arg(long = "dry-run", value_enum, default_value = "none", num_args = 0..=1, default_missing_value = "client")]
+    pub dry_run: DryRun,
+    #[command(flatten)]
+    pub output: OutputArg,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Offer {
+    /// The claim to give away, in this namespace.
+    #[arg(value_name = "CLAIM")]
+    pub claim: String,
+    /// The namespace that receives the volume.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub to: String,
+    #[command(flatten)]
+    pub create: Create,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Request {
+    /// The claim to receive, as NAMESPACE/CLAIM.
+    #[arg(value_name = "NAMESPACE/CLAIM")]
+    pub source: String,
+    #[command(flatten)]
+    pub create: Create,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Status {
+    /// The transfer's name.
+    pub name: String,
+    /// Follow the transfer until it finishes.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// With --watch: give up after this long (e.g. 90s, 5m); 0 = never.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0")]
+    pub timeout: Duration,
+    #[command(flatten)]
+    pub output: OutputArg,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct List {
+    /// List the transfers of every namespace.
+    #[arg(short = 'A', long = "all-namespaces")]
+    pub all_namespaces: bool,
+    #[command(flatten)]
+    pub output: OutputArg,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Cancel {
+    /// The transfer's name.
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Completion {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Wait {
+    /// Follow the transfer until it finishes, showing its progress.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this long (e.g. 90s, 5m); 0 = never.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0")]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct OutputArg {
+    /// Print the object(s) as yaml or json, or only their names.
+    #[arg(short = 'o', long = "output", value_enum)]
+    pub output: Option<Output>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Yaml,
+    Json,
+    Name,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DryRun {
+    None,
+    Server,
+    Client,
+}
+
+/// A command line that parses but asks for something impossible: exit 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Usage(pub String);
+
+impl fmt::Display for Usage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `NAMESPACE/CLAIM`, each part a valid name.
+pub fn parse_source(text: &str) -> Result<(String, String), Usage> {
+    let bad = || {
+        Usage(format!(
+            "{text:?} is not NAMESPACE/CLAIM: give the source namespace and the claim's name, as in prod/db"
+        ))
+    };
+    let (namespace, claim) = text.split_once('/').ok_or_else(bad)?;
+    if claim.contains('/') || namespace.is_empty() || claim.is_empty() {
+        return Err(bad());
+    }
+    check_namespace(namespace)?;
+    check_claim(claim)?;
+    Ok((namespace.to_owned(), claim.to_owned()))
+}
+
+/// A namespace name: a DNS-1123 label.
+pub fn check_namespace(name: &str) -> Result<(), Usage> {
+    match validation::is_dns1123_label(name).first() {
+        None => Ok(()),
+        Some(why) => Err(Usage(format!(
+            "{name:?} is not a valid namespace name: {why}"
+        ))),
+    }
+}
+
+/// A claim name: a DNS-1123 subdomain.
+pub fn check_claim(name: &str) -> Result<(), Usage> {
+    match validation::is_dns1123_subdomain(name).first() {
+        None => Ok(()),
+        Some(why) => Err(Usage(format!("{name:?} is not a valid claim name: {why}"))),
+    }
+}
+
+/// `90s`, `5m`, `1h30m`, `250ms` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(seconds));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    if rest.is_empty() {
+        return Err("empty duration".to_owned());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("{text:?} is not a duration such as 90s, 5m or 1h"));
+        }
+        let n: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("{text:?} is too long a duration"))?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            _ => return Err(format!("{text:?} is not a duration such as 90s, 5m or 1h")),
+        };
+        total = total.saturating_add(unit);
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}

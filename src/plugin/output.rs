@@ -1,0 +1,258 @@
+//! What `kubectl transfer` prints: objects as `-o yaml|json|name`, the table
+//! of `list`, the summary of `status`, and the advice a finished transfer's
+//! reason carries.
+
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+
+use super::args::Output;
+use super::progress::{self, closing, outcome, plain, timeline};
+use crate::api::namespace_transfer::NamespaceTransfer;
+use crate::api::{GROUP, GROUP_VERSION, NAMESPACE_TRANSFERS};
+
+/// `namespacetransfer.storage.transfer.k8s.io/<name>`, as `kubectl -o name`.
+pub fn qualified_name(name: &str) -> String {
+    format!("{}.{GROUP}/{name}", NAMESPACE_TRANSFERS.singular)
+}
+
+/// An object with its `apiVersion` and `kind`, which list items lack.
+pub fn typed(mut t: NamespaceTransfer) -> NamespaceTransfer {
+    if t.api_version.is_empty() {
+        t.api_version = GROUP_VERSION.to_owned();
+    }
+    if t.kind.is_empty() {
+        t.kind = NAMESPACE_TRANSFERS.kind.to_owned();
+    }
+    t
+}
+
+/// One object as `-o`.
+pub fn object(t: &NamespaceTransfer, output: Output) -> String {
+    let t = typed(t.clone());
+    match output {
+        Output::Yaml => yaml(&t),
+        Output::Json => json(&t),
+        Output::Name => format!(
+            "{}\n",
+            qualified_name(t.metadata.name.as_deref().unwrap_or_default())
+        ),
+    }
+}
+
+/// Several objects as `-o`: a `v1` `List`, as kubectl prints one.
+pub fn objects(items: &[NamespaceTransfer], output: Output) -> String {
+    match output {
+        Output::Name => items.iter().map(|t| object(t, Output::Name)).collect(),
+        Output::Yaml | Output::Json => {
+            let list = List {
+                api_version: "v1",
+                kind: "List",
+                items: items.iter().cloned().map(typed).collect(),
+                metadata: Meta {
+                    resource_version: "",
+                },
+            };
+            if output == Output::Yaml {
+                yaml(&list)
+            } else {
+                json(&list)
+            }
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct List {
+    api_version: &'static str,
+    items: Vec<NamespaceTransfer>,
+    kind: &'static str,
+    metadata: Meta,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    resource_version: &'static str,
+}
+
+fn yaml(value: &impl Serialize) -> String {
+    serde_yaml::to_string(value).unwrap_or_else(|e| format!("# cannot encode: {e}\n"))
+}
+
+fn json(value: &impl Serialize) -> String {
+    let mut text =
+        serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("\"cannot encode: {e}\""));
+    text.push('\n');
+    text
+}
+
+/// The table of `list`: NAME ROLE MODE PEER PHASE REASON AGE, with a
+/// NAMESPACE column first for every namespace.
+pub fn table(items: &[NamespaceTransfer], all_namespaces: bool, now: Timestamp) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::with_capacity(items.len() + 1);
+    let mut header = vec!["NAME", "ROLE", "MODE", "PEER", "PHASE", "REASON", "AGE"];
+    if all_namespaces {
+        header.insert(0, "NAMESPACE");
+    }
+    rows.push(header.into_iter().map(str::to_owned).collect());
+    for t in items {
+        let st = t.status.as_ref();
+        let role = st
+            .and_then(|s| s.role)
+            .or_else(|| t.role().ok())
+            .map(|r| r.as_str().to_owned())
+            .unwrap_or_else(|| "-".to_owned());
+        let peer = match st.and_then(|s| s.peer.as_ref()) {
+            Some(p) if p.namespace == t.own_namespace() && p.name == name_of(t) => {
+                "(itself)".to_owned()
+            }
+            Some(p) => format!("{}/{}", p.namespace, p.name),
+            None if t.is_standing_offer() => format!("{}/*", t.destination_namespace()),
+            None => "-".to_owned(),
+        };
+        let phase = st
+            .and_then(|s| s.phase)
+            .map(|p| p.as_str())
+            .unwrap_or("Pending");
+        let reason = st
+            .and_then(|s| s.reason.clone())
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| "-".to_owned());
+        let age = t
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|c| age(c.0, now))
+            .unwrap_or_else(|| "<unknown>".to_owned());
+        let mut row = vec![
+            name_of(t).to_owned(),
+            role,
+            t.mode().as_str().to_owned(),
+            peer,
+            phase.to_owned(),
+            reason,
+            age,
+        ];
+        if all_namespaces {
+            row.insert(0, t.own_namespace().to_owned());
+        }
+        rows.push(row);
+    }
+    columns(&rows)
+}
+
+fn name_of(t: &NamespaceTransfer) -> &str {
+    t.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// Rows padded into columns three spaces apart, as kubectl prints them.
+fn columns(rows: &[Vec<String>]) -> String {
+    let width = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..width)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}   ", w = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// kubectl's age: `45s`, `12m`, `3h`, `2d`.
+pub fn age(created: Timestamp, now: Timestamp) -> String {
+    let s = now.as_second().saturating_sub(created.as_second()).max(0);
+    match s {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// The summary `status` prints: what the transfer is, its peer and phase,
+/// the stages it has passed, and what it waits for or how it ended.
+pub fn summary(t: &NamespaceTransfer, now: Timestamp) -> String {
+    let st = t.status.as_ref();
+    let role = st
+        .and_then(|s| s.role)
+        .or_else(|| t.role().ok())
+        .map(|r| r.as_str())
+        .unwrap_or("-");
+    let destination = if t.spec.destination.name.is_empty() {
+        format!("{}/(any name)", t.destination_namespace())
+    } else {
+        format!("{}/{}", t.destination_namespace(), t.spec.destination.name)
+    };
+    let mut out = format!(
+        "NamespaceTransfer {}/{}: {role} side of a {} of {}/{} to {destination}\n",
+        t.own_namespace(),
+        name_of(t),
+        t.mode(),
+        t.source_namespace(),
+        t.spec.source.name,
+    );
+    let peer = match st.and_then(|s| s.peer.as_ref()) {
+        Some(p) => {
+            let phase = st
+                .and_then(|s| s.peer_phase)
+                .map(|p| format!(" ({p})"))
+                .unwrap_or_default();
+            format!("{}/{}{phase}", p.namespace, p.name)
+        }
+        None => "not matched yet".to_owned(),
+    };
+    out.push_str(&format!("Peer:   {peer}\n"));
+    let phase = st
+        .and_then(|s| s.phase)
+        .map(|p| p.as_str())
+        .unwrap_or("Pending");
+    out.push_str(&format!("Phase:  {phase}\n"));
+    let created = t.metadata.creation_timestamp.as_ref().map(|c| c.0);
+    let (lines, waiting) = timeline(t);
+    for line in lines.iter().chain(waiting.as_ref()) {
+        out.push_str(&plain(line, created, now));
+        out.push('\n');
+    }
+    if let Some(end) = outcome(t) {
+        out.push_str(&closing(&end));
+        out.push('\n');
+    }
+    out
+}
+
+/// What to do next about a transfer that ended with `reason`.
+pub fn advice(reason: &str) -> Option<&'static str> {
+    Some(match reason {
+        "Forbidden" => "A side no longer holds a right the transfer needs. Restore the right, then create both transfers again.",
+        "SourceNotFound" => "Check the claim's name with `kubectl get pvc` in the source namespace, then create both transfers again.",
+        "DestinationExists" => "A claim of that name exists in the destination namespace. Request it under another name with --name NEW.",
+        "DeadlineExceeded" => "The transfer waited longer than its activeDeadlineSeconds. Create it again when the other side is ready.",
+        "StorageClassNotAllowed" => "Ask a cluster administrator to allow transfers for the volume's StorageClass (the annotation storage.transfer.k8s.io/allow-namespace-transfer: \"true\").",
+        "DestinationRefused" => "The destination namespace's quota or admission refused the new claim. Make room or ask its administrator, then create both transfers again.",
+        "Deleted" => "The other side deleted its transfer before the volume was handed over. Ask its owner, then create both transfers again.",
+        "ModeNotSupported" => "Both sides must ask for the same mode: --clone on both, or on neither.",
+        "CloneFailed" => "The storage driver could not clone the claim. See `kubectl get events` in the source namespace.",
+        "VolumeChanged" => "The volume changed while the transfer ran. Create both transfers again.",
+        _ => return None,
+    })
+}
+
+/// The closing line a follower prints, for tests and the guide.
+pub fn closing_line(t: &NamespaceTransfer) -> Option<String> {
+    outcome(t).map(|o| progress::closing(&o))
+}

@@ -1,0 +1,469 @@
+#![allow(clippy::unwrap_used)] // Tests fail by panicking.
+
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::core::Status;
+use serde_json::json;
+
+use super::args::{parse_duration, parse_source, Cli, Command};
+use super::commands::{plan_offer, plan_request};
+use super::error::{explain, holder_of, Doing, Failure, Served};
+use super::output::{age, summary, table};
+use super::progress::{timeline, Follower, Line, Stage, What};
+use crate::api::namespace_transfer::{NamespaceTransfer, TransferStepName};
+
+fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+}
+
+fn time(seconds: i64) -> String {
+    Time(at(seconds)).0.to_string()
+}
+
+fn parse(line: &str) -> Cli {
+    Cli::try_parse_from(line.split_whitespace()).unwrap()
+}
+
+fn offer_of(line: &str) -> super::args::Offer {
+    match parse(line).command {
+        Command::Offer(o) => o,
+        other => panic!("not an offer: {other:?}"),
+    }
+}
+
+fn request_of(line: &str) -> super::args::Request {
+    match parse(line).command {
+        Command::Request(r) => r,
+        other => panic!("not a request: {other:?}"),
+    }
+}
+
+/// A transfer as the server shows it, from its JSON.
+fn shown(value: serde_json::Value) -> NamespaceTransfer {
+    serde_json::from_value(value).unwrap()
+}
+
+fn source_side(status: serde_json::Value) -> NamespaceTransfer {
+    shown(json!({
+        "metadata": {"name": "db-to-dev", "namespace": "prod", "creationTimestamp": time(0)},
+        "spec": {"source": {"name": "db"}, "destination": {"namespace": "dev"}},
+        "status": status,
+    }))
+}
+
+#[test]
+fn a_source_is_namespace_slash_claim_and_nothing_else() {
+    assert_eq!(
+        parse_source("prod/db").unwrap(),
+        ("prod".to_owned(), "db".to_owned())
+    );
+    for bad in [
+        "db",
+        "prod/",
+        "/db",
+        "prod/db/x",
+        "Prod/db",
+        "prod/DB",
+        "pr od/db",
+        "",
+    ] {
+        let err = parse_source(bad).unwrap_err();
+        assert!(
+            err.0.contains("NAMESPACE/CLAIM") || err.0.contains("not a valid"),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn durations_read_as_kubectl_writes_them() {
+    assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+    assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+    assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+    assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+    assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+    for bad in ["", "m", "5x", "-5s", "1.5s"] {
+        assert!(parse_duration(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn an_offer_names_itself_after_the_claim_and_the_namespace_it_goes_to() {
+    let (t, hint) = plan_offer(
+        "prod",
+        &offer_of("kubectl-transfer offer db --to dev --clone"),
+    )
+    .unwrap();
+    assert_eq!(t.metadata.name.as_deref(), Some("db-to-dev"));
+    assert_eq!(t.metadata.namespace.as_deref(), Some("prod"));
+    assert_eq!(t.spec.source.name, "db");
+    assert_eq!(t.spec.destination.namespace, "dev");
+    assert_eq!(t.spec.destination.name, "");
+    assert_eq!(t.mode().as_str(), "Clone");
+    assert_eq!(
+        hint.unwrap(),
+        "Next, in namespace dev: kubectl transfer request prod/db --clone -n dev"
+    );
+}
+
+#[test]
+fn a_request_names_the_source_and_defaults_the_claim_name_on_the_server() {
+    let (t, hint) = plan_request(
+        "dev",
+        &request_of("kubectl-transfer request prod/db --name db2 --transfer-name take"),
+    )
+    .unwrap();
+    assert_eq!(t.metadata.name.as_deref(), Some("take"));
+    assert_eq!(t.spec.source.namespace, "prod");
+    assert_eq!(t.spec.source.name, "db");
+    assert_eq!(t.spec.destination.namespace, "");
+    assert_eq!(t.spec.destination.name, "db2");
+    assert_eq!(t.role().unwrap().as_str(), "Destination");
+    assert!(hint
+        .unwrap()
+        .contains("kubectl transfer offer db --to dev --name db2 -n prod"));
+}
+
+#[test]
+fn a_destination_equal_to_the_source_without_a_new_name_is_a_usage_error() {
+    let err = plan_offer("prod", &offer_of("kubectl-transfer offer db --to prod")).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("pass --name NEW"), "{err}");
+    let err = plan_offer(
+        "prod",
+        &offer_of("kubectl-transfer offer db --to prod --name db"),
+    )
+    .unwrap_err();
+    assert_eq!(err.exit_code(), 2, "{err}");
+    let err = plan_request("prod", &request_of("kubectl-transfer request prod/db")).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("is a rename"), "{err}");
+    let (rename, hint) = plan_offer(
+        "prod",
+        &offer_of("kubectl-transfer offer db --to prod --name db2"),
+    )
+    .unwrap();
+    assert_eq!(rename.role().unwrap().as_str(), "Both");
+    assert!(hint.is_none(), "a rename has no other side to tell");
+}
+
+#[test]
+fn names_that_cannot_name_a_claim_or_a_transfer_are_usage_errors() {
+    for line in [
+        "kubectl-transfer offer Db --to dev",
+        "kubectl-transfer offer db --to dev_ns",
+        "kubectl-transfer offer db --to dev --name New",
+        "kubectl-transfer offer db --to dev --transfer-name X",
+    ] {
+        let err = plan_offer("prod", &offer_of(line)).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{line}: {err}");
+    }
+    let long = "a".repeat(250);
+    let err = plan_offer(
+        "prod",
+        &offer_of(&format!("kubectl-transfer offer {long} --to dev")),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("--transfer-name"), "{err}");
+}
+
+#[test]
+fn global_flags_parse_after_the_command_as_kubectl_passes_them() {
+    let cli = parse(
+        "kubectl-transfer list -A --kubeconfig /k --context c -n prod --as alice --as-group g1 --as-group g2 --cache-dir /c -v 6 --request-timeout 30s",
+    );
+    assert_eq!(cli.global.kubeconfig.as_deref(), Some("/k"));
+    assert_eq!(cli.global.context.as_deref(), Some("c"));
+    assert_eq!(cli.global.namespace.as_deref(), Some("prod"));
+    assert_eq!(cli.global.as_user.as_deref(), Some("alice"));
+    assert_eq!(cli.global.as_group, vec!["g1", "g2"]);
+    assert_eq!(cli.global.request_timeout, Some(Duration::from_secs(30)));
+}
+
+#[test]
+fn an_unknown_flag_or_output_is_refused_by_the_parser() {
+    assert!(Cli::try_parse_from(["kubectl-transfer", "list", "-o", "wide"]).is_err());
+    assert!(Cli::try_parse_from(["kubectl-transfer", "offer", "db"]).is_err());
+    assert!(Cli::try_parse_from(["kubectl-transfer", "cancel"]).is_err());
+}
+
+fn status_of(code: u16, reason: &str, message: &str) -> Status {
+    serde_json::from_value(json!({
+        "status": "Failure", "code": code, "reason": reason, "message": message,
+    }))
+    .unwrap()
+}
+
+const DOING: Doing<'static> = Doing {
+    verb: "create",
+    namespace: "prod",
+    name: Some("db-to-dev"),
+};
+
+#[test]
+fn a_409_names_the_transfer_that_holds_the_claim_and_how_to_free_it() {
+    let message = "Operation cannot be fulfilled on namespacetransfers.storage.transfer.k8s.io \"db-to-dev\": source claim prod/db already has an active NamespaceTransfer: prod/older";
+    assert_eq!(holder_of(message), Some(("prod", "older")));
+    let text = explain(&status_of(409, "Conflict", message), DOING, &Served::Yes);
+    assert!(
+        text.starts_with(
+            "Source claim prod/db already has an active NamespaceTransfer: prod/older."
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("kubectl transfer cancel older -n prod"),
+        "{text}"
+    );
+    let exists = explain(
+        &status_of(
+            409,
+            "AlreadyExists",
+            "namespacetransfers \"db-to-dev\" already exists",
+        ),
+        DOING,
+        &Served::Yes,
+    );
+    assert!(exists.contains("--transfer-name"), "{exists}");
+}
+
+#[test]
+fn a_403_keeps_the_servers_words_naming_the_right_and_says_whom_to_ask() {
+    let message = "namespacetransfers.storage.transfer.k8s.io \"db-to-dev\" is forbidden: User \"alice\" cannot delete persistentvolumeclaims \"db\" in namespace \"prod\", which giving a claim away requires";
+    let text = explain(&status_of(403, "Forbidden", message), DOING, &Served::Yes);
+    assert!(
+        text.contains("cannot delete persistentvolumeclaims \"db\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("Ask an administrator of namespace prod"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches(". ").count(),
+        1,
+        "two sentences at most: {text}"
+    );
+}
+
+#[test]
+fn a_404_from_a_cluster_without_the_api_says_the_server_is_not_installed() {
+    let text = explain(
+        &status_of(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ),
+        DOING,
+        &Served::NotInstalled,
+    );
+    assert!(text.contains("is not installed in this cluster"), "{text}");
+    assert!(
+        text.contains("APIService v1alpha1.storage.transfer.k8s.io"),
+        "{text}"
+    );
+    let missing = explain(
+        &status_of(404, "NotFound", "namespacetransfers \"x\" not found"),
+        Doing {
+            verb: "get",
+            namespace: "prod",
+            name: Some("x"),
+        },
+        &Served::Yes,
+    );
+    assert!(
+        missing.contains("There is no NamespaceTransfer x in namespace prod"),
+        "{missing}"
+    );
+}
+
+#[test]
+fn a_422_says_the_transfer_is_invalid_with_the_servers_causes() {
+    let text = explain(
+        &status_of(422, "Invalid", "NamespaceTransfer.storage.transfer.k8s.io \"x\" is invalid: spec.destination.name: Required value"),
+        DOING,
+        &Served::Yes,
+    );
+    assert!(
+        text.contains("invalid") && text.contains("spec.destination.name"),
+        "{text}"
+    );
+}
+
+#[test]
+fn exit_codes_tell_failed_cancelled_timeout_and_refused_apart() {
+    let codes = [
+        Failure::Refused(String::new()).exit_code(),
+        Failure::Usage(String::new()).exit_code(),
+        Failure::Failed {
+            reason: String::new(),
+            message: String::new(),
+        }
+        .exit_code(),
+        Failure::Cancelled {
+            reason: String::new(),
+            message: String::new(),
+        }
+        .exit_code(),
+        Failure::Timeout(String::new()).exit_code(),
+    ];
+    assert_eq!(codes, [1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn a_waiting_source_side_shows_the_pods_and_the_stages_passed_with_their_times() {
+    let t = source_side(json!({
+        "phase": "WaitingForRelease",
+        "role": "Source",
+        "reason": "SourceInUse",
+        "message": "PersistentVolumeClaim prod/db is in use by pod(s) web-0",
+        "peer": {"namespace": "dev", "name": "db-from-prod"},
+        "conditions": [{"type": "PeerMatched", "status": "True", "reason": "Matched",
+                        "message": "", "lastTransitionTime": time(3)}],
+    }));
+    let (lines, waiting) = timeline(&t);
+    assert_eq!(
+        lines,
+        vec![Line {
+            time: Some(at(3)),
+            what: What::Passed(Stage::Peer),
+            detail: "with dev/db-from-prod".to_owned(),
+        }]
+    );
+    let waiting = waiting.unwrap();
+    assert_eq!(waiting.what, What::Waiting("SourceInUse".to_owned()));
+    assert!(waiting.detail.contains("web-0"));
+    let text = summary(&t, at(10));
+    assert!(
+        text.contains("08:00:03  +3s     matched    with dev/db-from-prod"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "waiting    PersistentVolumeClaim prod/db is in use by pod(s) web-0 (SourceInUse)"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_completed_transfer_shows_every_step_in_order_and_its_closing_line() {
+    let steps: Vec<_> = TransferStepName::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, s)| json!({"name": s.as_str(), "time": time(10 + i as i64)}))
+        .collect();
+    let t = source_side(json!({
+        "phase": "Completed",
+        "role": "Source",
+        "reason": "Completed",
+        "message": "volume pv-1 moved from prod/db to dev/db",
+        "peer": {"namespace": "dev", "name": "db-from-prod"},
+        "sourceClaim": {"name": "db", "uid": "u", "volumeName": "pv-1"},
+        "destinationClaim": {"namespace": "dev", "name": "db", "uid": "v"},
+        "conditions": [
+            {"type": "PeerMatched", "status": "True", "reason": "Matched", "message": "", "lastTransitionTime": time(3)},
+            {"type": "SourceReleased", "status": "True", "reason": "NotInUse", "message": "", "lastTransitionTime": time(10)},
+        ],
+        "steps": steps,
+    }));
+    let (lines, waiting) = timeline(&t);
+    assert!(waiting.is_none());
+    let words: Vec<_> = lines
+        .iter()
+        .map(|l| match l.what {
+            What::Passed(s) => s.label(),
+            What::Waiting(_) => "waiting",
+        })
+        .collect();
+    assert_eq!(
+        words,
+        [
+            "matched",
+            "free",
+            "locked",
+            "retained",
+            "created",
+            "committed",
+            "released",
+            "settled"
+        ]
+    );
+    assert_eq!(lines[2].detail, "prod/db (volume pv-1)");
+    assert_eq!(lines[4].detail, "dev/db");
+    assert_eq!(lines[7].time, Some(at(15)));
+    let text = summary(&t, at(60));
+    assert!(
+        text.ends_with("Completed: volume pv-1 moved from prod/db to dev/db\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_follower_prints_each_stage_once_however_often_it_sees_it() {
+    let matched = source_side(json!({
+        "phase": "WaitingForRelease", "role": "Source", "reason": "Matched", "message": "m",
+        "peer": {"namespace": "dev", "name": "db-from-prod"},
+    }));
+    let mut follower = Follower::new(false, true);
+    follower.update(&matched);
+    follower.update(&matched);
+    let (lines, _) = timeline(&matched);
+    assert_eq!(lines.len(), 1);
+}
+
+#[test]
+fn the_list_table_shows_peer_and_phase_with_a_namespace_column_for_all() {
+    let a = source_side(json!({
+        "phase": "Rebinding", "role": "Source",
+        "peer": {"namespace": "dev", "name": "db-from-prod"},
+    }));
+    let b = shown(json!({
+        "metadata": {"name": "offer", "namespace": "prod", "creationTimestamp": time(0)},
+        "spec": {"source": {"name": "db"}, "destination": {"namespace": "ci"}, "mode": "Clone"},
+    }));
+    let text = table(&[a, b], true, at(130));
+    let lines: Vec<_> = text.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        [
+            "NAMESPACE",
+            "NAME",
+            "ROLE",
+            "MODE",
+            "PEER",
+            "PHASE",
+            "REASON",
+            "AGE"
+        ]
+    );
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        [
+            "prod",
+            "db-to-dev",
+            "Source",
+            "Move",
+            "dev/db-from-prod",
+            "Rebinding",
+            "-",
+            "2m"
+        ]
+    );
+    assert_eq!(
+        lines[2].split_whitespace().collect::<Vec<_>>(),
+        ["prod", "offer", "Source", "Clone", "ci/*", "Pending", "-", "2m"]
+    );
+}
+
+#[test]
+fn ages_read_as_kubectl_prints_them() {
+    assert_eq!(age(at(0), at(45)), "45s");
+    assert_eq!(age(at(0), at(600)), "10m");
+    assert_eq!(age(at(0), at(3 * 3600)), "3h");
+    assert_eq!(age(at(0), at(3 * 86_400)), "3d");
+    assert_eq!(age(at(10), at(0)), "0s");
+}
