@@ -5,34 +5,37 @@
 #   make down   stop what `make dev` started
 #   make lint   rustfmt and clippy, as CI runs them
 #   make release   the release binary, by the Dockerfile's command (CI builds it too)
-#   make tools  only build the pinned etcd, Kubernetes and CSI binaries and the client-go test program (cached outside the tree)
+#   make tools  only build the pinned etcd, Kubernetes and CSI binaries, krew and the client-go test program (cached outside the tree)
 #   make fresh-check   run the README's commands on a bare Debian root, as on a new machine
 #   make openapi   rewrite the checked-in OpenAPI documents under openapi/ from the code
 #   make bench   our server against the same schema as a CRD, side by side (docs/benchmarks.md)
 #   make bench-core   our server alone on etcd: throughput, latency, watch fan-out
 #   make bench-auth   the per-request cost of delegated authn/authz (SAR cache warm and cold)
+#   make diagrams   redraw docs/diagrams/*.svg from their .dot sources (needs graphviz)
 
 CARGO ?= cargo
 DEV_DIR ?= $(CURDIR)/.dev
 
-.PHONY: dev down test lint release tools kube prereqs bench bench-core bench-auth openapi fresh-check
+.PHONY: dev down test lint release tools kube prereqs bench bench-core bench-auth openapi fresh-check diagrams
 
 prereqs:
 	@hack/prereqs.sh
 
-# etcd 3.6, kube-apiserver, kube-controller-manager, kubectl, the CSI stack and
-# the client-go test program (tests/clientgo), each pinned under hack/ and built
-# once into ~/.cache/storage-transfer-apiserver.
+# etcd 3.6, kube-apiserver, kube-controller-manager, kubectl, the CSI stack,
+# krew (tests/krew.rs installs the plugin with it) and the client-go test
+# program (tests/clientgo), each pinned under hack/ and built once into
+# ~/.cache/storage-transfer-apiserver.
 tools: prereqs
 	@hack/build-etcd.sh >/dev/null
 	@hack/build-kube.sh >/dev/null
 	@hack/build-csi.sh >/dev/null
 	@hack/build-clientgo.sh >/dev/null
+	@hack/build-krew.sh >/dev/null
 
 kube: tools
 
 dev: tools
-	$(CARGO) build --locked --bin storage-transfer-apiserver
+	$(CARGO) build --locked --bin storage-transfer-apiserver --bin kubectl-transfer
 	$(CARGO) build --locked -p sta-testenv --bin devenv
 	target/debug/devenv up --dir $(DEV_DIR) --server-bin target/debug/storage-transfer-apiserver
 
@@ -76,3 +79,9 @@ lint: prereqs
 # fails when they drift. This rewrites them.
 openapi: prereqs
 	UPDATE_OPENAPI=1 $(CARGO) test --locked --test openapi checked_in_openapi_matches_the_code
+
+# The diagrams under docs/diagrams/ are drawn from their Graphviz sources;
+# this redraws every .svg from its .dot.
+diagrams:
+	@command -v dot >/dev/null || { echo "make diagrams needs graphviz's dot (Debian: apt-get install -y graphviz)" >&2; exit 1; }
+	@for f in docs/diagrams/*.dot; do echo "dot -Tsvg $$f -o $${f%.dot}.svg"; dot -Tsvg "$$f" -o "$${f%.dot}.svg" || exit 1; done
