@@ -181,6 +181,16 @@ kubectl wait --for=jsonpath='{.status.phase}'=Bound pvc/db -n dev --timeout=60s
 kubectl get nst -A
 kubectl get pvc -n dev db"
 
+# The README's plugin commands: the demo volume moves back, through kubectl.
+plugin="$(awk '/^export PATH=.PWD\/target\/debug:.PATH$/ { on = 1 } on && /^```$/ { exit } on { print }' "$root/work/clone/README.md")"
+[[ -n "$plugin" ]] || die "the README has no plugin commands (export PATH=\$PWD/target/debug:\$PATH …)"
+
+phase "the README's plugin commands"
+in_root "export KUBECONFIG=\$PWD/.dev/kubeconfig
+kubectl() { /root/.cache/storage-transfer-apiserver/kube/*/bin/kubectl \"\$@\"; }
+$plugin
+kubectl wait --for=jsonpath='{.status.phase}'=Bound pvc/db -n prod --timeout=60s"
+
 phase "make down"
 in_root "make down"
 running=""

@@ -224,7 +224,10 @@ pub fn summary(t: &NamespaceTransfer, now: Timestamp) -> String {
     out.push_str(&format!("Phase:  {phase}\n"));
     let created = t.metadata.creation_timestamp.as_ref().map(|c| c.0);
     let (lines, waiting) = timeline(t);
-    for line in lines.iter().chain(waiting.as_ref()) {
+    let waits = waiting
+        .as_ref()
+        .filter(|w| matches!(w.what, progress::What::Waiting(_)));
+    for line in lines.iter().chain(waits) {
         out.push_str(&plain(line, created, now));
         out.push('\n');
     }

@@ -70,6 +70,9 @@ pub enum What {
     Passed(Stage),
     /// Waiting, with the status reason.
     Waiting(String),
+    /// Between steps, in the phase named: what the terminal's display says
+    /// meanwhile; plain output skips it.
+    Working(String),
 }
 
 /// The end of a transfer, if it has one.
@@ -132,19 +135,35 @@ pub fn timeline(t: &NamespaceTransfer) -> (Vec<Line>, Option<Line>) {
         });
     }
     let phase = st.phase.unwrap_or(Phase::Pending);
+    let reason = st.reason.clone().filter(|r| !r.is_empty());
     let waiting = (!phase.is_finished()).then(|| Line {
         time: None,
-        what: What::Waiting(
-            st.reason
-                .clone()
-                .unwrap_or_else(|| phase.as_str().to_owned()),
-        ),
+        what: if is_wait(phase, reason.as_deref()) {
+            What::Waiting(reason.unwrap_or_else(|| phase.as_str().to_owned()))
+        } else {
+            What::Working(phase.as_str().to_owned())
+        },
         detail: st
             .message
             .clone()
             .unwrap_or_else(|| phase_text(phase).to_owned()),
     });
     (lines, waiting)
+}
+
+/// Whether the transfer waits for something a person may need to act on,
+/// rather than passing from one step to the next: the early phases, and a
+/// reason other than the progress notes the protocol leaves between steps
+/// (`Matched`, then none while it rebinds).
+fn is_wait(phase: Phase, reason: Option<&str>) -> bool {
+    match reason {
+        Some("Matched") => false,
+        Some(_) => true,
+        None => matches!(
+            phase,
+            Phase::Pending | Phase::WaitingForPeer | Phase::WaitingForRelease
+        ),
+    }
 }
 
 /// The transfer's end, once it has one.
@@ -223,9 +242,10 @@ pub fn plain(line: &Line, created: Option<Timestamp>, now: Timestamp) -> String 
     let word = match &line.what {
         What::Passed(stage) => stage.label(),
         What::Waiting(_) => "waiting",
+        What::Working(_) => "working",
     };
     let detail = match &line.what {
-        What::Waiting(reason) => format!("{} ({reason})", line.detail),
+        What::Waiting(reason) | What::Working(reason) => format!("{} ({reason})", line.detail),
         What::Passed(_) => line.detail.clone(),
     };
     format!(
@@ -318,7 +338,7 @@ impl Follower {
         }
         match waiting {
             Some(line) => {
-                let What::Waiting(reason) = &line.what else {
+                let (What::Waiting(reason) | What::Working(reason)) = &line.what else {
                     return;
                 };
                 let key = (reason.clone(), line.detail.clone());
@@ -327,13 +347,21 @@ impl Follower {
                         Sink::Terminal(bar) => {
                             bar.set_message(format!("{} ({reason})", line.detail));
                         }
-                        Sink::Plain => self.emit(&plain(&line, self.created, now)),
+                        Sink::Plain if matches!(line.what, What::Waiting(_)) => {
+                            self.emit(&plain(&line, self.created, now));
+                        }
+                        Sink::Plain => {}
                     }
                     self.waiting = Some(key);
                 }
             }
             None => self.waiting = None,
         }
+    }
+
+    /// How many stages have been shown so far.
+    pub fn stages_shown(&self) -> usize {
+        self.printed.len()
     }
 
     /// Ends the live display, leaving `last` as the final line.

@@ -376,7 +376,7 @@ fn a_completed_transfer_shows_every_step_in_order_and_its_closing_line() {
         .iter()
         .map(|l| match l.what {
             What::Passed(s) => s.label(),
-            What::Waiting(_) => "waiting",
+            What::Waiting(_) | What::Working(_) => "waiting",
         })
         .collect();
     assert_eq!(
@@ -411,8 +411,19 @@ fn a_follower_prints_each_stage_once_however_often_it_sees_it() {
     let mut follower = Follower::new(false, true);
     follower.update(&matched);
     follower.update(&matched);
-    let (lines, _) = timeline(&matched);
-    assert_eq!(lines.len(), 1);
+    assert_eq!(follower.stages_shown(), 1);
+    // A status that jumps two steps at once shows both, once.
+    let mut locked = matched.clone();
+    let st = locked.status.as_mut().unwrap();
+    st.record_step(TransferStepName::Retained, &Time(at(5)));
+    follower.update(&locked);
+    follower.update(&matched);
+    follower.update(&locked);
+    assert_eq!(
+        follower.stages_shown(),
+        4,
+        "matched, free, locked, retained"
+    );
 }
 
 #[test]
@@ -466,4 +477,28 @@ fn ages_read_as_kubectl_prints_them() {
     assert_eq!(age(at(0), at(3 * 3600)), "3h");
     assert_eq!(age(at(0), at(3 * 86_400)), "3d");
     assert_eq!(age(at(10), at(0)), "0s");
+}
+
+#[test]
+fn only_real_waits_are_waits_and_the_notes_between_steps_are_not() {
+    let what = |status: serde_json::Value| timeline(&source_side(status)).1.unwrap().what;
+    assert_eq!(
+        what(json!({"phase": "WaitingForPeer"})),
+        What::Waiting("WaitingForPeer".to_owned())
+    );
+    assert_eq!(
+        what(json!({"phase": "WaitingForRelease", "reason": "Matched"})),
+        What::Working("WaitingForRelease".to_owned())
+    );
+    assert_eq!(
+        what(json!({"phase": "Rebinding"})),
+        What::Working("Rebinding".to_owned())
+    );
+    assert_eq!(
+        what(json!({"phase": "Rebinding", "reason": "WaitingForBinding"})),
+        What::Waiting("WaitingForBinding".to_owned())
+    );
+    assert!(timeline(&source_side(json!({"phase": "Failed"})))
+        .1
+        .is_none());
 }

@@ -75,7 +75,7 @@ fn absolute(p: &Path) -> PathBuf {
 fn up(dir: &Path, server_bin: &Path) -> ExitCode {
     if healthy(dir) {
         println!("dev environment already running in {}", dir.display());
-        print_next_steps(dir);
+        print_next_steps(dir, server_bin);
         return ExitCode::SUCCESS;
     }
     down(dir);
@@ -106,7 +106,7 @@ fn up(dir: &Path, server_bin: &Path) -> ExitCode {
         down(dir);
         return ExitCode::FAILURE;
     }
-    print_next_steps(dir);
+    print_next_steps(dir, server_bin);
     ExitCode::SUCCESS
 }
 
@@ -179,8 +179,13 @@ fn down(dir: &Path) {
     let _ = std::fs::remove_file(sta_testenv::csi::socket_path(dir));
 }
 
-fn print_next_steps(dir: &Path) {
+/// `server_bin`'s directory holds the plugin too: cargo builds both there.
+fn print_next_steps(dir: &Path, server_bin: &Path) {
     let kubeconfig = dir.join("kubeconfig");
+    let bin_dir = server_bin
+        .parent()
+        .map(|d| d.display().to_string())
+        .unwrap_or_else(|| ".".to_owned());
     let kubectl = sta_testenv::Binaries::locate()
         .map(|b| b.kubectl.display().to_string())
         .unwrap_or_else(|_| "kubectl".to_owned());
@@ -193,6 +198,11 @@ fn print_next_steps(dir: &Path) {
          \x20 kubectl get namespacetransfers -A\n\
          \x20 kubectl get --raw /apis/storage.transfer.k8s.io/v1alpha1\n\
          \x20 kubectl get pvc -n prod db          # the demo volume, Bound\n\
+         \nThe tenants' plugin, kubectl transfer (docs/user-guide.md):\n\
+         \n  export PATH={bin_dir}:$PATH\n\
+         \x20 kubectl transfer offer db --to dev -n prod\n\
+         \x20 kubectl transfer request prod/db -n dev --wait\n\
+         \x20 kubectl transfer list -A\n\
          \nLogs: {logs}\n\
          \x20 server-<port>-audit.log: our audit log; kube-apiserver-audit.log: its PV and PVC writes\n\
          Stop everything: make down\n",
