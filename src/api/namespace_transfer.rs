@@ -362,7 +362,8 @@ pub struct TransferStep {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[schemars(transform = string_enum_schema)]
 pub enum TransferStepName {
-    /// R1: the source claim carries this transfer's lock.
+    /// R1: the claim being moved (the source claim, or in Clone mode its
+    /// clone) carries this transfer's lock.
     Locked,
     /// R2: the volume's reclaim policy is Retain, the original recorded.
     Retained,
@@ -371,7 +372,8 @@ pub enum TransferStepName {
     /// R4: the volume's claimRef names the destination claim. The commit
     /// point: from here the transfer only goes forward.
     Committed,
-    /// R5: the source claim was deleted.
+    /// R5: the claim that was moved was deleted: the source claim, or in
+    /// Clone mode the clone (the original stays).
     Released,
     /// R6: the destination claim is bound and the reclaim policy restored.
     Settled,

@@ -978,7 +978,13 @@ impl TransferController {
                         let uid = created.metadata.uid.clone().unwrap_or_default();
                         self.record_destination(s, Some(d), dest_ns, dest_name, &uid)
                             .await?;
-                        self.mark_step(s, Some(d), StepName::Created).await?;
+                        // The record carried the step to its holder; the
+                        // other side gets it here.
+                        if !is_standing_pair(s) && d.metadata.uid != s.metadata.uid {
+                            let now = now();
+                            self.update_status(d, |st| st.record_step(StepName::Created, &now))
+                                .await?;
+                        }
                         let from = recorded_source(s)
                             .map(|snap| format!("{source_ns}/{}", snap.name))
                             .unwrap_or_default();
@@ -1498,8 +1504,10 @@ impl TransferController {
         // A standing offer's pair keeps its record on the request.
         let holder = if is_standing_pair(s) { d } else { Some(s) };
         if let Some(holder) = holder {
+            let now = now();
             self.update_status(holder, |st| {
                 st.destination_claim = Some(reference.clone());
+                st.record_step(StepName::Created, &now);
             })
             .await?;
         }

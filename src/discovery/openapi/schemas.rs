@@ -359,6 +359,11 @@ const MERGE_TYPES: &[(&str, Option<&str>, &str)] = &[
         r#"{"x-kubernetes-list-map-keys":["type"],"x-kubernetes-list-type":"map","x-kubernetes-patch-merge-key":"type","x-kubernetes-patch-strategy":"merge"}"#,
     ),
     (
+        "io.k8s.transfer.storage.v1alpha1.NamespaceTransferStatus",
+        Some("steps"),
+        r#"{"x-kubernetes-list-map-keys":["name"],"x-kubernetes-list-type":"map","x-kubernetes-patch-merge-key":"name","x-kubernetes-patch-strategy":"merge"}"#,
+    ),
+    (
         "io.k8s.transfer.storage.v1alpha1.EphemeralClaimStatus",
         Some("conditions"),
         r#"{"x-kubernetes-list-map-keys":["type"],"x-kubernetes-list-type":"map","x-kubernetes-patch-merge-key":"type","x-kubernetes-patch-strategy":"merge"}"#,
