@@ -36,6 +36,7 @@ kube: tools
 
 dev: tools
 	$(CARGO) build --locked --bin storage-transfer-apiserver --bin kubectl-transfer
+	ln -sf kubectl-transfer target/debug/kubectl_complete-transfer
 	$(CARGO) build --locked -p sta-testenv --bin devenv
 	target/debug/devenv up --dir $(DEV_DIR) --server-bin target/debug/storage-transfer-apiserver
 

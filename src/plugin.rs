@@ -2,13 +2,15 @@
 //! a transfer's progress, list and cancel transfers, through the same API
 //! `kubectl` uses, as the user the kubeconfig (and `--as`) names.
 //!
-//! This module owns the command line ([`args`]), the sentences its failures
-//! become ([`error`]), the progress display ([`progress`]) and the commands
-//! ([`commands`]). It depends on `api` alone: the server's types and words,
+//! This module owns the command line ([`args`]) and its completion
+//! ([`complete`]), the sentences its failures become ([`error`]), the
+//! progress display ([`progress`]), what it prints ([`output`]) and the
+//! commands ([`commands`]). It depends on `api` alone: the server's types and words,
 //! never its storage or controller. The binary is `src/bin/kubectl-transfer.rs`.
 
 pub mod args;
 pub mod commands;
+pub mod complete;
 pub mod error;
 pub mod output;
 pub mod progress;
@@ -30,6 +32,20 @@ pub use error::Failure;
 /// The plugin's entry point: parses the command line, runs the command and
 /// returns the process's exit code.
 pub fn main() -> i32 {
+    let mut argv = std::env::args();
+    let called = argv.next().unwrap_or_default();
+    if std::path::Path::new(&called)
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("kubectl_complete-"))
+    {
+        return match runtime() {
+            Ok(rt) => {
+                rt.block_on(commands::complete(argv.collect()));
+                0
+            }
+            Err(_) => 1,
+        };
+    }
     let cli = match args::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -38,17 +54,13 @@ pub fn main() -> i32 {
             return code;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start: {e}");
             return 1;
         }
     };
-    let _ = rustls::crypto::ring::default_provider().install_default();
     match runtime.block_on(commands::run(cli)) {
         Ok(()) => 0,
         Err(failure) => {
@@ -56,6 +68,13 @@ pub fn main() -> i32 {
             failure.exit_code()
         }
     }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }
 
 /// Says why the plugin stops. A transfer that ended has printed its closing
@@ -69,7 +88,7 @@ fn report(failure: &Failure) {
             }
         }
         other => {
-            let _ = writeln!(err, "error: {other}");
+            let _ = writeln!(err, "error: {}", output::one_line(&other.to_string()));
         }
     }
 }

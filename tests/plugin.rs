@@ -11,6 +11,7 @@ mod scenario;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use portable_pty::{native_pty_system, CommandBuilder, PtySize};
@@ -90,21 +91,73 @@ fn run(user: Option<&str>, args: &[&str]) -> Ran {
 
 /// Starts `kubectl transfer …` as `user`, for a command that waits.
 fn spawn(user: Option<&str>, args: &[&str]) -> Background {
-    Background(Some(command(user, args).spawn().unwrap()))
+    let mut child = command(user, args).spawn().unwrap();
+    let collect = |mut pipe: Box<dyn Read + Send>| {
+        let seen = Arc::new(Mutex::new(String::new()));
+        let into = Arc::clone(&seen);
+        let reader = std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                into.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk[..n]));
+            }
+        });
+        (seen, reader)
+    };
+    let stdout = collect(Box::new(child.stdout.take().unwrap()));
+    let stderr = collect(Box::new(child.stderr.take().unwrap()));
+    Background {
+        child: Some(child),
+        stdout,
+        stderr,
+    }
 }
 
-/// A running `kubectl transfer`, killed if the test ends before it.
-struct Background(Option<Child>);
+type Collected = (Arc<Mutex<String>>, std::thread::JoinHandle<()>);
+
+/// A running `kubectl transfer`, killed if the test ends before it; what it
+/// prints is read as it comes.
+struct Background {
+    child: Option<Child>,
+    stdout: Collected,
+    stderr: Collected,
+}
 
 impl Background {
-    fn finish(mut self) -> Ran {
-        self.0.take().unwrap().wait_with_output().unwrap().into()
+    /// Waits until it has printed `text`: it is past that point.
+    #[track_caller]
+    fn wait_for(&self, text: &str) {
+        eventually(&format!("the plugin to print {text:?}"), WAIT, || {
+            self.stdout.0.lock().unwrap().contains(text)
+        });
     }
+
+    fn finish(mut self) -> Ran {
+        let status = self.child.take().unwrap().wait().unwrap();
+        let (stdout, out_reader) = std::mem::replace(&mut self.stdout, empty());
+        let (stderr, err_reader) = std::mem::replace(&mut self.stderr, empty());
+        out_reader.join().unwrap();
+        err_reader.join().unwrap();
+        let text = |s: Arc<Mutex<String>>| s.lock().unwrap().clone();
+        Ran {
+            code: status.code().unwrap_or(-1),
+            stdout: text(stdout),
+            stderr: text(stderr),
+        }
+    }
+}
+
+fn empty() -> Collected {
+    (Arc::default(), std::thread::spawn(|| {}))
 }
 
 impl Drop for Background {
     fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
+        if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -114,28 +167,7 @@ impl Drop for Background {
 /// A tenant: `user` with the built-in `edit` role in `ns` alone.
 fn tenant(prefix: &str, ns: &str) -> String {
     let user = unique(prefix);
-    admin().ok(&[
-        "create",
-        "rolebinding",
-        &format!("{user}-edit"),
-        "--clusterrole=edit",
-        &format!("--user={user}"),
-        "-n",
-        ns,
-    ]);
-    eventually("the role to apply", WAIT, || {
-        admin()
-            .run(&[
-                "auth",
-                "can-i",
-                "create",
-                "namespacetransfers.storage.transfer.k8s.io",
-                "-n",
-                ns,
-                &format!("--as={user}"),
-            ])
-            .success
-    });
+    grant_edit(admin(), &user, ns);
     user
 }
 
@@ -214,9 +246,13 @@ fn an_offer_and_a_request_that_wait_both_complete_showing_every_step_in_order() 
             &p.src.name,
         ],
     );
-    eventually("the offer to exist", WAIT, || {
-        transfer_json(admin(), &p.src.name, &p.offer_name()).is_some()
-    });
+    wait_phase(
+        admin(),
+        &p.src.name,
+        &p.offer_name(),
+        "WaitingForPeer",
+        WAIT,
+    );
     let request = run(
         Some(&p.bob),
         &["request", &p.source(), "--wait", timeout, "-n", &p.dst.name],
@@ -334,7 +370,7 @@ fn a_claim_in_use_waits_naming_its_pods_to_the_source_side_only_until_cancelled(
         Some(&p.alice),
         &["status", &p.offer_name(), "--watch", "-n", &p.src.name],
     );
-    std::thread::sleep(Duration::from_secs(1));
+    watching.wait_for("(SourceInUse)");
     let cancelled = run(
         Some(&p.bob),
         &["cancel", &p.request_name(), "-n", &p.dst.name],
@@ -392,7 +428,19 @@ fn a_revoked_right_fails_the_waiting_request_with_exit_code_3_and_the_reason() {
         WAIT,
     );
     revoke(admin(), &p.src.name, &p.alice);
-    std::thread::sleep(Duration::from_secs(1));
+    eventually("the revocation to apply", WAIT, || {
+        !admin()
+            .run(&[
+                "auth",
+                "can-i",
+                "delete",
+                "persistentvolumeclaims/db",
+                "-n",
+                &p.src.name,
+                &format!("--as={}", p.alice),
+            ])
+            .success
+    });
     set_pod_phase(admin(), &p.src.name, "app", "Succeeded");
     let ran = waiting.finish();
     assert_eq!(ran.code, 3, "Failed exits 3: {ran:?}");
@@ -448,6 +496,7 @@ fn list_shows_each_side_with_its_peer_and_phase_and_every_output_format_works() 
         )
     );
     wait_phase(admin(), &p.src.name, &p.offer_name(), "Completed", WAIT);
+    wait_phase(admin(), &p.dst.name, &p.request_name(), "Completed", WAIT);
 
     let table = run(Some(&p.alice), &["list", "-n", &p.src.name]);
     assert_eq!(table.code, 0, "{table:?}");
@@ -490,7 +539,7 @@ fn list_shows_each_side_with_its_peer_and_phase_and_every_output_format_works() 
         "a tenant may not list every namespace: {forbidden:?}"
     );
     assert!(
-        forbidden.stderr.contains("Ask an administrator"),
+        forbidden.stderr.contains("Ask a cluster administrator"),
         "{forbidden:?}"
     );
     let json = run(Some(&p.bob), &["list", "-o", "json", "-n", &p.dst.name]);
@@ -549,19 +598,7 @@ fn a_server_dry_run_gives_the_admission_answer_and_creates_nothing() {
             ns = p.src.name
         ))
         .unwrap();
-    eventually("carol's role to apply", WAIT, || {
-        admin()
-            .run(&[
-                "auth",
-                "can-i",
-                "create",
-                "namespacetransfers.storage.transfer.k8s.io",
-                "-n",
-                &p.src.name,
-                &format!("--as={carol}"),
-            ])
-            .success
-    });
+    wait_may_create_transfers(admin(), &carol, &p.src.name);
     let refused = run(
         Some(&carol),
         &[
@@ -735,17 +772,31 @@ fn progress_on_a_terminal_is_drawn_live_and_ends_with_the_same_lines() {
     let mut child = pair.slave.spawn_command(cmd).unwrap();
     drop(pair.slave);
     let mut reader = pair.master.try_clone_reader().unwrap();
+    let seen = Arc::new(Mutex::new(String::new()));
+    let into = Arc::clone(&seen);
     let reading = std::thread::spawn(move || {
-        let mut seen = Vec::new();
+        let mut chunk = [0u8; 4096];
         // EIO once the child has gone: the end of the terminal's output.
-        let _ = reader.read_to_end(&mut seen);
-        String::from_utf8_lossy(&seen).into_owned()
+        while let Ok(n) = reader.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
     });
-    eventually("the offer to exist", WAIT, || {
-        transfer_json(admin(), &p.src.name, &p.offer_name()).is_some()
+    wait_phase(
+        admin(),
+        &p.src.name,
+        &p.offer_name(),
+        "WaitingForPeer",
+        WAIT,
+    );
+    // Until the display shows the wait (its redraws are throttled).
+    eventually("the display to show the wait", WAIT, || {
+        seen.lock().unwrap().contains("WaitingForPeer")
     });
-    // Long enough for the spinner to draw while the offer waits.
-    std::thread::sleep(Duration::from_secs(2));
     let piped = run(
         Some(&p.bob),
         &[
@@ -759,7 +810,8 @@ fn progress_on_a_terminal_is_drawn_live_and_ends_with_the_same_lines() {
     );
     let status = child.wait().unwrap();
     drop(pair.master);
-    let drawn = reading.join().unwrap();
+    reading.join().unwrap();
+    let drawn = seen.lock().unwrap().clone();
     assert!(status.success(), "{drawn}");
     assert_eq!(piped.code, 0, "{piped:?}");
 
@@ -842,4 +894,54 @@ fn completion_scripts_are_printed_for_bash_and_zsh() {
         Some(2),
         "an unknown shell is a usage error"
     );
+}
+
+#[test]
+fn kubectl_completes_the_plugins_commands_flags_and_transfer_names() {
+    let p = Pair::new();
+    let offered = run(
+        Some(&p.alice),
+        &["offer", "db", "--to", &p.dst.name, "-n", &p.src.name],
+    );
+    assert_eq!(offered.code, 0, "{offered:?}");
+    // kubectl runs kubectl_complete-transfer, a link to the plugin, from PATH.
+    let dir = std::env::temp_dir().join(unique("complete"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = RemoveDir(dir.clone());
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_kubectl-transfer"),
+        dir.join("kubectl_complete-transfer"),
+    )
+    .unwrap();
+    let complete = |words: &[&str]| {
+        let out = Command::new(admin().binary())
+            .args(["__complete", "transfer"])
+            .args(words)
+            .env("PATH", format!("{}:{}", dir.display(), path_with_plugin()))
+            .env("KUBECONFIG", admin().kubeconfig())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let commands = complete(&[""]);
+    for word in ["offer", "request", "status", "list", "cancel"] {
+        assert!(commands.lines().any(|l| l == word), "{word}: {commands}");
+    }
+    let flags = complete(&["offer", "db", "--t"]);
+    assert!(flags.lines().any(|l| l == "--to"), "{flags}");
+    let names = complete(&["status", "-n", &p.src.name, "db-"]);
+    assert!(
+        names.lines().any(|l| l == p.offer_name()),
+        "the transfers of the namespace: {names}"
+    );
+}
+
+/// Removes a directory when the test ends, however it ends.
+struct RemoveDir(std::path::PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

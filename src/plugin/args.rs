@@ -91,6 +91,7 @@ pub struct Create {
     #[arg(long, value_name = "NEW")]
     pub name: Option<String>,
     /// Hand over a clone of the claim and keep the original (mode Clone).
+    /// On offer without --name: a standing offer, one clone per request.
     #[arg(long)]
     pub clone: bool,
     /// The NamespaceTransfer's own name (default: CLAIM-to-NAMESPACE or CLAIM-from-NAMESPACE).
@@ -100,7 +101,7 @@ pub struct Create {
     pub wait: Wait,
     /// `server`: ask the server's admission without creating anything;
     /// `client`: only print what would be sent.
-    #[arg(long = "dry-run", value_enum, default_value = "none", num_args = 0..=1, default_missing_value = "client")]
+    #[arg(long = "dry-run", value_enum, default_value = "none", num_args = 0..=1, require_equals = true, default_missing_value = "client")]
     pub dry_run: DryRun,
     #[command(flatten)]
     pub output: OutputArg,

@@ -57,6 +57,9 @@ impl Session {
                 };
                 Failure::Refused(explain(&status, doing, &served))
             }
+            kube::Error::SerdeError(e) => Failure::Refused(format!(
+                "The server's answer could not be read ({e}). This plugin may be older than the server: update it."
+            )),
             other => Failure::Refused(format!(
                 "Cannot reach the cluster: {other}. Check the server of your kubeconfig context."
             )),
@@ -103,27 +106,39 @@ async fn connect(g: &Global) -> Result<Session, Failure> {
         cluster: g.cluster.clone(),
         user: g.user.clone(),
     };
+    let named = g.context.is_some() || g.cluster.is_some() || g.user.is_some();
     let loaded = match &g.kubeconfig {
         Some(path) => match Kubeconfig::read_from(path) {
-            Ok(kc) => Config::from_custom_kubeconfig(kc, &options).await,
+            Ok(kc) => Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| e.to_string()),
             Err(e) => {
-                return Err(Failure::Usage(format!(
-                    "cannot read --kubeconfig {path}: {e}"
+                return Err(Failure::Refused(format!(
+                    "Cannot read --kubeconfig {path}: {e}."
                 )))
             }
         },
-        None => Config::from_kubeconfig(&options).await,
+        None if named => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| e.to_string()),
+        // $KUBECONFIG, ~/.kube/config, or in a pod its ServiceAccount.
+        None => Config::infer().await.map_err(|e| e.to_string()),
     };
     let mut config = loaded.map_err(|e| {
-        Failure::Usage(format!(
-            "cannot load a kubeconfig: {e}. Pass --kubeconfig, set KUBECONFIG, or check --context"
+        Failure::Refused(format!(
+            "Cannot load a kubeconfig: {e}. Pass --kubeconfig, set KUBECONFIG, or check --context."
         ))
     })?;
+    if g.as_uid.is_some() && g.as_user.is_none() {
+        return Err(Failure::Usage(
+            "--as-uid needs --as: kubernetes impersonates the uid of a user".to_owned(),
+        ));
+    }
     if let Some(user) = &g.as_user {
         config.auth_info.impersonate = Some(user.clone());
     }
     if !g.as_group.is_empty() {
-        if g.as_user.is_none() {
+        if config.auth_info.impersonate.is_none() {
             return Err(Failure::Usage(
                 "--as-group needs --as: kubernetes impersonates groups of a user".to_owned(),
             ));
@@ -183,6 +198,12 @@ pub fn plan_offer(
         }
     }
     let name = transfer_name(&a.create, &a.claim, "to", &a.to)?;
+    if a.create.clone && a.create.name.is_none() && a.create.wait.wait {
+        return Err(Failure::Usage(format!(
+            "--clone without --name is a standing offer, which never finishes by itself: drop --wait, and follow each request in {} instead",
+            a.to
+        )));
+    }
     let t = transfer(
         &name,
         ns,
@@ -443,7 +464,13 @@ async fn follow(
             }
         }
     };
-    let t = ended?;
+    let t = match ended {
+        Ok(t) => t,
+        Err(failure) => {
+            follower.abandon();
+            return Err(failure);
+        }
+    };
     let Some(end) = progress::outcome(&t) else {
         follower.finish("the transfer was deleted before it finished");
         return Err(Failure::Cancelled {
@@ -466,6 +493,12 @@ async fn follow(
 }
 
 /// The transfer as it ends, or as it was when it was deleted unfinished.
+///
+/// A watch that ends, is cut or says its version is too old is taken up
+/// again from a fresh read; a transient refusal (429, 5xx) or a lost
+/// connection is retried after a pause that doubles up to 5 s, so a server
+/// that fails at once is not asked again in a tight loop. The object is
+/// followed by uid: one deleted and made again under the same name is not it.
 async fn watch_until_finished(
     session: &Session,
     name: &str,
@@ -479,6 +512,8 @@ async fn watch_until_finished(
         name: Some(name),
     };
     let mut current = get(session, &api, name).await?;
+    let uid = current.metadata.uid.clone();
+    let mut pause = Pause::default();
     loop {
         follower.update(&current);
         *last = Some(current.clone());
@@ -493,33 +528,81 @@ async fn watch_until_finished(
         let params = WatchParams::default()
             .fields(&format!("metadata.name={name}"))
             .timeout(290);
-        let stream = match api.watch(&params, &version).await {
-            Ok(s) => s,
-            Err(e) => return Err(session.refused(e, doing).await),
-        };
-        let mut stream = stream.boxed();
-        loop {
-            match stream.try_next().await {
-                Ok(Some(WatchEvent::Added(t) | WatchEvent::Modified(t))) => {
-                    current = t;
-                    follower.update(&current);
-                    *last = Some(current.clone());
-                    if progress::outcome(&current).is_some() {
-                        return Ok(current);
+        match api.watch(&params, &version).await {
+            Ok(stream) => {
+                let mut stream = stream.boxed();
+                loop {
+                    match stream.try_next().await {
+                        Ok(Some(WatchEvent::Added(t) | WatchEvent::Modified(t))) => {
+                            if t.metadata.uid != uid {
+                                return Ok(last.clone().unwrap_or(t));
+                            }
+                            pause.reset();
+                            current = t;
+                            follower.update(&current);
+                            *last = Some(current.clone());
+                            if progress::outcome(&current).is_some() {
+                                return Ok(current);
+                            }
+                        }
+                        Ok(Some(WatchEvent::Deleted(t))) => {
+                            let seen = if t.metadata.uid == uid {
+                                t
+                            } else {
+                                current.clone()
+                            };
+                            *last = Some(seen.clone());
+                            return Ok(seen);
+                        }
+                        Ok(Some(WatchEvent::Bookmark(b))) => {
+                            current.metadata.resource_version = Some(b.metadata.resource_version);
+                        }
+                        // Too old (410) or cut: read it afresh and watch on.
+                        Ok(Some(WatchEvent::Error(_)) | None) | Err(_) => break,
                     }
                 }
-                Ok(Some(WatchEvent::Deleted(t))) => {
-                    *last = Some(t.clone());
-                    return Ok(t);
-                }
-                Ok(Some(WatchEvent::Bookmark(b))) => {
-                    current.metadata.resource_version = Some(b.metadata.resource_version);
-                }
-                // Too old (410) or cut: read it afresh and watch on.
-                Ok(Some(WatchEvent::Error(_))) | Ok(None) | Err(_) => break,
             }
+            Err(e) if transient(&e) => {}
+            Err(e) => return Err(session.refused(e, doing).await),
         }
-        current = get(session, &api, name).await?;
+        pause.wait().await;
+        current = loop {
+            match api.get(name).await {
+                Ok(t) if t.metadata.uid == uid => break t,
+                // Deleted while the watch was down: as it was last seen.
+                Ok(_) => return Ok(current),
+                Err(kube::Error::Api(status)) if status.code == 404 => return Ok(current),
+                Err(e) if transient(&e) => pause.wait().await,
+                Err(e) => return Err(session.refused(e, doing).await),
+            }
+        };
+    }
+}
+
+/// A refusal worth asking again: throttled, the server's trouble, or no
+/// answer at all.
+fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// A pause that doubles from 200 ms up to 5 s, and starts again after a
+/// watch event arrives.
+#[derive(Debug, Default)]
+struct Pause(u32);
+
+impl Pause {
+    async fn wait(&mut self) {
+        let ms = 200u64.saturating_mul(1 << self.0.min(5)).min(5_000);
+        self.0 = self.0.saturating_add(1);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+
+    fn reset(&mut self) {
+        self.0 = 0;
     }
 }
 
@@ -607,6 +690,55 @@ async fn cancel(session: &Session, a: args::Cancel) -> Result<(), Failure> {
     };
     print(&format!("{line}\n"));
     Ok(())
+}
+
+/// Answers kubectl's completion of `kubectl transfer WORDS…`: the
+/// candidates, one per line, then cobra's directive. Quiet on any error: a
+/// shell completing a word has nowhere to show one.
+pub async fn complete(words: Vec<String>) {
+    use clap::CommandFactory;
+    let mut root = Cli::command();
+    root.build();
+    let (mut found, need) = super::complete::candidates(&root, &words);
+    if let super::complete::Need::TransferNames { prefix } = need {
+        let flag = |name: &str| {
+            let long = format!("--{name}");
+            let mut iter = words.iter();
+            while let Some(w) = iter.next() {
+                if *w == long {
+                    return iter.next().cloned();
+                }
+                if let Some(v) = w.strip_prefix(&format!("{long}=")) {
+                    return Some(v.to_owned());
+                }
+            }
+            None
+        };
+        let global = Global {
+            kubeconfig: flag("kubeconfig"),
+            context: flag("context"),
+            namespace: super::complete::namespace_in(&words),
+            as_user: flag("as"),
+            request_timeout: Some(Duration::from_secs(5)),
+            ..Global::default()
+        };
+        if let Ok(session) = connect(&global).await {
+            if let Ok(list) = session.transfers().list(&ListParams::default()).await {
+                found.extend(
+                    list.items
+                        .into_iter()
+                        .filter_map(|t| t.metadata.name)
+                        .filter(|n| n.starts_with(&prefix)),
+                );
+            }
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    for candidate in found {
+        let _ = writeln!(out, "{candidate}");
+    }
+    let _ = writeln!(out, ":{}", super::complete::NO_FILE_COMPLETION);
+    let _ = out.flush();
 }
 
 fn completion(shell: Shell) -> Result<(), Failure> {

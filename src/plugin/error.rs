@@ -86,6 +86,9 @@ pub fn explain(status: &Status, doing: Doing<'_>, served: &Served) -> String {
         Served::Yes => {}
     }
     match (status.code, status.reason.as_str()) {
+        (403, _) if ns.is_empty() => format!(
+            "{message}. Ask a cluster administrator for that right, or list one namespace (-n)."
+        ),
         (403, _) => format!(
             "{message}. Ask an administrator of namespace {ns} for that right, or run as a user who has it (--as)."
         ),

@@ -2,6 +2,8 @@
 //! of `list`, the summary of `status`, and the advice a finished transfer's
 //! reason carries.
 
+use std::borrow::Cow;
+
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
@@ -9,6 +11,33 @@ use super::args::Output;
 use super::progress::{self, closing, outcome, plain, timeline};
 use crate::api::namespace_transfer::NamespaceTransfer;
 use crate::api::{GROUP, GROUP_VERSION, NAMESPACE_TRANSFERS};
+
+/// `text` as one line safe to print on a terminal: every control character
+/// (newlines too) and every bidirectional or invisible formatting character
+/// is shown escaped (`\u{1b}`), so that nothing relayed in a message (a
+/// webhook's words, a driver's event, a user name) can move the cursor,
+/// retitle the window, forge a line of progress or reorder what is shown.
+/// For the plugin's own human output; objects (`-o`) are escaped by their
+/// encoders.
+pub fn one_line(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_unsafe(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
 
 /// `namespacetransfer.storage.transfer.k8s.io/<name>`, as `kubectl -o name`.
 pub fn qualified_name(name: &str) -> String {
@@ -80,11 +109,23 @@ fn yaml(value: &impl Serialize) -> String {
     serde_yaml::to_string(value).unwrap_or_else(|e| format!("# cannot encode: {e}\n"))
 }
 
+/// JSON as kubectl prints it, with DEL, the C1 controls and the formatting
+/// characters, which serde_json leaves raw, written as `\u00XX` escapes: they
+/// can only stand inside strings, so the document means the same.
 fn json(value: &impl Serialize) -> String {
-    let mut text =
+    let text =
         serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("\"cannot encode: {e}\""));
-    text.push('\n');
-    text
+    let mut out = String::with_capacity(text.len() + 1);
+    for c in text.chars() {
+        // serde_json escapes C0 controls itself: one left raw is layout.
+        if c >= '\u{7f}' && is_unsafe(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\n');
+    out
 }
 
 /// The table of `list`: NAME ROLE MODE PEER PHASE REASON AGE, with a
@@ -147,7 +188,11 @@ fn name_of(t: &NamespaceTransfer) -> &str {
 }
 
 /// Rows padded into columns three spaces apart, as kubectl prints them.
-fn columns(rows: &[Vec<String>]) -> String {
+fn columns(raw: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = raw
+        .iter()
+        .map(|r| r.iter().map(|c| one_line(c).into_owned()).collect())
+        .collect();
     let width = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..width)
         .map(|i| {
@@ -158,7 +203,7 @@ fn columns(rows: &[Vec<String>]) -> String {
         })
         .collect();
     let mut out = String::new();
-    for row in rows {
+    for row in &rows {
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
             if i + 1 == row.len() {
@@ -247,7 +292,7 @@ pub fn advice(reason: &str) -> Option<&'static str> {
         "DeadlineExceeded" => "The transfer waited longer than its activeDeadlineSeconds. Create it again when the other side is ready.",
         "StorageClassNotAllowed" => "Ask a cluster administrator to allow transfers for the volume's StorageClass (the annotation storage.transfer.k8s.io/allow-namespace-transfer: \"true\").",
         "DestinationRefused" => "The destination namespace's quota or admission refused the new claim. Make room or ask its administrator, then create both transfers again.",
-        "Deleted" => "The other side deleted its transfer before the volume was handed over. Ask its owner, then create both transfers again.",
+        "Deleted" => "A side's transfer was deleted before the volume was handed over; the source is as it was. To move it after all, both sides create their transfers again.",
         "ModeNotSupported" => "Both sides must ask for the same mode: --clone on both, or on neither.",
         "CloneFailed" => "The storage driver could not clone the claim. See `kubectl get events` in the source namespace.",
         "VolumeChanged" => "The volume changed while the transfer ran. Create both transfers again.",

@@ -14,6 +14,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+use super::output::one_line;
 use crate::api::meta::{find_condition, CONDITION_TRUE};
 use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, Role, TransferMode, TransferStepName,
@@ -185,14 +186,15 @@ fn step_detail(t: &NamespaceTransfer, step: TransferStepName) -> String {
     let source = st.and_then(|s| s.source_claim.as_ref());
     let destination = st.and_then(|s| s.destination_claim.as_ref());
     match step {
-        TransferStepName::Locked => match source {
-            Some(snap) => format!(
+        TransferStepName::Locked => match (source, t.mode()) {
+            (Some(snap), _) => format!(
                 "{}/{} (volume {})",
                 t.source_namespace(),
                 snap.name,
                 snap.volume_name
             ),
-            None => "the source claim".to_owned(),
+            (None, TransferMode::Move) => "the source claim".to_owned(),
+            (None, TransferMode::Clone) => "the clone of the source claim".to_owned(),
         },
         TransferStepName::Retained => "the volume's reclaim policy is Retain".to_owned(),
         TransferStepName::Created => match destination {
@@ -200,7 +202,13 @@ fn step_detail(t: &NamespaceTransfer, step: TransferStepName) -> String {
             None => "the destination claim".to_owned(),
         },
         TransferStepName::Committed => "the volume names the destination claim".to_owned(),
-        TransferStepName::Released => "the source claim is deleted".to_owned(),
+        TransferStepName::Released => match t.mode() {
+            TransferMode::Move => "the source claim is deleted".to_owned(),
+            TransferMode::Clone => {
+                "the clone's claim in the source namespace is deleted; the original stays"
+                    .to_owned()
+            }
+        },
         TransferStepName::Settled => "the destination claim is bound".to_owned(),
     }
 }
@@ -253,16 +261,17 @@ pub fn plain(line: &Line, created: Option<Timestamp>, now: Timestamp) -> String 
         clock(at),
         since(created, at),
         word,
-        detail
+        one_line(&detail)
     )
 }
 
 /// The closing line of a finished transfer.
 pub fn closing(outcome: &Outcome) -> String {
-    match outcome.phase {
+    let line = match outcome.phase {
         Phase::Completed => format!("Completed: {}", outcome.message),
         phase => format!("{phase} ({}): {}", outcome.reason, outcome.message),
-    }
+    };
+    one_line(&line).into_owned()
 }
 
 /// Prints a transfer's progress as its statuses arrive, each line once.
@@ -345,7 +354,8 @@ impl Follower {
                 if self.waiting.as_ref() != Some(&key) {
                     match &self.out {
                         Sink::Terminal(bar) => {
-                            bar.set_message(format!("{} ({reason})", line.detail));
+                            let text = format!("{} ({reason})", line.detail);
+                            bar.set_message(one_line(&text).into_owned());
                         }
                         Sink::Plain if matches!(line.what, What::Waiting(_)) => {
                             self.emit(&plain(&line, self.created, now));
@@ -364,6 +374,13 @@ impl Follower {
         self.printed.len()
     }
 
+    /// Ends the live display without a last line, for an error to follow.
+    pub fn abandon(&mut self) {
+        if let Sink::Terminal(bar) = &self.out {
+            bar.finish_and_clear();
+        }
+    }
+
     /// Ends the live display, leaving `last` as the final line.
     pub fn finish(&mut self, last: &str) {
         if let Sink::Terminal(bar) = &self.out {
@@ -374,12 +391,13 @@ impl Follower {
 
     fn emit(&self, text: &str) {
         match &self.out {
-            Sink::Terminal(bar) => bar.println(text),
+            Sink::Terminal(bar) => bar.println(one_line(text)),
             Sink::Plain => self.write(text),
         }
     }
 
     fn write(&self, text: &str) {
+        let text = one_line(text);
         if self.to_stderr {
             let _ = writeln!(std::io::stderr(), "{text}");
         } else {

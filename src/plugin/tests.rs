@@ -8,10 +8,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::core::Status;
 use serde_json::json;
 
+use super::args::Output;
 use super::args::{parse_duration, parse_source, Cli, Command};
 use super::commands::{plan_offer, plan_request};
 use super::error::{explain, holder_of, Doing, Failure, Served};
-use super::output::{age, summary, table};
+use super::output::{age, object, one_line, summary, table};
 use super::progress::{timeline, Follower, Line, Stage, What};
 use crate::api::namespace_transfer::{NamespaceTransfer, TransferStepName};
 
@@ -501,4 +502,88 @@ fn only_real_waits_are_waits_and_the_notes_between_steps_are_not() {
     assert!(timeline(&source_side(json!({"phase": "Failed"})))
         .1
         .is_none());
+}
+
+#[test]
+fn control_characters_relayed_in_a_message_are_shown_escaped_not_obeyed() {
+    assert_eq!(one_line("plain words, prod/db"), "plain words, prod/db");
+    let hostile =
+        "refused: \u{1b}]0;owned\u{7}\u{1b}[2Jgone\r\nCompleted: fake\u{9b}31m\u{202e}txt.exe";
+    let shown = one_line(hostile);
+    assert!(
+        !shown.chars().any(|c| c.is_control() || c == '\u{202e}'),
+        "{shown:?}"
+    );
+    assert!(shown.contains("\\u{1b}]0;owned"), "{shown:?}");
+    let t =
+        source_side(json!({"phase": "Failed", "reason": "DestinationRefused", "message": hostile}));
+    let text = summary(&t, at(1));
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("Completed")).count(),
+        0,
+        "no forged line: {text}"
+    );
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    // Objects stay exact: JSON escapes what it would leave raw, and parses back.
+    let json = object(&t, Output::Json);
+    assert!(
+        !json.contains('\u{9b}') && !json.contains('\u{202e}'),
+        "{json}"
+    );
+    let back: NamespaceTransfer = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.status.unwrap().message.as_deref(), Some(hostile));
+}
+
+fn complete(line: &str) -> (Vec<String>, super::complete::Need) {
+    use clap::CommandFactory;
+    let mut root = Cli::command();
+    root.build();
+    let mut words: Vec<String> = line.split(' ').map(str::to_owned).collect();
+    if line.is_empty() {
+        words = vec![String::new()];
+    }
+    super::complete::candidates(&root, &words)
+}
+
+#[test]
+fn completion_offers_commands_flags_values_and_transfer_names() {
+    use super::complete::Need;
+    let (commands, _) = complete("");
+    assert_eq!(
+        commands,
+        ["offer", "request", "status", "list", "cancel", "completion"]
+    );
+    assert_eq!(complete("st").0, ["status"]);
+    let (flags, _) = complete("offer db --t");
+    assert_eq!(flags, ["--to", "--transfer-name", "--timeout"]);
+    assert_eq!(complete("list -o ").0, ["yaml", "json", "name"]);
+    assert_eq!(complete("list --output j").0, ["json"]);
+    assert_eq!(complete("completion ").0, ["bash", "zsh"]);
+    assert_eq!(
+        complete("status -n prod db").1,
+        Need::TransferNames {
+            prefix: "db".to_owned()
+        }
+    );
+    assert_eq!(complete("status db-to-dev ").1, Need::Nothing);
+    assert_eq!(
+        super::complete::namespace_in(&["status".into(), "--namespace=prod".into()]),
+        Some("prod".to_owned())
+    );
+}
+
+#[test]
+fn a_standing_offer_cannot_be_waited_for_and_dry_run_takes_its_value_with_equals() {
+    let err = plan_offer(
+        "prod",
+        &offer_of("kubectl-transfer offer db --to ci --clone --wait"),
+    )
+    .unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("standing offer"), "{err}");
+    let o = offer_of("kubectl-transfer offer db --dry-run --to dev");
+    assert_eq!(o.claim, "db");
+    assert_eq!(o.create.dry_run, super::args::DryRun::Client);
+    let o = offer_of("kubectl-transfer offer db --dry-run=server --to dev");
+    assert_eq!(o.create.dry_run, super::args::DryRun::Server);
 }

@@ -492,16 +492,28 @@ impl Drop for VolumeRecorder {
 /// `ns`, which covers PVCs and (aggregated) our kinds.
 pub(crate) fn editor(cp: &ControlPlane, name: &str, ns: &str) -> Kubectl {
     let k = cp.user(name, None).unwrap();
-    let admin = cp.kubectl();
+    grant_edit(cp.kubectl(), name, ns);
+    k
+}
+
+/// Binds the built-in `edit` role to `user` in `ns` (the RoleBinding
+/// `<user>-edit`, which [`revoke`] deletes) and waits until RBAC applies it.
+pub(crate) fn grant_edit(admin: &Kubectl, user: &str, ns: &str) {
     admin.ok(&[
         "create",
         "rolebinding",
-        &format!("{name}-edit"),
+        &format!("{user}-edit"),
         "--clusterrole=edit",
-        &format!("--user={name}"),
+        &format!("--user={user}"),
         "-n",
         ns,
     ]);
+    wait_may_create_transfers(admin, user, ns);
+}
+
+/// Waits until `user` may create NamespaceTransfers in `ns`: RBAC applies a
+/// new binding a moment after it is written.
+pub(crate) fn wait_may_create_transfers(admin: &Kubectl, user: &str, ns: &str) {
     eventually("the role to apply", Duration::from_secs(60), || {
         admin
             .run(&[
@@ -511,11 +523,10 @@ pub(crate) fn editor(cp: &ControlPlane, name: &str, ns: &str) -> Kubectl {
                 "namespacetransfers.storage.transfer.k8s.io",
                 "-n",
                 ns,
-                &format!("--as={name}"),
+                &format!("--as={user}"),
             ])
             .success
     });
-    k
 }
 
 /// Takes back what [`editor`] granted.
