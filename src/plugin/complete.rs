@@ -52,16 +52,7 @@ pub fn candidates(root: &Command, words: &[String]) -> (Vec<String>, Need) {
     }
     if skip_value {
         // Completing a flag's value.
-        let values = previous
-            .map(|a| {
-                a.get_possible_values()
-                    .iter()
-                    .map(|v| v.get_name().to_owned())
-                    .filter(|v| v.starts_with(word.as_str()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        return (values, Need::Nothing);
+        return (values_of(previous, word), Need::Nothing);
     }
     if word.starts_with('-') {
         return (flags(cmd, word), Need::Nothing);
@@ -77,20 +68,21 @@ pub fn candidates(root: &Command, words: &[String]) -> (Vec<String>, Need) {
                 prefix: word.clone(),
             },
         ),
-        (_, 0) => {
-            let values = first_positional
-                .map(|a| {
-                    a.get_possible_values()
-                        .iter()
-                        .map(|v| v.get_name().to_owned())
-                        .filter(|v| v.starts_with(word.as_str()))
-                        .collect()
-                })
-                .unwrap_or_default();
-            (values, Need::Nothing)
-        }
+        (_, 0) => (values_of(first_positional, word), Need::Nothing),
         _ => (Vec::new(), Need::Nothing),
     }
+}
+
+/// The values `arg` allows that start with `prefix`.
+fn values_of(arg: Option<&Arg>, prefix: &str) -> Vec<String> {
+    arg.map(|a| {
+        a.get_possible_values()
+            .iter()
+            .map(|v| v.get_name().to_owned())
+            .filter(|v| v.starts_with(prefix))
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 fn subcommands(root: &Command, prefix: &str) -> Vec<String> {
