@@ -92,22 +92,6 @@ fn run(user: Option<&str>, args: &[&str]) -> Ran {
 /// Starts `kubectl transfer …` as `user`, for a command that waits.
 fn spawn(user: Option<&str>, args: &[&str]) -> Background {
     let mut child = command(user, args).spawn().unwrap();
-    let collect = |mut pipe: Box<dyn Read + Send>| {
-        let seen = Arc::new(Mutex::new(String::new()));
-        let into = Arc::clone(&seen);
-        let reader = std::thread::spawn(move || {
-            let mut chunk = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut chunk) {
-                if n == 0 {
-                    break;
-                }
-                into.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&chunk[..n]));
-            }
-        });
-        (seen, reader)
-    };
     let stdout = collect(Box::new(child.stdout.take().unwrap()));
     let stderr = collect(Box::new(child.stderr.take().unwrap()));
     Background {
@@ -118,6 +102,26 @@ fn spawn(user: Option<&str>, args: &[&str]) -> Background {
 }
 
 type Collected = (Arc<Mutex<String>>, std::thread::JoinHandle<()>);
+
+/// Reads `pipe` on a thread of its own until it ends (for a terminal: EIO
+/// once the child has gone), keeping what it has read so far where the test
+/// can look.
+fn collect(mut pipe: Box<dyn Read + Send>) -> Collected {
+    let seen = Arc::new(Mutex::new(String::new()));
+    let into = Arc::clone(&seen);
+    let reader = std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+    });
+    (seen, reader)
+}
 
 /// A running `kubectl transfer`, killed if the test ends before it; what it
 /// prints is read as it comes.
@@ -771,21 +775,7 @@ fn progress_on_a_terminal_is_drawn_live_and_ends_with_the_same_lines() {
     cmd.env_remove("KUBECONFIG");
     let mut child = pair.slave.spawn_command(cmd).unwrap();
     drop(pair.slave);
-    let mut reader = pair.master.try_clone_reader().unwrap();
-    let seen = Arc::new(Mutex::new(String::new()));
-    let into = Arc::clone(&seen);
-    let reading = std::thread::spawn(move || {
-        let mut chunk = [0u8; 4096];
-        // EIO once the child has gone: the end of the terminal's output.
-        while let Ok(n) = reader.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            into.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&chunk[..n]));
-        }
-    });
+    let (seen, reading) = collect(pair.master.try_clone_reader().unwrap());
     wait_phase(
         admin(),
         &p.src.name,
