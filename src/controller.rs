@@ -303,14 +303,17 @@ async fn workers(enabled: bool, count: usize, queue: &WorkQueue, controller: &dy
 async fn work(queue: &WorkQueue, controller: &dyn Reconciler) {
     while let Some(key) = queue.next().await {
         match controller.reconcile(&key).await {
-            Ok(next) => {
-                queue.forget(&key);
-                match next {
-                    Next::Done => {}
-                    Next::Now => queue.add(&key),
-                    Next::After(delay) => queue.add_after(&key, delay),
+            Ok(next) => match next {
+                Next::Done => queue.progressed(&key),
+                Next::Now => {
+                    queue.progressed(&key);
+                    queue.add(&key);
                 }
-            }
+                Next::After(delay) => {
+                    queue.forget(&key);
+                    queue.add_paced(&key, delay);
+                }
+            },
             Err(Error::NotLeader(err)) => {
                 tracing::warn!(%key, error = %err, "stopping: leadership lost");
                 queue.done(&key);

@@ -4,7 +4,18 @@
 //! it is queued again when the first worker is done. Keys can be added after a
 //! delay, and failures back off per key.
 //!
-//! Owns ordering and de-duplication only; what a key means is the
+//! Pacing, so that many objects that cannot proceed do not hammer
+//! kube-apiserver: everything the queue schedules itself rather than an event
+//! asking for it (a retry after a failure, another look at a pair that
+//! waits, a resync) goes through one token bucket for the whole queue
+//! ([`PACE_PER_SECOND`], bursts of [`PACE_BURST`], as client-go's default
+//! controller rate limiter), and per key through an exponential backoff:
+//! failures from 250 ms, consecutive waits from 1 s, both up to 30 s. A key
+//! holds at most one pending timer (the earliest wins), so the bucket's debt
+//! never exceeds one token per key. Events and [`WorkQueue::add`] are never
+//! paced: a change is looked at at once.
+//!
+//! Owns ordering, de-duplication and pacing only; what a key means is the
 //! reconciler's business.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -12,10 +23,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// The shortest and the longest wait after a failed attempt.
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The shortest per-key wait after consecutive waits (a pair waiting for a
+/// pod to go, for a bind); it doubles up to [`BACKOFF_MAX`].
+const WAIT_BASE: Duration = Duration::from_secs(1);
+/// The paced looks the whole queue may take per second, and in one burst.
+pub const PACE_PER_SECOND: f64 = 20.0;
+pub const PACE_BURST: f64 = 200.0;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -29,7 +47,54 @@ struct Inner {
     dirty: HashSet<String>,
     /// Consecutive failures per key.
     failures: HashMap<String, u32>,
+    /// Consecutive waits per key (reconciles that asked to look again later).
+    waits: HashMap<String, u32>,
+    /// Keys with a pending timer, and when it fires.
+    delayed: HashMap<String, Instant>,
+    bucket: Bucket,
     shut_down: bool,
+}
+
+/// A token bucket: `rate` tokens a second, at most `burst` saved up. Taking
+/// a token it does not have yet is allowed and says how long until it would
+/// have had it, so that callers queue up behind each other.
+#[derive(Debug, Clone)]
+pub(crate) struct Bucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    at: Option<Instant>,
+}
+
+impl Default for Bucket {
+    fn default() -> Self {
+        Self::new(PACE_PER_SECOND, PACE_BURST)
+    }
+}
+
+impl Bucket {
+    pub(crate) fn new(rate: f64, burst: f64) -> Self {
+        Self {
+            rate,
+            burst,
+            tokens: burst,
+            at: None,
+        }
+    }
+
+    /// Takes one token at `now`: how long the taker must wait for it.
+    pub(crate) fn take(&mut self, now: Instant) -> Duration {
+        let elapsed = self
+            .at
+            .map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+        self.at = Some(now);
+        self.tokens = (self.tokens + elapsed.as_secs_f64() * self.rate).min(self.burst) - 1.0;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.rate)
+        }
+    }
 }
 
 /// A cloneable handle on one queue.
@@ -65,35 +130,103 @@ impl WorkQueue {
         }
     }
 
-    /// Queues `key` once `delay` has passed.
+    /// Queues `key` once `delay` has passed. A key already waiting for an
+    /// earlier time keeps it.
     pub fn add_after(&self, key: &str, delay: Duration) {
         if delay.is_zero() {
             self.add(key);
             return;
         }
+        let at = Instant::now() + delay;
+        {
+            let mut inner = self.lock();
+            if inner.shut_down {
+                return;
+            }
+            match inner.delayed.get(key) {
+                Some(pending) if *pending <= at => return,
+                _ => {
+                    inner.delayed.insert(key.to_owned(), at);
+                }
+            }
+        }
         let queue = self.clone();
         let key = key.to_owned();
         tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            queue.add(&key);
+            tokio::time::sleep_until(at).await;
+            let due = {
+                let mut inner = queue.lock();
+                match inner.delayed.get(&key) {
+                    // A later timer replaced by an earlier one has nothing to do.
+                    Some(pending) if *pending == at => {
+                        inner.delayed.remove(&key);
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if due {
+                queue.add(&key);
+            }
         });
     }
 
-    /// Queues `key` again after a delay that doubles with each consecutive
-    /// failure, from 250 ms up to 30 s.
+    /// Queues `key` again after a failure: after a delay that doubles with
+    /// each consecutive failure, from 250 ms up to 30 s, and after the
+    /// queue's bucket has a token for it.
     pub fn add_rate_limited(&self, key: &str) {
-        let failures = {
+        let delay = {
             let mut inner = self.lock();
             let n = inner.failures.entry(key.to_owned()).or_insert(0);
             *n = n.saturating_add(1);
-            *n
+            let own = backoff(*n);
+            own.max(inner.bucket.take(Instant::now()))
         };
-        self.add_after(key, backoff(failures));
+        self.add_after(key, delay);
+    }
+
+    /// Queues `key` again for a reconcile that asked to look again after
+    /// `after` (it waits for something without an event of its own, or for
+    /// a deadline): no sooner than that, than its consecutive waits' backoff
+    /// (from 1 s, doubling, up to 30 s), and than the bucket allows.
+    pub fn add_paced(&self, key: &str, after: Duration) {
+        let delay = {
+            let mut inner = self.lock();
+            let n = inner.waits.entry(key.to_owned()).or_insert(0);
+            *n = n.saturating_add(1);
+            let own = wait_backoff(*n);
+            after.max(own).max(inner.bucket.take(Instant::now()))
+        };
+        self.add_after(key, delay);
+    }
+
+    /// Queues `key` for a periodic look (a resync), paced by the bucket, and
+    /// only if nothing is scheduled for it already.
+    pub fn add_resync(&self, key: &str) {
+        let delay = {
+            let mut inner = self.lock();
+            if inner.shut_down
+                || inner.queued.contains(key)
+                || inner.active.contains(key)
+                || inner.delayed.contains_key(key)
+            {
+                return;
+            }
+            inner.bucket.take(Instant::now())
+        };
+        self.add_after(key, delay);
     }
 
     /// Forgets `key`'s failures: its next failure waits the shortest time.
     pub fn forget(&self, key: &str) {
         self.lock().failures.remove(key);
+    }
+
+    /// Forgets `key`'s failures and waits: it made progress.
+    pub fn progressed(&self, key: &str) {
+        let mut inner = self.lock();
+        inner.failures.remove(key);
+        inner.waits.remove(key);
     }
 
     /// The next key to work on; `None` once the queue is shut down. The
@@ -146,8 +279,18 @@ impl WorkQueue {
 
 /// The wait after `failures` consecutive failures.
 fn backoff(failures: u32) -> Duration {
-    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
-    BACKOFF_BASE.saturating_mul(factor).min(BACKOFF_MAX)
+    doubling(BACKOFF_BASE, failures)
+}
+
+/// The least wait after `waits` consecutive waits.
+fn wait_backoff(waits: u32) -> Duration {
+    doubling(WAIT_BASE, waits)
+}
+
+/// `base` doubled `n - 1` times, at most [`BACKOFF_MAX`].
+fn doubling(base: Duration, n: u32) -> Duration {
+    let factor = 2u32.saturating_pow(n.saturating_sub(1).min(16));
+    base.saturating_mul(factor).min(BACKOFF_MAX)
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ impl Triggers {
                 queue.clone(),
                 related,
             )),
-            tokio::spawn(resync(known.clone(), queue.clone())),
+            tokio::spawn(resync(known.clone(), queue.clone(), may_need_resync)),
         ];
 
         let claims = metadata_events::<PersistentVolumeClaim>(&client);
@@ -263,15 +263,36 @@ fn related(t: &NamespaceTransfer, known: &HashMap<String, NamespaceTransfer>) ->
     keys
 }
 
-/// Every known object, every [`RESYNC`].
-pub(super) async fn resync<O>(known: Known<O>, queue: WorkQueue) {
+/// Every known object that `wanted` keeps, every [`RESYNC`], paced by the
+/// queue's bucket and skipping keys already scheduled (so a resync of many
+/// waiting objects is spread out, never a burst of requests).
+pub(super) async fn resync<O>(known: Known<O>, queue: WorkQueue, wanted: fn(&O) -> bool) {
     loop {
         tokio::time::sleep(RESYNC).await;
-        let keys: Vec<String> = read(&known).keys().cloned().collect();
+        let keys: Vec<String> = read(&known)
+            .iter()
+            .filter(|(_, o)| wanted(o))
+            .map(|(k, _)| k.clone())
+            .collect();
         for key in keys {
-            queue.add(&key);
+            queue.add_resync(&key);
         }
     }
+}
+
+/// Whether a transfer may still have something to do without an event: it
+/// is active, or holds a finalizer, or is being deleted. A finished one
+/// without either only waits for its TTL, which its own timer keeps (and
+/// every transfer is looked at once when the controllers start).
+fn may_need_resync(t: &NamespaceTransfer) -> bool {
+    is_active(t)
+        || !t
+            .metadata
+            .finalizers
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+        || t.metadata.deletion_timestamp.is_some()
 }
 
 fn read<O>(known: &Known<O>) -> std::sync::RwLockReadGuard<'_, HashMap<String, O>> {

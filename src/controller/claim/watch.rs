@@ -51,7 +51,7 @@ impl Triggers {
                 queue.clone(),
                 |_, _| Vec::new(),
             )),
-            tokio::spawn(resync(known.clone(), queue.clone())),
+            tokio::spawn(resync(known.clone(), queue.clone(), |_| true)),
             // A claim changed: the EphemeralClaim that names it.
             tokio::spawn(forward(
                 metadata_events::<PersistentVolumeClaim>(&client),

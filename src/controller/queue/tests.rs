@@ -1,4 +1,5 @@
 use super::*;
+use tokio::time::Instant;
 
 #[tokio::test]
 async fn a_key_added_twice_while_waiting_is_handed_out_once() {
@@ -55,4 +56,133 @@ async fn shutting_down_wakes_waiting_workers() {
     assert_eq!(waiter.await.unwrap(), None);
     q.add("a");
     assert!(q.is_empty(), "adds after shut-down are dropped");
+}
+
+#[test]
+fn waits_back_off_exponentially_up_to_the_same_limit() {
+    assert_eq!(wait_backoff(1), Duration::from_secs(1));
+    assert_eq!(wait_backoff(2), Duration::from_secs(2));
+    assert_eq!(wait_backoff(5), Duration::from_secs(16));
+    assert_eq!(wait_backoff(6), BACKOFF_MAX);
+    assert_eq!(wait_backoff(u32::MAX), BACKOFF_MAX);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_that_keeps_failing_reaches_the_backoff_cap_and_stays_there() {
+    let q = WorkQueue::new();
+    let mut waited = Vec::new();
+    for _ in 0..10 {
+        let before = Instant::now();
+        q.add_rate_limited("a");
+        let key = q.next().await.unwrap();
+        waited.push(Instant::now() - before);
+        q.done(&key);
+    }
+    let expected: Vec<Duration> = [
+        250, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000,
+    ]
+    .into_iter()
+    .map(Duration::from_millis)
+    .collect();
+    assert_eq!(waited, expected);
+    // Progress starts it over.
+    q.progressed("a");
+    let before = Instant::now();
+    q.add_rate_limited("a");
+    q.next().await.unwrap();
+    assert_eq!(Instant::now() - before, BACKOFF_BASE);
+}
+
+#[test]
+fn the_bucket_lets_a_burst_through_then_spaces_takers_at_its_rate() {
+    let start = Instant::now();
+    let mut b = Bucket::new(10.0, 3.0);
+    let waits: Vec<Duration> = (0..6).map(|_| b.take(start)).collect();
+    let ms = |n| Duration::from_millis(n);
+    assert_eq!(waits, vec![ms(0), ms(0), ms(0), ms(100), ms(200), ms(300)]);
+    // Tokens come back with time, never more than the burst.
+    let later = start + Duration::from_secs(60);
+    assert_eq!(b.take(later), Duration::ZERO);
+    assert_eq!(b.take(later), Duration::ZERO);
+    assert_eq!(b.take(later), Duration::ZERO);
+    assert_eq!(b.take(later), ms(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_waiting_keys_are_paced_by_the_bucket() {
+    let q = WorkQueue::new();
+    let keys = 1_000usize;
+    let start = Instant::now();
+    for i in 0..keys {
+        q.add_paced(&format!("k{i}"), Duration::ZERO);
+    }
+    let mut last = start;
+    for _ in 0..keys {
+        let key = q.next().await.unwrap();
+        last = Instant::now();
+        q.done(&key);
+    }
+    // The burst goes after the least wait (1 s); the rest at the bucket's
+    // rate, so the last one waits for its token: (keys - burst) / rate.
+    let paced = Duration::from_secs_f64((keys as f64 - PACE_BURST) / PACE_PER_SECOND);
+    let took = last - start;
+    assert!(
+        took + Duration::from_millis(1) >= paced && took <= paced + Duration::from_millis(1),
+        "{took:?}, not {paced:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_key_looks_again_less_and_less_often_until_it_progresses() {
+    let q = WorkQueue::new();
+    let mut waited = Vec::new();
+    for _ in 0..7 {
+        let before = Instant::now();
+        q.add_paced("a", Duration::from_millis(1));
+        let key = q.next().await.unwrap();
+        waited.push((Instant::now() - before).as_secs());
+        q.done(&key);
+    }
+    assert_eq!(waited, vec![1, 2, 4, 8, 16, 30, 30]);
+    q.progressed("a");
+    let before = Instant::now();
+    q.add_paced("a", Duration::from_secs(5));
+    q.next().await.unwrap();
+    assert_eq!(
+        Instant::now() - before,
+        Duration::from_secs(5),
+        "a longer wait asked for wins"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_keeps_only_its_earliest_timer() {
+    let q = WorkQueue::new();
+    q.add_after("a", Duration::from_secs(10));
+    q.add_after("a", Duration::from_secs(2));
+    q.add_after("a", Duration::from_secs(20));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(q.next().await.as_deref(), Some("a"));
+    q.done("a");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(q.is_empty(), "the replaced timers add nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resync_skips_keys_already_scheduled() {
+    let q = WorkQueue::new();
+    q.add_after("later", Duration::from_secs(60));
+    q.add("queued");
+    q.add_resync("later");
+    q.add_resync("queued");
+    q.add_resync("idle");
+    assert_eq!(q.next().await.as_deref(), Some("queued"));
+    q.done("queued");
+    assert_eq!(q.next().await.as_deref(), Some("idle"));
+    q.done("idle");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        q.is_empty(),
+        "the resync did not bring the 60 s timer forward"
+    );
 }
