@@ -152,7 +152,9 @@ pub async fn first_missing(
     rights: Vec<Right>,
     fresh: bool,
 ) -> Result<Option<Right>, ApiError> {
-    for right in rights {
+    // Asked side by side (a fresh check is a round trip each), and read in
+    // order, so the answer names the same right as asking one by one would.
+    let decisions = futures::future::join_all(rights.iter().map(|right| async move {
         let attributes = Attributes {
             user: user.clone(),
             verb: right.verb.to_owned(),
@@ -166,12 +168,15 @@ pub async fn first_missing(
             }),
             path: String::new(),
         };
-        let decision = if fresh {
-            authorizer.authorize_fresh(&attributes).await?
+        if fresh {
+            authorizer.authorize_fresh(&attributes).await
         } else {
-            authorizer.authorize(&attributes).await?
-        };
-        if let Decision::Deny { .. } = decision {
+            authorizer.authorize(&attributes).await
+        }
+    }))
+    .await;
+    for (right, decision) in rights.into_iter().zip(decisions) {
+        if let Decision::Deny { .. } = decision? {
             return Ok(Some(right));
         }
     }

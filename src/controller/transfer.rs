@@ -216,6 +216,32 @@ impl TransferController {
         Ok(list.items.into_iter().map(Shared::into_owned).collect())
     }
 
+    /// The transfers that matching can weigh for a pair: those of the two
+    /// namespaces it spans (a Source's candidate peers live in its
+    /// destination namespace, the Sources competing for a Destination in its
+    /// source namespace) that name the same source claim (peers always do,
+    /// and spec is immutable). Reading these, not every transfer in the
+    /// cluster, keeps one reconcile's cost independent of how many other
+    /// pairs are under way.
+    async fn pair_transfers(&self, t: &NamespaceTransfer) -> Result<Vec<NamespaceTransfer>, Error> {
+        let (source_ns, claim) = (t.source_namespace(), t.spec.source.name.as_str());
+        let opts = ListOptions::default();
+        let mut namespaces = vec![t.own_namespace(), source_ns, t.destination_namespace()];
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        let mut found = Vec::new();
+        for ns in namespaces {
+            let list = self.store.list(Some(ns), &opts).await?;
+            found.extend(
+                list.items
+                    .iter()
+                    .filter(|o| o.source_namespace() == source_ns && o.spec.source.name == claim)
+                    .map(|o| NamespaceTransfer::clone(o)),
+            );
+        }
+        Ok(found)
+    }
+
     // ----- the destination side ---------------------------------------------------
 
     /// A Destination-role object: wakes the Source that drives it, or says
@@ -263,7 +289,7 @@ impl TransferController {
                 .await?;
             return self.expire(&d).await;
         }
-        let all = self.all_transfers().await?;
+        let all = self.pair_transfers(&d).await?;
         match matching::destination_view(&d, &all) {
             DestinationView::Matched(s) if s.is_standing_offer() => {
                 self.drive_standing(d, s.clone()).await
@@ -580,7 +606,7 @@ impl TransferController {
                 _ => Peer::Gone,
             }
         } else {
-            let all = self.all_transfers().await?;
+            let all = self.pair_transfers(&s).await?;
             match matching::peer_of(&s, &all) {
                 Some(d) => Peer::Found(Box::new(d.clone())),
                 None => Peer::Unmatched,
@@ -590,24 +616,40 @@ impl TransferController {
         let clone_mode = s.mode() == TransferMode::Clone;
         // The claim the protocol moves: the source claim, or its clone.
         let moved = moved_claim_name_of(&s, &peer);
-        let source_claim = match &moved {
-            Some(name) => self
-                .cluster
-                .claim(&source_ns, name)
-                .await?
-                .as_ref()
-                .map(Claim::from),
-            None => None,
+        let destination = match &peer {
+            Peer::Itself => Some(destination_of(&s, &s)),
+            Peer::Found(d) => Some(destination_of(&s, d)),
+            _ => None,
+        }
+        .map(|(ns, name)| (ns.to_owned(), name.to_owned()));
+        // The three claims are independent reads: asked side by side.
+        let claim = |namespace: &str, name: Option<&str>| {
+            let namespace = namespace.to_owned();
+            let name = name.filter(|n| !n.is_empty()).map(str::to_owned);
+            async move {
+                match name {
+                    Some(name) => Ok::<_, Error>(
+                        self.cluster
+                            .claim(&namespace, &name)
+                            .await?
+                            .as_ref()
+                            .map(Claim::from),
+                    ),
+                    None => Ok(None),
+                }
+            }
         };
-        let origin = if clone_mode {
-            self.cluster
-                .claim(&source_ns, &s.spec.source.name)
-                .await?
-                .as_ref()
-                .map(Claim::from)
-        } else {
-            None
-        };
+        let (source_claim, origin, destination_claim) = tokio::try_join!(
+            claim(&source_ns, moved.as_deref()),
+            claim(
+                &source_ns,
+                clone_mode.then_some(s.spec.source.name.as_str())
+            ),
+            claim(
+                destination.as_ref().map_or("", |(ns, _)| ns.as_str()),
+                destination.as_ref().map(|(_, name)| name.as_str()),
+            ),
+        )?;
         let clone_failure = match source_claim
             .as_ref()
             .filter(|c| clone_mode && c.phase != "Bound")
@@ -618,21 +660,6 @@ impl TransferController {
                     .await?
             }
             None => None,
-        };
-        let destination = match &peer {
-            Peer::Itself => Some(destination_of(&s, &s)),
-            Peer::Found(d) => Some(destination_of(&s, d)),
-            _ => None,
-        }
-        .map(|(ns, name)| (ns.to_owned(), name.to_owned()));
-        let destination_claim = match &destination {
-            Some((ns, name)) if !name.is_empty() => self
-                .cluster
-                .claim(ns, name)
-                .await?
-                .as_ref()
-                .map(Claim::from),
-            _ => None,
         };
         let volume_name = recorded_source(&s)
             .map(|snap| snap.volume_name.clone())
@@ -1417,21 +1444,30 @@ impl TransferController {
         if let Some(d) = peer_or_self(f).filter(|d| d.metadata.uid != s.metadata.uid) {
             parties.push((d, Side::Destination));
         }
-        for (t, side) in parties {
+        // Both parties are asked side by side; the answer is read in order.
+        let missing = futures::future::join_all(parties.iter().map(|(t, _)| async move {
+            match &t.spec.requester {
+                Some(requester) => {
+                    first_missing(
+                        self.authorizer.as_ref(),
+                        requester,
+                        transfer_rights(t),
+                        true,
+                    )
+                    .await
+                }
+                None => Ok(None),
+            }
+        }))
+        .await;
+        for ((t, side), missing) in parties.into_iter().zip(missing) {
             let Some(requester) = &t.spec.requester else {
                 return Ok(Err(Refusal {
                     side,
                     message: format!("NamespaceTransfer {} records no requester", object_key(t)),
                 }));
             };
-            if let Some(right) = first_missing(
-                self.authorizer.as_ref(),
-                requester,
-                transfer_rights(t),
-                true,
-            )
-            .await?
-            {
+            if let Some(right) = missing? {
                 return Ok(Err(Refusal {
                     side,
                     message: format!(

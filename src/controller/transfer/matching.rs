@@ -77,7 +77,8 @@ pub fn by_age(a: &NamespaceTransfer, b: &NamespaceTransfer) -> Ordering {
 
 /// The Destination that `s` matches among `all`: the one `s` recorded, or
 /// else the oldest active peer. (A standing offer has no one peer: see
-/// [`standing_pairs`].)
+/// [`standing_pairs`].) `all` must hold at least the transfers of `s`'s
+/// destination namespace.
 pub fn peer_of<'a>(
     s: &NamespaceTransfer,
     all: &'a [NamespaceTransfer],
@@ -122,6 +123,7 @@ pub enum DestinationView<'a> {
 /// How `d` stands among `all`. A Source that has finished still counts
 /// against a Destination created before it finished: the offer was taken,
 /// and the Destination stays `PeerTaken` rather than waiting for it again.
+/// `all` must hold at least the transfers of `d`'s own and source namespaces.
 pub fn destination_view<'a>(
     d: &NamespaceTransfer,
     all: &'a [NamespaceTransfer],
