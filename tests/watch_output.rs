@@ -71,6 +71,22 @@ fn env() -> &'static Env {
                 std::thread::sleep(Duration::from_millis(250));
             }
         }
+        // Compact etcd's history up to now: a watch from an early
+        // resourceVersion then gets 410 from both sides (ours would resume
+        // from one etcd still has, and kube's watch cache answers 410 for
+        // anything before its own start either way).
+        let etcd_url = cp.etcd_url.clone();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                let mut etcd = etcd_client::Client::connect([etcd_url.as_str()], None)
+                    .await
+                    .unwrap();
+                let now = etcd.get("x", None).await.unwrap().header().unwrap().revision();
+                etcd.compact(now, None).await.unwrap();
+            });
         Env { cp, http, ns }
     })
 }

@@ -1378,7 +1378,7 @@ impl<S: Strategy> Store<S> {
                     current
                 }
             };
-            let watch = match self.cache.watch_from(after) {
+            let watch = match self.cache.watch_from(after).await {
                 Ok(watch) => watch,
                 // As kube-apiserver's watch cache: a watch that was allowed
                 // and parsed fails in its stream, with one ERROR event.

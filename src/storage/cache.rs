@@ -11,6 +11,19 @@
 //! revision it learned from etcd (a consistent read, like kube's
 //! ConsistentListFromCache); the cache asks etcd for a progress notification
 //! when no event would otherwise carry it there.
+//!
+//! Resumption: a watch from a revision older than the buffer (what every
+//! client sends that resumes after our server restarted, or on a replica
+//! that started after its revision) is not answered 410 Gone, as
+//! kube-apiserver's watch cache answers it. The cache first reads the missing
+//! events from etcd's history and puts them in front of its buffer
+//! ([`backfill`]), one read for all the watches waiting on it. Only a
+//! revision etcd has compacted, one followed by more changes than the buffer
+//! has room for, or a read that does not finish in time, still gets
+//! [`CacheError::TooOld`] (410 Expired).
+//!
+//! The cache reads etcd only through [`Storage`]; it knows nothing of
+//! objects, HTTP or API errors.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
@@ -22,8 +35,11 @@ use tokio::sync::{broadcast, watch, Notify};
 
 use super::{Event, KeyValue, ListOptions, Revision, Storage, StorageError, WatchMessage};
 
+mod backfill;
+
 /// How many recent events a cache keeps for watches that resume from a
-/// resourceVersion; older ones answer 410 Expired.
+/// resourceVersion, backfilled ones included; a watch that needs more
+/// answers 410 Expired.
 pub const DEFAULT_CAPACITY: usize = 10_000;
 
 /// How many events may queue for one slow watcher before it is closed.
@@ -66,10 +82,16 @@ pub enum CacheError {
 #[derive(Debug)]
 struct State {
     objects: BTreeMap<String, Arc<KeyValue>>,
+    /// Events in revision order. Every event after `complete_after` is here;
+    /// some of the events at `complete_after` itself may be too (one
+    /// transaction's events leave the buffer one at a time).
     events: VecDeque<Arc<CacheEvent>>,
     /// Every event after this revision is in `events`.
     complete_after: Revision,
     revision: Revision,
+    /// Counts re-lists: a backfill read for one generation's buffer must not
+    /// be spliced into the next one's.
+    generation: u64,
     sender: broadcast::Sender<Arc<CacheEvent>>,
 }
 
@@ -77,10 +99,12 @@ struct State {
 struct Inner {
     prefix: String,
     capacity: usize,
+    storage: Arc<dyn Storage>,
     state: RwLock<State>,
     revision: watch::Sender<Revision>,
     want_progress: Notify,
     ready: AtomicBool,
+    backfills: backfill::Backfills,
 }
 
 /// The read handle of a watch cache; cheap to clone.
@@ -120,21 +144,24 @@ impl WatchCache {
         let inner = Arc::new(Inner {
             prefix,
             capacity: capacity.max(1),
+            storage,
             state: RwLock::new(State {
                 objects: BTreeMap::new(),
                 events: VecDeque::new(),
                 complete_after: 0,
                 revision: 0,
+                generation: 0,
                 sender,
             }),
             revision,
             want_progress: Notify::new(),
             ready: AtomicBool::new(false),
+            backfills: backfill::Backfills::default(),
         });
         let feeder = inner.clone();
         tokio::spawn(async move {
             tokio::select! {
-                () = feed_forever(&feeder, storage) => {}
+                () = feed_forever(&feeder) => {}
                 () = shutdown.notified() => {}
             }
             feeder.ready.store(false, Ordering::Relaxed);
@@ -209,7 +236,22 @@ impl WatchCache {
     }
 
     /// A watch of every change after `after`.
-    pub fn watch_from(&self, after: Revision) -> Result<CacheWatch, CacheError> {
+    ///
+    /// A revision older than the buffer is first read back from etcd's
+    /// history (shared with every other watch waiting for it, and bounded by
+    /// the buffer's room and a time limit); only if that fails is the answer
+    /// [`CacheError::TooOld`].
+    pub async fn watch_from(&self, after: Revision) -> Result<CacheWatch, CacheError> {
+        match self.watch_buffered(after) {
+            Err(CacheError::TooOld { .. }) => {}
+            served_or_failed => return served_or_failed,
+        }
+        backfill::extend_back_to(&self.inner, after).await;
+        self.watch_buffered(after)
+    }
+
+    /// A watch of every change after `after`, from the buffer alone.
+    fn watch_buffered(&self, after: Revision) -> Result<CacheWatch, CacheError> {
         if !self.is_ready() {
             return Err(CacheError::NotReady);
         }
@@ -266,10 +308,10 @@ fn write(lock: &RwLock<State>) -> std::sync::RwLockWriteGuard<'_, State> {
 }
 
 /// List, watch, apply; on any failure, start again after a short pause.
-async fn feed_forever(inner: &Inner, storage: Arc<dyn Storage>) {
+async fn feed_forever(inner: &Inner) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match feed_once(inner, storage.as_ref()).await {
+        match feed_once(inner, inner.storage.as_ref()).await {
             Ok(()) => backoff = Duration::from_millis(100),
             Err(err) => {
                 tracing::warn!(prefix = %inner.prefix, error = %err, "watch cache lost its watch; re-listing");
@@ -290,6 +332,7 @@ async fn feed_once(inner: &Inner, storage: &dyn Storage) -> Result<(), StorageEr
         state.events.clear();
         state.complete_after = revision;
         state.revision = revision;
+        state.generation += 1;
         // Watchers of the previous generation may have missed events: close
         // them by replacing the sender, so their clients re-list.
         let (sender, _) = broadcast::channel(FANOUT_BUFFER);
@@ -346,45 +389,17 @@ fn apply(inner: &Inner, events: Vec<Event>) {
             if revision < state.revision {
                 continue;
             }
-            let cached = match event {
-                Event::Put { kv, prev } => {
-                    let object = Arc::new(kv);
-                    let old = state.objects.insert(object.key.clone(), object.clone());
-                    let prev = old.or_else(|| prev.map(Arc::new));
-                    CacheEvent {
-                        kind: if prev.is_some() {
-                            EventKind::Modified
-                        } else {
-                            EventKind::Added
-                        },
-                        revision,
-                        object,
-                        prev,
-                    }
-                }
-                Event::Delete { prev, revision } => {
-                    let old = state.objects.remove(&prev.key);
-                    let last_value = old.as_deref().cloned().unwrap_or(prev);
-                    let object = Arc::new(KeyValue {
-                        mod_revision: revision,
-                        memo: Default::default(),
-                        ..last_value.clone()
-                    });
-                    CacheEvent {
-                        kind: EventKind::Deleted,
-                        revision,
-                        object,
-                        prev: Some(Arc::new(last_value)),
-                    }
-                }
-            };
-            let cached = Arc::new(cached);
-            state.events.push_back(cached.clone());
-            while state.events.len() > inner.capacity {
-                if let Some(dropped) = state.events.pop_front() {
-                    state.complete_after = dropped.revision;
-                }
+            let cached = state.objects.get(event.key()).cloned();
+            let cached = Arc::new(cache_event(event, cached));
+            if cached.kind == EventKind::Deleted {
+                state.objects.remove(&cached.object.key);
+            } else {
+                state
+                    .objects
+                    .insert(cached.object.key.clone(), cached.object.clone());
             }
+            state.events.push_back(cached.clone());
+            trim(&mut state, inner.capacity);
             state.revision = revision;
             // No receivers is fine.
             let _ = state.sender.send(cached);
@@ -393,6 +408,51 @@ fn apply(inner: &Inner, events: Vec<Event>) {
     }
     if let Some(revision) = last {
         inner.revision.send_replace(revision);
+    }
+}
+
+/// One etcd event as watchers see it. `cached` is the cache's copy of the key
+/// before the event, which the live feed has and a backfill does not; without
+/// it, etcd's previous value stands in.
+fn cache_event(event: Event, cached: Option<Arc<KeyValue>>) -> CacheEvent {
+    match event {
+        Event::Put { kv, prev } => {
+            let prev = cached.or_else(|| prev.map(Arc::new));
+            CacheEvent {
+                kind: if prev.is_some() {
+                    EventKind::Modified
+                } else {
+                    EventKind::Added
+                },
+                revision: kv.mod_revision,
+                object: Arc::new(kv),
+                prev,
+            }
+        }
+        Event::Delete { prev, revision } => {
+            let last_value = cached.as_deref().cloned().unwrap_or(prev);
+            let object = Arc::new(KeyValue {
+                mod_revision: revision,
+                memo: Default::default(),
+                ..last_value.clone()
+            });
+            CacheEvent {
+                kind: EventKind::Deleted,
+                revision,
+                object,
+                prev: Some(Arc::new(last_value)),
+            }
+        }
+    }
+}
+
+/// Drops the oldest events beyond `capacity`; watches from before the last
+/// one dropped are too old from then on.
+fn trim(state: &mut State, capacity: usize) {
+    while state.events.len() > capacity {
+        if let Some(dropped) = state.events.pop_front() {
+            state.complete_after = dropped.revision;
+        }
     }
 }
 

@@ -103,7 +103,7 @@ async fn watch_from_a_revision_replays_later_events_then_streams_live_ones() {
         .await
         .unwrap();
 
-    let mut w = cache.watch_from(a.mod_revision).unwrap();
+    let mut w = cache.watch_from(a.mod_revision).await.unwrap();
     assert_eq!(w.backlog.len(), 1);
     assert_eq!(w.backlog[0].kind, EventKind::Modified);
     assert_eq!(
@@ -123,7 +123,7 @@ async fn watch_from_a_revision_replays_later_events_then_streams_live_ones() {
 }
 
 #[tokio::test]
-async fn watch_from_a_revision_older_than_the_buffer_is_too_old() {
+async fn watch_from_a_revision_older_than_a_full_buffer_is_too_old() {
     let storage = Arc::new(MemoryStorage::default());
     let cache = ready_cache(storage.clone(), 2).await;
     let first = storage
@@ -141,9 +141,9 @@ async fn watch_from_a_revision_older_than_the_buffer_is_too_old() {
         .wait_for_revision(now, Duration::from_secs(5))
         .await
         .unwrap();
-    let err = cache.watch_from(first.mod_revision).unwrap_err();
+    let err = cache.watch_from(first.mod_revision).await.unwrap_err();
     assert!(matches!(err, CacheError::TooOld { .. }), "{err:?}");
-    assert!(cache.watch_from(now - 1).is_ok());
+    assert!(cache.watch_from(now - 1).await.is_ok());
 }
 
 #[tokio::test]
