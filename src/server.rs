@@ -6,6 +6,7 @@
 //! [`crate::endpoints`]; this module never interprets an API path itself.
 
 pub mod connection;
+pub mod flowcontrol;
 pub mod health;
 pub mod metrics;
 pub mod options;
@@ -46,6 +47,7 @@ use crate::storage::etcd::EtcdStorage;
 use crate::storage::Storage;
 use bytes::Bytes;
 use connection::{ConnectionCap, ConnectionServer};
+use flowcontrol::{FlowControl, RequestKind};
 use futures::FutureExt;
 use health::Health;
 use http_body_util::{BodyExt, Full};
@@ -264,6 +266,9 @@ struct State {
     authz: Arc<dyn Authorizer>,
     /// The audit policy and log; `None` when auditing is off.
     audit: Option<Auditor>,
+    /// In-flight seats, per-user queues and the watch cap, for everything
+    /// under `/apis` and `/openapi`.
+    flow_control: FlowControl,
 }
 
 /// The accept loop on an already bound listener.
@@ -417,6 +422,7 @@ pub async fn serve(
         authn: auth.authn,
         authz: auth.authz,
         audit: auditor.clone(),
+        flow_control: FlowControl::new(config.flow_control),
     });
 
     if let Some(reloader) = config.tls_reloader.clone() {
@@ -504,9 +510,11 @@ async fn probe_etcd(storage: Arc<dyn Storage>, ok: Arc<AtomicBool>, stop: Arc<No
     }
 }
 
-/// The filter chain: health, then authentication, authorization, and the API
-/// (or `/metrics`); every request is counted, and audited as the policy
-/// says (crate::audit). Every response carries its `Audit-ID`.
+/// The filter chain: health, then authentication, authorization, flow
+/// control (for the API only: see [`flowcontrol`]) and the API (or
+/// `/metrics`); every request is counted, and audited as the policy says
+/// (crate::audit), refusals with 429 included. Every response carries its
+/// `Audit-ID`.
 async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
     let received = audit::now();
@@ -542,6 +550,13 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                     || path.starts_with("/apis/")
                     || path.starts_with("/openapi/") =>
             {
+                // Before the body is read (audit capture, the handler): a
+                // request that streams its body slowly holds its seat.
+                let kind = RequestKind::of(resource.as_ref(), &method);
+                let permit = match state.flow_control.admit(&user, kind).await {
+                    Ok(permit) => permit,
+                    Err(rejected) => return endpoints::error_response(&rejected.into()),
+                };
                 let ctx = Context {
                     user,
                     dry_run: false,
@@ -553,7 +568,8 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                     Some(record) => record.capture_request(req, endpoints::MAX_BODY_BYTES).await,
                     None => audit::Replayed::passthrough(req),
                 };
-                endpoints::serve_api(&state.api, req, ctx).await
+                let resp = endpoints::serve_api(&state.api, req, ctx).await;
+                permit.hold_through(resp)
             }
             Ok(_) if path == "/metrics" && method == http::Method::GET => {
                 let mut text = state.metrics.render();
@@ -574,6 +590,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                 if let Some(auditor) = &state.audit {
                     text.push_str(&auditor.sink().metrics());
                 }
+                text.push_str(&state.flow_control.metrics());
                 let mut resp = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
                 resp.headers_mut().insert(
                     http::header::CONTENT_TYPE,

@@ -103,6 +103,13 @@ pub enum ApiError {
     Internal(String),
     #[error("{0}")]
     ServiceUnavailable(String),
+    /// A limit on load was reached (in-flight seats, a user's queue, a
+    /// user's watches): kube's `NewTooManyRequests`. The message says which.
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after_seconds: i32,
+    },
     /// The server could not answer in time.
     #[error("{0}")]
     Timeout(String),
@@ -171,6 +178,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => 405,
             ApiError::Internal(_) => 500,
             ApiError::ServiceUnavailable(_) => 503,
+            ApiError::TooManyRequests { .. } => 429,
             ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => 504,
             ApiError::Denied { code, .. } => (*code).max(400),
         }
@@ -193,6 +201,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::Internal(_) => "InternalError",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
+            ApiError::TooManyRequests { .. } => "TooManyRequests",
             ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => "Timeout",
             ApiError::Denied { reason, .. } => reason,
         }
@@ -203,6 +212,10 @@ impl ApiError {
     pub fn retry_after_seconds(&self) -> Option<i32> {
         match self {
             ApiError::TooLargeResourceVersion { .. } => Some(1),
+            ApiError::TooManyRequests {
+                retry_after_seconds,
+                ..
+            } => Some(*retry_after_seconds),
             _ => None,
         }
     }
@@ -258,6 +271,10 @@ impl ApiError {
                     message: Some("Too large resource version".to_owned()),
                     reason: Some(CAUSE_RESOURCE_VERSION_TOO_LARGE.to_owned()),
                 }]),
+                retry_after_seconds: self.retry_after_seconds(),
+                ..Default::default()
+            }),
+            ApiError::TooManyRequests { .. } => Some(StatusDetails {
                 retry_after_seconds: self.retry_after_seconds(),
                 ..Default::default()
             }),

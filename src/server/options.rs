@@ -26,6 +26,17 @@
 //!   counted
 //!   (`storage_transfer_audit_error_total{reason="dropped"}`), never waited
 //!   for. `--audit-log-compress` is not offered.
+//!
+//! # Overload
+//!
+//! As kube-apiserver's max-in-flight flags, with a fixed fair queue per
+//! user in place of API Priority and Fairness (see [`super::flowcontrol`]
+//! and docs/operations.md): `--max-requests-inflight` (400),
+//! `--max-mutating-requests-inflight` (200), and ours,
+//! `--max-queued-requests-per-user` (50), `--max-queued-requests` (1000),
+//! `--request-queue-timeout` (15s) and `--max-watches-per-user` (100).
+//! Limits are whole numbers, 0 or more; a seat or watch limit of 0 means
+//! no limit, a queue limit of 0 means no request waits.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -33,6 +44,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::connection::ConnectionLimits;
+use super::flowcontrol::FlowControlLimits;
 use super::tls::{self, TlsError};
 use crate::audit::{AuditConfig, LogConfig, Policy, PolicyError, RotatingFile, Rotation};
 use crate::controller::EnabledControllers;
@@ -158,8 +170,10 @@ pub struct Options {
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub clone_timeout: Duration,
 
-    /// How many reconciles run at once.
-    #[arg(long, default_value_t = 4)]
+    /// How many reconciles run at once, per controller. A reconcile mostly
+    /// waits on kube-apiserver and etcd, so many run side by side; what
+    /// bounds the load they put on kube-apiserver is the queue's pacing.
+    #[arg(long, default_value_t = 16)]
     pub controller_workers: usize,
 
     /// Which controllers run, as kube-controller-manager's flag of the same
@@ -204,6 +218,42 @@ pub struct Options {
     /// or full disk never holds up a request nor fills memory.
     #[arg(long, default_value_t = 10_000)]
     pub audit_log_buffer_size: usize,
+
+    /// The most read-only requests (get, list) served at once, as
+    /// kube-apiserver's flag of the same name; past it they wait in their
+    /// user's queue. 0: no limit. Watches, health checks, /metrics and
+    /// members of system:masters are not counted.
+    #[arg(long, default_value = "400", value_parser = parse_limit, value_name = "N")]
+    pub max_requests_inflight: usize,
+
+    /// The most mutating requests (create, update, patch, delete) served
+    /// at once, as kube-apiserver's flag of the same name. 0: no limit.
+    #[arg(long, default_value = "200", value_parser = parse_limit, value_name = "N")]
+    pub max_mutating_requests_inflight: usize,
+
+    /// How many requests of one user may wait for a seat (of each kind);
+    /// past it they are refused with 429. 0: none wait, a request that finds
+    /// every seat taken is refused at once.
+    #[arg(long, default_value = "50", value_parser = parse_limit, value_name = "N")]
+    pub max_queued_requests_per_user: usize,
+
+    /// How many requests may wait for a seat (of each kind), all users
+    /// together; it bounds the queues' memory. When every place is taken, a
+    /// user with a shorter queue than the longest takes the place of that
+    /// queue's newest request.
+    #[arg(long, default_value = "1000", value_parser = parse_limit, value_name = "N")]
+    pub max_queued_requests: usize,
+
+    /// How long a request may wait in its queue for a seat before it is
+    /// refused with 429 (API Priority and Fairness waits 15s too).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub request_queue_timeout: Duration,
+
+    /// How many watches one user may hold open at once; past it a watch is
+    /// refused with 429. 0: no limit. Members of system:masters are not
+    /// counted.
+    #[arg(long, default_value = "100", value_parser = parse_limit, value_name = "N")]
+    pub max_watches_per_user: usize,
 }
 
 /// A validated configuration, ready to serve.
@@ -216,6 +266,8 @@ pub struct CompletedConfig {
     pub tls_reloader: Option<tls::CertificateReloader>,
     pub shutdown_grace: Duration,
     pub connections: ConnectionLimits,
+    /// In-flight seats, the per-user queues and the watch cap.
+    pub flow_control: FlowControlLimits,
     pub etcd: EtcdConfig,
     pub etcd_prefix: String,
     pub auth: AuthMode,
@@ -271,6 +323,9 @@ pub enum ConfigError {
     AuditLog { path: String, reason: String },
     #[error("--audit-log-buffer-size: must be at least 1")]
     AuditBuffer,
+    /// A flow-control limit that contradicts another.
+    #[error("--{flag}: {reason}")]
+    FlowControl { flag: &'static str, reason: String },
 }
 
 impl Options {
@@ -295,6 +350,7 @@ impl Options {
             )));
         }
         let connections = self.connection_limits()?;
+        let flow_control = self.flow_control_limits()?;
         let (tls_config, tls_reloader) = match (&self.tls_cert_file, &self.tls_private_key_file) {
             (Some(cert), Some(key)) => {
                 let (reloader, config) = tls::CertificateReloader::start(
@@ -319,6 +375,7 @@ impl Options {
             tls_reloader,
             shutdown_grace: self.shutdown_grace_period,
             connections,
+            flow_control,
             etcd: EtcdConfig {
                 endpoints: self.etcd_servers.clone(),
                 ca_file: self.etcd_cafile.clone(),
@@ -447,6 +504,53 @@ impl Options {
     }
 }
 
+impl Options {
+    /// The flow-control limits. Each number is already 0 or more (the
+    /// parser saw to it); what is left is how they combine: a wait of 0s
+    /// would refuse every queued request, and a total smaller than one
+    /// user's queue would make the per-user bound a lie.
+    fn flow_control_limits(&self) -> Result<FlowControlLimits, ConfigError> {
+        if self.request_queue_timeout.is_zero() && self.max_queued_requests_per_user > 0 {
+            return Err(ConfigError::FlowControl {
+                flag: "request-queue-timeout",
+                reason: "must be longer than 0s (to queue no request, set --max-queued-requests-per-user=0)".to_owned(),
+            });
+        }
+        if self.max_queued_requests < self.max_queued_requests_per_user {
+            return Err(ConfigError::FlowControl {
+                flag: "max-queued-requests",
+                reason: format!(
+                    "{} is less than --max-queued-requests-per-user={}",
+                    self.max_queued_requests, self.max_queued_requests_per_user
+                ),
+            });
+        }
+        Ok(FlowControlLimits {
+            max_read_only: self.max_requests_inflight,
+            max_mutating: self.max_mutating_requests_inflight,
+            max_queued_per_user: self.max_queued_requests_per_user,
+            max_queued_total: self.max_queued_requests,
+            queue_timeout: self.request_queue_timeout,
+            max_watches_per_user: self.max_watches_per_user,
+        })
+    }
+}
+
+/// Parses a limit: a whole number, 0 or more.
+fn parse_limit(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    s.parse::<usize>().map_err(|_| {
+        let negative = s
+            .strip_prefix('-')
+            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if negative {
+            format!("'{s}' is negative; use 0 or more (0: no limit)")
+        } else {
+            format!("'{s}' is not a whole number")
+        }
+    })
+}
+
 /// Parses `30s`, `500ms`, `2m` or a bare number of seconds.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -460,7 +564,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
+        "m" => n
+            .checked_mul(60)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("'{s}' is too long a duration")),
         _ => Err(format!("'{s}' has an unknown unit; use ms, s or m")),
     }
 }

@@ -12,6 +12,12 @@ fn durations_accept_kube_style_units() {
 }
 
 #[test]
+fn a_duration_too_long_to_hold_is_refused_not_a_panic() {
+    let minutes = format!("{}m", u64::MAX);
+    assert!(parse_duration(&minutes).unwrap_err().contains("too long"));
+}
+
+#[test]
 fn a_cert_without_a_key_is_rejected_by_the_flag_parser() {
     let err = Options::try_parse_from(["x", "--tls-cert-file", "/a.crt"]).unwrap_err();
     assert!(err.to_string().contains("--tls-private-key-file"), "{err}");
@@ -232,4 +238,111 @@ fn a_connection_limit_that_would_refuse_every_connection_is_an_error_naming_the_
         let err = completed(&[arg]).unwrap_err().to_string();
         assert_eq!(err, says, "{arg}");
     }
+}
+
+#[test]
+fn flow_control_limits_default_to_kube_apiservers() {
+    let limits = completed(&[]).unwrap().flow_control;
+    assert_eq!(
+        limits,
+        FlowControlLimits {
+            max_read_only: 400,
+            max_mutating: 200,
+            max_queued_per_user: 50,
+            max_queued_total: 1000,
+            queue_timeout: Duration::from_secs(15),
+            max_watches_per_user: 100,
+        }
+    );
+    assert_eq!(limits, FlowControlLimits::default());
+}
+
+#[test]
+fn flow_control_limits_are_read_from_their_flags_and_zero_means_no_limit() {
+    let limits = completed(&[
+        "--max-requests-inflight=0",
+        "--max-mutating-requests-inflight=1",
+        "--max-queued-requests-per-user=0",
+        "--max-queued-requests=0",
+        "--request-queue-timeout=500ms",
+        "--max-watches-per-user=0",
+    ])
+    .unwrap()
+    .flow_control;
+    assert_eq!(
+        limits,
+        FlowControlLimits {
+            max_read_only: 0,
+            max_mutating: 1,
+            max_queued_per_user: 0,
+            max_queued_total: 0,
+            queue_timeout: Duration::from_millis(500),
+            max_watches_per_user: 0,
+        }
+    );
+}
+
+#[test]
+fn a_flow_control_limit_that_is_negative_or_not_a_number_is_refused_naming_the_flag() {
+    for (arg, flag, says) in [
+        (
+            "--max-requests-inflight=-1",
+            "--max-requests-inflight",
+            "'-1' is negative",
+        ),
+        (
+            "--max-mutating-requests-inflight=many",
+            "--max-mutating-requests-inflight",
+            "'many' is not a whole number",
+        ),
+        (
+            "--max-queued-requests-per-user=-5",
+            "--max-queued-requests-per-user",
+            "'-5' is negative",
+        ),
+        (
+            "--max-queued-requests=1.5",
+            "--max-queued-requests",
+            "'1.5' is not a whole number",
+        ),
+        (
+            "--max-watches-per-user=",
+            "--max-watches-per-user",
+            "'' is not a whole number",
+        ),
+        (
+            "--request-queue-timeout=-1s",
+            "--request-queue-timeout",
+            "is not a duration",
+        ),
+    ] {
+        let err = Options::try_parse_from(["x", arg]).unwrap_err().to_string();
+        assert!(err.contains(flag) && err.contains(says), "{arg}: {err}");
+    }
+}
+
+#[test]
+fn flow_control_limits_that_contradict_each_other_are_an_error_naming_the_flag() {
+    for (args, says) in [
+        (
+            &["--request-queue-timeout=0s"][..],
+            "--request-queue-timeout: must be longer than 0s",
+        ),
+        (
+            &[
+                "--max-queued-requests=10",
+                "--max-queued-requests-per-user=20",
+            ][..],
+            "--max-queued-requests: 10 is less than --max-queued-requests-per-user=20",
+        ),
+    ] {
+        let err = completed(args).unwrap_err().to_string();
+        assert!(err.starts_with(says), "{args:?}: {err}");
+    }
+    // Without queues, a wait of 0s contradicts nothing.
+    assert!(completed(&[
+        "--request-queue-timeout=0s",
+        "--max-queued-requests-per-user=0"
+    ])
+    .is_ok());
 }
