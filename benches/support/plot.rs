@@ -61,6 +61,13 @@ pub(crate) struct Series {
     pub(crate) values: Vec<f64>,
 }
 
+/// A horizontal reference line across a bar chart (a ceiling, a goal),
+/// labelled at its right end.
+pub(crate) struct Rule {
+    pub(crate) value: f64,
+    pub(crate) label: String,
+}
+
 /// A grouped bar chart: one group per category, one bar per series, a legend.
 /// `log_y`: logarithmic y axis (values <= 0 are skipped). Writes a PNG of 1000x560 px.
 ///
@@ -76,10 +83,28 @@ pub(crate) fn grouped_bars(
     series: &[Series],
     log_y: bool,
 ) -> Result<(), String> {
+    grouped_bars_with_rules(path, title, y_label, categories, series, log_y, &[])
+}
+
+/// [`grouped_bars`] with horizontal reference lines drawn over the bars; the
+/// y axis spans the lines too. A line whose value cannot be drawn on the
+/// axis (not finite, or <= 0 on a log axis) is skipped.
+pub(crate) fn grouped_bars_with_rules(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[Series],
+    log_y: bool,
+    rules: &[Rule],
+) -> Result<(), String> {
     check_shape(categories, series)?;
     let drawable = |v: f64| v.is_finite() && (!log_y || v > 0.0);
-    let (lo, hi) = value_bounds(series, drawable)
+    let (mut lo, mut hi) = value_bounds(series, drawable)
         .ok_or_else(|| format!("{title}: no drawable value (finite, and > 0 on a log axis)"))?;
+    for rule in rules.iter().filter(|r| drawable(r.value)) {
+        (lo, hi) = (lo.min(rule.value), hi.max(rule.value));
+    }
     ensure_font()?;
 
     let canvas = BitMapBackend::new(path, SIZE).into_drawing_area();
@@ -154,6 +179,26 @@ pub(crate) fn grouped_bars(
                 // `canvas` is unshifted: backend pixels are its coordinates.
                 canvas
                     .draw(&Text::new(text, (pxc, py - 2), style.clone()))
+                    .map_err(err)?;
+            }
+            let rule_style = ("sans-serif", VALUE_PX)
+                .into_font()
+                .color(&BLACK.mix(0.8))
+                .pos(Pos::new(HPos::Right, VPos::Bottom));
+            for rule in rules.iter().filter(|r| drawable(r.value)) {
+                chart
+                    .draw_series(std::iter::once(PathElement::new(
+                        vec![(0.0, rule.value), (n as f64, rule.value)],
+                        BLACK.mix(0.55).stroke_width(2),
+                    )))
+                    .map_err(err)?;
+                let (px, py) = chart.backend_coord(&(n as f64, rule.value));
+                canvas
+                    .draw(&Text::new(
+                        rule.label.clone(),
+                        (px - 4, py - 3),
+                        rule_style.clone(),
+                    ))
                     .map_err(err)?;
             }
         }};
