@@ -11,9 +11,10 @@
 //! ([`PACE_PER_SECOND`], bursts of [`PACE_BURST`], as client-go's default
 //! controller rate limiter), and per key through an exponential backoff:
 //! failures from 250 ms, consecutive waits from 1 s, both up to 30 s. A key
-//! holds at most one pending timer (the earliest wins), so the bucket's debt
-//! never exceeds one token per key. Events and [`WorkQueue::add`] are never
-//! paced: a change is looked at at once.
+//! holds at most one pending timer (the earliest wins), and a timer takes
+//! its token when it fires, so the bucket's debt never exceeds one token per
+//! key. Events and [`WorkQueue::add`] are never paced: a change is looked at
+//! at once.
 //!
 //! Owns ordering, de-duplication and pacing only; what a key means is the
 //! reconciler's business.
@@ -133,7 +134,15 @@ impl WorkQueue {
     /// Queues `key` once `delay` has passed. A key already waiting for an
     /// earlier time keeps it.
     pub fn add_after(&self, key: &str, delay: Duration) {
-        if delay.is_zero() {
+        self.schedule(key, delay, false);
+    }
+
+    /// A timer for `key` after `delay`, unless one fires sooner. A `paced`
+    /// timer takes its token from the bucket when it fires (and waits for
+    /// it), so a timer that another replaced, or one due in a day, costs
+    /// nothing now, and the bucket's debt never exceeds one token per key.
+    fn schedule(&self, key: &str, delay: Duration, paced: bool) {
+        if delay.is_zero() && !paced {
             self.add(key);
             return;
         }
@@ -154,10 +163,29 @@ impl WorkQueue {
         let key = key.to_owned();
         tokio::spawn(async move {
             tokio::time::sleep_until(at).await;
+            let mut at = at;
+            if paced {
+                let wait = {
+                    let mut inner = queue.lock();
+                    if inner.delayed.get(&key) != Some(&at) {
+                        // Replaced by an earlier timer: nothing to do.
+                        return;
+                    }
+                    let wait = inner.bucket.take(Instant::now());
+                    if !wait.is_zero() {
+                        at = Instant::now() + wait;
+                        inner.delayed.insert(key.clone(), at);
+                    }
+                    wait
+                };
+                if !wait.is_zero() {
+                    tokio::time::sleep_until(at).await;
+                }
+            }
             let due = {
                 let mut inner = queue.lock();
                 match inner.delayed.get(&key) {
-                    // A later timer replaced by an earlier one has nothing to do.
+                    // A timer replaced by an earlier one has nothing to do.
                     Some(pending) if *pending == at => {
                         inner.delayed.remove(&key);
                         true
@@ -172,49 +200,49 @@ impl WorkQueue {
     }
 
     /// Queues `key` again after a failure: after a delay that doubles with
-    /// each consecutive failure, from 250 ms up to 30 s, and after the
+    /// each consecutive failure, from 250 ms up to 30 s, and then once the
     /// queue's bucket has a token for it.
     pub fn add_rate_limited(&self, key: &str) {
         let delay = {
             let mut inner = self.lock();
             let n = inner.failures.entry(key.to_owned()).or_insert(0);
             *n = n.saturating_add(1);
-            let own = backoff(*n);
-            own.max(inner.bucket.take(Instant::now()))
+            backoff(*n)
         };
-        self.add_after(key, delay);
+        self.schedule(key, delay, true);
     }
 
     /// Queues `key` again for a reconcile that asked to look again after
     /// `after` (it waits for something without an event of its own, or for
-    /// a deadline): no sooner than that, than its consecutive waits' backoff
-    /// (from 1 s, doubling, up to 30 s), and than the bucket allows.
+    /// a deadline): no sooner than that and than its consecutive waits'
+    /// backoff (from 1 s, doubling, up to 30 s), and then once the bucket
+    /// has a token for it.
     pub fn add_paced(&self, key: &str, after: Duration) {
         let delay = {
             let mut inner = self.lock();
             let n = inner.waits.entry(key.to_owned()).or_insert(0);
             *n = n.saturating_add(1);
-            let own = wait_backoff(*n);
-            after.max(own).max(inner.bucket.take(Instant::now()))
+            after.max(wait_backoff(*n))
         };
-        self.add_after(key, delay);
+        self.schedule(key, delay, true);
     }
 
-    /// Queues `key` for a periodic look (a resync), paced by the bucket, and
-    /// only if nothing is scheduled for it already.
-    pub fn add_resync(&self, key: &str) {
-        let delay = {
-            let mut inner = self.lock();
+    /// Queues `key` for a periodic look (a resync), paced by the bucket,
+    /// unless it is queued, being worked on, or has a timer due within
+    /// `within` (a later timer is brought forward: the look re-derives it).
+    pub fn add_resync(&self, key: &str, within: Duration) {
+        {
+            let inner = self.lock();
+            let soon = Instant::now() + within;
             if inner.shut_down
                 || inner.queued.contains(key)
                 || inner.active.contains(key)
-                || inner.delayed.contains_key(key)
+                || inner.delayed.get(key).is_some_and(|at| *at <= soon)
             {
                 return;
             }
-            inner.bucket.take(Instant::now())
-        };
-        self.add_after(key, delay);
+        }
+        self.schedule(key, Duration::ZERO, true);
     }
 
     /// Forgets `key`'s failures: its next failure waits the shortest time.

@@ -1,8 +1,10 @@
 //! The triggers: which transfer to look at, and when. Our own objects come
-//! from the registry's watch (the watch cache, not a second etcd watch); PVs,
-//! PVCs, pods and StorageClasses come from kube-rs reflectors, metadata only,
-//! since an event only has to say *which* transfer to look at: the reconciler
-//! reads what it decides on live.
+//! from the registry's watch (the watch cache, not a second etcd watch); pods
+//! and StorageClasses come from kube-rs reflectors, metadata only, since an
+//! event only has to say *which* transfer to look at. PVCs and PVs come whole:
+//! their reflectors' copies also serve the transfer controller's reads of
+//! them ([`super::cluster::ReadCache`]), which stay live only where the copy
+//! may be behind.
 //!
 //! Owns a local copy of every transfer, kept from the watch, to map a PVC,
 //! pod or PV event to the transfers it concerns, and a resync that queues
@@ -44,6 +46,8 @@ pub(super) type Known<O> = Arc<RwLock<HashMap<String, O>>>;
 pub struct Triggers {
     tasks: Vec<JoinHandle<()>>,
     classes: Reflector<PartialObjectMeta<StorageClass>>,
+    claims: Reflector<PersistentVolumeClaim>,
+    volumes: Reflector<PersistentVolume>,
 }
 
 impl Drop for Triggers {
@@ -72,7 +76,7 @@ impl Triggers {
             tokio::spawn(resync(known.clone(), queue.clone(), may_need_resync)),
         ];
 
-        let claims = metadata_events::<PersistentVolumeClaim>(&client);
+        let (claim_copy, claims) = reflected::<PersistentVolumeClaim>(&client);
         tasks.push(tokio::spawn(forward(
             claims,
             known.clone(),
@@ -92,7 +96,7 @@ impl Triggers {
             queue.clone(),
             |t, pod| is_active(t) && t.source_namespace() == namespace(pod),
         )));
-        let volumes = metadata_events::<PersistentVolume>(&client);
+        let (volume_copy, volumes) = reflected::<PersistentVolume>(&client);
         tasks.push(tokio::spawn(forward(volumes, known, queue, |t, volume| {
             t.status
                 .as_ref()
@@ -111,21 +115,61 @@ impl Triggers {
             futures::pin_mut!(class_events);
             while class_events.next().await.is_some() {}
         }));
-        Self { tasks, classes }
+        Self {
+            tasks,
+            classes,
+            claims: claim_copy,
+            volumes: volume_copy,
+        }
     }
 
     /// The StorageClasses' metadata, as the reflector last saw it.
     pub fn storage_classes(&self) -> Reflector<PartialObjectMeta<StorageClass>> {
         self.classes.clone()
     }
+
+    /// The PersistentVolumeClaims, as the reflector last saw them.
+    pub fn claims(&self) -> Reflector<PersistentVolumeClaim> {
+        self.claims.clone()
+    }
+
+    /// The PersistentVolumes, as the reflector last saw them.
+    pub fn volumes(&self) -> Reflector<PersistentVolume> {
+        self.volumes.clone()
+    }
 }
 
-pub(super) fn namespace<K>(obj: &PartialObjectMeta<K>) -> &str {
-    obj.metadata.namespace.as_deref().unwrap_or_default()
+pub(super) fn namespace<K: kube::Resource>(obj: &K) -> &str {
+    obj.meta().namespace.as_deref().unwrap_or_default()
 }
 
-pub(super) fn name<K>(obj: &PartialObjectMeta<K>) -> &str {
-    obj.metadata.name.as_deref().unwrap_or_default()
+pub(super) fn name<K: kube::Resource>(obj: &K) -> &str {
+    obj.meta().name.as_deref().unwrap_or_default()
+}
+
+/// Every object of kind `K`, whole, kept in a reflector's copy, and the
+/// objects that were added, changed or deleted (each after the copy has it).
+fn reflected<K>(
+    client: &kube::Client,
+) -> (
+    Reflector<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (copy, writer) = reflector::store();
+    let events = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    (copy, events)
 }
 
 /// The objects of kind `K` that were added, changed or deleted, metadata only.
@@ -147,10 +191,10 @@ where
 
 /// Queues every known object that `concerns` an object of the stream.
 pub(super) async fn forward<K, O: Object>(
-    events: impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>>,
+    events: impl Stream<Item = Result<K, watcher::Error>>,
     known: Known<O>,
     queue: WorkQueue,
-    concerns: impl Fn(&O, &PartialObjectMeta<K>) -> bool,
+    concerns: impl Fn(&O, &K) -> bool,
 ) {
     futures::pin_mut!(events);
     while let Some(event) = events.next().await {
@@ -275,7 +319,7 @@ pub(super) async fn resync<O>(known: Known<O>, queue: WorkQueue, wanted: fn(&O) 
             .map(|(k, _)| k.clone())
             .collect();
         for key in keys {
-            queue.add_resync(&key);
+            queue.add_resync(&key, RESYNC);
         }
     }
 }

@@ -122,9 +122,10 @@ async fn many_waiting_keys_are_paced_by_the_bucket() {
         last = Instant::now();
         q.done(&key);
     }
-    // The burst goes after the least wait (1 s); the rest at the bucket's
-    // rate, so the last one waits for its token: (keys - burst) / rate.
-    let paced = Duration::from_secs_f64((keys as f64 - PACE_BURST) / PACE_PER_SECOND);
+    // Every timer fires after the least wait (1 s) and takes its token then:
+    // the burst goes at once, the rest at the bucket's rate, so the last
+    // one waits (keys - burst) / rate more.
+    let paced = WAIT_BASE + Duration::from_secs_f64((keys as f64 - PACE_BURST) / PACE_PER_SECOND);
     let took = last - start;
     assert!(
         took + Duration::from_millis(1) >= paced && took <= paced + Duration::from_millis(1),
@@ -169,20 +170,43 @@ async fn a_key_keeps_only_its_earliest_timer() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_resync_skips_keys_already_scheduled() {
+async fn a_resync_skips_keys_already_scheduled_soon_and_brings_far_ones_forward() {
     let q = WorkQueue::new();
-    q.add_after("later", Duration::from_secs(60));
+    q.add_after("soon", Duration::from_secs(20));
+    q.add_after("far", Duration::from_secs(3_600));
     q.add("queued");
-    q.add_resync("later");
-    q.add_resync("queued");
-    q.add_resync("idle");
-    assert_eq!(q.next().await.as_deref(), Some("queued"));
-    q.done("queued");
-    assert_eq!(q.next().await.as_deref(), Some("idle"));
-    q.done("idle");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        q.is_empty(),
-        "the resync did not bring the 60 s timer forward"
-    );
+    for key in ["soon", "far", "queued", "idle"] {
+        q.add_resync(key, Duration::from_secs(30));
+    }
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let key = q.next().await.unwrap();
+        q.done(&key);
+        seen.push(key);
+    }
+    assert_eq!(seen, vec!["queued", "far", "idle"]);
+    assert!(q.is_empty(), "the 20 s timer was left as it was");
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    assert_eq!(q.next().await.as_deref(), Some("soon"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn timers_take_their_token_when_they_fire_so_far_or_replaced_ones_cost_nothing_now() {
+    let q = WorkQueue::new();
+    // A thousand looks due in an hour (TTLs) and as many replaced timers.
+    for i in 0..1_000 {
+        q.add_paced(&format!("ttl{i}"), Duration::from_secs(3_600));
+        q.add_after(&format!("r{i}"), Duration::from_secs(5));
+        q.add_paced(&format!("r{i}"), Duration::from_secs(60));
+    }
+    for _ in 0..1_000 {
+        let key = q.next().await.unwrap();
+        assert!(key.starts_with('r'), "{key}");
+        q.done(&key);
+    }
+    // The bucket is still full: a failure now waits only its own backoff.
+    let before = Instant::now();
+    q.add_rate_limited("fresh");
+    assert_eq!(q.next().await.as_deref(), Some("fresh"));
+    assert_eq!(Instant::now() - before, BACKOFF_BASE);
 }
