@@ -254,9 +254,15 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
         deps.client.clone(),
         transfer_queue.clone(),
     );
+    // The transfer controller reads claims and volumes from its triggers'
+    // copies where they can be trusted (cluster::ReadCache).
+    let cached = Cluster::with_cache(
+        deps.client.clone(),
+        cluster::ReadCache::new(transfer_triggers.claims(), transfer_triggers.volumes()),
+    );
     let transfers = TransferController::new(
         deps.transfers.clone(),
-        cluster.clone(),
+        cached,
         transfer_triggers.storage_classes(),
         deps.authorizer.clone(),
         events.clone(),

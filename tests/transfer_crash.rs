@@ -279,11 +279,9 @@ fn a_standing_offers_clones_crashed_after_any_step_each_arrive_once_to_a_request
         let k = cp.kubectl();
         // A standing offer, a Clone request and an EphemeralClaim of a pod:
         // the offer's pairs run one at a time, so the crash comes in one of
-        // them and the other may be anywhere.
-        k.apply(&format!(
-            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {src}\nspec:\n  mode: Clone\n  source:\n    name: db\n  destination:\n    namespace: {dst}\n"
-        ))
-        .unwrap();
+        // them and the other may be anywhere. The offer comes last: until
+        // it exists nothing can start, so the crash cannot come before every
+        // object is in.
         k.apply(&format!(
             "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: take\n  namespace: {dst}\nspec:\n  mode: Clone\n  source:\n    namespace: {src}\n    name: db\n"
         ))
@@ -301,6 +299,10 @@ fn a_standing_offers_clones_crashed_after_any_step_each_arrive_once_to_a_request
             "runner",
             ephemeral::Policy::Delete,
             &format!("dataSourceRef: {{kind: PersistentVolumeClaim, namespace: {src}, name: db}}"),
+        ))
+        .unwrap();
+        k.apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {src}\nspec:\n  mode: Clone\n  source:\n    name: db\n  destination:\n    namespace: {dst}\n"
         ))
         .unwrap();
         assert_crashed_after(cp, step);

@@ -3,14 +3,25 @@
 //! kube-rs, with the server's own ServiceAccount.
 //!
 //! Owns the calls and the one mapping of their failures to [`ClusterError`].
-//! Every read here is live (a GET or LIST against kube-apiserver, never a
-//! cache), because the protocol decides on them; the reflectors in
-//! [`super::watch`] only say *when* to look again.
+//! Reads are live (a GET or LIST against kube-apiserver), except where a
+//! [`ReadCache`] is attached ([`Cluster::with_cache`]): then a claim or a
+//! volume is read from the reflectors' copies of [`super::watch`], and live
+//! only where the copy may be behind what this controller knows: its own
+//! writes (read-your-writes), and a write refused on a stale version. What
+//! the copy can still lag behind is another writer's last change, which
+//! every write here is conditional against (a resourceVersion or uid), so a
+//! stale read costs a refused write and another look, never a wrong step.
+//! Pods, SubjectAccessReviews and dry runs are always live.
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::FutureExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::reflector::{ObjectRef, Store as Reflector};
 use kube::Api;
 use serde_json::Value;
 
@@ -73,6 +84,155 @@ fn found<T>(result: Result<T, kube::Error>) -> Result<Option<T>, ClusterError> {
 #[derive(Clone)]
 pub struct Cluster {
     client: kube::Client,
+    cache: Option<Arc<ReadCache>>,
+}
+
+/// What the copy of one object must show before it is trusted again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expect {
+    /// This resourceVersion (written or read live by this controller).
+    Version(String),
+    /// No object (this controller saw it gone).
+    Absent,
+    /// Unknown: read live until a live read says what to expect.
+    Live,
+}
+
+/// The reflectors' copies of claims and volumes, and per object what the
+/// copy must show to be trusted (entries only for objects this controller
+/// wrote, read live, or was refused on; every other object is read from the
+/// copy).
+#[derive(Debug)]
+pub struct ReadCache {
+    claims: Reflector<PersistentVolumeClaim>,
+    volumes: Reflector<PersistentVolume>,
+    expect: Mutex<Expectations>,
+}
+
+#[derive(Debug, Default)]
+struct Expectations {
+    /// Counts this controller's writes, so that a live read that began
+    /// before a write never replaces what that write recorded.
+    writes: u64,
+    by_key: HashMap<String, Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    expect: Expect,
+    /// The count of writes when this object was last written here.
+    written: u64,
+}
+
+impl ReadCache {
+    pub fn new(
+        claims: Reflector<PersistentVolumeClaim>,
+        volumes: Reflector<PersistentVolume>,
+    ) -> Self {
+        Self {
+            claims,
+            volumes,
+            expect: Mutex::default(),
+        }
+    }
+
+    fn expectations(&self) -> std::sync::MutexGuard<'_, Expectations> {
+        self.expect.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The copy's answer for `key`, if it can be trusted: `Some(found)`;
+    /// `None` means read live.
+    fn lookup<K>(&self, key: &str, copy: &Reflector<K>, at: &ObjectRef<K>) -> Option<Option<K>>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        copy.wait_until_ready().now_or_never()?.ok()?;
+        let found = copy.get(at);
+        let mut expect = self.expectations();
+        let trusted = match expect.by_key.get(key).map(|e| &e.expect) {
+            None => true,
+            Some(Expect::Live) => false,
+            Some(Expect::Absent) => found.is_none(),
+            Some(Expect::Version(v)) => found
+                .as_ref()
+                .is_some_and(|o| o.meta().resource_version.as_deref() == Some(v.as_str())),
+        };
+        if !trusted {
+            return None;
+        }
+        // The copy has caught up: nothing to remember any more.
+        expect.by_key.remove(key);
+        Some(found.map(|o| K::clone(&o)))
+    }
+
+    /// Where a live read starts: pass it to [`ReadCache::read`].
+    fn begin_read(&self) -> u64 {
+        self.expectations().writes
+    }
+
+    /// Remembers what a live read that began at `began` found, unless this
+    /// controller has written the object since (that write knows better).
+    fn read(&self, key: String, began: u64, what: Expect) {
+        let mut expect = self.expectations();
+        let written = match expect.by_key.get(&key) {
+            Some(e) if e.written > began => return,
+            Some(e) => e.written,
+            None => 0,
+        };
+        expect.by_key.insert(
+            key,
+            Entry {
+                expect: what,
+                written,
+            },
+        );
+    }
+
+    /// Remembers what this controller's write (or refused write) says.
+    fn wrote(&self, key: String, what: Expect) {
+        let mut expect = self.expectations();
+        expect.writes += 1;
+        let written = expect.writes;
+        expect.by_key.insert(
+            key,
+            Entry {
+                expect: what,
+                written,
+            },
+        );
+    }
+}
+
+fn claim_key(namespace: &str, name: &str) -> String {
+    format!("pvc/{namespace}/{name}")
+}
+
+fn volume_key(name: &str) -> String {
+    format!("pv/{name}")
+}
+
+/// What a write's answer says the copy must show next.
+fn expect_after<K: kube::Resource>(result: &Result<K, ClusterError>) -> Expect {
+    match result {
+        Ok(o) => o
+            .meta()
+            .resource_version
+            .clone()
+            .map_or(Expect::Live, Expect::Version),
+        Err(_) => Expect::Live,
+    }
+}
+
+/// What a live read says the copy must show next.
+fn expect_read<K: kube::Resource>(found: &Option<K>) -> Expect {
+    match found {
+        Some(o) => o
+            .meta()
+            .resource_version
+            .clone()
+            .map_or(Expect::Live, Expect::Version),
+        None => Expect::Absent,
+    }
 }
 
 impl std::fmt::Debug for Cluster {
@@ -82,8 +242,34 @@ impl std::fmt::Debug for Cluster {
 }
 
 impl Cluster {
+    /// Every read live.
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            cache: None,
+        }
+    }
+
+    /// Claims and volumes read from `cache` where it can be trusted.
+    pub fn with_cache(client: kube::Client, cache: ReadCache) -> Self {
+        Self {
+            client,
+            cache: Some(Arc::new(cache)),
+        }
+    }
+
+    /// The same calls with every read live (the cache's bookkeeping is
+    /// left to the caching one).
+    pub fn uncached(&self) -> Self {
+        Self::new(self.client.clone())
+    }
+
+    /// Records what this controller's write says of an object, when a cache
+    /// is attached.
+    fn wrote(&self, key: impl FnOnce() -> String, what: impl FnOnce() -> Expect) {
+        if let Some(cache) = &self.cache {
+            cache.wrote(key(), what());
+        }
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -98,16 +284,41 @@ impl Cluster {
         Api::all(self.client.clone())
     }
 
+    /// The claim, from the copy where it can be trusted, else live.
     pub async fn claim(
         &self,
         namespace: &str,
         name: &str,
     ) -> Result<Option<PersistentVolumeClaim>, ClusterError> {
-        found(self.claims(namespace).get(name).await)
+        let key = claim_key(namespace, name);
+        if let Some(cache) = &self.cache {
+            let at = ObjectRef::new(name).within(namespace);
+            if let Some(found) = cache.lookup(&key, &cache.claims, &at) {
+                return Ok(found);
+            }
+        }
+        let began = self.cache.as_ref().map(|c| c.begin_read());
+        let live = found(self.claims(namespace).get(name).await)?;
+        if let (Some(cache), Some(began)) = (&self.cache, began) {
+            cache.read(key, began, expect_read(&live));
+        }
+        Ok(live)
     }
 
+    /// The volume, from the copy where it can be trusted, else live.
     pub async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, ClusterError> {
-        found(self.volumes().get(name).await)
+        let key = volume_key(name);
+        if let Some(cache) = &self.cache {
+            if let Some(found) = cache.lookup(&key, &cache.volumes, &ObjectRef::new(name)) {
+                return Ok(found);
+            }
+        }
+        let began = self.cache.as_ref().map(|c| c.begin_read());
+        let live = found(self.volumes().get(name).await)?;
+        if let (Some(cache), Some(began)) = (&self.cache, began) {
+            cache.read(key, began, expect_read(&live));
+        }
+        Ok(live)
     }
 
     /// The volumes labelled `key=value`, live.
@@ -134,10 +345,13 @@ impl Cluster {
         name: &str,
         patch: &Value,
     ) -> Result<PersistentVolumeClaim, ClusterError> {
-        Ok(self
+        let result = self
             .claims(namespace)
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?)
+            .await
+            .map_err(ClusterError::from);
+        self.wrote(|| claim_key(namespace, name), || expect_after(&result));
+        result
     }
 
     /// A JSON merge patch; put `metadata.resourceVersion` in it to make it
@@ -147,10 +361,13 @@ impl Cluster {
         name: &str,
         patch: &Value,
     ) -> Result<PersistentVolume, ClusterError> {
-        Ok(self
+        let result = self
             .volumes()
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?)
+            .await
+            .map_err(ClusterError::from);
+        self.wrote(|| volume_key(name), || expect_after(&result));
+        result
     }
 
     pub async fn create_claim(
@@ -158,10 +375,14 @@ impl Cluster {
         namespace: &str,
         claim: &PersistentVolumeClaim,
     ) -> Result<PersistentVolumeClaim, ClusterError> {
-        Ok(self
+        let result = self
             .claims(namespace)
             .create(&PostParams::default(), claim)
-            .await?)
+            .await
+            .map_err(ClusterError::from);
+        let name = claim.metadata.name.as_deref().unwrap_or_default();
+        self.wrote(|| claim_key(namespace, name), || expect_after(&result));
+        result
     }
 
     /// Whether kube-apiserver would create `claim` (`dryRun=All`): quota,
@@ -214,12 +435,21 @@ impl Cluster {
             }),
             ..DeleteParams::default()
         };
+        let key = || claim_key(namespace, name);
         match self.claims(namespace).delete(name, &params).await {
-            Ok(_) => Ok(()),
-            Err(e) => match ClusterError::from(e) {
-                ClusterError::NotFound { .. } => Ok(()),
-                other => Err(other),
-            },
+            Ok(deleted) => {
+                // Still there while a finalizer holds it, or gone.
+                let still = deleted.left();
+                self.wrote(key, || expect_read(&still));
+                Ok(())
+            }
+            Err(e) => {
+                self.wrote(key, || Expect::Live);
+                match ClusterError::from(e) {
+                    ClusterError::NotFound { .. } => Ok(()),
+                    other => Err(other),
+                }
+            }
         }
     }
 

@@ -8,8 +8,11 @@
 //! - [`facts`]: what a reconcile reads, as plain data.
 //! - [`decide`]: the protocol, one pure function from facts to an
 //!   [`decide::Action`]. It holds every rule about what is safe when.
-//! - this module: the gathering (every read live: our objects from etcd,
-//!   claims, volumes and pods from kube-apiserver) and the executor, which
+//! - this module: the gathering (our objects live from etcd; claims and
+//!   volumes from the watch copies, live where a copy may be behind this
+//!   controller's own writes, and all live again before a step that no
+//!   precondition fences ([`needs_live_facts`]); pods, rights and admission
+//!   always live) and the executor, which
 //!   performs one action, conditional on the resourceVersion or uid it was
 //!   decided on, after checking the leadership lease. Then the next
 //!   reconcile starts from scratch (level-triggered): nothing is kept in
@@ -361,9 +364,11 @@ impl TransferController {
 
     async fn decide_and_act(&self, mut facts: Facts) -> Result<Next, Error> {
         let mut paused = false;
-        // At most: users, rights, admission, one pause and its fresh facts
-        // (whose users, rights and admission are asked for again).
-        for _ in 0..10 {
+        let mut live = false;
+        // At most: users, rights, admission, one pause and its fresh facts,
+        // one live confirmation and its fresh facts (whose users, rights and
+        // admission are asked for again each time).
+        for _ in 0..14 {
             let action = decide(&facts);
             match action {
                 Action::CheckUsers => {
@@ -386,6 +391,16 @@ impl TransferController {
                         return Ok(Next::Now);
                     };
                     facts = self.gather(fresh).await?;
+                }
+                action if !live && needs_live_facts(&action) => {
+                    // Decided on the watch copies of claims and volumes, and
+                    // not fenced by a precondition on what it rests on: decide
+                    // again on live reads, and do what that says.
+                    live = true;
+                    let Some(fresh) = self.refresh(&facts).await? else {
+                        return Ok(Next::Now);
+                    };
+                    facts = self.gather_live(fresh).await?;
                 }
                 action @ (Action::Lock { .. } | Action::RecordSource(_))
                     if facts.source.mode() == TransferMode::Clone
@@ -595,8 +610,20 @@ impl TransferController {
         Ok(labelled.len() + early)
     }
 
-    /// Reads every fact the decision needs, live.
+    /// Reads every fact the decision needs: our objects live from etcd,
+    /// claims and volumes from the watch copies where they can be trusted
+    /// (cluster::ReadCache), pods and rights live when the decision asks.
     async fn gather(&self, s: NamespaceTransfer) -> Result<Facts, Error> {
+        self.gather_from(&self.cluster, s).await
+    }
+
+    /// The facts with every claim and volume read live: what a step that no
+    /// precondition fences is decided on (see [`needs_live_facts`]).
+    async fn gather_live(&self, s: NamespaceTransfer) -> Result<Facts, Error> {
+        self.gather_from(&self.cluster.uncached(), s).await
+    }
+
+    async fn gather_from(&self, cluster: &Cluster, s: NamespaceTransfer) -> Result<Facts, Error> {
         let recorded = s.status.as_ref().and_then(|st| st.peer.clone());
         let peer = if role_of(&s) == Some(Role::Both) {
             Peer::Itself
@@ -629,7 +656,7 @@ impl TransferController {
             async move {
                 match name {
                     Some(name) => Ok::<_, Error>(
-                        self.cluster
+                        cluster
                             .claim(&namespace, &name)
                             .await?
                             .as_ref()
@@ -654,18 +681,14 @@ impl TransferController {
             .as_ref()
             .filter(|c| clone_mode && c.phase != "Bound")
         {
-            Some(clone) => {
-                self.cluster
-                    .provisioning_failure(&source_ns, &clone.uid)
-                    .await?
-            }
+            Some(clone) => cluster.provisioning_failure(&source_ns, &clone.uid).await?,
             None => None,
         };
         let volume_name = recorded_source(&s)
             .map(|snap| snap.volume_name.clone())
             .or_else(|| source_claim.as_ref().and_then(|c| c.volume_name.clone()));
         let volume = match &volume_name {
-            Some(name) => self.cluster.volume(name).await?.as_ref().map(Volume::from),
+            Some(name) => cluster.volume(name).await?.as_ref().map(Volume::from),
             None => None,
         };
         let class = match (&volume, &origin) {
@@ -1880,6 +1903,23 @@ fn standing_view(s: &NamespaceTransfer, d: &NamespaceTransfer) -> NamespaceTrans
 
 /// Whether `t` is a standing offer's pair view (see [`standing_view`]): an
 /// offer itself never records a peer.
+/// Whether `action` must be decided on live reads of the claims and the
+/// volume rather than the watch copies: the steps that end a transfer or
+/// give the volume back its policy rest on a claim's presence, absence or
+/// state, which no precondition of theirs fences (the others are writes
+/// conditional on the resourceVersion or uid they were decided on, so a
+/// stale copy costs a refused write, never a wrong step).
+fn needs_live_facts(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::Finish { .. }
+            | Action::Settle { .. }
+            | Action::Complete
+            | Action::DestinationLost { .. }
+            | Action::Unmark { .. }
+    )
+}
+
 fn is_standing_pair(t: &NamespaceTransfer) -> bool {
     t.is_standing_offer()
         && t.status

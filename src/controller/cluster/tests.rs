@@ -85,3 +85,121 @@ fn api_refusals_are_told_apart_from_passing_trouble() {
         ClusterError::Unavailable(_)
     ));
 }
+
+// ----- the read cache -----------------------------------------------------------
+
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::Event as WatchEvent;
+
+fn claim_at(name: &str, version: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": version},
+    }))
+    .unwrap()
+}
+
+/// A read cache over a claims copy filled with `claims` (listed, so ready).
+fn cache_with(claims: &[PersistentVolumeClaim]) -> (ReadCache, Writer<PersistentVolumeClaim>) {
+    let mut writer = Writer::default();
+    writer.apply_watcher_event(&WatchEvent::Init);
+    for c in claims {
+        writer.apply_watcher_event(&WatchEvent::InitApply(c.clone()));
+    }
+    writer.apply_watcher_event(&WatchEvent::InitDone);
+    let volumes = Writer::<PersistentVolume>::default();
+    (
+        ReadCache::new(writer.as_reader(), volumes.as_reader()),
+        writer,
+    )
+}
+
+fn lookup(cache: &ReadCache, name: &str) -> Option<Option<String>> {
+    cache
+        .lookup(
+            &claim_key("ns", name),
+            &cache.claims,
+            &ObjectRef::new(name).within("ns"),
+        )
+        .map(|found| found.and_then(|c| c.metadata.resource_version))
+}
+
+#[test]
+fn a_copy_that_has_not_listed_yet_is_never_read() {
+    let writer = Writer::<PersistentVolumeClaim>::default();
+    let volumes = Writer::<PersistentVolume>::default();
+    let cache = ReadCache::new(writer.as_reader(), volumes.as_reader());
+    assert_eq!(lookup(&cache, "db"), None, "read live");
+}
+
+#[test]
+fn an_object_nobody_here_wrote_is_read_from_the_copy_present_or_absent() {
+    let (cache, _writer) = cache_with(&[claim_at("db", "5")]);
+    assert_eq!(lookup(&cache, "db"), Some(Some("5".to_owned())));
+    assert_eq!(lookup(&cache, "other"), Some(None));
+}
+
+#[test]
+fn after_its_own_write_the_controller_reads_live_until_the_copy_shows_that_write() {
+    let (cache, mut writer) = cache_with(&[claim_at("db", "5")]);
+    cache.wrote(claim_key("ns", "db"), Expect::Version("7".to_owned()));
+    assert_eq!(
+        lookup(&cache, "db"),
+        None,
+        "the copy still shows 5: read live"
+    );
+    writer.apply_watcher_event(&WatchEvent::Apply(claim_at("db", "6")));
+    assert_eq!(lookup(&cache, "db"), None, "6 is not the write either");
+    writer.apply_watcher_event(&WatchEvent::Apply(claim_at("db", "7")));
+    assert_eq!(lookup(&cache, "db"), Some(Some("7".to_owned())));
+    // Caught up: later versions are the copy's to tell again.
+    writer.apply_watcher_event(&WatchEvent::Apply(claim_at("db", "9")));
+    assert_eq!(lookup(&cache, "db"), Some(Some("9".to_owned())));
+}
+
+#[test]
+fn an_object_seen_gone_is_read_live_while_the_copy_still_has_it() {
+    let (cache, mut writer) = cache_with(&[claim_at("db", "5")]);
+    let began = cache.begin_read();
+    cache.read(claim_key("ns", "db"), began, Expect::Absent);
+    assert_eq!(lookup(&cache, "db"), None);
+    writer.apply_watcher_event(&WatchEvent::Delete(claim_at("db", "5")));
+    assert_eq!(lookup(&cache, "db"), Some(None));
+}
+
+#[test]
+fn a_refused_write_makes_the_next_read_live() {
+    let (cache, _writer) = cache_with(&[claim_at("db", "5")]);
+    let refused: Result<PersistentVolumeClaim, ClusterError> = Err(ClusterError::Conflict {
+        message: "the object has been modified".to_owned(),
+    });
+    cache.wrote(claim_key("ns", "db"), expect_after(&refused));
+    assert_eq!(lookup(&cache, "db"), None);
+    // The live read says what to expect; the copy agrees, so it is trusted.
+    let began = cache.begin_read();
+    cache.read(
+        claim_key("ns", "db"),
+        began,
+        expect_read(&Some(claim_at("db", "5"))),
+    );
+    assert_eq!(lookup(&cache, "db"), Some(Some("5".to_owned())));
+}
+
+#[test]
+fn a_live_read_that_began_before_a_write_never_replaces_what_the_write_recorded() {
+    // The copy has not seen the claim this controller just created.
+    let (cache, _writer) = cache_with(&[]);
+    let key = claim_key("ns", "db");
+    let began = cache.begin_read();
+    cache.wrote(key.clone(), Expect::Version("7".to_owned()));
+    // A slow read from before the create lands now, having found nothing.
+    cache.read(key.clone(), began, Expect::Absent);
+    assert_eq!(
+        lookup(&cache, "db"),
+        None,
+        "still read live, not 'absent' from the copy"
+    );
+    // A read that began after the write is recorded.
+    let began = cache.begin_read();
+    cache.read(key, began, Expect::Version("8".to_owned()));
+    assert_eq!(lookup(&cache, "db"), None);
+}
