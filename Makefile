@@ -53,10 +53,11 @@ fresh-check:
 	hack/fresh-check.sh
 
 # Our server (direct and through the aggregator) against the same schema as a CRD
-# in kube-apiserver: rewrites docs/benchmarks.md and its plots.
+# in kube-apiserver, then transfers at scale: rewrites docs/benchmarks.md and its plots.
 # BENCH_SCALE=0.01 BENCH_OUT=<dir> runs it tiny and writes elsewhere.
 bench: tools
 	$(CARGO) bench --locked --bench compare
+	$(CARGO) bench --locked --bench scale
 
 # Our server alone on etcd: create/get/list throughput and latency, watch fan-out.
 # BENCH_SCALE=0.01 runs it tiny.

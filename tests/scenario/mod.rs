@@ -9,6 +9,8 @@
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
+pub(crate) mod many;
+
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
