@@ -266,19 +266,11 @@ fn memory(cp: &ControlPlane) -> Memory {
     }
 }
 
-fn apiserver_port(cp: &ControlPlane) -> u16 {
-    cp.apiserver_url
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap()
-}
-
 fn targets(cp: &ControlPlane) -> Vec<Target> {
     let kube = |key, label, group| Target {
         key,
         label,
-        port: apiserver_port(cp),
+        port: cp.apiserver_port(),
         server_name: "127.0.0.1".to_owned(),
         ca: cp.pki.cluster_ca.cert.clone(),
         cert: cp.pki.admin.cert.clone(),
@@ -316,7 +308,7 @@ fn null_target(cp: &ControlPlane) -> Target {
     Target {
         key: "null",
         label: "null via aggregator",
-        port: apiserver_port(cp),
+        port: cp.apiserver_port(),
         server_name: "127.0.0.1".to_owned(),
         ca: cp.pki.cluster_ca.cert.clone(),
         cert: cp.pki.admin.cert.clone(),

@@ -20,6 +20,14 @@
 //! requested; once they wait, kube-apiserver's request rate over a window,
 //! against the same window idle before they were filed.
 //!
+//! Last, **a flood**: on a control plane whose server has 8 read-only seats
+//! (`--max-requests-inflight=8`, so that the flood is many times capacity),
+//! tenant A lists 1,000 transfers from 80 connections' worth of concurrency
+//! without pause while tenant B gets one object at a time; B's get latency
+//! and both tenants' requests per second (A's refusals counted apart),
+//! against B alone. Both call our server as the aggregator does (front-proxy
+//! certificate, their own user names, no `system:masters`).
+//!
 //! kube-controller-manager runs with `--kube-api-qps=300 --kube-api-burst=600`:
 //! at its default of 20 its PV binder alone would cap the binds it must do at
 //! the end of every transfer, and the figure would measure that bucket. Large
@@ -39,7 +47,7 @@ mod scenario;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::Method;
@@ -79,6 +87,22 @@ impl Size {
     }
 }
 
+/// One tenant's figures in one window of the flood phase.
+#[derive(Default, Clone, Copy)]
+struct Tenant {
+    ok_per_s: f64,
+    refused_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// Tenant B alone, then B under A's flood, and A.
+struct Flood {
+    idle_b: Tenant,
+    flooded_b: Tenant,
+    a: Tenant,
+}
+
 /// Requests per second kube-apiserver served while pairs waited.
 struct Waiting {
     pairs: usize,
@@ -100,14 +124,6 @@ fn options(dir: &str) -> Options {
     o
 }
 
-fn apiserver_port(cp: &ControlPlane) -> u16 {
-    cp.apiserver_url
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap()
-}
-
 /// ConfigMap creates per second at concurrency 16, as the admin.
 fn write_ceiling(cp: &ControlPlane, rt: &tokio::runtime::Runtime) -> f64 {
     let k = cp.kubectl();
@@ -115,7 +131,7 @@ fn write_ceiling(cp: &ControlPlane, rt: &tokio::runtime::Runtime) -> f64 {
     let total = scaled(4000);
     let sample = rt.block_on(async {
         let client = connect_to(
-            apiserver_port(cp),
+            cp.apiserver_port(),
             "127.0.0.1",
             &cp.pki.cluster_ca.cert,
             Some((&cp.pki.admin.cert, &cp.pki.admin.key)),
@@ -229,7 +245,161 @@ fn waiting(pairs: usize) -> Waiting {
     }
 }
 
-fn report(sizes: &[Size], wait: &Waiting) -> String {
+/// How tenant A floods: concurrent list loops.
+const FLOODERS: usize = 80;
+/// Read-only seats of the server in the flood phase.
+const FLOOD_SEATS: usize = 8;
+
+fn flood(rt: &tokio::runtime::Runtime) -> Flood {
+    eprintln!("scale: flood");
+    let mut o = options("flood");
+    o.server_args
+        .push(format!("--max-requests-inflight={FLOOD_SEATS}"));
+    let cp = ControlPlane::start(o).unwrap();
+    let k = cp.kubectl();
+    k.ok(&["create", "namespace", "flood"]);
+    k.apply(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: bench-transfer-reader\nrules:\n- apiGroups: [storage.transfer.k8s.io]\n  resources: [namespacetransfers]\n  verbs: [get, list, watch]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: bench-readers\n  namespace: flood\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: bench-transfer-reader\nsubjects:\n- {apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-a}\n- {apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-b}\n",
+    )
+    .unwrap();
+    let objects = scaled(1000);
+    let docs: Vec<String> = (0..objects)
+        .map(|i| format!("apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: t-{i:05}\n  namespace: flood\nspec:\n  source:\n    name: c-{i:05}\n  destination:\n    namespace: elsewhere\n"))
+        .collect();
+    for chunk in docs.chunks(200) {
+        let run = k.run_with_stdin(&["create", "-f", "-"], Some(&chunk.join("---\n")));
+        assert!(run.success, "kubectl create: {}", run.stderr);
+    }
+    let (port, ca) = (cp.server_port, cp.pki.serving_ca.cert.clone());
+    let (cert, key) = (
+        cp.pki.front_proxy_client.cert.clone(),
+        cp.pki.front_proxy_client.key.clone(),
+    );
+    rt.block_on(async move {
+        let connect = || connect_to(port, load::SERVER_NAME, &ca, Some((&cert, &key)));
+        let b = connect().await;
+        let window = Duration::from_secs(scaled(20).max(5) as u64);
+        // RBAC may take a moment to reach the SubjectAccessReview answers.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, _) = get_as(&b, "tenant-b", "t-00000").await;
+            if status == 200 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "tenant-b cannot get: {status}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let idle_b = tenant_b(&b, window).await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let counts = Arc::new(Mutex::new((Vec::<Duration>::new(), 0usize)));
+        let mut flooders = Vec::new();
+        // A few connections, as a flooding client would have.
+        let mut a_clients = Vec::new();
+        for _ in 0..4 {
+            a_clients.push(connect().await);
+        }
+        let started = Instant::now();
+        for i in 0..FLOODERS {
+            let (client, stop, counts) = (a_clients[i % 4].clone(), stop.clone(), counts.clone());
+            flooders.push(tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let (status, _) = call_with(
+                        &client,
+                        Method::GET,
+                        "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/flood/namespacetransfers",
+                        &[("X-Remote-User", "tenant-a"), ("X-Remote-Group", "system:authenticated")],
+                        None,
+                    )
+                    .await;
+                    let mut c = counts.lock().unwrap();
+                    match status {
+                        200 => c.0.push(t.elapsed()),
+                        429 => c.1 += 1,
+                        other => panic!("tenant-a's list: {other}"),
+                    }
+                }
+            }));
+        }
+        // Let the queues fill before B's window.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let flooded_b = tenant_b(&b, window).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for f in flooders {
+            f.await.unwrap();
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        let (mut lists, refused) = counts.lock().unwrap().clone();
+        lists.sort();
+        let q = |q: f64| {
+            lists
+                .get(((lists.len().max(1) - 1) as f64 * q).round() as usize)
+                .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+        };
+        let a = Tenant {
+            ok_per_s: lists.len() as f64 / elapsed,
+            refused_per_s: refused as f64 / elapsed,
+            p50_ms: q(0.5),
+            p99_ms: q(0.99),
+        };
+        Flood {
+            idle_b,
+            flooded_b,
+            a,
+        }
+    })
+}
+
+async fn get_as(client: &load::Client, user: &str, name: &str) -> (u16, bytes::Bytes) {
+    call_with(
+        client,
+        Method::GET,
+        &format!(
+            "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/flood/namespacetransfers/{name}"
+        ),
+        &[
+            ("X-Remote-User", user),
+            ("X-Remote-Group", "system:authenticated"),
+        ],
+        None,
+    )
+    .await
+}
+
+/// Tenant B's gets, one at a time, for `window`.
+async fn tenant_b(client: &load::Client, window: Duration) -> Tenant {
+    let started = Instant::now();
+    let (mut ok, mut refused) = (Vec::new(), 0usize);
+    let mut i = 0usize;
+    while started.elapsed() < window {
+        let t = Instant::now();
+        let (status, body) =
+            get_as(client, "tenant-b", &format!("t-{:05}", i % scaled(1000))).await;
+        match status {
+            200 => ok.push(t.elapsed()),
+            429 => refused += 1,
+            other => panic!(
+                "tenant-b's get: {other}: {}",
+                String::from_utf8_lossy(&body)
+            ),
+        }
+        i += 1;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    ok.sort();
+    let q = |q: f64| {
+        ok.get(((ok.len().max(1) - 1) as f64 * q).round() as usize)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+    };
+    Tenant {
+        ok_per_s: ok.len() as f64 / elapsed,
+        refused_per_s: refused as f64 / elapsed,
+        p50_ms: q(0.5),
+        p99_ms: q(0.99),
+    }
+}
+
+fn report(sizes: &[Size], wait: &Waiting, flood: &Flood) -> String {
     let mut out = String::new();
     writeln!(out, "{BEGIN}\n").unwrap();
     writeln!(out, "### Transfers at scale\n").unwrap();
@@ -287,11 +457,73 @@ fn report(sizes: &[Size], wait: &Waiting) -> String {
         (wait.waiting - wait.idle).max(0.0) / wait.pairs as f64,
     )
     .unwrap();
+    writeln!(out, "### A tenant flooding the server\n").unwrap();
+    writeln!(
+        out,
+        "Our server with {FLOOD_SEATS} read-only seats; tenant A lists {} transfers from {FLOODERS} concurrent loops without pause, tenant B gets one object at a time. Requests per second and latency (ms):\n",
+        scaled(1000)
+    )
+    .unwrap();
+    writeln!(out, "| | served/s | refused (429)/s | p50 | p99 |").unwrap();
+    writeln!(out, "|---|---:|---:|---:|---:|").unwrap();
+    for (name, t) in [
+        ("tenant B alone", flood.idle_b),
+        ("tenant B under the flood", flood.flooded_b),
+        ("tenant A (the flood)", flood.a),
+    ] {
+        writeln!(
+            out,
+            "| {name} | {:.0} | {:.0} | {:.1} | {:.1} |",
+            t.ok_per_s, t.refused_per_s, t.p50_ms, t.p99_ms
+        )
+        .unwrap();
+    }
+    writeln!(
+        out,
+        "\nTenant B's get p99 under the flood is **{:.2}×** its p99 alone (the goal: within 2×).\n",
+        flood.flooded_b.p99_ms / flood.idle_b.p99_ms
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "![requests per second under the flood](benchmarks/scale-flood.png)\n"
+    )
+    .unwrap();
     writeln!(out, "{END}").unwrap();
     out
 }
 
-fn plots(sizes: &[Size], dir: &Path) {
+fn plots(sizes: &[Size], flood: &Flood, dir: &Path) {
+    plot::grouped_bars(
+        &dir.join("scale-flood.png"),
+        "Requests per second while tenant A floods",
+        "requests/s",
+        &[
+            "tenant B alone".to_owned(),
+            "tenant B, flooded".to_owned(),
+            "tenant A".to_owned(),
+        ],
+        &[
+            Series {
+                name: "served".to_owned(),
+                values: vec![
+                    flood.idle_b.ok_per_s,
+                    flood.flooded_b.ok_per_s,
+                    flood.a.ok_per_s,
+                ],
+            },
+            Series {
+                name: "refused (429)".to_owned(),
+                values: vec![
+                    flood.idle_b.refused_per_s,
+                    flood.flooded_b.refused_per_s,
+                    flood.a.refused_per_s,
+                ],
+            },
+        ],
+        false,
+    )
+    .unwrap();
     let categories: Vec<String> = sizes.iter().map(|s| s.pairs.to_string()).collect();
     plot::lines(
         &dir.join("scale-rate.png"),
@@ -347,11 +579,12 @@ fn main() {
     counts.dedup();
     let sizes: Vec<Size> = counts.iter().map(|&n| one_size(n, &rt)).collect();
     let wait = waiting(*counts.last().unwrap());
+    let flood = flood(&rt);
     let out = std::env::var_os("BENCH_OUT")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("docs"));
     let dir = out.join("benchmarks");
     std::fs::create_dir_all(&dir).unwrap();
-    plots(&sizes, &dir);
-    write_report(&out, &report(&sizes, &wait));
+    plots(&sizes, &flood, &dir);
+    write_report(&out, &report(&sizes, &wait, &flood));
 }

@@ -927,6 +927,15 @@ impl ControlPlane {
         }
     }
 
+    /// kube-apiserver's port on 127.0.0.1.
+    pub fn apiserver_port(&self) -> u16 {
+        self.apiserver_url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {}", self.apiserver_url))
+    }
+
     /// kubectl as cluster admin (`system:masters`).
     pub fn kubectl(&self) -> &Kubectl {
         &self.admin
