@@ -21,9 +21,9 @@
 //! against the same window idle before they were filed.
 //!
 //! Last, **a flood**: on a control plane whose server has 8 read-only seats
-//! (`--max-requests-inflight=8`, so that the flood is many times capacity),
-//! tenant A lists 1,000 transfers from 80 connections' worth of concurrency
-//! without pause while tenant B gets one object at a time; B's get latency
+//! (`--max-requests-inflight=8`), tenant A lists 1,000 transfers from 80
+//! concurrent loops (ten times the seats; each waits the `Retry-After` of a
+//! 429, as client-go does) while tenant B gets one object at a time; B's get latency
 //! and both tenants' requests per second (A's refusals counted apart),
 //! against B alone. Both call our server as the aggregator does (front-proxy
 //! certificate, their own user names, no `system:masters`).
@@ -312,11 +312,18 @@ fn flood(rt: &tokio::runtime::Runtime) -> Flood {
                         None,
                     )
                     .await;
-                    let mut c = counts.lock().unwrap();
-                    match status {
-                        200 => c.0.push(t.elapsed()),
-                        429 => c.1 += 1,
-                        other => panic!("tenant-a's list: {other}"),
+                    let refused = {
+                        let mut c = counts.lock().unwrap();
+                        match status {
+                            200 => c.0.push(t.elapsed()),
+                            429 => c.1 += 1,
+                            other => panic!("tenant-a's list: {other}"),
+                        }
+                        status == 429
+                    };
+                    if refused {
+                        // As client-go does: wait the Retry-After (1 s).
+                        tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }
             }));
@@ -460,7 +467,7 @@ fn report(sizes: &[Size], wait: &Waiting, flood: &Flood) -> String {
     writeln!(out, "### A tenant flooding the server\n").unwrap();
     writeln!(
         out,
-        "Our server with {FLOOD_SEATS} read-only seats; tenant A lists {} transfers from {FLOODERS} concurrent loops without pause, tenant B gets one object at a time. Requests per second and latency (ms):\n",
+        "Our server with {FLOOD_SEATS} read-only seats; tenant A lists {} transfers from {FLOODERS} concurrent loops (each waits the 1 s `Retry-After` of a 429, as client-go does), tenant B gets one object at a time. Requests per second and latency (ms):\n",
         scaled(1000)
     )
     .unwrap();
@@ -577,6 +584,11 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut counts: Vec<usize> = [100, 300, 1000].into_iter().map(scaled).collect();
     counts.dedup();
+    if counts.last().is_some_and(|&n| n < 100) {
+        // A tiny run (CI's smoke test) only checks that every phase still
+        // runs: one size is enough, and each size costs a control plane.
+        counts.drain(..counts.len() - 1);
+    }
     let sizes: Vec<Size> = counts.iter().map(|&n| one_size(n, &rt)).collect();
     let wait = waiting(*counts.last().unwrap());
     let flood = flood(&rt);
