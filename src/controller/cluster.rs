@@ -213,26 +213,20 @@ fn volume_key(name: &str) -> String {
 
 /// What a write's answer says the copy must show next.
 fn expect_after<K: kube::Resource>(result: &Result<K, ClusterError>) -> Expect {
-    match result {
-        Ok(o) => o
-            .meta()
-            .resource_version
-            .clone()
-            .map_or(Expect::Live, Expect::Version),
-        Err(_) => Expect::Live,
-    }
+    result.as_ref().map_or(Expect::Live, version_of)
 }
 
 /// What a live read says the copy must show next.
 fn expect_read<K: kube::Resource>(found: &Option<K>) -> Expect {
-    match found {
-        Some(o) => o
-            .meta()
-            .resource_version
-            .clone()
-            .map_or(Expect::Live, Expect::Version),
-        None => Expect::Absent,
-    }
+    found.as_ref().map_or(Expect::Absent, version_of)
+}
+
+/// The version an object the controller holds says the copy must reach.
+fn version_of<K: kube::Resource>(o: &K) -> Expect {
+    o.meta()
+        .resource_version
+        .clone()
+        .map_or(Expect::Live, Expect::Version)
 }
 
 impl std::fmt::Debug for Cluster {
