@@ -82,9 +82,15 @@ impl Size {
     fn quantile_ms(&self, q: f64) -> f64 {
         let mut l = self.run.latencies.clone();
         l.sort();
-        let i = ((l.len() as f64 - 1.0) * q).round() as usize;
-        l[i].as_secs_f64() * 1000.0
+        quantile_ms(&l, q)
     }
+}
+
+/// The latency at quantile `q` of `sorted`, in milliseconds (NaN for none).
+fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
+    sorted
+        .get(((sorted.len().max(1) - 1) as f64 * q).round() as usize)
+        .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
 }
 
 /// One tenant's figures in one window of the flood phase.
@@ -94,6 +100,20 @@ struct Tenant {
     refused_per_s: f64,
     p50_ms: f64,
     p99_ms: f64,
+}
+
+impl Tenant {
+    /// From the latencies of the requests served, the count refused, and
+    /// the seconds they took.
+    fn of(mut served: Vec<Duration>, refused: usize, seconds: f64) -> Self {
+        served.sort();
+        Self {
+            ok_per_s: served.len() as f64 / seconds,
+            refused_per_s: refused as f64 / seconds,
+            p50_ms: quantile_ms(&served, 0.5),
+            p99_ms: quantile_ms(&served, 0.99),
+        }
+    }
 }
 
 /// Tenant B alone, then B under A's flood, and A.
@@ -336,19 +356,8 @@ fn flood(rt: &tokio::runtime::Runtime) -> Flood {
             f.await.unwrap();
         }
         let elapsed = started.elapsed().as_secs_f64();
-        let (mut lists, refused) = counts.lock().unwrap().clone();
-        lists.sort();
-        let q = |q: f64| {
-            lists
-                .get(((lists.len().max(1) - 1) as f64 * q).round() as usize)
-                .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
-        };
-        let a = Tenant {
-            ok_per_s: lists.len() as f64 / elapsed,
-            refused_per_s: refused as f64 / elapsed,
-            p50_ms: q(0.5),
-            p99_ms: q(0.99),
-        };
+        let (lists, refused) = counts.lock().unwrap().clone();
+        let a = Tenant::of(lists, refused, elapsed);
         Flood {
             idle_b,
             flooded_b,
@@ -392,18 +401,7 @@ async fn tenant_b(client: &load::Client, window: Duration) -> Tenant {
         }
         i += 1;
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    ok.sort();
-    let q = |q: f64| {
-        ok.get(((ok.len().max(1) - 1) as f64 * q).round() as usize)
-            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
-    };
-    Tenant {
-        ok_per_s: ok.len() as f64 / elapsed,
-        refused_per_s: refused as f64 / elapsed,
-        p50_ms: q(0.5),
-        p99_ms: q(0.99),
-    }
+    Tenant::of(ok, refused, started.elapsed().as_secs_f64())
 }
 
 fn report(sizes: &[Size], wait: &Waiting, flood: &Flood) -> String {
