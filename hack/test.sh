@@ -2,31 +2,104 @@
 # Runs every test of the workspace and ends with one summary line,
 # "tests: N passed, N failed", counted over all test binaries.
 #
+# The test binaries run STA_TEST_JOBS at a time (default 2), the heaviest
+# first. An integration binary spends most of its time waiting on its own
+# control plane (transfer_crash alone keeps two cores a third busy), and each
+# binary starts its own control plane on ports it picks, in directories named
+# after it, so two binaries never share anything. A binary's output is printed
+# whole when it ends, so outputs never interleave. STA_TEST_JOBS=1 runs them
+# one after another, as `cargo test` does.
+#
 # STA_TEST_SAMPLE=1 runs every unit test but only the first integration test
 # of each test binary (make fresh-check, where the whole suite would not fit
-# CI's budget a second time).
+# CI's budget a second time). A test may run smaller under it: the scale
+# test files 10 pairs instead of 200.
+#
+# Arguments go to every test binary (a name filter, --skip NAME, ...).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-status=0
+jobs="${STA_TEST_JOBS:-2}"
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "test: STA_TEST_JOBS must be a positive number, not '$jobs'" >&2; exit 2; }
+sample="${STA_TEST_SAMPLE:-}"
 features=(--workspace --locked --features fault-injection)
-if [[ "${STA_TEST_SAMPLE:-}" == 1 ]]; then
-  cargo test "${features[@]}" --lib --bins "$@" 2>&1 | tee "$log" || status=$?
-  # Every integration test binary, as cargo built it.
-  mapfile -t binaries < <(cargo test "${features[@]}" --tests --no-run --message-format=json 2>/dev/null \
-    | sed -n 's/.*"target":{[^}]*"kind":\["test"\][^}]*}.*"executable":"\([^"]*\)".*/\1/p')
-  ((${#binaries[@]})) || { echo "test: found no integration test binaries" >&2; exit 1; }
-  for bin in "${binaries[@]}"; do
-    first="$("$bin" --list --format=terse 2>/dev/null | sed -n 's/: test$//p' | sort | head -n1)"
-    [[ -n "$first" ]] || continue
-    echo "test: $(basename "$bin"): $first"
-    "$bin" --exact "$first" 2>&1 | tee -a "$log" || status=$?
+# The slowest binaries by name, longest first: started first, they do not
+# leave one job running alone at the end.
+heaviest=(transfer_crash client_go transfer_scale storage_transfer_apiserver transfer ephemeral_claim testenv)
+
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+# Build everything first: a compile error is reported once, by cargo.
+cargo test "${features[@]}" --no-run
+
+# Every test harness cargo built, as "kind<TAB>package directory<TAB>executable"
+# (sed, not a JSON tool: the fresh-check's bare root has neither python nor jq).
+cargo test "${features[@]}" --no-run --message-format=json 2>/dev/null \
+  | sed -n 's/.*"manifest_path":"\([^"]*\)\/Cargo.toml".*"target":{\([^}]*\)}.*"profile":{[^}]*"test":true[^}]*}.*"executable":"\([^"]*\)".*/\2\t\1\t\3/p' \
+  | sed 's/^[^\t]*"kind":\["test"\][^\t]*\t/integration\t/; s/^[^\t]*"kind":[^\t]*\t/unit\t/' > "$out/binaries"
+[[ -s "$out/binaries" ]] || { echo "test: cargo built no test binaries" >&2; exit 1; }
+
+# Heaviest first, then the rest in cargo's order.
+{
+  for name in "${heaviest[@]}"; do
+    awk -F'\t' -v n="$name" '{ b = $3; sub(".*/", "", b); sub("-[0-9a-f]+$", "", b); if (b == n) print }' "$out/binaries"
   done
-else
-  cargo test "${features[@]}" --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+  cat "$out/binaries"
+} | awk '!seen[$0]++' > "$out/order"
+
+# run INDEX KIND DIR EXECUTABLE: one binary, as cargo would run it (from its
+# package's directory), its output kept in $out/INDEX.log and printed whole.
+run() {
+  local i="$1" kind="$2" dir="$3" bin="$4" first status=0 started
+  local args=("${@:5}")
+  started=$(date +%s)
+  {
+    if [[ "$sample" == 1 && "$kind" == integration ]]; then
+      first="$("$bin" --list --format=terse 2>/dev/null | sed -n 's/: test$//p' | sort | head -n1)"
+      if [[ -n "$first" ]]; then
+        echo "test: sampled: $first"
+        (cd "$dir" && "$bin" --exact "$first") || status=$?
+      fi
+    else
+      (cd "$dir" && "$bin" "${args[@]}") || status=$?
+    fi
+  } > "$out/$i.body" 2>&1
+  echo "$status" > "$out/$i.rc"
+  {
+    echo "test: $(basename "$bin") ($(($(date +%s) - started)) s, exit $status)"
+    cat "$out/$i.body"
+  } > "$out/$i.log"
+  flock "$out/print.lock" cat "$out/$i.log"
+}
+
+trap 'kill $(jobs -p) 2>/dev/null; exit 130' INT TERM
+i=0
+while IFS=$'\t' read -r kind dir bin; do
+  i=$((i + 1))
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+  run "$i" "$kind" "$dir" "$bin" "$@" &
+done < "$out/order"
+wait
+
+# Doc tests have no binary of their own to run; cargo runs them.
+if [[ "$sample" != 1 ]]; then
+  doc=0
+  cargo test "${features[@]}" --doc -- "$@" > "$out/doc.log" 2>&1 || doc=$?
+  echo "$doc" > "$out/doc.rc"
+  cat "$out/doc.log"
 fi
-read -r passed failed < <(awk '/^test result:/ { p += $4; f += $6 } END { print p+0, f+0 }' "$log")
+
+status=0
+for rc in "$out"/*.rc; do
+  [[ "$(cat "$rc")" == 0 ]] || status=1
+done
+read -r passed failed < <(cat "$out"/*.log | awk '/^test result:/ { p += $4; f += $6 } END { print p+0, f+0 }')
+ran=$(ls "$out"/[0-9]*.rc | wc -l)
+expected=$(wc -l < "$out/order")
+if ((ran != expected)); then
+  echo "test: only $ran of $expected test binaries reported" >&2
+  status=1
+fi
 echo "tests: $passed passed, $failed failed"
 exit "$status"
