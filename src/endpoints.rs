@@ -56,6 +56,12 @@ impl Api {
         resources.insert(api::EPHEMERAL_CLAIMS.plural, Arc::new(Handler::new(claims)));
         Self { resources }
     }
+
+    /// How many objects of the resource named `plural` exist; 0 for one we
+    /// do not serve.
+    pub fn object_count(&self, plural: &str) -> usize {
+        self.resources.get(plural).map_or(0, |r| r.object_count())
+    }
 }
 
 /// Serves one request under `/apis`, as `ctx.user`.

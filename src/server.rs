@@ -37,7 +37,7 @@ use crate::authn::{self, Anonymous, Authenticator, Peer, UserInfo};
 use crate::authz::sar::SubjectAccessReviewer;
 use crate::authz::{self, AllowAll, Attributes, Authorizer, Decision, ResourceAttributes};
 use crate::controller::{self, leader::LeaderStatus, transfer::TransferOptions, ControllerConfig};
-use crate::endpoints::request::{self, Query, ResourceRequest};
+use crate::endpoints::request::{self, Query, ResourceRequest, Verb};
 use crate::endpoints::{self, Api, Body};
 use crate::registry::admission::AnnotationLevel;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
@@ -553,7 +553,14 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                 // Before the body is read (audit capture, the handler): a
                 // request that streams its body slowly holds its seat.
                 let kind = RequestKind::of(resource.as_ref(), &method);
-                let permit = match state.flow_control.admit(&user, kind).await {
+                let width = match &resource {
+                    Some(r) if r.verb == Verb::List => flowcontrol::list_width(
+                        state.api.object_count(r.resource.plural),
+                        Query::parse(req.uri().query()).int("limit").ok().flatten(),
+                    ),
+                    _ => 1,
+                };
+                let permit = match state.flow_control.admit_wide(&user, kind, width).await {
                     Ok(permit) => permit,
                     Err(rejected) => return endpoints::error_response(&rejected.into()),
                 };

@@ -43,6 +43,9 @@ pub struct Call {
 #[async_trait::async_trait]
 pub trait Resource: Send + Sync + std::fmt::Debug {
     async fn serve(&self, call: Call) -> Result<Response<Body>, ApiError>;
+
+    /// How many objects of the resource exist (the watch cache's count).
+    fn object_count(&self) -> usize;
 }
 
 /// The generic handler of one resource.
@@ -59,6 +62,10 @@ impl<S: Strategy> Handler<S> {
 
 #[async_trait::async_trait]
 impl<S: Strategy> Resource for Handler<S> {
+    fn object_count(&self) -> usize {
+        self.store.object_count()
+    }
+
     async fn serve(&self, call: Call) -> Result<Response<Body>, ApiError> {
         match call.request.verb {
             Verb::Get => self.get(&call).await,

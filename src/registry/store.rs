@@ -200,6 +200,12 @@ impl<S: Strategy> Store<S> {
         &self.strategy
     }
 
+    /// How many objects of the resource exist, as the watch cache holds
+    /// them: what flow control weighs a list by.
+    pub fn object_count(&self) -> usize {
+        self.cache.len()
+    }
+
     /// Whether the watch cache has synced.
     pub fn is_ready(&self) -> bool {
         self.cache.is_ready()

@@ -6,10 +6,20 @@
 //! - Two pools of seats, as `--max-requests-inflight` (read-only requests:
 //!   get, list, and non-resource GETs) and `--max-mutating-requests-inflight`
 //!   (everything else that is not a watch). 0 means no limit, as in kube.
-//! - When a pool is full, a request waits in the queue of its user (the
-//!   authenticated user name), and every freed seat goes to the users in
+//! - A request takes one seat, except a list, which takes one per 100
+//!   objects it may return, up to 10, as APF's work estimator counts them
+//!   (the resource's objects, or `limit` if that is fewer). A seat is held
+//!   until the response has been written out (in frames of 16 KiB, so that
+//!   the hold covers the writing), or for at most [`MAX_SEAT_HOLD`] after the
+//!   handler answered, so that a client that stops reading cannot keep it.
+//! - No user holds more than all but an eighth of a pool's seats (all of a
+//!   pool of fewer than 8): the rest stays free for the others, so a user
+//!   who keeps the pool busy does not make everyone else wait for it.
+//! - When a request does not fit, it waits in the queue of its user (the
+//!   authenticated user name), and freed seats go to the users in
 //!   round-robin order, one request per user in turn: a user who floods the
-//!   server fills only their own queue. Queues are bounded per user
+//!   server fills only their own queue. A wide request at the head of the
+//!   turn is never overtaken by narrower ones behind it. Queues are bounded per user
 //!   (`--max-queued-requests-per-user`) and in all (`--max-queued-requests`),
 //!   and a request waits at most `--request-queue-timeout`. When every
 //!   queue is full, a user with a shorter queue than the longest one takes
@@ -55,6 +65,27 @@ pub const EXEMPT_GROUP: &str = "system:masters";
 /// What a refused client is told to wait before it retries, in seconds: the
 /// `Retry-After` kube-apiserver's max-in-flight filter sends.
 pub const RETRY_AFTER_SECONDS: i32 = 1;
+
+/// How long a seat stays taken after its handler answered, at most, while
+/// the response is still being written: kube-apiserver's default
+/// `--request-timeout`.
+pub const MAX_SEAT_HOLD: Duration = Duration::from_secs(60);
+
+/// The objects a list may return per seat it takes, and the most seats one
+/// request takes: APF's list work estimator's.
+pub const OBJECTS_PER_SEAT: usize = 100;
+pub const MAX_WIDTH: usize = 10;
+
+/// The seats a list takes: one per [`OBJECTS_PER_SEAT`] objects it may
+/// return (`objects`, the resource's count, or `limit` when it is fewer),
+/// from 1 to [`MAX_WIDTH`].
+pub fn list_width(objects: usize, limit: Option<i64>) -> usize {
+    let objects = match limit {
+        Some(limit) if limit > 0 => objects.min(usize::try_from(limit).unwrap_or(usize::MAX)),
+        _ => objects,
+    };
+    objects.div_ceil(OBJECTS_PER_SEAT).clamp(1, MAX_WIDTH)
+}
 
 /// The limits, as the flags of the same names set them (see
 /// [`super::options::Options`]). A zero seat or watch limit means no limit.
@@ -158,25 +189,46 @@ pub enum Arrival {
     Refused(QueueFull),
 }
 
+/// A seat (or several) handed to a waiting request by
+/// [`FairQueue::release`] or [`FairQueue::dispatch`]: the seats stay taken
+/// in `user`'s name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handed {
+    pub ticket: Ticket,
+    pub user: String,
+    pub width: usize,
+}
+
+/// A waiting request: its place and the seats it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Waiter {
+    ticket: Ticket,
+    width: usize,
+}
+
 /// One pool of seats and the per-user queues in front of it. Pure: no clock,
 /// no I/O, no locking; the caller says when a request arrives, gives up or
-/// gives its seat back, and is told who is seated.
+/// gives its seats back, and is told who is seated.
 ///
-/// Invariants: a request waits only while every seat is taken; no count
-/// goes below zero; each user's queue and all queues together stay within
-/// their bounds.
+/// Invariants: a request waits only while it does not fit (too few seats
+/// free, or its user would hold more than [`FairQueue::user_cap`]), or a
+/// request of another user that could be seated but for the free seats is
+/// ahead of it in turn; no count goes below zero; each user's queue and all
+/// queues together stay within their bounds.
 #[derive(Debug)]
 pub struct FairQueue {
     /// Seats in the pool; 0: no limit.
     seats: usize,
     in_use: usize,
+    /// The seats each user holds now; a user with none has no entry.
+    held: HashMap<String, usize>,
     max_per_user: usize,
     max_total: usize,
     /// Each waiting user's requests, oldest first. A user with none has no
     /// entry.
-    queues: HashMap<String, VecDeque<Ticket>>,
+    queues: HashMap<String, VecDeque<Waiter>>,
     /// The users with waiting requests, in the order they are served: the
-    /// first gets the next seat and goes to the back.
+    /// first that may be seated gets the next seats and goes to the back.
     turns: VecDeque<String>,
     /// Every queue's length, summed.
     queued: usize,
@@ -188,6 +240,7 @@ impl FairQueue {
         Self {
             seats,
             in_use: 0,
+            held: HashMap::new(),
             max_per_user,
             max_total,
             queues: HashMap::new(),
@@ -202,6 +255,11 @@ impl FairQueue {
         self.in_use
     }
 
+    /// Seats `user` holds now.
+    pub fn held_by(&self, user: &str) -> usize {
+        self.held.get(user).copied().unwrap_or(0)
+    }
+
     /// Requests waiting now, all users together.
     pub fn queued(&self) -> usize {
         self.queued
@@ -212,10 +270,58 @@ impl FairQueue {
         self.queues.get(user).map_or(0, VecDeque::len)
     }
 
-    /// A request of `user` arrives.
-    pub fn arrive(&mut self, user: &str) -> Arrival {
-        if self.seats == 0 || self.in_use < self.seats {
-            self.in_use += 1;
+    /// The most seats one user may hold: all but an eighth of the pool (all
+    /// of a pool of fewer than 8), so that the others always find some free.
+    pub fn user_cap(&self) -> usize {
+        self.seats - self.seats / 8
+    }
+
+    /// The seats a request asking for `width` takes: at least one, and never
+    /// more than one user may hold, so that it can always be seated.
+    pub fn width_for(&self, width: usize) -> usize {
+        if self.seats == 0 {
+            return 1;
+        }
+        width.clamp(1, self.user_cap())
+    }
+
+    /// Whether `user` may take `width` more seats without passing the cap.
+    fn under_cap(&self, user: &str, width: usize) -> bool {
+        self.held_by(user) + width <= self.user_cap()
+    }
+
+    /// Whether some waiting user's oldest request could be seated now but
+    /// for the free seats: then it goes first.
+    fn someone_waits_for_seats(&self) -> bool {
+        self.turns.iter().any(|u| self.head_fits_cap(u))
+    }
+
+    fn head_fits_cap(&self, user: &str) -> bool {
+        self.queues
+            .get(user)
+            .and_then(VecDeque::front)
+            .is_some_and(|w| self.under_cap(user, w.width))
+    }
+
+    fn take(&mut self, user: &str, width: usize) {
+        self.in_use += width;
+        *self.held.entry(user.to_owned()).or_default() += width;
+    }
+
+    /// A request of `user` that needs `width` seats arrives (clamped by
+    /// [`Self::width_for`]; the caller gives the same width back).
+    pub fn arrive(&mut self, user: &str, width: usize) -> Arrival {
+        let width = self.width_for(width);
+        if self.seats == 0 {
+            self.take(user, width);
+            return Arrival::Seated;
+        }
+        if self.in_use + width <= self.seats
+            && self.under_cap(user, width)
+            && self.queued_for(user) == 0
+            && !self.someone_waits_for_seats()
+        {
+            self.take(user, width);
             return Arrival::Seated;
         }
         if self.max_per_user == 0 || self.max_total == 0 {
@@ -238,14 +344,16 @@ impl FairQueue {
         if queue.is_empty() {
             self.turns.push_back(user.to_owned());
         }
-        queue.push_back(ticket);
+        queue.push_back(Waiter { ticket, width });
         self.queued += 1;
         Arrival::Queued { ticket, evicted }
     }
 
     /// Drops the newest request of the longest queue (the first such in
     /// turn order) if that queue is longer than `mine` + 1, the length of
-    /// `user`'s queue once the new request joins it; else nothing.
+    /// `user`'s queue once the new request joins it; else nothing. The
+    /// dropped request is never its queue's oldest, so who is served next
+    /// does not change.
     fn evict_for(&mut self, user: &str, mine: usize) -> Option<Ticket> {
         let (longest, len) = self.turns.iter().map(|u| (u, self.queued_for(u))).fold(
             None,
@@ -258,43 +366,72 @@ impl FairQueue {
             return None;
         }
         let longest = longest.clone();
-        let ticket = self.queues.get_mut(&longest)?.pop_back()?;
+        let waiter = self.queues.get_mut(&longest)?.pop_back()?;
         self.queued -= 1;
         self.forget_if_empty(&longest);
-        Some(ticket)
+        Some(waiter.ticket)
     }
 
-    /// A request gives its seat back. Returns the waiting request that takes
-    /// the seat, if any (the seat stays taken); else the seat is free.
-    pub fn release(&mut self) -> Option<Ticket> {
-        while let Some(user) = self.turns.pop_front() {
-            let Some(queue) = self.queues.get_mut(&user) else {
-                continue;
+    /// `user` gives back the `width` seats a request held. Returns the
+    /// waiting requests seated in its place (their seats stay taken).
+    pub fn release(&mut self, user: &str, width: usize) -> Vec<Handed> {
+        self.in_use = self.in_use.saturating_sub(width);
+        if let Some(held) = self.held.get_mut(user) {
+            *held = held.saturating_sub(width);
+            if *held == 0 {
+                self.held.remove(user);
+            }
+        }
+        self.dispatch()
+    }
+
+    /// Seats waiting requests while they fit, in turn: the first user whose
+    /// oldest request would stay within the user cap is served if there are
+    /// seats enough for it, and nobody behind it is until there are.
+    pub fn dispatch(&mut self) -> Vec<Handed> {
+        let mut handed = Vec::new();
+        while let Some(at) = self.turns.iter().position(|u| self.head_fits_cap(u)) {
+            let user = self.turns[at].clone();
+            let Some(width) = self
+                .queues
+                .get(&user)
+                .and_then(VecDeque::front)
+                .map(|w| w.width)
+            else {
+                break;
             };
-            let Some(ticket) = queue.pop_front() else {
-                self.queues.remove(&user);
-                continue;
+            if self.in_use + width > self.seats && self.seats != 0 {
+                break;
+            }
+            let Some(waiter) = self.queues.get_mut(&user).and_then(VecDeque::pop_front) else {
+                break;
             };
+            self.turns.remove(at);
             self.queued -= 1;
-            if queue.is_empty() {
+            if self.queued_for(&user) == 0 {
                 self.queues.remove(&user);
             } else {
-                self.turns.push_back(user);
+                self.turns.push_back(user.clone());
             }
-            return Some(ticket);
+            self.take(&user, waiter.width);
+            handed.push(Handed {
+                ticket: waiter.ticket,
+                user,
+                width: waiter.width,
+            });
         }
-        self.in_use = self.in_use.saturating_sub(1);
-        None
+        handed
     }
 
     /// A waiting request gives up (its wait timed out, or its client went
     /// away). Returns whether it was still waiting; if not, it was seated or
-    /// evicted before, and the caller must act on that instead.
+    /// evicted before, and the caller must act on that instead. Its leaving
+    /// may let others be seated: the caller then calls [`Self::dispatch`].
     pub fn withdraw(&mut self, user: &str, ticket: Ticket) -> bool {
         let Some(queue) = self.queues.get_mut(user) else {
             return false;
         };
-        let Some(at) = queue.iter().position(|t| *t == ticket) else {
+        let Some(at) = queue.iter().position(|w| w.ticket == ticket) else {
             return false;
         };
         queue.remove(at);
@@ -498,16 +635,23 @@ impl Pool {
 }
 
 impl PoolState {
-    /// Gives a seat back: to the next waiting request in turn, or to the
-    /// pool. A waiter whose receiver is gone cannot take it, so it goes on.
-    fn release(&mut self) {
-        while let Some(ticket) = self.queue.release() {
+    /// `user` gives `width` seats back: to the waiting requests they now
+    /// fit, in turn, or to the pool.
+    fn release(&mut self, user: &str, width: usize) {
+        let handed = self.queue.release(user, width);
+        self.hand_out(handed);
+    }
+
+    /// Tells each seated waiter. A waiter whose receiver is gone cannot take
+    /// its seats, so they are given back and go on to the next.
+    fn hand_out(&mut self, mut handed: Vec<Handed>) {
+        while let Some(h) = handed.pop() {
             let taken = self
                 .waiting
-                .remove(&ticket)
+                .remove(&h.ticket)
                 .is_some_and(|tx| tx.send(Turn::Seated).is_ok());
-            if taken {
-                return;
+            if !taken {
+                handed.extend(self.queue.release(&h.user, h.width));
             }
         }
     }
@@ -552,10 +696,21 @@ impl FlowControl {
         }
     }
 
-    /// Admits a request of `kind` by `user`: at once, after a wait in the
-    /// user's queue, or not at all. Holding the returned permit is holding
-    /// the seat (or the watch).
+    /// Admits a request of `kind` by `user` that takes one seat.
     pub async fn admit(&self, user: &UserInfo, kind: RequestKind) -> Result<Permit, Rejection> {
+        self.admit_wide(user, kind, 1).await
+    }
+
+    /// Admits a request of `kind` by `user` that needs `width` seats (a
+    /// list: [`list_width`]): at once, after a wait in the user's queue, or
+    /// not at all. Holding the returned permit is holding the seats (or the
+    /// watch).
+    pub async fn admit_wide(
+        &self,
+        user: &UserInfo,
+        kind: RequestKind,
+        width: usize,
+    ) -> Result<Permit, Rejection> {
         if user.groups.iter().any(|g| g == EXEMPT_GROUP) {
             return Ok(Permit(Held::Exempt));
         }
@@ -565,10 +720,18 @@ impl FlowControl {
             RequestKind::Watch => return self.open_watch(&user.username),
         };
         let (tx, rx) = oneshot::channel();
-        let ticket = {
+        let seat = |width| {
+            Permit(Held::Seat {
+                pool: pool.clone(),
+                user: user.username.clone(),
+                width,
+            })
+        };
+        let (ticket, width) = {
             let mut state = pool.lock();
-            match state.queue.arrive(&user.username) {
-                Arrival::Seated => return Ok(Permit(Held::Seat(pool.clone()))),
+            let width = state.queue.width_for(width);
+            match state.queue.arrive(&user.username, width) {
+                Arrival::Seated => return Ok(seat(width)),
                 Arrival::Refused(why) => {
                     let rejection = Rejection::Full {
                         kind,
@@ -586,7 +749,7 @@ impl FlowControl {
                             let _ = tx.send(Turn::Evicted);
                         }
                     }
-                    ticket
+                    (ticket, width)
                 }
             }
         };
@@ -594,6 +757,7 @@ impl FlowControl {
             pool: pool.clone(),
             user: user.username.clone(),
             ticket,
+            width,
             rx,
             settled: false,
         };
@@ -611,6 +775,8 @@ impl FlowControl {
                 if state.queue.withdraw(&waiting.user, ticket) {
                     state.waiting.remove(&ticket);
                     state.count(Reason::TimeOut);
+                    let handed = state.queue.dispatch();
+                    state.hand_out(handed);
                     waiting.settled = true;
                     return Err(Rejection::TimedOut {
                         kind,
@@ -624,7 +790,7 @@ impl FlowControl {
         };
         waiting.settled = true;
         match turn {
-            Turn::Seated => Ok(Permit(Held::Seat(pool.clone()))),
+            Turn::Seated => Ok(seat(width)),
             Turn::Evicted => {
                 pool.lock().count(Reason::QueueFull);
                 Err(Rejection::Evicted {
@@ -700,7 +866,7 @@ impl FlowControl {
     pub fn metrics(&self) -> String {
         let pools = [RequestKind::ReadOnly, RequestKind::Mutating];
         let mut out = String::from(
-            "# HELP apiserver_current_inflight_requests Requests being served now, by kind; exempt requests and watches take no seat.\n# TYPE apiserver_current_inflight_requests gauge\n",
+            "# HELP apiserver_current_inflight_requests Seats taken now, by kind (a request takes one, a list one per 100 objects it may return, up to 10); exempt requests and watches take none.\n# TYPE apiserver_current_inflight_requests gauge\n",
         );
         for kind in pools {
             let _ = writeln!(
@@ -757,6 +923,7 @@ struct Waiting {
     pool: Arc<Pool>,
     user: String,
     ticket: Ticket,
+    width: usize,
     rx: oneshot::Receiver<Turn>,
     /// Whether the outcome was taken care of by [`FlowControl::admit`].
     settled: bool,
@@ -771,8 +938,10 @@ impl Drop for Waiting {
         if state.queue.withdraw(&self.user, self.ticket) {
             state.waiting.remove(&self.ticket);
             state.count(Reason::Cancelled);
+            let handed = state.queue.dispatch();
+            state.hand_out(handed);
         } else if self.rx.try_recv() == Ok(Turn::Seated) {
-            state.release();
+            state.release(&self.user, self.width);
         }
     }
 }
@@ -785,7 +954,11 @@ pub struct Permit(Held);
 #[derive(Debug)]
 enum Held {
     Exempt,
-    Seat(Arc<Pool>),
+    Seat {
+        pool: Arc<Pool>,
+        user: String,
+        width: usize,
+    },
     Watch {
         watches: Arc<Mutex<Watches>>,
         user: String,
@@ -793,28 +966,53 @@ enum Held {
 }
 
 impl Permit {
-    /// Keeps the permit for as long as `resp` needs it: a watch's until its
-    /// body ends or is dropped (the client went away), anything else's not
-    /// past this call, the handler having answered.
+    /// Keeps the permit until `resp`'s body has been written out or dropped
+    /// (the client went away), as kube-apiserver holds a seat while its
+    /// handler writes the response: a watch's for as long as it runs, and a
+    /// large list's while it is sent, in frames of at most [`FRAME_BYTES`],
+    /// so that the connection takes each only as it writes the last.
     pub fn hold_through(self, resp: Response<Body>) -> Response<Body> {
-        if matches!(self.0, Held::Watch { .. }) {
-            resp.map(|body| {
-                WithPermit {
-                    body,
-                    _permit: self,
+        let timed = match &self.0 {
+            Held::Exempt => return resp,
+            // Taken whole by the connection at its first write.
+            Held::Seat { .. }
+                if hyper::body::Body::size_hint(resp.body())
+                    .exact()
+                    .is_some_and(|n| n <= FRAME_BYTES as u64) =>
+            {
+                return resp
+            }
+            Held::Seat { .. } => true,
+            Held::Watch { .. } => false,
+        };
+        let permit = Arc::new(Mutex::new(Some(self)));
+        let timer = timed.then(|| {
+            let permit = Arc::downgrade(&permit);
+            tokio::spawn(async move {
+                tokio::time::sleep(MAX_SEAT_HOLD).await;
+                if let Some(permit) = permit.upgrade() {
+                    let released = permit.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    drop(released);
                 }
-                .boxed_unsync()
             })
-        } else {
-            resp
-        }
+            .abort_handle()
+        });
+        resp.map(|body| {
+            WithPermit {
+                body,
+                rest: Bytes::new(),
+                permit,
+                timer,
+            }
+            .boxed_unsync()
+        })
     }
 
     /// Which kind of permit this is, for tests and logs.
     pub fn kind(&self) -> Option<RequestKind> {
         match &self.0 {
             Held::Exempt => None,
-            Held::Seat(pool) => Some(pool.kind),
+            Held::Seat { pool, .. } => Some(pool.kind),
             Held::Watch { .. } => Some(RequestKind::Watch),
         }
     }
@@ -824,7 +1022,7 @@ impl Drop for Permit {
     fn drop(&mut self) {
         match &self.0 {
             Held::Exempt => {}
-            Held::Seat(pool) => pool.lock().release(),
+            Held::Seat { pool, user, width } => pool.lock().release(user, *width),
             Held::Watch { watches, user } => {
                 let mut watches = lock(watches);
                 if let Some(open) = watches.open.get_mut(user) {
@@ -838,11 +1036,36 @@ impl Drop for Permit {
     }
 }
 
-/// A response body that holds a permit until it is dropped.
+/// The largest data frame a body holding a permit passes on: a TLS record.
+pub const FRAME_BYTES: usize = 16 * 1024;
+
+/// A response body that holds a permit until its last frame is taken or it
+/// is dropped (or, for a seat, [`MAX_SEAT_HOLD`] has passed), passing large
+/// data frames on in pieces of [`FRAME_BYTES`].
 #[derive(Debug)]
 struct WithPermit {
     body: Body,
-    _permit: Permit,
+    /// What is left of the data frame being passed on.
+    rest: Bytes,
+    /// Shared with the timer, which may give a seat back first.
+    permit: Arc<Mutex<Option<Permit>>>,
+    timer: Option<tokio::task::AbortHandle>,
+}
+
+impl WithPermit {
+    fn give_back(&mut self) {
+        let permit = self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(permit);
+        if let Some(timer) = self.timer.take() {
+            timer.abort();
+        }
+    }
+}
+
+impl Drop for WithPermit {
+    fn drop(&mut self) {
+        self.give_back();
+    }
 }
 
 impl hyper::body::Body for WithPermit {
@@ -853,15 +1076,41 @@ impl hyper::body::Body for WithPermit {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+        use std::task::Poll;
+        let this = self.get_mut();
+        if this.rest.is_empty() {
+            match std::pin::Pin::new(&mut this.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => this.rest = data,
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                Poll::Ready(None) => {
+                    this.give_back();
+                    return Poll::Ready(None);
+                }
+                other => return other,
+            }
+        }
+        let piece = this.rest.split_to(this.rest.len().min(FRAME_BYTES));
+        if this.rest.is_empty() && this.body.is_end_stream() {
+            this.give_back();
+        }
+        Poll::Ready(Some(Ok(Frame::data(piece))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.rest.is_empty() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
+        let inner = self.body.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = hyper::body::SizeHint::new();
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint.set_lower(inner.lower() + rest);
+        hint
     }
 }
 

@@ -226,6 +226,16 @@ impl WatchCache {
         Ok((range(&state.objects, prefix), state.revision))
     }
 
+    /// How many objects the cache holds, all prefixes together.
+    pub fn len(&self) -> usize {
+        read(&self.inner.state).objects.len()
+    }
+
+    /// Whether the cache holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// One object by key, and the revision the cache is at.
     pub fn get(&self, key: &str) -> Result<(Option<Arc<KeyValue>>, Revision), CacheError> {
         if !self.is_ready() {

@@ -1,5 +1,7 @@
 use super::*;
 
+use std::collections::VecDeque;
+
 use http::StatusCode;
 use http_body_util::Full;
 
@@ -17,13 +19,69 @@ fn ticket_of(arrival: Arrival) -> Ticket {
     }
 }
 
-/// A queue with every one of its `seats` taken.
-fn full_queue(seats: usize, max_per_user: usize, max_total: usize) -> FairQueue {
-    let mut q = FairQueue::new(seats, max_per_user, max_total);
-    for _ in 0..seats {
-        seated_or_panic(q.arrive("holder"));
+/// A queue and who holds its seats, oldest first, so that a test can give
+/// back "the next seat" as the request that took it first would.
+struct Seats {
+    q: FairQueue,
+    holders: VecDeque<(String, usize)>,
+}
+
+impl Seats {
+    fn new(seats: usize, max_per_user: usize, max_total: usize) -> Self {
+        Self {
+            q: FairQueue::new(seats, max_per_user, max_total),
+            holders: VecDeque::new(),
+        }
     }
-    q
+
+    /// Every seat taken, one per holder (`holder-0`, `holder-1`, ...).
+    fn full(seats: usize, max_per_user: usize, max_total: usize) -> Self {
+        let mut s = Self::new(seats, max_per_user, max_total);
+        for i in 0..seats {
+            seated_or_panic(s.arrive(&format!("holder-{i}")));
+        }
+        s
+    }
+
+    fn arrive(&mut self, user: &str) -> Arrival {
+        self.arrive_wide(user, 1)
+    }
+
+    fn arrive_wide(&mut self, user: &str, width: usize) -> Arrival {
+        let width = self.q.width_for(width);
+        let arrival = self.q.arrive(user, width);
+        if arrival == Arrival::Seated {
+            self.holders.push_back((user.to_owned(), width));
+        }
+        arrival
+    }
+
+    /// The oldest holder gives its seats back; returns who was seated.
+    fn release(&mut self) -> Vec<Ticket> {
+        let Some((user, width)) = self.holders.pop_front() else {
+            return self
+                .q
+                .release("nobody", 1)
+                .into_iter()
+                .map(|h| h.ticket)
+                .collect();
+        };
+        let handed = self.q.release(&user, width);
+        for h in &handed {
+            self.holders.push_back((h.user.clone(), h.width));
+        }
+        handed.into_iter().map(|h| h.ticket).collect()
+    }
+
+    /// Gives seats back one holder at a time until one is handed on.
+    fn release_one(&mut self) -> Option<Ticket> {
+        while !self.holders.is_empty() {
+            if let Some(t) = self.release().into_iter().next() {
+                return Some(t);
+            }
+        }
+        None
+    }
 }
 
 fn user(name: &str) -> UserInfo {
@@ -49,10 +107,10 @@ fn limits(seats: usize, per_user: usize) -> FlowControlLimits {
 
 #[test]
 fn a_request_is_seated_while_seats_are_free() {
-    let mut q = FairQueue::new(2, 10, 100);
+    let mut q = Seats::new(2, 10, 100);
     seated_or_panic(q.arrive("alice"));
     seated_or_panic(q.arrive("alice"));
-    assert_eq!(q.in_use(), 2);
+    assert_eq!(q.q.in_use(), 2);
     assert!(matches!(q.arrive("alice"), Arrival::Queued { .. }));
 }
 
@@ -60,28 +118,28 @@ fn a_request_is_seated_while_seats_are_free() {
 fn with_no_seat_limit_every_request_is_seated() {
     let mut q = FairQueue::new(0, 0, 0);
     for _ in 0..10_000 {
-        seated_or_panic(q.arrive("alice"));
+        seated_or_panic(q.arrive("alice", 1));
     }
     assert_eq!(q.queued(), 0);
 }
 
 #[test]
 fn freed_seats_go_to_the_users_in_turn_one_request_each() {
-    let mut q = full_queue(1, 10, 100);
+    let mut q = Seats::full(1, 10, 100);
     let a1 = ticket_of(q.arrive("alice"));
     let a2 = ticket_of(q.arrive("alice"));
     let a3 = ticket_of(q.arrive("alice"));
     let b1 = ticket_of(q.arrive("bob"));
     let c1 = ticket_of(q.arrive("carol"));
     let b2 = ticket_of(q.arrive("bob"));
-    let order: Vec<Ticket> = std::iter::from_fn(|| q.release()).collect();
+    let order: Vec<Ticket> = std::iter::from_fn(|| q.release_one()).collect();
     assert_eq!(order, [a1, b1, c1, a2, b2, a3]);
-    assert_eq!(q.in_use(), 0, "the last release frees the seat");
+    assert_eq!(q.q.in_use(), 0, "the last release frees the seat");
 }
 
 #[test]
 fn a_flooding_user_is_refused_once_their_queue_is_full_while_another_gets_the_next_seat() {
-    let mut q = full_queue(2, 5, 100);
+    let mut q = Seats::full(2, 5, 100);
     for _ in 0..5 {
         ticket_of(q.arrive("flood"));
     }
@@ -92,8 +150,8 @@ fn a_flooding_user_is_refused_once_their_queue_is_full_while_another_gets_the_ne
         );
     }
     let polite = ticket_of(q.arrive("polite"));
-    let first = q.release();
-    let second = q.release();
+    let first = q.release_one();
+    let second = q.release_one();
     assert!(
         [first, second].contains(&Some(polite)),
         "the polite user waits at most one turn: {first:?}, {second:?}"
@@ -106,7 +164,7 @@ fn a_user_flooding_at_ten_times_capacity_does_not_starve_another() {
     // user one, then every seat is given back once. Each request of the
     // other user must be seated within the round it was sent in.
     let seats = 4;
-    let mut q = FairQueue::new(seats, 50, 1000);
+    let mut q = Seats::new(seats, 50, 1000);
     let mut flooder_seated = 0;
     for round in 0..100 {
         for _ in 0..40 {
@@ -121,27 +179,27 @@ fn a_user_flooding_at_ten_times_capacity_does_not_starve_another() {
             Arrival::Queued { ticket, .. } => ticket,
             other => panic!("round {round}: the polite user was refused: {other:?}"),
         };
-        let granted: Vec<Ticket> = (0..seats).filter_map(|_| q.release()).collect();
+        let granted: Vec<Ticket> = (0..seats).flat_map(|_| q.release()).collect();
         assert!(
             granted.contains(&mine),
             "round {round}: the polite user's request waited past {seats} freed seats"
         );
-        assert!(q.queued_for("polite") == 0);
+        assert!(q.q.queued_for("polite") == 0);
     }
     assert!(flooder_seated > 0);
-    assert!(q.queued_for("flood") <= 50);
+    assert!(q.q.queued_for("flood") <= 50);
 }
 
 #[test]
 fn with_queuing_off_a_request_past_the_seats_is_refused_at_once() {
-    let mut q = full_queue(1, 0, 100);
+    let mut q = Seats::full(1, 0, 100);
     assert_eq!(q.arrive("alice"), Arrival::Refused(QueueFull::NoQueue));
-    assert_eq!(q.queued(), 0);
+    assert_eq!(q.q.queued(), 0);
 }
 
 #[test]
 fn when_every_queue_is_full_a_shorter_queue_takes_the_place_of_the_longest_queues_newest() {
-    let mut q = full_queue(1, 10, 4);
+    let mut q = Seats::full(1, 10, 4);
     let _f1 = ticket_of(q.arrive("flood"));
     let _f2 = ticket_of(q.arrive("flood"));
     let f3 = ticket_of(q.arrive("flood"));
@@ -153,13 +211,13 @@ fn when_every_queue_is_full_a_shorter_queue_takes_the_place_of_the_longest_queue
         } => assert_eq!(evicted, f3, "the flooder's newest request makes room"),
         other => panic!("expected an eviction, got {other:?}"),
     }
-    assert_eq!(q.queued(), 4);
-    assert_eq!(q.queued_for("flood"), 2);
+    assert_eq!(q.q.queued(), 4);
+    assert_eq!(q.q.queued_for("flood"), 2);
 }
 
 #[test]
 fn when_every_queue_is_full_a_user_with_the_longest_queue_is_refused() {
-    let mut q = full_queue(1, 10, 4);
+    let mut q = Seats::full(1, 10, 4);
     for _ in 0..2 {
         ticket_of(q.arrive("alice"));
         ticket_of(q.arrive("bob"));
@@ -177,39 +235,130 @@ fn when_every_queue_is_full_a_user_with_the_longest_queue_is_refused() {
             ..
         }
     ));
-    assert_eq!(q.queued(), 4);
+    assert_eq!(q.q.queued(), 4);
 }
 
 #[test]
 fn a_withdrawn_request_never_gets_a_seat() {
-    let mut q = full_queue(1, 10, 100);
+    let mut q = Seats::full(1, 10, 100);
     let a = ticket_of(q.arrive("alice"));
     let b = ticket_of(q.arrive("bob"));
-    assert!(q.withdraw("alice", a));
-    assert!(!q.withdraw("alice", a), "a ticket is withdrawn once");
-    assert_eq!(q.release(), Some(b));
-    assert_eq!(q.release(), None);
-    assert_eq!(q.in_use(), 0);
+    assert!(q.q.withdraw("alice", a));
+    assert!(!q.q.withdraw("alice", a), "a ticket is withdrawn once");
+    assert_eq!(q.release(), [b]);
+    assert_eq!(q.release(), []);
+    assert_eq!(q.q.in_use(), 0);
 }
 
 #[test]
 fn a_seated_request_cannot_be_withdrawn() {
-    let mut q = full_queue(1, 10, 100);
+    let mut q = Seats::full(1, 10, 100);
     let a = ticket_of(q.arrive("alice"));
-    assert_eq!(q.release(), Some(a));
-    assert!(!q.withdraw("alice", a));
-    assert_eq!(q.in_use(), 1);
+    assert_eq!(q.release(), [a]);
+    assert!(!q.q.withdraw("alice", a));
+    assert_eq!(q.q.in_use(), 1);
 }
 
 #[test]
 fn releasing_more_seats_than_were_taken_never_goes_below_zero() {
     let mut q = FairQueue::new(3, 10, 100);
-    seated_or_panic(q.arrive("alice"));
+    seated_or_panic(q.arrive("alice", 1));
     for _ in 0..5 {
-        assert_eq!(q.release(), None);
+        assert_eq!(q.release("alice", 1), []);
     }
     assert_eq!(q.in_use(), 0);
+    assert_eq!(q.held_by("alice"), 0);
     assert_eq!(q.queued(), 0);
+}
+
+#[test]
+fn a_list_takes_one_seat_per_hundred_objects_it_may_return_up_to_ten() {
+    assert_eq!(list_width(0, None), 1);
+    assert_eq!(list_width(100, None), 1);
+    assert_eq!(list_width(101, None), 2);
+    assert_eq!(list_width(1000, None), 10);
+    assert_eq!(list_width(100_000, None), 10);
+    assert_eq!(
+        list_width(1000, Some(50)),
+        1,
+        "a limit bounds what it returns"
+    );
+    assert_eq!(list_width(1000, Some(250)), 3);
+    assert_eq!(list_width(120, Some(5000)), 2, "a limit past the count");
+    assert_eq!(list_width(1000, Some(0)), 10, "limit=0 is no limit");
+    assert_eq!(list_width(1000, Some(-1)), 10);
+}
+
+#[test]
+fn one_user_never_holds_more_than_all_but_an_eighth_of_the_seats() {
+    let mut q = Seats::new(8, 50, 100);
+    for _ in 0..7 {
+        seated_or_panic(q.arrive("flood"));
+    }
+    ticket_of(q.arrive("flood"));
+    assert_eq!(q.q.held_by("flood"), 7);
+    assert_eq!(q.q.in_use(), 7);
+    seated_or_panic(q.arrive("polite"));
+    // A pool of fewer than 8 seats keeps none back.
+    let mut small = Seats::new(7, 50, 100);
+    for _ in 0..7 {
+        seated_or_panic(small.arrive("alone"));
+    }
+}
+
+#[test]
+fn a_request_wider_than_one_user_may_hold_takes_what_they_may() {
+    let mut q = Seats::new(8, 50, 100);
+    seated_or_panic(q.arrive_wide("lister", 10));
+    assert_eq!(q.q.held_by("lister"), 7);
+    seated_or_panic(q.arrive("other"));
+    assert_eq!(q.q.in_use(), 8);
+}
+
+#[test]
+fn a_wide_request_is_not_overtaken_by_narrower_ones_behind_it() {
+    let mut q = Seats::new(8, 50, 100);
+    for _ in 0..4 {
+        seated_or_panic(q.arrive("holder"));
+    }
+    let wide = ticket_of(q.arrive_wide("lister", 7));
+    let narrow = ticket_of(q.arrive("reader"));
+    assert_eq!(
+        q.release(),
+        [],
+        "5 free seats do not fit 7, and the reader waits behind"
+    );
+    assert_eq!(q.release(), [], "6 free");
+    assert_eq!(q.release(), [wide], "7 free: the wide request first");
+    assert_eq!(q.release(), [narrow]);
+}
+
+#[test]
+fn a_user_at_their_cap_does_not_hold_up_another_users_requests() {
+    let mut q = Seats::new(8, 50, 100);
+    seated_or_panic(q.arrive_wide("lister", 7));
+    let later = ticket_of(q.arrive("lister"));
+    seated_or_panic(q.arrive("reader"));
+    // When the reader is done, its seat stays free: the lister is at its cap.
+    let seat = q.holders.iter().position(|(u, _)| u == "reader").unwrap();
+    let (user, width) = q.holders.remove(seat).unwrap();
+    assert_eq!(q.q.release(&user, width), []);
+    assert_eq!(q.q.in_use(), 7);
+    // When the lister's wide request ends, its next one is seated.
+    assert_eq!(q.release(), [later]);
+}
+
+#[test]
+fn a_wide_request_given_back_seats_several_narrow_ones_at_once() {
+    let mut q = Seats::new(8, 50, 100);
+    seated_or_panic(q.arrive_wide("lister", 7));
+    seated_or_panic(q.arrive("a"));
+    let waiting: Vec<Ticket> = ["b", "c", "d"]
+        .iter()
+        .map(|u| ticket_of(q.arrive(u)))
+        .collect();
+    assert_eq!(q.release(), waiting);
+    assert_eq!(q.q.in_use(), 4);
 }
 
 // The async wrapper: waiting, timeouts, permits.
@@ -583,6 +732,73 @@ async fn a_seat_is_given_back_once_the_handler_has_answered() {
     let body: Body = Full::new(Bytes::new()).boxed_unsync();
     let _resp = permit.hold_through(Response::new(body));
     assert_eq!(flow.in_flight(RequestKind::Mutating), 0);
+}
+
+#[tokio::test]
+async fn a_wide_permit_holds_its_seats_until_it_is_dropped() {
+    let flow = FlowControl::new(limits(8, 10));
+    let list = flow
+        .admit_wide(&user("alice"), RequestKind::ReadOnly, 5)
+        .await
+        .unwrap();
+    assert_eq!(flow.in_flight(RequestKind::ReadOnly), 5);
+    drop(list);
+    assert_eq!(flow.in_flight(RequestKind::ReadOnly), 0);
+}
+
+#[tokio::test]
+async fn a_large_response_holds_its_seat_until_its_last_frame_is_taken() {
+    let flow = FlowControl::new(limits(1, 0));
+    let permit = flow
+        .admit(&user("alice"), RequestKind::ReadOnly)
+        .await
+        .unwrap();
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let body: Body = Full::new(Bytes::from(data.clone())).boxed_unsync();
+    let resp = permit.hold_through(Response::new(body));
+    assert_eq!(
+        hyper::body::Body::size_hint(resp.body()).exact(),
+        Some(100_000),
+        "the length is known before the first frame, for Content-Length"
+    );
+    let (_, mut body) = resp.into_parts();
+    let mut got = Vec::new();
+    while got.len() < data.len() {
+        assert_eq!(
+            flow.in_flight(RequestKind::ReadOnly),
+            1,
+            "held while written"
+        );
+        let chunk = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert!(chunk.len() <= FRAME_BYTES, "a frame of {}", chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(
+        flow.in_flight(RequestKind::ReadOnly),
+        0,
+        "given back with the last frame"
+    );
+    assert!(body.frame().await.is_none());
+    assert_eq!(got, data);
+    assert_eq!(flow.in_flight(RequestKind::ReadOnly), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_seat_whose_response_nobody_reads_is_given_back_after_the_longest_hold() {
+    let flow = FlowControl::new(limits(1, 0));
+    let permit = flow
+        .admit(&user("alice"), RequestKind::ReadOnly)
+        .await
+        .unwrap();
+    let body: Body = Full::new(Bytes::from(vec![b'x'; 200_000])).boxed_unsync();
+    let resp = permit.hold_through(Response::new(body));
+    tokio::time::sleep(MAX_SEAT_HOLD - Duration::from_secs(1)).await;
+    assert_eq!(flow.in_flight(RequestKind::ReadOnly), 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(flow.in_flight(RequestKind::ReadOnly), 0);
+    // The response itself is still whole.
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(bytes.len(), 200_000);
 }
 
 #[tokio::test]
