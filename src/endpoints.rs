@@ -57,10 +57,18 @@ impl Api {
         Self { resources }
     }
 
-    /// How many objects of the resource named `plural` exist; 0 for one we
-    /// do not serve.
-    pub fn object_count(&self, plural: &str) -> usize {
-        self.resources.get(plural).map_or(0, |r| r.object_count())
+    /// How many objects the list `request` with `query` may return,
+    /// counted no further than `at_most` (see [`Resource::list_objects`]);
+    /// 0 for a resource we do not serve.
+    pub fn list_objects(
+        &self,
+        request: &request::ResourceRequest,
+        query: &request::Query,
+        at_most: usize,
+    ) -> usize {
+        self.resources.get(request.resource.plural).map_or(0, |r| {
+            r.list_objects(request.namespace.as_deref(), query, at_most)
+        })
     }
 }
 

@@ -542,6 +542,8 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
         }
     }
     let notes = Notes::default();
+    let mut held = None;
+    let seats = &mut held;
     let handled = async {
         match verdict.outcome {
             Err(err) => endpoints::error_response(&err),
@@ -554,10 +556,13 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                 // request that streams its body slowly holds its seat.
                 let kind = RequestKind::of(resource.as_ref(), &method);
                 let width = match &resource {
-                    Some(r) if r.verb == Verb::List => flowcontrol::list_width(
-                        state.api.object_count(r.resource.plural),
-                        Query::parse(req.uri().query()).int("limit").ok().flatten(),
-                    ),
+                    Some(r) if r.verb == Verb::List => {
+                        flowcontrol::list_width(state.api.list_objects(
+                            r,
+                            &Query::parse(req.uri().query()),
+                            flowcontrol::MAX_WEIGHED_OBJECTS,
+                        ))
+                    }
                     _ => 1,
                 };
                 let permit = match state.flow_control.admit_wide(&user, kind, width).await {
@@ -576,7 +581,10 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                     None => audit::Replayed::passthrough(req),
                 };
                 let resp = endpoints::serve_api(&state.api, req, ctx).await;
-                permit.hold_through(resp)
+                // Held on through the writing of the response, which starts
+                // after the audit record has taken its copy.
+                *seats = Some(permit);
+                resp
             }
             Ok(_) if path == "/metrics" && method == http::Method::GET => {
                 let mut text = state.metrics.render();
@@ -650,7 +658,11 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
         Some(record) => record.finish(resp, audit::MAX_AUDITED_RESPONSE_BYTES).await,
         None => resp,
     };
-    audit::with_audit_id(resp, &audit_id)
+    let resp = audit::with_audit_id(resp, &audit_id);
+    match held {
+        Some(permit) => permit.hold_through(resp),
+        None => resp,
+    }
 }
 
 /// What a panic said, for the audit event of its request.

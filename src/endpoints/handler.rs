@@ -44,8 +44,10 @@ pub struct Call {
 pub trait Resource: Send + Sync + std::fmt::Debug {
     async fn serve(&self, call: Call) -> Result<Response<Body>, ApiError>;
 
-    /// How many objects of the resource exist (the watch cache's count).
-    fn object_count(&self) -> usize;
+    /// How many objects a list of `namespace` with `query` may return,
+    /// counted no further than `at_most`: the watch cache's count in that
+    /// scope, or `limit` when the list honours it and it is fewer.
+    fn list_objects(&self, namespace: Option<&str>, query: &Query, at_most: usize) -> usize;
 }
 
 /// The generic handler of one resource.
@@ -62,8 +64,25 @@ impl<S: Strategy> Handler<S> {
 
 #[async_trait::async_trait]
 impl<S: Strategy> Resource for Handler<S> {
-    fn object_count(&self) -> usize {
-        self.store.object_count()
+    fn list_objects(&self, namespace: Option<&str>, query: &Query, at_most: usize) -> usize {
+        let count = self.store.count_in(namespace, at_most);
+        let limit = query
+            .int("limit")
+            .ok()
+            .flatten()
+            .and_then(|l| usize::try_from(l).ok())
+            .filter(|l| *l > 0);
+        match limit {
+            Some(limit)
+                if crate::registry::store::list_honours_limit(
+                    query.get("resourceVersion"),
+                    query.get("continue"),
+                ) =>
+            {
+                count.min(limit)
+            }
+            _ => count,
+        }
     }
 
     async fn serve(&self, call: Call) -> Result<Response<Body>, ApiError> {

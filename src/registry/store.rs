@@ -60,6 +60,16 @@ pub struct ListOptions {
     pub resource_version_match: Option<String>,
 }
 
+/// Whether a list with this `resourceVersion` and `continue` token returns
+/// at most `limit` objects. Every list does but one from resourceVersion
+/// "0" (without a continue token), which [`Store::list`] answers whole from
+/// the watch cache, as kube-apiserver does. Flow control weighs a list by
+/// this, so the two must agree (a test of `list` holds them to it).
+pub fn list_honours_limit(resource_version: Option<&str>, continue_token: Option<&str>) -> bool {
+    continue_token.is_some_and(|c| !c.is_empty())
+        || resource_version.is_none_or(|rv| rv.parse::<i64>() != Ok(0))
+}
+
 /// A list response before encoding.
 #[derive(Debug, Clone)]
 pub struct ObjectList<T> {
@@ -200,10 +210,11 @@ impl<S: Strategy> Store<S> {
         &self.strategy
     }
 
-    /// How many objects of the resource exist, as the watch cache holds
-    /// them: what flow control weighs a list by.
-    pub fn object_count(&self) -> usize {
-        self.cache.len()
+    /// How many objects a list of `namespace` (all namespaces for `None`)
+    /// may return, as the watch cache holds them, counted no further than
+    /// `at_most`: what flow control weighs a list by.
+    pub fn count_in(&self, namespace: Option<&str>, at_most: usize) -> usize {
+        self.cache.count(&self.scope_prefix(namespace), at_most)
     }
 
     /// Whether the watch cache has synced.

@@ -8,13 +8,16 @@
 //!   (everything else that is not a watch). 0 means no limit, as in kube.
 //! - A request takes one seat, except a list, which takes one per 100
 //!   objects it may return, up to 10, as APF's work estimator counts them
-//!   (the resource's objects, or `limit` if that is fewer). A seat is held
-//!   until the response has been written out (in frames of 16 KiB, so that
-//!   the hold covers the writing), or for at most [`MAX_SEAT_HOLD`] after the
-//!   handler answered, so that a client that stops reading cannot keep it.
+//!   (the objects in the list's scope, or `limit` if that is fewer and the
+//!   list honours it). A seat is held until the connection has taken the
+//!   response's last frame (in frames of 16 KiB, so that the hold covers the
+//!   writing but for what hyper, TLS and the socket buffer, a few hundred
+//!   KiB), or for at most [`MAX_SEAT_HOLD`] after the handler answered, so
+//!   that a client that stops reading cannot keep it.
 //! - No user holds more than all but an eighth of a pool's seats (all of a
-//!   pool of fewer than 8): the rest stays free for the others, so a user
-//!   who keeps the pool busy does not make everyone else wait for it.
+//!   pool of fewer than 8): while one user keeps the pool busy, the rest
+//!   stays free for the others. (Two busy users can still hold it all
+//!   between them; then the queue's turns share it.)
 //! - When a request does not fit, it waits in the queue of its user (the
 //!   authenticated user name), and freed seats go to the users in
 //!   round-robin order, one request per user in turn: a user who floods the
@@ -76,14 +79,13 @@ pub const MAX_SEAT_HOLD: Duration = Duration::from_secs(60);
 pub const OBJECTS_PER_SEAT: usize = 100;
 pub const MAX_WIDTH: usize = 10;
 
-/// The seats a list takes: one per [`OBJECTS_PER_SEAT`] objects it may
-/// return (`objects`, the resource's count, or `limit` when it is fewer),
-/// from 1 to [`MAX_WIDTH`].
-pub fn list_width(objects: usize, limit: Option<i64>) -> usize {
-    let objects = match limit {
-        Some(limit) if limit > 0 => objects.min(usize::try_from(limit).unwrap_or(usize::MAX)),
-        _ => objects,
-    };
+/// The most objects a list's width depends on: past them it takes
+/// [`MAX_WIDTH`] seats whatever it returns.
+pub const MAX_WEIGHED_OBJECTS: usize = OBJECTS_PER_SEAT * MAX_WIDTH;
+
+/// The seats a list takes: one per [`OBJECTS_PER_SEAT`] of the `objects`
+/// it may return, from 1 to [`MAX_WIDTH`].
+pub fn list_width(objects: usize) -> usize {
     objects.div_ceil(OBJECTS_PER_SEAT).clamp(1, MAX_WIDTH)
 }
 
@@ -271,7 +273,7 @@ impl FairQueue {
     }
 
     /// The most seats one user may hold: all but an eighth of the pool (all
-    /// of a pool of fewer than 8), so that the others always find some free.
+    /// of a pool of fewer than 8), so that one busy user leaves some free.
     pub fn user_cap(&self) -> usize {
         self.seats - self.seats / 8
     }
@@ -457,6 +459,9 @@ pub enum Rejection {
     Full {
         kind: RequestKind,
         seats: usize,
+        /// `Some(held)` when seats were free but the user already held
+        /// `held`, as many as one user may.
+        at_cap: Option<usize>,
         why: QueueFull,
         limits: FlowControlLimits,
     },
@@ -502,15 +507,11 @@ impl Rejection {
     /// What the client reads: which limit was hit, by its flag.
     fn message(&self) -> String {
         let pool = |kind: RequestKind, seats: usize| {
-            let flag = match kind {
-                RequestKind::Mutating => "--max-mutating-requests-inflight",
-                _ => "--max-requests-inflight",
-            };
-            let kind = match kind {
-                RequestKind::Mutating => "mutating",
-                _ => "read-only",
-            };
-            format!("all {seats} seats for {kind} requests ({flag}) are taken")
+            format!(
+                "all {seats} seats for {} requests ({}) are taken",
+                kind_name(kind),
+                seat_flag(kind)
+            )
         };
         let seats = |kind: RequestKind, limits: &FlowControlLimits| match kind {
             RequestKind::Mutating => limits.max_mutating,
@@ -520,6 +521,7 @@ impl Rejection {
             Self::Full {
                 kind,
                 seats,
+                at_cap,
                 why,
                 limits,
             } => {
@@ -536,7 +538,15 @@ impl Rejection {
                         limits.max_queued_total
                     ),
                 };
-                format!("{} and {queue}", pool(*kind, *seats))
+                let pool = match at_cap {
+                    Some(held) => format!(
+                        "you hold {held} of the {seats} seats for {} requests, the most one user may (all but an eighth of {})",
+                        kind_name(*kind),
+                        seat_flag(*kind)
+                    ),
+                    None => pool(*kind, *seats),
+                };
+                format!("{pool} and {queue}")
             }
             Self::Evicted { kind, limits } => format!(
                 "{}, and your request left the queue to make room for another user's (--max-queued-requests={})",
@@ -553,6 +563,22 @@ impl Rejection {
             }
         };
         format!("Too many requests, please try again later: {detail}")
+    }
+}
+
+/// How a message names the pool of `kind`.
+fn kind_name(kind: RequestKind) -> &'static str {
+    match kind {
+        RequestKind::Mutating => "mutating",
+        _ => "read-only",
+    }
+}
+
+/// The flag that sets the seats of `kind`.
+fn seat_flag(kind: RequestKind) -> &'static str {
+    match kind {
+        RequestKind::Mutating => "--max-mutating-requests-inflight",
+        _ => "--max-requests-inflight",
     }
 }
 
@@ -733,9 +759,13 @@ impl FlowControl {
             match state.queue.arrive(&user.username, width) {
                 Arrival::Seated => return Ok(seat(width)),
                 Arrival::Refused(why) => {
+                    let seats = self.seats(kind);
+                    let at_cap = (state.queue.in_use() + width <= seats)
+                        .then(|| state.queue.held_by(&user.username));
                     let rejection = Rejection::Full {
                         kind,
-                        seats: self.seats(kind),
+                        seats,
+                        at_cap,
                         why,
                         limits: self.limits,
                     };
@@ -966,11 +996,15 @@ enum Held {
 }
 
 impl Permit {
-    /// Keeps the permit until `resp`'s body has been written out or dropped
-    /// (the client went away), as kube-apiserver holds a seat while its
-    /// handler writes the response: a watch's for as long as it runs, and a
-    /// large list's while it is sent, in frames of at most [`FRAME_BYTES`],
-    /// so that the connection takes each only as it writes the last.
+    /// Keeps the permit until the connection has taken `resp`'s last frame,
+    /// or the body is dropped (the client went away), as kube-apiserver
+    /// holds a seat while its handler writes the response: a watch's for as
+    /// long as it runs, and a large list's while it is sent, in frames of at
+    /// most [`FRAME_BYTES`], which the connection takes as it writes (hyper
+    /// buffers a few hundred KiB ahead, so the last of a response may still
+    /// be on its way). A seat is given back at most [`MAX_SEAT_HOLD`] after
+    /// this call. Call it on the final response, after anything that reads
+    /// the body (the audit record).
     pub fn hold_through(self, resp: Response<Body>) -> Response<Body> {
         let timed = match &self.0 {
             Held::Exempt => return resp,

@@ -226,14 +226,15 @@ impl WatchCache {
         Ok((range(&state.objects, prefix), state.revision))
     }
 
-    /// How many objects the cache holds, all prefixes together.
-    pub fn len(&self) -> usize {
-        read(&self.inner.state).objects.len()
-    }
-
-    /// Whether the cache holds no object.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// How many objects under `prefix` the cache holds, counting no further
+    /// than `at_most` (so that the count costs at most that many steps).
+    pub fn count(&self, prefix: &str, at_most: usize) -> usize {
+        read(&self.inner.state)
+            .objects
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .take(at_most)
+            .count()
     }
 
     /// One object by key, and the revision the cache is at.

@@ -454,6 +454,64 @@ async fn paged_lists_continue_where_they_stopped() {
 }
 
 #[tokio::test]
+async fn list_honours_limit_says_which_lists_return_at_most_their_limit() {
+    let s = store().await;
+    for i in 0..5 {
+        s.create(&ctx("alice"), "prod", offer(&format!("t{i}")))
+            .await
+            .unwrap();
+    }
+    // Wait for the cache, so that rv=0 sees every object.
+    let current = s.list(None, &ListOptions::default()).await.unwrap();
+    let rv = current.resource_version.clone();
+    for (resource_version, continued) in [
+        (None, false),
+        (Some("0"), false),
+        (Some(rv.as_str()), false),
+        (None, true),
+    ] {
+        let mut opts = ListOptions {
+            limit: Some(2),
+            resource_version: resource_version.map(str::to_owned),
+            ..ListOptions::default()
+        };
+        if continued {
+            let first = s.list(Some("prod"), &opts).await.unwrap();
+            opts.continue_token = first.continue_token;
+        }
+        let returned = s.list(Some("prod"), &opts).await.unwrap().items.len();
+        let honours = list_honours_limit(resource_version, opts.continue_token.as_deref());
+        assert_eq!(
+            returned <= 2,
+            honours,
+            "rv {resource_version:?}, continued {continued}: {returned} returned"
+        );
+    }
+}
+
+#[tokio::test]
+async fn count_in_counts_a_lists_scope_and_stops_at_its_bound() {
+    let s = store().await;
+    for (ns, n) in [("prod", 3), ("stage", 5)] {
+        for i in 0..n {
+            s.create(&ctx("alice"), ns, offer(&format!("t{i}")))
+                .await
+                .unwrap();
+        }
+    }
+    s.list(None, &ListOptions::default()).await.unwrap();
+    assert_eq!(s.count_in(Some("prod"), 1000), 3);
+    assert_eq!(s.count_in(Some("stage"), 1000), 5);
+    assert_eq!(
+        s.count_in(Some("pro"), 1000),
+        0,
+        "a namespace, not a prefix of one"
+    );
+    assert_eq!(s.count_in(None, 1000), 8);
+    assert_eq!(s.count_in(None, 4), 4);
+}
+
+#[tokio::test]
 async fn bad_continue_tokens_and_limits_are_bad_requests() {
     let s = store().await;
     for token in [
