@@ -19,8 +19,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-jobs="${STA_TEST_JOBS:-2}"
-[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "test: STA_TEST_JOBS must be a positive number, not '$jobs'" >&2; exit 2; }
+parallel="${STA_TEST_JOBS:-2}"
+[[ "$parallel" =~ ^[1-9][0-9]*$ ]] || { echo "test: STA_TEST_JOBS must be a positive number, not '$parallel'" >&2; exit 2; }
 sample="${STA_TEST_SAMPLE:-}"
 features=(--workspace --locked --features fault-injection)
 # The slowest binaries by name, longest first: started first, they do not
@@ -77,7 +77,7 @@ trap 'kill $(jobs -p) 2>/dev/null; exit 130' INT TERM
 i=0
 while IFS=$'\t' read -r kind dir bin; do
   i=$((i + 1))
-  while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+  while (($(jobs -rp | wc -l) >= parallel)); do wait -n || true; done
   run "$i" "$kind" "$dir" "$bin" "$@" &
 done < "$out/order"
 wait
