@@ -229,10 +229,7 @@ impl WatchCache {
     /// How many objects under `prefix` the cache holds, counting no further
     /// than `at_most` (so that the count costs at most that many steps).
     pub fn count(&self, prefix: &str, at_most: usize) -> usize {
-        read(&self.inner.state)
-            .objects
-            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(prefix))
+        under(&read(&self.inner.state).objects, prefix)
             .take(at_most)
             .count()
     }
@@ -302,11 +299,18 @@ impl WatchCache {
 }
 
 fn range(objects: &BTreeMap<String, Arc<KeyValue>>, prefix: &str) -> Vec<Arc<KeyValue>> {
+    under(objects, prefix).cloned().collect()
+}
+
+/// The objects whose keys start with `prefix`, in key order.
+fn under<'a>(
+    objects: &'a BTreeMap<String, Arc<KeyValue>>,
+    prefix: &'a str,
+) -> impl Iterator<Item = &'a Arc<KeyValue>> + 'a {
     objects
         .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
-        .take_while(|(k, _)| k.starts_with(prefix))
-        .map(|(_, v)| v.clone())
-        .collect()
+        .take_while(move |(k, _)| k.starts_with(prefix))
+        .map(|(_, v)| v)
 }
 
 fn read(lock: &RwLock<State>) -> std::sync::RwLockReadGuard<'_, State> {
