@@ -307,7 +307,13 @@ impl FairQueue {
 
     fn take(&mut self, user: &str, width: usize) {
         self.in_use += width;
-        *self.held.entry(user.to_owned()).or_default() += width;
+        // The user's name is copied only for their first seat.
+        match self.held.get_mut(user) {
+            Some(held) => *held += width,
+            None => {
+                self.held.insert(user.to_owned(), width);
+            }
+        }
     }
 
     /// A request of `user` that needs `width` seats arrives (clamped by
