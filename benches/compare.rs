@@ -904,28 +904,33 @@ async fn big_lists(target: &Arc<Target>, client: &Client, ns: &str, count: usize
 
 /// One side of the memory phase: fills `ns` through `filler` while
 /// watching `process` (pid `pid`), then, if everything fitted, lists it
-/// whole and page by page through each of `readers`.
+/// whole and page by page through each of `readers`. Each step opens its
+/// own connection when it starts: one left idle through a fill would have
+/// been closed by kube-apiserver, which drops HTTP/2 connections idle for
+/// 90 s.
 #[allow(clippy::too_many_arguments)]
 async fn fill_and_list(
     side: &'static str,
     process: &'static str,
     pid: u32,
     ns: &str,
-    filler: (&Arc<Target>, &Client),
-    readers: &[(&Arc<Target>, &Client)],
+    filler: &Arc<Target>,
+    readers: &[&Arc<Target>],
     wanted: usize,
     concurrency: usize,
 ) -> Filled {
     let rss_before = rss_mib(pid);
+    let filling = filler.connect().await;
     let (count, stopped) =
-        fill_bounded(filler.0, filler.1, ns, wanted, concurrency, pid, process).await;
+        fill_bounded(filler, &filling, ns, wanted, concurrency, pid, process).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_filled = rss_mib(pid);
     let mut lists = Vec::new();
     if stopped.is_none() {
-        for (t, c) in readers {
+        for t in readers {
             println!("memory: lists of {count} objects through {}", t.label);
-            lists.push(big_lists(t, c, ns, count).await);
+            let c = t.connect().await;
+            lists.push(big_lists(t, &c, ns, count).await);
         }
     }
     let rss_listed = if lists.is_empty() {
@@ -1889,11 +1894,7 @@ fn main() {
         // Last, so that nothing above runs beside 100k objects; nothing is
         // deleted after it, since the process ends.
         let wanted = scaled(100_000);
-        let (direct, aggregated, crd) = (
-            (&targets[0], &clients[0]),
-            (&targets[1], &clients[1]),
-            (&targets[2], &clients[2]),
-        );
+        let (direct, aggregated, crd) = (&targets[0], &targets[1], &targets[2]);
         let filled = vec![
             fill_and_list(
                 "ours",
