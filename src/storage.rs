@@ -9,6 +9,7 @@
 //! speaks its own error type, [`StorageError`]; nothing above `registry` ever
 //! sees it. It knows nothing of HTTP, users or strategies.
 
+pub mod barrier;
 pub mod cache;
 pub mod etcd;
 #[cfg(test)]
@@ -239,7 +240,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     ) -> Result<(KeyValue, Revision)>;
     /// Reads keys under `prefix` at one revision.
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListPage>;
-    /// The store's current revision (a linearizable read).
+    /// The store's current revision: a linearizable read, sent after the
+    /// call began (callers waiting together may share one).
     async fn current_revision(&self) -> Result<Revision>;
     /// Watches `prefix` for changes after revision `after`.
     async fn watch(&self, prefix: &str, after: Revision) -> Result<Box<dyn WatchStream>>;

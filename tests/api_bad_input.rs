@@ -275,6 +275,33 @@ fn bad_selectors_continue_tokens_and_limits_are_bad_requests() {
         let resp = send(&http, "GET", &format!("{url}?{query}"), &[], b"");
         assert_status(&resp, 400, "BadRequest", says);
     }
+    // A get of one object reads its resourceVersion as kube-apiserver does.
+    let created = send(
+        &http,
+        "POST",
+        &url,
+        &[JSON],
+        &serde_json::to_vec(&transfer("one")).unwrap(),
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    for rv in ["abc", "-1", "1.5"] {
+        let resp = send(
+            &http,
+            "GET",
+            &format!("{url}/one?resourceVersion={rv}"),
+            &[],
+            b"",
+        );
+        assert_status(&resp, 400, "BadRequest", "invalid resource version");
+    }
+    let resp = send(
+        &http,
+        "GET",
+        &format!("{url}/one?resourceVersion=999999999"),
+        &[],
+        b"",
+    );
+    assert_status(&resp, 504, "Timeout", "Too large resource version");
     let body = serde_json::to_vec(&transfer("a")).unwrap();
     let resp = send(
         &http,

@@ -145,8 +145,18 @@ impl<S: Strategy> Handler<S> {
     }
 
     async fn get(&self, call: &Call) -> Result<Response<Body>, ApiError> {
-        let obj = self.store.get(namespace(call), name(call)).await?;
-        respond(StatusCode::OK, self.encode(&obj, call.output)?)
+        let obj = self
+            .store
+            .read(
+                namespace(call),
+                name(call),
+                call.query.get("resourceVersion"),
+            )
+            .await?;
+        respond(
+            StatusCode::OK,
+            codec::encode_shared(self.store.strategy(), &obj, call.output)?,
+        )
     }
 
     async fn list(&self, call: &Call) -> Result<Response<Body>, ApiError> {

@@ -1,9 +1,10 @@
 //! The generic store: every verb of every resource, written once.
 //!
-//! Reads that must be linearizable (get, and the object a write starts from)
-//! go to etcd. Lists without `limit` and every watch are served by the watch
-//! cache, after waiting for it to reach the revision the read demands; paged
-//! lists read etcd at one revision so that every page is consistent.
+//! The object a write starts from is read from etcd. Gets, lists without
+//! `limit` and every watch are served by the watch cache, after waiting for
+//! it to reach the revision the read demands (for the most recent, etcd's
+//! current revision read after the request arrived); paged lists read etcd
+//! at one revision so that every page is consistent.
 //!
 //! A create also takes the object's unique claims ([`UniqueClaim`]): one index
 //! key per claim, naming the holder, written in the same transaction as the
@@ -563,7 +564,45 @@ impl<S: Strategy> Store<S> {
         Ok(held)
     }
 
-    /// `GET` one object: a linearizable read from etcd.
+    /// `GET` one object for a client, with kube's `resourceVersion`
+    /// semantics: none, the most recent (a linearizable read); `"0"`, any
+    /// the server has; `N`, not older than `N`. Served from the watch cache
+    /// once it has reached the revision the read demands: for the most
+    /// recent, the current revision etcd answers after the request arrived
+    /// (concurrent gets share that read). While the cache cannot serve
+    /// (not ready, or not caught up in time), the most recent is read from
+    /// etcd instead.
+    pub async fn read(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: Option<&str>,
+    ) -> Result<Shared<S::Object>, ApiError> {
+        let key = self.key(namespace, name);
+        let ready = match parse_resource_version(resource_version)? {
+            Some(0) => true,
+            Some(r) => {
+                self.wait_for_requested(r).await?;
+                true
+            }
+            None => {
+                let current = self
+                    .storage
+                    .current_revision()
+                    .await
+                    .map_err(self.err(name))?;
+                self.wait_for(current).await.is_ok()
+            }
+        };
+        match self.cache.get(&key) {
+            Ok((Some(kv), _)) if ready => decode_shared(&kv),
+            Ok((None, _)) if ready => Err(self.err(name)(StorageError::NotFound { key })),
+            _ => self.get(namespace, name).await.map(Shared::new),
+        }
+    }
+
+    /// One object as it is now: a linearizable read from etcd, for the
+    /// reads a write starts from.
     pub async fn get(&self, namespace: &str, name: &str) -> Result<S::Object, ApiError> {
         let (obj, _) = self.get_with_revision(namespace, name).await?;
         Ok(obj)

@@ -13,6 +13,7 @@ use etcd_client::{
     Identity, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 
+use super::barrier::RevisionBarrier;
 use super::{
     prefix_end, Event, Guard, KeyValue, ListOptions, ListPage, Release, Result, Revision, Storage,
     StorageError, WatchMessage, WatchStream,
@@ -31,6 +32,8 @@ pub struct EtcdConfig {
 #[derive(Clone)]
 pub struct EtcdStorage {
     client: Client,
+    /// Reads of the current revision, shared by callers that wait together.
+    barrier: RevisionBarrier,
 }
 
 impl std::fmt::Debug for EtcdStorage {
@@ -71,7 +74,20 @@ impl EtcdStorage {
         let client = Client::connect(&config.endpoints, Some(options))
             .await
             .map_err(map_err)?;
-        Ok(Self { client })
+        let reader = client.clone();
+        let barrier = RevisionBarrier::new(move || {
+            let mut kv = reader.kv_client();
+            Box::pin(async move {
+                // A count-only range over an empty key range is the cheapest
+                // linearizable read that carries the header revision.
+                let resp = kv
+                    .get("\0", Some(GetOptions::new().with_count_only()))
+                    .await
+                    .map_err(map_err)?;
+                Ok(header_revision(resp.header()))
+            })
+        });
+        Ok(Self { client, barrier })
     }
 
     /// The version the etcd member this client reaches reports, for example
@@ -377,15 +393,7 @@ impl Storage for EtcdStorage {
     }
 
     async fn current_revision(&self) -> Result<Revision> {
-        // A count-only range over an empty key range is the cheapest
-        // linearizable read that carries the header revision.
-        let resp = self
-            .client
-            .kv_client()
-            .get("\0", Some(GetOptions::new().with_count_only()))
-            .await
-            .map_err(map_err)?;
-        Ok(header_revision(resp.header()))
+        self.barrier.current().await
     }
 
     async fn watch(&self, prefix: &str, after: Revision) -> Result<Box<dyn WatchStream>> {

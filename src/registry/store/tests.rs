@@ -1921,3 +1921,62 @@ async fn a_validating_refusal_stores_nothing_and_the_controllers_are_not_admitte
     s.create(&controller(), "prod", offer("b")).await.unwrap();
     assert!(rec.take().is_empty());
 }
+
+#[tokio::test]
+async fn a_get_sees_every_write_acknowledged_before_it() {
+    let s = store().await;
+    let mut live = s.create(&ctx("alice"), "prod", offer("t")).await.unwrap();
+    for i in 0..50 {
+        live.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("step".to_owned(), i.to_string());
+        live = s
+            .update(&ctx("alice"), "prod", "t", live, false)
+            .await
+            .unwrap();
+        let read = s.read("prod", "t", None).await.unwrap();
+        assert_eq!(
+            read.metadata.resource_version, live.metadata.resource_version,
+            "step {i}: the cache answered before it had the write"
+        );
+        assert_eq!(
+            read.metadata.labels.as_ref().unwrap()["step"],
+            i.to_string()
+        );
+    }
+    s.delete(&ctx("alice"), "prod", "t", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(s.read("prod", "t", None).await.unwrap_err().code(), 404);
+}
+
+#[tokio::test]
+async fn a_get_honours_its_resource_version_as_kube_apiserver_does() {
+    let s = store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("t")).await.unwrap();
+    let rv = created.metadata.resource_version.clone().unwrap();
+    // "0" is whatever the cache has: once a read of the most recent has
+    // waited for the create, that includes it.
+    for asked in [None, Some(""), Some("0"), Some(rv.as_str())] {
+        let read = s.read("prod", "t", asked).await.unwrap();
+        assert_eq!(read.metadata.resource_version.as_deref(), Some(rv.as_str()));
+    }
+    assert_eq!(
+        s.read("prod", "nope", Some("0")).await.unwrap_err().code(),
+        404
+    );
+    let err = s.read("prod", "t", Some("-1")).await.unwrap_err();
+    assert_eq!(err.code(), 400, "{err}");
+    let err = s.read("prod", "t", Some("soon")).await.unwrap_err();
+    assert_eq!(err.code(), 400, "{err}");
+    // Newer than anything written: kube-apiserver's watch cache waits, then
+    // answers 504 "Too large resource version".
+    let future = (rv.parse::<i64>().unwrap() + 1000).to_string();
+    let err = s.read("prod", "t", Some(&future)).await.unwrap_err();
+    assert_eq!(err.code(), 504, "{err}");
+    assert!(
+        err.to_string().contains("Too large resource version"),
+        "{err}"
+    );
+}

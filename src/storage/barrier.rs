@@ -1,0 +1,128 @@
+//! Linearizable reads of etcd's current revision, coalesced.
+//!
+//! A consistent read served from the watch cache (a get or a list with no
+//! `resourceVersion`) first asks etcd for its current revision, then waits
+//! for the cache to reach it. Under load that read is one etcd round trip
+//! per request. This module owns the rule that lets concurrent requests
+//! share it: a caller is answered only by a read that was *sent after it
+//! asked*. Callers that ask while a read is on the wire wait for the next
+//! one, and every caller waiting when a read is sent shares its answer. So
+//! each answer is at least the revision etcd had when the caller asked,
+//! which is what linearizability requires, and at load the reads cost one
+//! round trip per batch instead of one per request (etcd batches its own
+//! ReadIndex the same way).
+//!
+//! The reads run on a task of their own, so a caller that goes away (its
+//! client hung up) never strands the others.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::oneshot;
+
+use super::{Result, Revision, StorageError};
+
+/// One read of the current revision.
+pub type RevisionRead = Pin<Box<dyn Future<Output = Result<Revision>> + Send>>;
+
+type Reader = dyn Fn() -> RevisionRead + Send + Sync;
+
+/// Coalesces reads of the current revision; see the module docs. Clones
+/// share their reads.
+#[derive(Clone)]
+pub struct RevisionBarrier {
+    read: Arc<Reader>,
+    state: Arc<Mutex<Waiting>>,
+}
+
+impl std::fmt::Debug for RevisionBarrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RevisionBarrier").finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Waiting {
+    /// Whether a task is sending reads; it stops once nobody waits.
+    reading: bool,
+    /// Callers who asked since the last read was sent.
+    callers: Vec<oneshot::Sender<Result<Revision>>>,
+}
+
+impl RevisionBarrier {
+    /// A barrier whose reads are `read`.
+    pub fn new(read: impl Fn() -> RevisionRead + Send + Sync + 'static) -> Self {
+        Self {
+            read: Arc::new(read),
+            state: Arc::default(),
+        }
+    }
+
+    /// etcd's current revision, from a read sent after this call began.
+    pub async fn current(&self) -> Result<Revision> {
+        let (tx, rx) = oneshot::channel();
+        let start = {
+            let mut waiting = lock(&self.state);
+            waiting.callers.push(tx);
+            !std::mem::replace(&mut waiting.reading, true)
+        };
+        if start {
+            tokio::spawn(send_reads(self.read.clone(), self.state.clone()));
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(StorageError::Unavailable(
+                "the read of etcd's current revision was abandoned".to_owned(),
+            ))
+        })
+    }
+}
+
+/// Sends one read for everyone waiting, answers them, and goes on while
+/// more have come; stops (and says so) once nobody waits.
+async fn send_reads(read: Arc<Reader>, state: Arc<Mutex<Waiting>>) {
+    let mut task = Task {
+        state: state.clone(),
+        done: false,
+    };
+    loop {
+        let batch = {
+            let mut waiting = lock(&state);
+            if waiting.callers.is_empty() {
+                waiting.reading = false;
+                task.done = true;
+                return;
+            }
+            std::mem::take(&mut waiting.callers)
+        };
+        let answer = read().await;
+        for caller in batch {
+            let _ = caller.send(answer.clone());
+        }
+    }
+}
+
+/// The reading task. Should it end any other way than by finding nobody
+/// waiting (a panic, or its runtime shutting down), the next caller starts
+/// a new one, and those waiting now are told the read was abandoned.
+struct Task {
+    state: Arc<Mutex<Waiting>>,
+    done: bool,
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut waiting = lock(&self.state);
+            waiting.reading = false;
+            waiting.callers.clear();
+        }
+    }
+}
+
+fn lock(state: &Mutex<Waiting>) -> MutexGuard<'_, Waiting> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests;
