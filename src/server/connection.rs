@@ -42,6 +42,9 @@ pub struct ConnectionLimits {
     /// HTTP/2: how long a ping may go unanswered before the connection is
     /// closed.
     pub http2_ping_timeout: Duration,
+    /// HTTP/2: the most streams open at once on one connection, as announced
+    /// in the server's SETTINGS; 0 leaves hyper's default.
+    pub http2_max_streams_per_connection: u32,
     /// The most connections open at once; more wait to be accepted.
     pub max_connections: usize,
 }
@@ -55,11 +58,14 @@ impl ConnectionLimits {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(self.read_header_timeout);
-        builder
-            .http2()
+        let mut http2 = builder.http2();
+        http2
             .timer(TokioTimer::new())
             .keep_alive_interval(self.http2_read_idle_timeout)
             .keep_alive_timeout(self.http2_ping_timeout);
+        if self.http2_max_streams_per_connection > 0 {
+            http2.max_concurrent_streams(self.http2_max_streams_per_connection);
+        }
         builder
     }
 }

@@ -103,6 +103,15 @@ pub struct Options {
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub http2_ping_timeout: Duration,
 
+    /// HTTP/2: the most streams a client may have open on one connection
+    /// (kube's flag of the same name; 100 is k8s.io/apiserver's default for
+    /// the servers built on it). kube-apiserver's aggregator opens another
+    /// connection to us when its connections are full, so this also decides
+    /// how many connections carry its proxied watches: 1,000 watches ride
+    /// ten. 0 means hyper's default, 200.
+    #[arg(long, default_value_t = 100)]
+    pub http2_max_streams_per_connection: u32,
+
     /// The most client connections open at once. Past it, new connections
     /// wait in the listen backlog until one closes.
     #[arg(long, default_value_t = 1024)]
@@ -499,6 +508,7 @@ impl Options {
             read_header_timeout: self.read_header_timeout,
             http2_read_idle_timeout: self.http2_read_idle_timeout,
             http2_ping_timeout: self.http2_ping_timeout,
+            http2_max_streams_per_connection: self.http2_max_streams_per_connection,
             max_connections: self.max_connections,
         })
     }

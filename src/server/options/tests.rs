@@ -168,6 +168,7 @@ fn connection_limits_default_to_bounds_that_close_idle_clients_within_seconds() 
             read_header_timeout: Duration::from_secs(10),
             http2_read_idle_timeout: Duration::from_secs(30),
             http2_ping_timeout: Duration::from_secs(15),
+            http2_max_streams_per_connection: 100,
             max_connections: 1024,
         }
     );
@@ -180,6 +181,7 @@ fn connection_limits_are_read_from_their_flags() {
         "--read-header-timeout=500ms",
         "--http2-read-idle-timeout=1m",
         "--http2-ping-timeout=5",
+        "--http2-max-streams-per-connection=250",
         "--max-connections=64",
     ])
     .unwrap()
@@ -191,6 +193,7 @@ fn connection_limits_are_read_from_their_flags() {
             read_header_timeout: Duration::from_millis(500),
             http2_read_idle_timeout: Duration::from_secs(60),
             http2_ping_timeout: Duration::from_secs(5),
+            http2_max_streams_per_connection: 250,
             max_connections: 64,
         }
     );
