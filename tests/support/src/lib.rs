@@ -400,13 +400,35 @@ impl ControlPlane {
     }
 
     fn boot(&mut self, opts: &Options) -> Result<(), Error> {
+        // Each stage's time goes to stderr, which a test shows when it fails
+        // and `--nocapture` always: where a slow start spends it.
+        let started = Instant::now();
+        let mut stages = Vec::new();
+        let mut stage = |name: &'static str, at: &mut Instant| {
+            stages.push(format!("{name} {:.1} s", at.elapsed().as_secs_f64()));
+            *at = Instant::now();
+        };
+        let mut at = Instant::now();
         self.start_etcd()?;
+        stage("etcd", &mut at);
         self.start_apiserver()?;
+        stage("kube-apiserver", &mut at);
         self.start_controller_manager()?;
+        stage("kube-controller-manager", &mut at);
         self.start_csi()?;
+        stage("CSI", &mut at);
         self.install_server_identity()?;
+        stage("RBAC and token", &mut at);
         self.start_server(opts)?;
-        self.register_apiservice()
+        stage("our server", &mut at);
+        self.register_apiservice()?;
+        stage("APIService Available", &mut at);
+        eprintln!(
+            "testenv: control plane up in {:.1} s ({})",
+            started.elapsed().as_secs_f64(),
+            stages.join(", ")
+        );
+        Ok(())
     }
 
     fn track(&self, p: Process) {
