@@ -570,8 +570,8 @@ impl<S: Strategy> Store<S> {
     /// once it has reached the revision the read demands: for the most
     /// recent, the current revision etcd answers after the request arrived
     /// (concurrent gets share that read). While the cache cannot serve
-    /// (not ready, or not caught up in time), the most recent is read from
-    /// etcd instead.
+    /// (not ready, or not caught up in time), the most recent and "any" are
+    /// read from etcd instead.
     pub async fn read(
         &self,
         namespace: &str,
@@ -579,7 +579,13 @@ impl<S: Strategy> Store<S> {
         resource_version: Option<&str>,
     ) -> Result<Shared<S::Object>, ApiError> {
         let key = self.key(namespace, name);
-        let ready = match parse_resource_version(resource_version)? {
+        let asked = parse_resource_version(resource_version)?;
+        // While the cache starts or relists, the most recent (and "any") is
+        // read from etcd at once, as kube-apiserver's cacher delegates.
+        if !self.cache.is_ready() && matches!(asked, None | Some(0)) {
+            return self.get(namespace, name).await.map(Shared::new);
+        }
+        let ready = match asked {
             Some(0) => true,
             Some(r) => {
                 self.wait_for_requested(r).await?;

@@ -104,12 +104,12 @@ pub struct Options {
     pub http2_ping_timeout: Duration,
 
     /// HTTP/2: the most streams a client may have open on one connection
-    /// (kube's flag of the same name; 100 is k8s.io/apiserver's default for
-    /// the servers built on it). kube-apiserver's aggregator opens another
-    /// connection to us when its connections are full, so this also decides
-    /// how many connections carry its proxied watches: 1,000 watches ride
-    /// ten. 0 means hyper's default, 200.
-    #[arg(long, default_value_t = 100)]
+    /// (kube's flag of the same name). The default is 1,000, what
+    /// k8s.io/apiserver's recommended options give every aggregated server:
+    /// its client is kube-apiserver's proxy, which carries many requests
+    /// and long-running watches on one connection. 0 means hyper's default,
+    /// 200.
+    #[arg(long, default_value_t = 1000)]
     pub http2_max_streams_per_connection: u32,
 
     /// The most client connections open at once. Past it, new connections

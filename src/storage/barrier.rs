@@ -13,15 +13,23 @@
 //! ReadIndex the same way).
 //!
 //! The reads run on a task of their own, so a caller that goes away (its
-//! client hung up) never strands the others.
+//! client hung up) never strands the others. A read is given
+//! [`READ_TIMEOUT`]: one that stalls (a partitioned member, an election)
+//! fails its batch, and the next batch sends a fresh read, rather than
+//! holding up every reader for the client's whole timeout.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
 use super::{Result, Revision, StorageError};
+
+/// How long one read may take before its callers are told etcd is
+/// unavailable.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One read of the current revision.
 pub type RevisionRead = Pin<Box<dyn Future<Output = Result<Revision>> + Send>>;
@@ -68,7 +76,14 @@ impl RevisionBarrier {
             !std::mem::replace(&mut waiting.reading, true)
         };
         if start {
-            tokio::spawn(send_reads(self.read.clone(), self.state.clone()));
+            // The guard exists before the task does, so that a task dropped
+            // before it ever ran (its runtime shutting down) still hands
+            // the reading over.
+            let task = Task {
+                state: self.state.clone(),
+                done: false,
+            };
+            tokio::spawn(send_reads(self.read.clone(), task));
         }
         rx.await.unwrap_or_else(|_| {
             Err(StorageError::Unavailable(
@@ -80,14 +95,10 @@ impl RevisionBarrier {
 
 /// Sends one read for everyone waiting, answers them, and goes on while
 /// more have come; stops (and says so) once nobody waits.
-async fn send_reads(read: Arc<Reader>, state: Arc<Mutex<Waiting>>) {
-    let mut task = Task {
-        state: state.clone(),
-        done: false,
-    };
+async fn send_reads(read: Arc<Reader>, mut task: Task) {
     loop {
         let batch = {
-            let mut waiting = lock(&state);
+            let mut waiting = lock(&task.state);
             if waiting.callers.is_empty() {
                 waiting.reading = false;
                 task.done = true;
@@ -95,7 +106,13 @@ async fn send_reads(read: Arc<Reader>, state: Arc<Mutex<Waiting>>) {
             }
             std::mem::take(&mut waiting.callers)
         };
-        let answer = read().await;
+        let answer = tokio::time::timeout(READ_TIMEOUT, read())
+            .await
+            .unwrap_or_else(|_| {
+                Err(StorageError::Unavailable(format!(
+                    "etcd did not answer a read of its current revision within {READ_TIMEOUT:?}"
+                )))
+            });
         for caller in batch {
             let _ = caller.send(answer.clone());
         }
@@ -103,8 +120,9 @@ async fn send_reads(read: Arc<Reader>, state: Arc<Mutex<Waiting>>) {
 }
 
 /// The reading task. Should it end any other way than by finding nobody
-/// waiting (a panic, or its runtime shutting down), the next caller starts
-/// a new one, and those waiting now are told the read was abandoned.
+/// waiting (a panic, or its runtime shutting down, even before it ran),
+/// the next caller starts a new one, and those waiting now are told the
+/// read was abandoned.
 struct Task {
     state: Arc<Mutex<Waiting>>,
     done: bool,

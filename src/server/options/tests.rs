@@ -168,7 +168,7 @@ fn connection_limits_default_to_bounds_that_close_idle_clients_within_seconds() 
             read_header_timeout: Duration::from_secs(10),
             http2_read_idle_timeout: Duration::from_secs(30),
             http2_ping_timeout: Duration::from_secs(15),
-            http2_max_streams_per_connection: 100,
+            http2_max_streams_per_connection: 1000,
             max_connections: 1024,
         }
     );

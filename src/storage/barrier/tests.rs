@@ -36,6 +36,12 @@ fn revision(n: usize) -> Result<Revision> {
     Ok(10 * n as Revision)
 }
 
+/// A caller asking for the current revision, on a task of its own.
+fn ask(f: &Arc<Fake>) -> tokio::task::JoinHandle<Result<Revision>> {
+    let f = f.clone();
+    tokio::spawn(async move { f.barrier.current().await })
+}
+
 /// Lets the spawned tasks run until they block.
 async fn settle() {
     for _ in 0..20 {
@@ -46,20 +52,14 @@ async fn settle() {
 #[tokio::test]
 async fn a_caller_who_asks_while_a_read_is_on_the_wire_is_answered_by_the_next_read() {
     let f = Arc::new(fake(revision));
-    let first = tokio::spawn({
-        let f = f.clone();
-        async move { f.barrier.current().await }
-    });
+    let first = ask(&f);
     settle().await;
     assert_eq!(
         f.sent.load(Ordering::SeqCst),
         1,
         "the first caller's read is sent"
     );
-    let second = tokio::spawn({
-        let f = f.clone();
-        async move { f.barrier.current().await }
-    });
+    let second = ask(&f);
     settle().await;
     f.gate.add_permits(1);
     assert_eq!(first.await.unwrap(), Ok(10));
@@ -80,17 +80,9 @@ async fn a_caller_who_asks_while_a_read_is_on_the_wire_is_answered_by_the_next_r
 #[tokio::test]
 async fn callers_who_wait_together_share_one_read() {
     let f = Arc::new(fake(revision));
-    let first = tokio::spawn({
-        let f = f.clone();
-        async move { f.barrier.current().await }
-    });
+    let first = ask(&f);
     settle().await;
-    let waiting: Vec<_> = (0..10)
-        .map(|_| {
-            let f = f.clone();
-            tokio::spawn(async move { f.barrier.current().await })
-        })
-        .collect();
+    let waiting: Vec<_> = (0..10).map(|_| ask(&f)).collect();
     settle().await;
     f.gate.add_permits(2);
     assert_eq!(first.await.unwrap(), Ok(10));
@@ -125,15 +117,9 @@ async fn a_failed_read_fails_its_callers_and_the_next_caller_reads_again() {
 #[tokio::test]
 async fn a_caller_who_goes_away_strands_nobody() {
     let f = Arc::new(fake(revision));
-    let gone = tokio::spawn({
-        let f = f.clone();
-        async move { f.barrier.current().await }
-    });
+    let gone = ask(&f);
     settle().await;
-    let staying = tokio::spawn({
-        let f = f.clone();
-        async move { f.barrier.current().await }
-    });
+    let staying = ask(&f);
     settle().await;
     gone.abort();
     f.gate.add_permits(2);
@@ -164,4 +150,22 @@ async fn a_read_that_panics_abandons_its_callers_and_the_next_caller_starts_afre
             .expect("a new read is sent"),
         Ok(20)
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_that_stalls_fails_its_callers_in_time_and_the_next_caller_reads_afresh() {
+    let f = Arc::new(fake(revision));
+    let stalled = ask(&f);
+    settle().await;
+    // Read 1 never gets through the gate; paused time runs on to the timeout.
+    let failed = stalled.await.unwrap();
+    assert!(
+        matches!(&failed, Err(StorageError::Unavailable(m)) if m.contains("did not answer")),
+        "{failed:?}"
+    );
+    let next = ask(&f);
+    settle().await;
+    assert_eq!(f.sent.load(Ordering::SeqCst), 2, "a fresh read is sent");
+    f.gate.add_permits(1);
+    assert_eq!(next.await.unwrap(), Ok(20));
 }
