@@ -754,7 +754,10 @@ impl ControlPlane {
             (
                 csi::SNAPSHOTTER,
                 &self.bins.csi.snapshotter,
-                &["--timeout=30s", "--feature-gates=CSIVolumeGroupSnapshot=false"],
+                &[
+                    "--timeout=30s",
+                    "--feature-gates=CSIVolumeGroupSnapshot=false",
+                ],
                 "Starting CSI snapshotter",
             ),
         ];
