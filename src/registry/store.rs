@@ -570,8 +570,8 @@ impl<S: Strategy> Store<S> {
     /// once it has reached the revision the read demands: for the most
     /// recent, the current revision etcd answers after the request arrived
     /// (concurrent gets share that read). While the cache cannot serve
-    /// (not ready, or not caught up in time), the most recent and "any" are
-    /// read from etcd instead.
+    /// (not ready, not caught up in time, or that read failed), the most
+    /// recent and "any" are read from etcd instead.
     pub async fn read(
         &self,
         namespace: &str,
@@ -591,14 +591,7 @@ impl<S: Strategy> Store<S> {
                 self.wait_for_requested(r).await?;
                 true
             }
-            None => {
-                let current = self
-                    .storage
-                    .current_revision()
-                    .await
-                    .map_err(self.err(name))?;
-                self.wait_for(current).await.is_ok()
-            }
+            None => self.catch_up().await.is_ok(),
         };
         match self.cache.get(&key) {
             Ok((Some(kv), _)) if ready => decode_shared(&kv),
@@ -703,12 +696,7 @@ impl<S: Strategy> Store<S> {
                     Some(0) => {}
                     Some(r) => self.wait_for_requested(r).await?,
                     None => {
-                        let current = self
-                            .storage
-                            .current_revision()
-                            .await
-                            .map_err(self.err(""))?;
-                        self.wait_for(current).await?;
+                        self.catch_up().await?;
                     }
                 }
                 let (kvs, revision) = self.cache.snapshot(&scope).map_err(cache_error)?;
@@ -727,6 +715,19 @@ impl<S: Strategy> Store<S> {
                 })
             }
         }
+    }
+
+    /// Waits until the cache has reached etcd's current revision, read after
+    /// this call began (what a read of the most recent needs), and returns
+    /// that revision.
+    async fn catch_up(&self) -> Result<Revision, ApiError> {
+        let current = self
+            .storage
+            .current_revision()
+            .await
+            .map_err(self.err(""))?;
+        self.wait_for(current).await?;
+        Ok(current)
     }
 
     async fn wait_for(&self, revision: Revision) -> Result<(), ApiError> {
@@ -1398,12 +1399,7 @@ impl<S: Strategy> Store<S> {
         let mut queue = VecDeque::new();
         let (live, after) = if initial {
             if rv.is_none() {
-                let current = self
-                    .storage
-                    .current_revision()
-                    .await
-                    .map_err(self.err(""))?;
-                self.wait_for(current).await?;
+                self.catch_up().await?;
             }
             let snap = self.cache.snapshot_and_watch(&scope).map_err(cache_error)?;
             for kv in &snap.objects {
@@ -1430,15 +1426,7 @@ impl<S: Strategy> Store<S> {
             let after = match rv {
                 // Reached above.
                 Some(r) if r > 0 => r,
-                _ => {
-                    let current = self
-                        .storage
-                        .current_revision()
-                        .await
-                        .map_err(self.err(""))?;
-                    self.wait_for(current).await?;
-                    current
-                }
+                _ => self.catch_up().await?,
             };
             let watch = match self.cache.watch_from(after).await {
                 Ok(watch) => watch,
