@@ -771,13 +771,18 @@ fn a_standing_offer_clones_for_every_request_up_to_max_clones_and_stops_when_del
         claim_json(admin(), &s.dst.name, "db-3").is_none()
     });
     let counted = || {
-        eventually("the offer to count its clones", WAIT, || {
-            transfer_json(admin(), &s.src.name, "fixtures").is_some_and(|t| {
+        wait_status(
+            admin(),
+            &s.src.name,
+            "fixtures",
+            "count its clones",
+            WAIT,
+            |t| {
                 t["status"]["clones"] == serde_json::json!({"made": 2, "alive": 2})
                     && t["status"]["phase"] == "WaitingForPeer"
                     && t["status"]["reason"] == "Offering"
-            })
-        })
+            },
+        )
     };
     counted();
     // The destination deleting its Completed requests frees no slot: their

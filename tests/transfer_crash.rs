@@ -327,11 +327,9 @@ fn a_standing_offers_clones_crashed_after_any_step_each_arrive_once_to_a_request
         eventually("no clone claim left in the source namespace", WAIT, || {
             admin.ok(&["get", "pvc", "-n", src, "-o", "name"]).trim() == "persistentvolumeclaim/db"
         });
-        eventually("the offer to count its clones", WAIT, || {
-            transfer_json(admin, src, "give").is_some_and(|t| {
-                t["status"]["clones"] == serde_json::json!({"made": 2, "alive": 2})
-                    && t["status"]["phase"] == "WaitingForPeer"
-            })
+        wait_status(admin, src, "give", "count its clones", WAIT, |t| {
+            t["status"]["clones"] == serde_json::json!({"made": 2, "alive": 2})
+                && t["status"]["phase"] == "WaitingForPeer"
         });
         s.assert_source_untouched(cp, recorder);
         for clone in &clones {
@@ -339,6 +337,31 @@ fn a_standing_offers_clones_crashed_after_any_step_each_arrive_once_to_a_request
         }
         println!("standing offer, crash after {step}: two clones, each once");
     }
+}
+
+#[test]
+fn a_standing_offer_that_recounts_between_a_pairs_two_r1_writes_counts_its_clone_once() {
+    let (cp, _turn) = turn();
+    // Every pair pauses after R1's record, before the offer's count: the
+    // record wakes the offer, which counts again in the pause.
+    restart(cp, &[("STA_FAULT_PAUSE_BEFORE", "R1-count:6000")]);
+    let s = setup(cp);
+    let (src, dst) = (&s.src.name, &s.dst.name);
+    let k = cp.kubectl();
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {src}\nspec:\n  mode: Clone\n  source:\n    name: db\n  destination:\n    namespace: {dst}\n---\napiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: take\n  namespace: {dst}\nspec:\n  mode: Clone\n  source:\n    namespace: {src}\n    name: db\n"
+    ))
+    .unwrap();
+    wait_phase(k, dst, "take", "Completed", WAIT);
+    let offer = wait_status(k, src, "give", "count its clone alive", WAIT, |t| {
+        t["status"]["clones"]["alive"] == 1
+    });
+    assert_eq!(
+        offer["status"]["clones"],
+        serde_json::json!({"made": 1, "alive": 1}),
+        "one clone, counted once"
+    );
+    restart(cp, &[]);
 }
 
 #[test]

@@ -9,6 +9,8 @@
 //!   the clone is seen Bound, before R1.
 //! - `STA_FAULT_PAUSE_BEFORE=R4:3000` makes the controller sleep 3000 ms just
 //!   before step R4, so that a test can change the world in between.
+//!   `R1-count` is a point inside R1: after the pair's record, before a
+//!   standing offer's count of the clone (R1's second write).
 
 use super::transfer::Step;
 
@@ -50,15 +52,21 @@ pub fn pauses_before(_step: Step) -> bool {
 }
 
 /// Called right before `step` starts.
-#[cfg(feature = "fault-injection")]
 pub async fn before(step: Step) {
+    before_named(step.name()).await;
+}
+
+/// Called right before the point named `name`: a step, or a point inside
+/// one, such as `R1-count`.
+#[cfg(feature = "fault-injection")]
+pub async fn before_named(name: &str) {
     let Ok(spec) = std::env::var("STA_FAULT_PAUSE_BEFORE") else {
         return;
     };
-    let Some((name, millis)) = spec.split_once(':') else {
+    let Some((at, millis)) = spec.split_once(':') else {
         return;
     };
-    if name == step.name() {
+    if at == name {
         if let Ok(millis) = millis.parse::<u64>() {
             tracing::warn!(step = name, millis, "fault injection: pausing");
             tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
@@ -68,4 +76,4 @@ pub async fn before(step: Step) {
 
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
-pub async fn before(_step: Step) {}
+pub async fn before_named(_name: &str) {}

@@ -469,6 +469,20 @@ impl TransferController {
     /// A standing offer itself: counts its clones, wakes its pairs, and ends
     /// once it is deleted or past its deadline and no pair still needs it.
     async fn tend_offer(&self, s: NamespaceTransfer) -> Result<Next, Error> {
+        // Counted under the offer's lock, which a pair holds across R1's two
+        // writes (its record, then the offer's count). A count taken between
+        // them would repair a count that is not short, and the pair's own
+        // write would then count its clone twice. `s` was read before the
+        // lock, so it is read again.
+        let lock = self.standing_lock(uid_of(&s));
+        let counting = lock.lock().await;
+        let Some(s) = self
+            .get(s.own_namespace(), name_of(&s))
+            .await?
+            .filter(|now| now.metadata.uid == s.metadata.uid)
+        else {
+            return Ok(Next::Done);
+        };
         let all = self.all_transfers().await?;
         let pairs: Vec<&NamespaceTransfer> = matching::standing_pairs(&s, &all).collect();
         for d in pairs.iter().filter(|d| is_active(d) || has_finalizer(d)) {
@@ -543,6 +557,8 @@ impl TransferController {
                 }
             }
         }
+        drop(counting);
+        drop(lock);
         if (!is_active(&s) || deleting || expired) && !held {
             self.forget_standing_lock(uid_of(&s));
             self.set_finalizer(&s, false).await?;
@@ -950,6 +966,7 @@ impl TransferController {
                 .await?;
                 if is_standing_pair(s) {
                     // The offer counts each clone once, here, under its lock.
+                    fault::before_named(R1_COUNT).await;
                     self.update_status(s, |st| {
                         let counts = st.clones.get_or_insert_with(CloneCounts::default);
                         counts.made = counts.made.saturating_add(1);
@@ -1882,6 +1899,10 @@ impl TransferController {
 
 /// Reason of a standing clone offer that is open.
 pub const REASON_OFFERING: &str = "Offering";
+
+/// The fault-injection point between R1's two writes for a standing
+/// offer's pair: its record, and the offer's count of the clone.
+const R1_COUNT: &str = "R1-count";
 
 /// How often an open standing offer counts its clones again (a claim's
 /// deletion wakes no transfer).

@@ -276,17 +276,38 @@ pub(crate) fn wait_phase(
     want: &str,
     timeout: Duration,
 ) -> Value {
+    wait_status(
+        k,
+        namespace,
+        name,
+        &format!("reach phase {want}"),
+        timeout,
+        |t| t["status"]["phase"] == want,
+    )
+}
+
+/// Waits until the transfer satisfies `holds` (`what` it then does); panics
+/// with the status it last had if not.
+#[track_caller]
+pub(crate) fn wait_status(
+    k: &Kubectl,
+    namespace: &str,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    holds: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + timeout;
     loop {
         let t = transfer_json(k, namespace, name);
         if let Some(t) = &t {
-            if t["status"]["phase"] == want {
+            if holds(t) {
                 return t.clone();
             }
         }
         if Instant::now() > deadline {
             panic!(
-                "{namespace}/{name} did not reach phase {want} in {timeout:?}; it is:\n{}",
+                "{namespace}/{name} did not {what} in {timeout:?}; it is:\n{}",
                 t.map(|t| serde_json::to_string_pretty(&t["status"]).unwrap())
                     .unwrap_or_else(|| "<gone>".to_owned())
             );
