@@ -13,21 +13,10 @@ use serde_json::{json, Value};
 use sta_testenv::http::HttpClient;
 use sta_testenv::pki::Pki;
 use sta_testenv::process::Process;
+use sta_testenv::standalone::{Replica, SERVER_NAME};
 use sta_testenv::{free_port, Etcd};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
-const SERVER_NAME: &str = "storage-transfer-apiserver.storage-transfer-system.svc";
-
-struct Replica {
-    process: Process,
-    http: HttpClient,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        self.process.stop(Duration::from_secs(5));
-    }
-}
 
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -38,47 +27,7 @@ fn scratch(name: &str) -> std::path::PathBuf {
 }
 
 fn replica(dir: &Path, name: &str, pki: &Pki, etcd: &Etcd) -> Replica {
-    let port = free_port().unwrap();
-    let args = vec![
-        "--bind-address=127.0.0.1".to_owned(),
-        format!("--secure-port={port}"),
-        format!("--etcd-servers={}", etcd.url),
-        "--insecure-allow-all".to_owned(),
-        format!("--tls-cert-file={}", pki.server_serving.cert.display()),
-        format!(
-            "--tls-private-key-file={}",
-            pki.server_serving.key.display()
-        ),
-    ];
-    let process = Process::spawn(
-        name,
-        Path::new(BIN),
-        &args,
-        &dir.join(format!("{name}.log")),
-        &[],
-    )
-    .unwrap();
-    let http = HttpClient::new(port, &pki.serving_ca.cert, SERVER_NAME, None).unwrap();
-    let mut r = Replica { process, http };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(resp) = r.http.request("GET", "/readyz", &[], b"") {
-            if resp.status == 200 {
-                return r;
-            }
-        }
-        assert!(
-            r.process.is_running(),
-            "{name} exited:\n{}",
-            r.process.log_tail()
-        );
-        assert!(
-            Instant::now() < deadline,
-            "{name} never became ready:\n{}",
-            r.process.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    Replica::start(Path::new(BIN), dir, name, pki, &etcd.url, &[]).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn url(name: Option<&str>) -> String {

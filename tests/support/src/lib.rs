@@ -31,10 +31,12 @@
 pub mod balancer;
 pub mod crd;
 pub mod csi;
+pub mod etcd_cluster;
 pub mod http;
 pub mod kubectl;
 pub mod pki;
 pub mod process;
+pub mod standalone;
 pub mod webhook;
 
 use std::io::{Read, Write};
@@ -44,6 +46,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use csi::{Csi, CsiBinaries, CsiCall};
+pub use etcd_cluster::EtcdCluster;
 pub use kubectl::{Kubectl, Run};
 use pki::{Pki, Usage};
 use process::{Process, Watchdog};
@@ -1464,17 +1467,8 @@ fn wait_ready(
 }
 
 fn etcd_args(data: &Path, client: u16, peer: u16) -> Vec<String> {
-    vec![
-        "--name=testenv".to_owned(),
-        format!("--data-dir={}", data.display()),
-        format!("--listen-client-urls=http://127.0.0.1:{client}"),
-        format!("--advertise-client-urls=http://127.0.0.1:{client}"),
-        format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
-        format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
-        format!("--initial-cluster=testenv=http://127.0.0.1:{peer}"),
-        "--initial-cluster-state=new".to_owned(),
-        "--log-level=warn".to_owned(),
-    ]
+    let only = format!("testenv=http://127.0.0.1:{peer}");
+    etcd_cluster::member_args("testenv", data, client, peer, &only)
 }
 
 /// etcd alone, for storage tests: stopped and its data removed on drop.
