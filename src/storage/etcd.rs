@@ -3,9 +3,11 @@
 //! Every write is one transaction guarded on the key's revision, so optimistic
 //! concurrency holds across any number of server replicas sharing the cluster.
 
+mod endpoints;
 pub mod version;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use etcd_client::{
@@ -34,6 +36,18 @@ pub struct EtcdStorage {
     client: Client,
     /// Reads of the current revision, shared by callers that wait together.
     barrier: RevisionBarrier,
+    /// Keeps the client on the members that answer (several endpoints only);
+    /// stopped with the last clone.
+    _members: Option<Arc<Stop>>,
+}
+
+/// Aborts a task when dropped.
+struct Stop(tokio::task::JoinHandle<()>);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl std::fmt::Debug for EtcdStorage {
@@ -71,9 +85,11 @@ impl EtcdStorage {
             }
             options = options.with_tls(tls);
         }
-        let client = Client::connect(&config.endpoints, Some(options))
+        let client = Client::connect(&config.endpoints, Some(options.clone()))
             .await
             .map_err(map_err)?;
+        let members = endpoints::keep_healthy(client.clone(), config.endpoints.clone(), options)
+            .map(|task| Arc::new(Stop(task)));
         let reader = client.clone();
         let barrier = RevisionBarrier::new(move || {
             let mut kv = reader.kv_client();
@@ -87,7 +103,11 @@ impl EtcdStorage {
                 Ok(header_revision(resp.header()))
             })
         });
-        Ok(Self { client, barrier })
+        Ok(Self {
+            client,
+            barrier,
+            _members: members,
+        })
     }
 
     /// The version the etcd member this client reaches reports, for example
@@ -126,9 +146,14 @@ fn map_err(e: etcd_client::Error) -> StorageError {
                 }
             } else {
                 match status.code() {
-                    tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
-                        StorageError::Unavailable(message.to_owned())
-                    }
+                    // Unknown and Cancelled are what a connection lost in the
+                    // middle of a call comes to ("transport error", a member
+                    // killed): the call's fate is unknown, and another member
+                    // may well answer the retry.
+                    tonic::Code::Unavailable
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Unknown
+                    | tonic::Code::Cancelled => StorageError::Unavailable(message.to_owned()),
                     _ => StorageError::Internal(message.to_owned()),
                 }
             }
@@ -487,3 +512,6 @@ impl WatchStream for EtcdWatch {
         self.stream.request_progress().await.map_err(map_err)
     }
 }
+
+#[cfg(test)]
+mod tests;
