@@ -695,8 +695,14 @@ impl<S: Strategy> Store<S> {
                 match rv {
                     Some(0) => {}
                     Some(r) => self.wait_for_requested(r).await?,
+                    // While the cache cannot serve the most recent (it
+                    // starts, re-lists, or does not catch up in time, as when
+                    // its etcd watch hangs on a member that stopped), etcd
+                    // does, as kube-apiserver's cacher delegates it.
                     None => {
-                        self.catch_up().await?;
+                        if !self.cache.is_ready() || self.catch_up().await.is_err() {
+                            return self.list_from_etcd(&scope, None, None, limit, opts).await;
+                        }
                     }
                 }
                 let (kvs, revision) = self.cache.snapshot(&scope).map_err(cache_error)?;

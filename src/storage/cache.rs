@@ -33,7 +33,9 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, watch, Notify};
 
-use super::{Event, KeyValue, ListOptions, Revision, Storage, StorageError, WatchMessage};
+use super::{
+    Event, KeyValue, ListOptions, Revision, Storage, StorageError, WatchMessage, WatchStream,
+};
 
 mod backfill;
 
@@ -357,17 +359,55 @@ async fn feed_once(inner: &Inner, storage: &dyn Storage) -> Result<(), StorageEr
     inner.ready.store(true, Ordering::Relaxed);
     tracing::debug!(prefix = %inner.prefix, revision, "watch cache synced");
 
+    loop {
+        let (err, heard) = follow(inner, watch.as_mut()).await;
+        if !heard || matches!(err, StorageError::Compacted { .. }) {
+            // A watch that fails before it delivers anything is not worth
+            // resuming again, and one past compaction cannot be: list afresh.
+            return Err(err);
+        }
+        // The cache is whole up to its revision, so the watch resumes from
+        // there (on whichever member answers now) and its watchers stay open,
+        // as kube's reflector re-watches from its last resourceVersion. Only
+        // a compacted revision, or a resumed watch that fails at once, costs
+        // a re-list.
+        let from = read(&inner.state).revision;
+        tracing::warn!(prefix = %inner.prefix, error = %err, revision = from, "watch cache lost its etcd watch; resuming");
+        tokio::time::sleep(RESUME_PAUSE).await;
+        watch = storage.watch(&inner.prefix, from).await?;
+    }
+}
+
+/// How long the cache waits before it resumes a watch that failed.
+const RESUME_PAUSE: Duration = Duration::from_millis(100);
+
+/// Applies what `watch` delivers until it fails; returns the error, and
+/// whether it delivered anything first.
+async fn follow(inner: &Inner, watch: &mut dyn WatchStream) -> (StorageError, bool) {
+    let mut heard = false;
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
-        tokio::select! {
-            message = watch.next() => match message? {
-                None => return Err(StorageError::Unavailable("watch stream ended".to_owned())),
-                Some(WatchMessage::Events(events)) => apply(inner, events),
-                Some(WatchMessage::Progress(revision)) => advance(inner, revision),
+        let step = tokio::select! {
+            message = watch.next() => match message {
+                Err(err) => Err(err),
+                Ok(None) => Err(StorageError::Unavailable("watch stream ended".to_owned())),
+                Ok(Some(WatchMessage::Events(events))) => {
+                    heard = true;
+                    apply(inner, events);
+                    Ok(())
+                }
+                Ok(Some(WatchMessage::Progress(revision))) => {
+                    heard = true;
+                    advance(inner, revision);
+                    Ok(())
+                }
             },
-            () = inner.want_progress.notified() => watch.request_progress().await?,
+            () = inner.want_progress.notified() => watch.request_progress().await,
             // Keep the revision fresh for bookmarks even when nothing changes.
-            _ = tick.tick() => watch.request_progress().await?,
+            _ = tick.tick() => watch.request_progress().await,
+        };
+        if let Err(err) = step {
+            return (err, heard);
         }
     }
 }

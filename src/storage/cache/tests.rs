@@ -173,3 +173,152 @@ async fn snapshot_and_watch_miss_nothing_between_them() {
     assert!(e.revision > sw.revision);
     assert_eq!(e.kind, EventKind::Added);
 }
+
+/// Memory storage whose open watches all fail (as a lost connection does)
+/// at each `cut`, counting the lists and watches the cache asks for.
+#[derive(Debug)]
+struct Cuttable {
+    inner: Arc<MemoryStorage>,
+    cuts: tokio::sync::watch::Sender<u32>,
+    lists: std::sync::atomic::AtomicUsize,
+    watches: std::sync::Mutex<Vec<Revision>>,
+}
+
+impl Cuttable {
+    fn new() -> Self {
+        Self {
+            inner: Arc::default(),
+            cuts: tokio::sync::watch::channel(0).0,
+            lists: Default::default(),
+            watches: Default::default(),
+        }
+    }
+
+    /// Fails every watch open now; later ones are not affected.
+    fn cut(&self) {
+        self.cuts.send_modify(|n| *n += 1);
+    }
+}
+
+#[derive(Debug)]
+struct CutWatch {
+    inner: Box<dyn WatchStream>,
+    cuts: tokio::sync::watch::Receiver<u32>,
+}
+
+#[async_trait::async_trait]
+impl WatchStream for CutWatch {
+    async fn next(&mut self) -> crate::storage::Result<Option<WatchMessage>> {
+        tokio::select! {
+            _ = self.cuts.changed() => Err(StorageError::Unavailable("transport error".to_owned())),
+            message = self.inner.next() => message,
+        }
+    }
+    async fn request_progress(&mut self) -> crate::storage::Result<()> {
+        self.inner.request_progress().await
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for Cuttable {
+    async fn create_guarded(
+        &self,
+        key: &str,
+        value: Bytes,
+        guards: &[crate::storage::Guard],
+    ) -> crate::storage::Result<KeyValue> {
+        self.inner.create_guarded(key, value, guards).await
+    }
+    async fn get(&self, key: &str) -> crate::storage::Result<KeyValue> {
+        self.inner.get(key).await
+    }
+    async fn update_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        value: Bytes,
+        releases: &[crate::storage::Release],
+    ) -> crate::storage::Result<KeyValue> {
+        self.inner
+            .update_releasing(key, expected, value, releases)
+            .await
+    }
+    async fn delete_releasing(
+        &self,
+        key: &str,
+        expected: Revision,
+        releases: &[crate::storage::Release],
+    ) -> crate::storage::Result<(KeyValue, Revision)> {
+        self.inner.delete_releasing(key, expected, releases).await
+    }
+    async fn list(
+        &self,
+        prefix: &str,
+        opts: ListOptions,
+    ) -> crate::storage::Result<crate::storage::ListPage> {
+        self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.list(prefix, opts).await
+    }
+    async fn current_revision(&self) -> crate::storage::Result<Revision> {
+        self.inner.current_revision().await
+    }
+    async fn watch(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> crate::storage::Result<Box<dyn WatchStream>> {
+        self.watches.lock().unwrap().push(after);
+        let mut cuts = self.cuts.subscribe();
+        cuts.borrow_and_update();
+        Ok(Box::new(CutWatch {
+            inner: self.inner.watch(prefix, after).await?,
+            cuts,
+        }))
+    }
+}
+
+#[tokio::test]
+async fn a_lost_etcd_watch_resumes_from_the_cache_revision_and_its_watchers_stay_open() {
+    let storage = Arc::new(Cuttable::new());
+    let cache = WatchCache::start(
+        storage.clone(),
+        PREFIX.to_owned(),
+        100,
+        Arc::new(Notify::new()),
+    );
+    let first = storage
+        .create(&key("a", "x"), Bytes::from_static(b"1"))
+        .await
+        .unwrap();
+    let revision = storage.current_revision().await.unwrap();
+    cache
+        .wait_for_revision(revision, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let mut watcher = cache.watch_from(first.mod_revision).await.unwrap();
+
+    storage.cut();
+    let second = storage
+        .create(&key("a", "y"), Bytes::from_static(b"2"))
+        .await
+        .unwrap();
+    cache
+        .wait_for_revision(second.mod_revision, Duration::from_secs(5))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        storage.lists.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "no second list"
+    );
+    let watches = storage.watches.lock().unwrap().clone();
+    assert_eq!(watches.len(), 2, "{watches:?}");
+    assert_eq!(watches[1], revision, "resumed from the cache's revision");
+    // The watcher from before the cut gets the write after it.
+    let event = tokio::time::timeout(Duration::from_secs(5), watcher.live.recv())
+        .await
+        .expect("an event in time")
+        .expect("the watcher stays open");
+    assert_eq!(event.object.key, key("a", "y"));
+}
