@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use sta_testenv::http::HttpClient;
 use sta_testenv::pki::Pki;
-use sta_testenv::standalone::{Replica, SERVER_NAME};
+use sta_testenv::standalone::{offer, Replica, SERVER_NAME};
 use sta_testenv::EtcdCluster;
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
@@ -43,17 +43,6 @@ fn start(dir: &Path) -> (EtcdCluster, Replica) {
     let server = Replica::start(Path::new(BIN), dir, "server", &pki, &etcd.urls(), &[])
         .unwrap_or_else(|e| panic!("{e}"));
     (etcd, server)
-}
-
-/// An offer of claim `claim`, from `prod` to `dev`.
-fn offer(name: &str, claim: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
-        "kind": "NamespaceTransfer",
-        "metadata": {"name": name},
-        "spec": {"source": {"name": claim}, "destination": {"namespace": "dev"}},
-    }))
-    .unwrap()
 }
 
 /// What one create came to, after as many attempts as it took.
@@ -147,17 +136,23 @@ fn listed(http: &HttpClient) -> BTreeMap<String, Value> {
 const EXCLUDED: &str = "etcd member does not answer";
 const READMITTED: &str = "etcd member answers again";
 
-/// Waits until the server's log has `needle` `times` times.
-fn wait_for_log(server: &Replica, needle: &str, times: usize) {
+/// How many lines of the server's log say `needle` of the member at `url`.
+fn logged(server: &Replica, needle: &str, url: &str) -> usize {
+    std::fs::read_to_string(&server.process.log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle) && l.contains(&format!("endpoint={url}")))
+        .count()
+}
+
+/// Waits until the server's log says `needle` of the member at `url` once
+/// more than the `before` times it had.
+fn wait_for_log(server: &Replica, needle: &str, url: &str, before: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let log = std::fs::read_to_string(&server.process.log).unwrap_or_default();
-        if log.matches(needle).count() >= times {
-            return;
-        }
+    while logged(server, needle, url) <= before {
         assert!(
             Instant::now() < deadline,
-            "the server never logged {needle:?} {times} times:\n{}",
+            "the server never logged {needle:?} for {url}:\n{}",
             server.process.log_tail()
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -190,28 +185,62 @@ fn assert_served_by_the_quorum(outcomes: &[(String, Outcome)]) {
     );
 }
 
-/// Creates named `<prefix>-<i>`, one after another, from the thread it
-/// starts, until `stop` is set. Each offers claim `c-<prefix>-<i>`.
-fn writer(
-    http: HttpClient,
-    prefix: &'static str,
+/// A thread creating `<prefix>-<i>`, one after another, until stopped;
+/// each offers claim `c-<prefix>-<i>`.
+struct Writer {
+    /// How many creates were answered for certain.
     answered: Arc<AtomicUsize>,
+    /// Set by the test once the failed member is out of the balancer.
     excluded: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<Vec<(String, Outcome)>> {
-    std::thread::spawn(move || {
-        let mut outcomes = Vec::new();
-        for i in 0.. {
-            if stop.load(Ordering::SeqCst) {
-                break;
-            }
-            let name = format!("{prefix}-{i}");
-            let outcome = create_until_answered(&http, &name, &format!("c-{name}"), &excluded);
-            outcomes.push((name, outcome));
-            answered.fetch_add(1, Ordering::SeqCst);
+    thread: std::thread::JoinHandle<Vec<(String, Outcome)>>,
+}
+
+impl Writer {
+    fn start(http: HttpClient, prefix: &'static str) -> Self {
+        let answered = Arc::new(AtomicUsize::new(0));
+        let excluded = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (answered, excluded, stop) = (answered.clone(), excluded.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut outcomes = Vec::new();
+                for i in 0.. {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let name = format!("{prefix}-{i}");
+                    let outcome =
+                        create_until_answered(&http, &name, &format!("c-{name}"), &excluded);
+                    outcomes.push((name, outcome));
+                    answered.fetch_add(1, Ordering::SeqCst);
+                }
+                outcomes
+            })
+        };
+        Self {
+            answered,
+            excluded,
+            stop,
+            thread,
         }
-        outcomes
-    })
+    }
+
+    /// Waits until `more` creates past the ones answered so far are answered.
+    fn wait_for_more(&self, more: usize) {
+        wait_for_count(&self.answered, self.answered.load(Ordering::SeqCst) + more);
+    }
+
+    /// Says the failed member is out of the server's balancer from now on.
+    fn member_excluded(&self) {
+        self.excluded.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops it after the create in progress, and returns every outcome.
+    fn finish(self) -> Vec<(String, Outcome)> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap()
+    }
 }
 
 #[test]
@@ -219,34 +248,27 @@ fn creates_through_a_killed_etcd_leader_are_neither_lost_nor_doubled_and_the_cla
 ) {
     let dir = scratch("leader-kill");
     let (mut etcd, server) = start(&dir);
-    let (answered, excluded, stop) = (
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let creates = writer(
-        server.http.clone(),
-        "t",
-        answered.clone(),
-        excluded.clone(),
-        stop.clone(),
-    );
+    let creates = Writer::start(server.http.clone(), "t");
     // The leader dies with creates on the wire.
-    wait_for_count(&answered, 20);
+    creates.wait_for_more(20);
     let old = etcd.wait_for_leader(Duration::from_secs(10)).unwrap();
+    let url = etcd.url(old);
+    let (excluded, readmitted) = (
+        logged(&server, EXCLUDED, &url),
+        logged(&server, READMITTED, &url),
+    );
     etcd.kill(old);
     let new = etcd.wait_for_leader(Duration::from_secs(30)).unwrap();
     assert_ne!(new, old, "another member leads");
-    wait_for_log(&server, EXCLUDED, 1);
-    excluded.store(true, Ordering::SeqCst);
+    wait_for_log(&server, EXCLUDED, &url, excluded);
+    creates.member_excluded();
     // Twenty more on the two members left; then it comes back as a
     // follower, the server sends it requests again, and twenty more.
-    wait_for_count(&answered, answered.load(Ordering::SeqCst) + 20);
+    creates.wait_for_more(20);
     etcd.restart(old).unwrap_or_else(|e| panic!("{e}"));
-    wait_for_log(&server, READMITTED, 1);
-    wait_for_count(&answered, answered.load(Ordering::SeqCst) + 20);
-    stop.store(true, Ordering::SeqCst);
-    let outcomes = creates.join().unwrap();
+    wait_for_log(&server, READMITTED, &url, readmitted);
+    creates.wait_for_more(20);
+    let outcomes = creates.finish();
 
     let retried: Vec<_> = outcomes
         .iter()
@@ -322,7 +344,7 @@ fn creates_through_a_killed_etcd_leader_are_neither_lost_nor_doubled_and_the_cla
 #[test]
 fn with_the_etcd_leader_stopped_for_a_minute_reads_writes_and_watches_go_on_with_the_quorum() {
     let dir = scratch("member-stopped");
-    let (etcd, server) = start(&dir);
+    let (mut etcd, server) = start(&dir);
     let first = server
         .http
         .request("POST", COLLECTION, &[JSON], &offer("before", "before"))
@@ -348,23 +370,19 @@ fn with_the_etcd_leader_stopped_for_a_minute_reads_writes_and_watches_go_on_with
 
     // A member that is there but answers nothing (SIGSTOP): its peers elect
     // another leader, and the server's connections to it hang.
-    let (answered, excluded, stop) = (
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let creates = writer(
-        server.http.clone(),
-        "during",
-        answered,
-        excluded.clone(),
-        stop.clone(),
-    );
+    let creates = Writer::start(server.http.clone(), "during");
     let stopped = etcd.wait_for_leader(Duration::from_secs(10)).unwrap();
+    let url = etcd.url(stopped);
+    let (excluded, readmitted) = (
+        logged(&server, EXCLUDED, &url),
+        logged(&server, READMITTED, &url),
+    );
     let paused_at = Instant::now();
     etcd.pause(stopped, true);
-    wait_for_log(&server, EXCLUDED, 1);
-    excluded.store(true, Ordering::SeqCst);
+    wait_for_log(&server, EXCLUDED, &url, excluded);
+    let new = etcd.wait_for_leader(Duration::from_secs(30)).unwrap();
+    assert_ne!(new, stopped, "another member leads");
+    creates.member_excluded();
     let excluded_after = paused_at.elapsed();
     // Reads of what was written, while the member stays stopped.
     let mut reads = 0;
@@ -374,10 +392,9 @@ fn with_the_etcd_leader_stopped_for_a_minute_reads_writes_and_watches_go_on_with
         reads += 1;
         std::thread::sleep(Duration::from_millis(500));
     }
-    stop.store(true, Ordering::SeqCst);
-    let outcomes = creates.join().unwrap();
+    let outcomes = creates.finish();
     etcd.pause(stopped, false);
-    wait_for_log(&server, READMITTED, 1);
+    wait_for_log(&server, READMITTED, &url, readmitted);
     println!(
         "etcd leader member-{stopped} stopped for 60 s, out of the server's balancer after {excluded_after:?}: {} creates, {reads} lists; retried: {:?}",
         outcomes.len(),

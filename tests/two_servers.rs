@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use sta_testenv::http::HttpClient;
 use sta_testenv::pki::Pki;
 use sta_testenv::process::Process;
-use sta_testenv::standalone::{Replica, SERVER_NAME};
+use sta_testenv::standalone::{offer, Replica, SERVER_NAME};
 use sta_testenv::{free_port, Etcd};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
@@ -41,17 +41,6 @@ fn url(name: Option<&str>) -> String {
 /// An offer of a claim of its own (named like the transfer), from `prod` to `dev`.
 fn transfer(name: &str) -> Vec<u8> {
     offer(name, name)
-}
-
-/// An offer of the claim `claim`, from `prod` to `dev`.
-fn offer(name: &str, claim: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
-        "kind": "NamespaceTransfer",
-        "metadata": {"name": name},
-        "spec": {"source": {"name": claim}, "destination": {"namespace": "dev"}},
-    }))
-    .unwrap()
 }
 
 const JSON: (&str, &str) = ("Content-Type", "application/json");

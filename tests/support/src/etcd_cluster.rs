@@ -32,6 +32,8 @@ struct Member {
     data: PathBuf,
     log: PathBuf,
     process: Option<Process>,
+    /// Stopped with SIGSTOP: running, but answering nothing.
+    paused: bool,
 }
 
 /// An etcd cluster of several members; stopped and its data removed on drop.
@@ -73,6 +75,7 @@ impl EtcdCluster {
                 data: etcd_data_dir(&dir.join(format!("etcd-{i}"))),
                 log: dir.join(format!("etcd-{i}.log")),
                 process: None,
+                paused: false,
             });
         }
         let initial_cluster = members
@@ -145,11 +148,12 @@ impl EtcdCluster {
         &self.members[i].log
     }
 
-    /// The member every running member names as its leader, if they agree.
+    /// The member every running member that is not paused names as its
+    /// leader, if they agree.
     pub fn leader(&self) -> Option<usize> {
         let (mut named, mut found) = (None, None);
         for (i, m) in self.members.iter().enumerate() {
-            if m.process.is_none() {
+            if m.process.is_none() || m.paused {
                 continue;
             }
             let status = status(m.client)?;
@@ -208,7 +212,8 @@ impl EtcdCluster {
 
     /// SIGSTOP (`pause`) or SIGCONT of member `i`: a member that is there
     /// but does not answer, as a stalled disk or a long GC pause looks.
-    pub fn pause(&self, i: usize, pause: bool) {
+    pub fn pause(&mut self, i: usize, pause: bool) {
+        self.members[i].paused = pause;
         if let Some(p) = &self.members[i].process {
             let signal = if pause {
                 Signal::SIGSTOP

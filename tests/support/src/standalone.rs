@@ -53,7 +53,8 @@ impl Replica {
         ];
         args.extend_from_slice(extra);
         let log = dir.join(format!("{name}.log"));
-        let mut process = Process::spawn(name, bin, &args, &log, &[])?;
+        // The tests read what it logs at info.
+        let mut process = Process::spawn(name, bin, &args, &log, &[("RUST_LOG", "info")])?;
         let http = HttpClient::new(port, &pki.serving_ca.cert, SERVER_NAME, None)?;
         wait_ready(&mut process, name, READY_TIMEOUT, &mut || {
             http.request("GET", "/readyz", &[], b"")
@@ -67,4 +68,16 @@ impl Drop for Replica {
     fn drop(&mut self) {
         self.process.stop(Duration::from_secs(5));
     }
+}
+
+/// A NamespaceTransfer offering claim `prod/<claim>` to namespace `dev`, as
+/// a create's body: what the standalone tests write.
+pub fn offer(name: &str, claim: &str) -> Vec<u8> {
+    let body = serde_json::json!({
+        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+        "kind": "NamespaceTransfer",
+        "metadata": {"name": name},
+        "spec": {"source": {"name": claim}, "destination": {"namespace": "dev"}},
+    });
+    body.to_string().into_bytes()
 }
