@@ -481,13 +481,19 @@ impl TransferController {
             .await?
             .filter(|now| now.metadata.uid == s.metadata.uid)
         else {
+            drop(counting);
+            drop(lock);
+            self.forget_standing_lock(uid_of(&s));
             return Ok(Next::Done);
         };
         let all = self.all_transfers().await?;
         let pairs: Vec<&NamespaceTransfer> = matching::standing_pairs(&s, &all).collect();
-        for d in pairs.iter().filter(|d| is_active(d) || has_finalizer(d)) {
-            self.queue.add(&object_key(*d));
-        }
+        // Woken once the lock is let go, so that they do not queue for it.
+        let wake: Vec<String> = pairs
+            .iter()
+            .filter(|d| is_active(d) || has_finalizer(d))
+            .map(|d| object_key(*d))
+            .collect();
         // Each pair adds its clone at R1; the pairs recorded now only repair
         // a count a crash between R1's two writes left short.
         let made_before = s
@@ -545,7 +551,8 @@ impl TransferController {
                         st.phase = Some(Phase::WaitingForPeer);
                         st.reason = Some(REASON_OFFERING.to_owned());
                         st.message = Some(message.clone());
-                        // A pair may have counted its clone since `s` was read.
+                        // Never lower: the clones of deleted requests are no
+                        // longer among the pairs recounted.
                         let made = st.clones.as_ref().map_or(0, |c| c.made).max(counts.made);
                         st.clones = Some(CloneCounts {
                             made,
@@ -559,6 +566,9 @@ impl TransferController {
         }
         drop(counting);
         drop(lock);
+        for key in &wake {
+            self.queue.add(key);
+        }
         if (!is_active(&s) || deleting || expired) && !held {
             self.forget_standing_lock(uid_of(&s));
             self.set_finalizer(&s, false).await?;
