@@ -210,6 +210,7 @@ struct CutWatch {
 impl WatchStream for CutWatch {
     async fn next(&mut self) -> crate::storage::Result<Option<WatchMessage>> {
         tokio::select! {
+            biased;
             _ = self.cuts.changed() => Err(StorageError::Unavailable("transport error".to_owned())),
             message = self.inner.next() => message,
         }
@@ -298,6 +299,13 @@ async fn a_lost_etcd_watch_resumes_from_the_cache_revision_and_its_watchers_stay
     let mut watcher = cache.watch_from(first.mod_revision).await.unwrap();
 
     storage.cut();
+    // The cache watches again before anything more is written.
+    for _ in 0..500 {
+        if storage.watches.lock().unwrap().len() > 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let second = storage
         .create(&key("a", "y"), Bytes::from_static(b"2"))
         .await
