@@ -42,10 +42,25 @@ use transfer::{TransferController, TransferOptions};
 pub enum Error {
     #[error(transparent)]
     NotLeader(#[from] NotLeader),
+    /// etcd refused a write of our objects: it was fenced on this term's
+    /// election key, which is gone. The term has ended, whatever the lease
+    /// clock says (a lease revoked, or an election key deleted, behind this
+    /// replica's back).
+    #[error("our storage refused a write: {0}")]
+    Fenced(String),
     #[error("kube-apiserver: {0}")]
     Cluster(#[from] ClusterError),
     #[error("our storage: {0}")]
-    Api(#[from] ApiError),
+    Api(ApiError),
+}
+
+impl From<ApiError> for Error {
+    fn from(err: ApiError) -> Self {
+        match err {
+            ApiError::Fenced(message) => Error::Fenced(message),
+            err => Error::Api(err),
+        }
+    }
 }
 
 /// `namespace/name`: the queue key of every controller, and how objects are
@@ -246,6 +261,7 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
         writer: crate::registry::Writer::Controller,
         manager: String::new(),
         notes: Default::default(),
+        fence: Some(leadership.fence().clone()),
     };
 
     let transfer_queue = WorkQueue::new();
@@ -320,7 +336,7 @@ async fn work(queue: &WorkQueue, controller: &dyn Reconciler) {
                     queue.add_paced(&key, delay);
                 }
             },
-            Err(Error::NotLeader(err)) => {
+            Err(err @ (Error::NotLeader(_) | Error::Fenced(_))) => {
                 tracing::warn!(%key, error = %err, "stopping: leadership lost");
                 queue.done(&key);
                 queue.shut_down();

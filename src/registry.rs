@@ -27,7 +27,7 @@ pub use strategy::{Strategy, UniqueClaim};
 
 use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::Requester;
-use crate::storage::StorageError;
+use crate::storage::{Fence, StorageError};
 
 /// A create-time check that needs I/O (a SubjectAccessReview): run after
 /// defaulting and validation, before the write, dry-run included.
@@ -51,6 +51,10 @@ pub struct Context {
     pub manager: String,
     /// Warnings and audit annotations the request collects.
     pub notes: Notes,
+    /// The controllers' term of leadership: every write made with this
+    /// context goes through only while the term's election key still exists
+    /// (checked by etcd in the write's transaction). `None` for requests.
+    pub fence: Option<Fence>,
 }
 
 /// The field manager of this server's own controllers.
@@ -110,6 +114,9 @@ pub(crate) fn storage_error(err: StorageError, resource: &GroupResource, name: &
         StorageError::FutureRevision { requested, current } => {
             ApiError::TooLargeResourceVersion { requested, current }
         }
+        fenced @ StorageError::Fenced { .. } => ApiError::Fenced(format!(
+            "{resource} \"{name}\" was not written: this replica no longer leads the controllers ({fenced})"
+        )),
         StorageError::Unavailable(message) => ApiError::ServiceUnavailable(format!(
             "storage is unavailable: {message}"
         )),

@@ -575,6 +575,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                     writer: crate::registry::Writer::Client,
                     manager: String::new(),
                     notes: notes.clone(),
+                    fence: None,
                 };
                 let req = match &mut record {
                     Some(record) => record.capture_request(req, endpoints::MAX_BODY_BYTES).await,

@@ -40,6 +40,14 @@ pub enum StorageError {
         requested: Revision,
         current: Revision,
     },
+    /// The write's [`Fence`] key is gone or was made again: the writer's
+    /// right to write has ended, and nothing was written.
+    #[error("fenced: {key} is not the key this write is fenced on (created at revision {expected}, found {actual})")]
+    Fenced {
+        key: String,
+        expected: Revision,
+        actual: Revision,
+    },
     #[error("storage unavailable: {0}")]
     Unavailable(String),
     #[error("storage error: {0}")]
@@ -188,6 +196,18 @@ pub struct Release {
     pub revision: Revision,
 }
 
+/// A key that must exist, as created at `create_revision`, for a write to go
+/// through: checked in the write's own transaction. The controllers fence
+/// every write on their election key (DESIGN §3 "Scale-out"): once their
+/// lease has expired or was revoked, etcd has deleted that key, and a write
+/// sent before (or delayed past) that moment can no longer land, however
+/// long the writer was paused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub key: String,
+    pub create_revision: Revision,
+}
+
 /// A live watch.
 #[async_trait::async_trait]
 pub trait WatchStream: Send + std::fmt::Debug {
@@ -202,41 +222,52 @@ pub trait WatchStream: Send + std::fmt::Debug {
 pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Creates `key` if it does not exist (`create_revision == 0`).
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        self.create_guarded(key, value, &[]).await
+        self.create_guarded(key, value, &[], None).await
     }
     /// Creates `key` if it does not exist and every guard key is still at its
     /// expected revision, and writes the guard keys, all in one transaction.
     /// An existing `key` is [`StorageError::AlreadyExists`]; otherwise a guard
     /// key that moved is a [`StorageError::Conflict`] naming it (a missing key
-    /// has revision 0).
-    async fn create_guarded(&self, key: &str, value: Bytes, guards: &[Guard]) -> Result<KeyValue>;
+    /// has revision 0). A `fence` that does not hold is [`StorageError::Fenced`],
+    /// whatever else failed.
+    async fn create_guarded(
+        &self,
+        key: &str,
+        value: Bytes,
+        guards: &[Guard],
+        fence: Option<&Fence>,
+    ) -> Result<KeyValue>;
     /// A linearizable read of `key`.
     async fn get(&self, key: &str) -> Result<KeyValue>;
     /// Replaces `key` if its `mod_revision` is still `expected`.
     async fn update(&self, key: &str, expected: Revision, value: Bytes) -> Result<KeyValue> {
-        self.update_releasing(key, expected, value, &[]).await
+        self.update_releasing(key, expected, value, &[], None).await
     }
     /// Like [`Storage::update`], and in the same transaction deletes each
-    /// [`Release`] key that is still at its revision.
+    /// [`Release`] key that is still at its revision; only while `fence`
+    /// holds, if given.
     async fn update_releasing(
         &self,
         key: &str,
         expected: Revision,
         value: Bytes,
         releases: &[Release],
+        fence: Option<&Fence>,
     ) -> Result<KeyValue>;
     /// Deletes `key` if its `mod_revision` is still `expected`; returns the
     /// deleted value and the revision of the deletion.
     async fn delete(&self, key: &str, expected: Revision) -> Result<(KeyValue, Revision)> {
-        self.delete_releasing(key, expected, &[]).await
+        self.delete_releasing(key, expected, &[], None).await
     }
     /// Like [`Storage::delete`], and in the same transaction deletes each
-    /// [`Release`] key that is still at its revision.
+    /// [`Release`] key that is still at its revision; only while `fence`
+    /// holds, if given.
     async fn delete_releasing(
         &self,
         key: &str,
         expected: Revision,
         releases: &[Release],
+        fence: Option<&Fence>,
     ) -> Result<(KeyValue, Revision)>;
     /// Reads keys under `prefix` at one revision.
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListPage>;

@@ -1,6 +1,8 @@
 //! Leader election for the controllers against a real etcd: one leader at a
-//! time, fast handover on shutdown, and a leader that loses its lease (revoked,
-//! or unreachable) stops passing `check` before anyone else leads.
+//! time, fast handover on shutdown, a leader that loses its lease (revoked,
+//! or unreachable) stops passing `check` before anyone else leads, and a
+//! write fenced on a term that has ended is refused by etcd, however late it
+//! arrives.
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
@@ -9,8 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use storage_transfer_apiserver::controller::leader::{LeaderElection, LeaderStatus, Leadership};
 use storage_transfer_apiserver::storage::etcd::{EtcdConfig, EtcdStorage};
+use storage_transfer_apiserver::storage::{Storage, StorageError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
@@ -25,14 +29,17 @@ fn start_etcd(name: &str) -> sta_testenv::Etcd {
     sta_testenv::Etcd::start(&dir).unwrap()
 }
 
-async fn client(url: &str) -> etcd_client::Client {
+async fn storage(url: &str) -> EtcdStorage {
     EtcdStorage::connect(&EtcdConfig {
         endpoints: vec![url.to_owned()],
         ..EtcdConfig::default()
     })
     .await
     .unwrap()
-    .client()
+}
+
+async fn client(url: &str) -> etcd_client::Client {
+    storage(url).await.client()
 }
 
 /// What every candidate's `lead` reports to: how many lead at once, and in
@@ -314,6 +321,129 @@ async fn a_leader_cut_off_from_etcd_stops_passing_check_before_anyone_else_leads
     b.shut_down().await;
 }
 
+#[tokio::test]
+async fn a_leaders_write_held_up_until_another_leads_is_refused_when_it_lands() {
+    let etcd = start_etcd("held-write");
+    let proxy = FreezableProxy::start(&etcd.url).await;
+    let ttl = Duration::from_secs(2);
+    let referee = Arc::new(Referee::default());
+    let mut a = Candidate::spawn("a", client(&proxy.url).await, ttl, &referee);
+    let leadership = a.wait_until_leading(10 * ttl).await;
+    let mut b = Candidate::spawn("b", client(&etcd.url).await, ttl, &referee);
+    // a writes through the same partition as its election; the test reads
+    // and writes around it.
+    let (a_storage, direct) = (storage(&proxy.url).await, storage(&etcd.url).await);
+    let (fenced_key, unfenced_key) = ("/test/fenced", "/test/unfenced");
+    let fenced_at = direct.create(fenced_key, Bytes::from("0")).await.unwrap();
+    let unfenced_at = direct.create(unfenced_key, Bytes::from("0")).await.unwrap();
+    let fence = leadership.fence().clone();
+
+    // Both writes pass `check`, then the partition holds them, as a pause
+    // after the check would.
+    proxy.freeze();
+    assert!(leadership.check().is_ok());
+    let late = |key: &'static str, revision, fenced: bool| {
+        let (s, fence) = (a_storage.clone(), fence.clone());
+        tokio::spawn(async move {
+            let fence = fenced.then_some(&fence);
+            s.update_releasing(key, revision, Bytes::from("late"), &[], fence)
+                .await
+        })
+    };
+    let fenced_write = late(fenced_key, fenced_at.mod_revision, true);
+    let unfenced_write = late(unfenced_key, unfenced_at.mod_revision, false);
+
+    let taken_over = b.wait_until_leading(10 * ttl).await;
+    assert!(leadership.check().is_err());
+    let b_wrote = direct.create("/test/by-b", Bytes::from("b")).await.unwrap();
+    proxy.thaw();
+
+    let refused = timeout(Duration::from_secs(20), fenced_write)
+        .await
+        .expect("the held write was answered")
+        .unwrap();
+    assert_eq!(
+        refused.unwrap_err(),
+        StorageError::Fenced {
+            key: fence.key.clone(),
+            expected: fence.create_revision,
+            actual: 0,
+        }
+    );
+    assert_eq!(
+        direct.get(fenced_key).await.unwrap().value,
+        Bytes::from("0")
+    );
+    // The same write without the fence lands after b took over: what the
+    // fence is there for.
+    let landed = timeout(Duration::from_secs(20), unfenced_write)
+        .await
+        .expect("the held write was answered")
+        .unwrap()
+        .unwrap();
+    assert!(landed.mod_revision > b_wrote.mod_revision);
+    assert_ne!(taken_over.fence(), &fence);
+
+    a.shut_down().await;
+    b.shut_down().await;
+}
+
+#[tokio::test]
+async fn a_leader_whose_election_key_is_deleted_by_hand_can_no_longer_write() {
+    let etcd = start_etcd("key-deleted");
+    let ttl = Duration::from_secs(3);
+    let referee = Arc::new(Referee::default());
+    let mut a = Candidate::spawn("a", client(&etcd.url).await, ttl, &referee);
+    let leadership = a.wait_until_leading(10 * ttl).await;
+    let mut b = Candidate::spawn("b", client(&etcd.url).await, ttl, &referee);
+    let s = storage(&etcd.url).await;
+    let object = s.create("/test/object", Bytes::from("0")).await.unwrap();
+    let written = s
+        .update_releasing(
+            "/test/object",
+            object.mod_revision,
+            Bytes::from("a"),
+            &[],
+            Some(leadership.fence()),
+        )
+        .await
+        .unwrap();
+
+    // Someone deletes a's key: b is elected at once, while a's lease, still
+    // kept alive, lets a pass `check` for as long as it likes.
+    let key = s.get(&leadership.fence().key).await.unwrap();
+    s.delete(&key.key, key.mod_revision).await.unwrap();
+    let by_b = b.wait_until_leading(10 * ttl).await;
+    assert!(leadership.check().is_ok(), "the lease itself is still live");
+    let refused = s
+        .update_releasing(
+            "/test/object",
+            written.mod_revision,
+            Bytes::from("a again"),
+            &[],
+            Some(leadership.fence()),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, StorageError::Fenced { .. }),
+        "{refused:?}"
+    );
+    s.update_releasing(
+        "/test/object",
+        written.mod_revision,
+        Bytes::from("b"),
+        &[],
+        Some(by_b.fence()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.get("/test/object").await.unwrap().value, Bytes::from("b"));
+
+    a.shut_down().await;
+    b.shut_down().await;
+}
+
 /// A TCP proxy that can freeze: bytes in flight are then held, and the
 /// connection neither delivers nor closes, as with a partition or a stopped
 /// etcd.
@@ -345,6 +475,11 @@ impl FreezableProxy {
 
     fn freeze(&self) {
         self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Delivers what was held, in order, and goes on.
+    fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
     }
 }
 

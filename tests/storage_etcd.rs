@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use storage_transfer_apiserver::storage::etcd::{EtcdConfig, EtcdStorage};
 use storage_transfer_apiserver::storage::{
-    Event, Guard, ListOptions, Release, Storage, StorageError, WatchMessage,
+    Event, Fence, Guard, ListOptions, Release, Storage, StorageError, WatchMessage,
 };
 
 async fn etcd(name: &str) -> (sta_testenv::Etcd, EtcdStorage) {
@@ -110,6 +110,7 @@ async fn a_guarded_create_writes_the_object_and_its_guard_keys_in_one_transactio
                 guard(&source, None, "held by a"),
                 guard(&destination, None, "held by a"),
             ],
+            None,
         )
         .await
         .unwrap();
@@ -123,7 +124,7 @@ async fn a_guarded_create_writes_the_object_and_its_guard_keys_in_one_transactio
 
     // A guard that expects an absent key which now exists.
     assert_eq!(
-        s.create_guarded(&b, v("b"), &[guard(&source, None, "held by b")])
+        s.create_guarded(&b, v("b"), &[guard(&source, None, "held by b")], None)
             .await
             .unwrap_err(),
         StorageError::Conflict {
@@ -138,7 +139,8 @@ async fn a_guarded_create_writes_the_object_and_its_guard_keys_in_one_transactio
         s.create_guarded(
             &b,
             v("b"),
-            &[guard(&missing, Some(created.mod_revision), "b")]
+            &[guard(&missing, Some(created.mod_revision), "b")],
+            None
         )
         .await
         .unwrap_err(),
@@ -161,7 +163,7 @@ async fn a_guarded_create_writes_the_object_and_its_guard_keys_in_one_transactio
 
     // An existing object is AlreadyExists, whatever the guards say.
     assert_eq!(
-        s.create_guarded(&a, v("a again"), &[guard(&source, Some(1), "x")])
+        s.create_guarded(&a, v("a again"), &[guard(&source, Some(1), "x")], None)
             .await
             .unwrap_err(),
         StorageError::AlreadyExists { key: a.clone() }
@@ -173,6 +175,7 @@ async fn a_guarded_create_writes_the_object_and_its_guard_keys_in_one_transactio
             &b,
             v("b"),
             &[guard(&source, Some(created.mod_revision), "held by b")],
+            None,
         )
         .await
         .unwrap();
@@ -199,6 +202,7 @@ async fn an_update_or_delete_releases_index_keys_still_at_their_revision_in_one_
                 guard(&source, None, "held by a"),
                 guard(&destination, None, "held by a"),
             ],
+            None,
         )
         .await
         .unwrap();
@@ -212,7 +216,13 @@ async fn an_update_or_delete_releases_index_keys_still_at_their_revision_in_one_
         revision: created.mod_revision,
     };
     let stale = s
-        .update_releasing(&a, moved.mod_revision, v("a done"), &[release(&source)])
+        .update_releasing(
+            &a,
+            moved.mod_revision,
+            v("a done"),
+            &[release(&source)],
+            None,
+        )
         .await
         .unwrap_err();
     assert!(matches!(stale, StorageError::Conflict { .. }), "{stale:?}");
@@ -227,6 +237,7 @@ async fn an_update_or_delete_releases_index_keys_still_at_their_revision_in_one_
             created.mod_revision,
             v("a done"),
             &[release(&source), release(&destination)],
+            None,
         )
         .await
         .unwrap();
@@ -242,10 +253,10 @@ async fn an_update_or_delete_releases_index_keys_still_at_their_revision_in_one_
     assert_eq!(s.get(&a).await.unwrap().value, v("a done"));
 
     let held = s
-        .create_guarded(&b, v("b"), &[guard(&source, None, "held by b")])
+        .create_guarded(&b, v("b"), &[guard(&source, None, "held by b")], None)
         .await
         .unwrap();
-    s.delete_releasing(&a, finished.mod_revision, &[])
+    s.delete_releasing(&a, finished.mod_revision, &[], None)
         .await
         .unwrap();
     let (last, at) = s
@@ -256,6 +267,7 @@ async fn an_update_or_delete_releases_index_keys_still_at_their_revision_in_one_
                 key: source.clone(),
                 revision: held.mod_revision,
             }],
+            None,
         )
         .await
         .unwrap();
@@ -268,14 +280,106 @@ async fn an_update_or_delete_releases_index_keys_still_at_their_revision_in_one_
 }
 
 #[tokio::test]
+async fn a_fenced_write_goes_through_only_while_its_fence_key_is_as_created() {
+    let (_etcd, s) = etcd("fence").await;
+    let term = "/registry/storage.transfer.k8s.io/_leader/controllers/694d";
+    let (a, b, index) = (
+        format!("{P}/ns/a"),
+        format!("{P}/ns/b"),
+        format!("{P}-index"),
+    );
+    let started = s.create(term, v("replica-a")).await.unwrap();
+    let fence = Fence {
+        key: term.to_owned(),
+        create_revision: started.create_revision,
+    };
+    let created = s
+        .create_guarded(&a, v("1"), &[guard(&index, None, "a")], Some(&fence))
+        .await
+        .unwrap();
+    let updated = s
+        .update_releasing(&a, created.mod_revision, v("2"), &[], Some(&fence))
+        .await
+        .unwrap();
+    // A put to the fence key keeps its create revision: still the same term.
+    s.update(term, started.mod_revision, v("renewed"))
+        .await
+        .unwrap();
+    let updated = s
+        .update_releasing(&a, updated.mod_revision, v("3"), &[], Some(&fence))
+        .await
+        .unwrap();
+
+    // The term ends (etcd deletes an expired lease's keys).
+    let ended = s.get(term).await.unwrap();
+    s.delete(term, ended.mod_revision).await.unwrap();
+    let fenced = |actual| StorageError::Fenced {
+        key: term.to_owned(),
+        expected: started.create_revision,
+        actual,
+    };
+    assert_eq!(
+        s.update_releasing(&a, updated.mod_revision, v("late"), &[], Some(&fence))
+            .await
+            .unwrap_err(),
+        fenced(0)
+    );
+    assert_eq!(
+        s.delete_releasing(&a, updated.mod_revision, &[], Some(&fence))
+            .await
+            .unwrap_err(),
+        fenced(0)
+    );
+    // Refused on the fence first, though the object's own check fails too.
+    assert_eq!(
+        s.create_guarded(&a, v("late"), &[guard(&index, None, "late")], Some(&fence))
+            .await
+            .unwrap_err(),
+        fenced(0)
+    );
+    // A new term under the same key is another term.
+    let again = s.create(term, v("replica-a")).await.unwrap();
+    assert_eq!(
+        s.create_guarded(&b, v("late"), &[], Some(&fence))
+            .await
+            .unwrap_err(),
+        fenced(again.create_revision)
+    );
+    let now = s.get(&a).await.unwrap();
+    assert_eq!(
+        (now.value, now.mod_revision),
+        (v("3"), updated.mod_revision)
+    );
+    assert_eq!(s.get(&index).await.unwrap().value, v("a"));
+    assert!(matches!(
+        s.get(&b).await.unwrap_err(),
+        StorageError::NotFound { .. }
+    ));
+    // Without a fence, or with the new term's, the same writes go through.
+    let renewed = Fence {
+        key: term.to_owned(),
+        create_revision: again.create_revision,
+    };
+    s.update_releasing(&a, updated.mod_revision, v("4"), &[], Some(&renewed))
+        .await
+        .unwrap();
+    s.create_guarded(&b, v("1"), &[], None).await.unwrap();
+}
+
+#[tokio::test]
 async fn of_concurrent_guarded_creates_on_one_key_exactly_one_wins() {
     let (_etcd, s) = etcd("guarded-race").await;
     let index = format!("{INDEX}/source/ns/db");
     let creates = (0..8).map(|i| {
         let (s, index) = (s.clone(), index.clone());
         tokio::spawn(async move {
-            s.create_guarded(&format!("{P}/ns/t{i}"), v("t"), &[guard(&index, None, "t")])
-                .await
+            s.create_guarded(
+                &format!("{P}/ns/t{i}"),
+                v("t"),
+                &[guard(&index, None, "t")],
+                None,
+            )
+            .await
         })
     });
     let mut won = 0;

@@ -118,6 +118,12 @@ pub enum ApiError {
     /// a Timeout the client retries after a second.
     #[error("Timeout: Too large resource version: {requested}, current: {current}")]
     TooLargeResourceVersion { requested: i64, current: i64 },
+    /// A write of this server's own controllers that etcd refused because
+    /// their term of leadership has ended (the election key the write was
+    /// fenced on is gone). Only controllers fence their writes, so no client
+    /// ever receives it; the controller stops leading.
+    #[error("Operation cannot be fulfilled: {0}")]
+    Fenced(String),
     /// An admission plugin's refusal, with the code, reason and details it
     /// chose (a webhook's own Status, a policy's reason), as kube passes
     /// them through. `code` is at least 400.
@@ -166,7 +172,8 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::PathNotFound => 404,
             ApiError::AlreadyExists { .. }
             | ApiError::Conflict { .. }
-            | ApiError::ApplyConflict { .. } => 409,
+            | ApiError::ApplyConflict { .. }
+            | ApiError::Fenced(_) => 409,
             ApiError::Invalid { .. } => 422,
             ApiError::Forbidden { .. } => 403,
             ApiError::Unauthorized => 401,
@@ -189,7 +196,9 @@ impl ApiError {
         match self {
             ApiError::NotFound { .. } | ApiError::PathNotFound => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } | ApiError::Fenced(_) => {
+                "Conflict"
+            }
             ApiError::Invalid { .. } => "Invalid",
             ApiError::Forbidden { .. } => "Forbidden",
             ApiError::Unauthorized => "Unauthorized",

@@ -5,27 +5,41 @@
 //! grants, keeps alive and revokes. It owns that lease and nothing else: it never
 //! reads or writes our objects, and it knows nothing about what the controllers do.
 //!
-//! # Why `Leadership::check` before every mutation is enough
+//! # How a term's writes are fenced
 //!
-//! etcd expires a lease no earlier than `TTL` after it *received* the last
-//! keep-alive, which is after we *sent* it. So when the answer to a keep-alive
-//! sent at `t` grants `TTL`, the lease is live at least until `t + TTL`, whether
-//! or not any later keep-alive gets through. [`Leadership::check`] answers `Ok`
-//! only before `t + TTL − margin` (the margin absorbs clock-rate drift and the
-//! time between the check and the write reaching its server), and the
-//! election only makes a replica leader once the previous leader's key is
-//! deleted, which for an expired lease happens after `t + TTL`. Hence a stalled
-//! or partitioned leader stops passing checks *before* anyone else can be
-//! elected, without hearing from etcd.
+//! Two guards, one for each kind of object the controllers write:
 //!
-//! The remaining windows:
-//! - A mutation that passed `check` and is already on the wire when the lease is
-//!   lost still lands. The margin bounds this only for loss by expiry, and only
-//!   if the write takes less than the margin to arrive.
-//! - A lease revoked behind our back (or an election key deleted by hand) is
-//!   noticed only at the next keep-alive answer, about a third of the TTL later.
-//!   Until then two replicas may both pass `check`. Only a write fenced on the
-//!   leader key in the same etcd transaction would close this window.
+//! - **Our objects, in etcd: fenced by etcd itself.** Campaigning creates this
+//!   replica's election key, attached to the lease; etcd deletes it when the
+//!   lease expires or is revoked. [`Leadership::fence`] names that key and its
+//!   create revision, and every write of our objects carries it
+//!   (`registry::Context::fence`), compared in the write's own transaction. A
+//!   write that arrives after the term ended is refused, however long its
+//!   writer was paused or the write was delayed on the way: the key it names
+//!   cannot exist again with the same create revision.
+//! - **Core objects, through kube-apiserver: a lease clock, then optimistic
+//!   concurrency.** kube-apiserver cannot compare our election key, so
+//!   [`Leadership::check`] comes right before each such write. etcd expires a
+//!   lease no earlier than `TTL` after it *received* the last keep-alive,
+//!   which is after we *sent* it. So when the answer to a keep-alive sent at
+//!   `t` grants `TTL`, the lease is live at least until `t + TTL`, whether or
+//!   not any later keep-alive gets through. `check` answers `Ok` only before
+//!   `t + TTL − margin` (the margin absorbs clock-rate drift and the time
+//!   between the check and the write reaching its server), and the election
+//!   only makes a replica leader once the previous leader's key is deleted,
+//!   which for an expired lease happens after `t + TTL`. Hence a stalled or
+//!   partitioned leader stops passing checks before anyone else can be
+//!   elected, without hearing from etcd. When the deadline passes, the term's
+//!   futures are dropped before they are polled again.
+//!
+//! What `check` cannot cover: a write to a core object that passed it and
+//! was then delayed past the deadline (the process paused between the check
+//! and the send, or the request held up on the way). Every such write is
+//! conditional on the resourceVersion (or uid) it was decided on, so it lands
+//! only if nobody, the new leader included, has written that object since.
+//! It is then one step of the protocol decided on facts that were true when
+//! it was read; each step's decision is made again from what is read next,
+//! so the new leader sees the write and carries on from it.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -38,6 +52,8 @@ use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::time::{sleep, sleep_until, timeout, Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
+
+use crate::storage::Fence;
 
 /// The first pause before another term after a failed one. It doubles up to
 /// [`MAX_RETRY`] and resets once this replica has been elected.
@@ -66,6 +82,7 @@ pub struct Leadership {
     lease_id: i64,
     identity: Arc<str>,
     tenure: watch::Receiver<Tenure>,
+    fence: Fence,
 }
 
 impl Leadership {
@@ -107,6 +124,12 @@ impl Leadership {
                 }
             }
         }
+    }
+
+    /// This term's election key and its create revision: a write fenced on it
+    /// goes through only while the term lasts in etcd.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
     }
 
     /// The etcd lease this term holds (for logs and tests).
@@ -359,10 +382,20 @@ impl LeaderElection {
                     }
                 }
                 won = &mut campaign, if leading.is_none() => {
-                    if let Err(error) = won {
-                        return TermEnd::Failed(error);
-                    }
-                    let leadership = clock.leadership(&self.identity);
+                    let won = match won {
+                        Ok(won) => won,
+                        Err(error) => return TermEnd::Failed(error),
+                    };
+                    let Some(key) = won.leader() else {
+                        return TermEnd::Failed(etcd_client::Error::ElectError(
+                            "the campaign's answer names no leader key".to_owned(),
+                        ));
+                    };
+                    let fence = Fence {
+                        key: String::from_utf8_lossy(key.key()).into_owned(),
+                        create_revision: key.rev(),
+                    };
+                    let leadership = clock.leadership(&self.identity, fence);
                     if leadership.check().is_err() {
                         return TermEnd::Lost(LossReason::Unanswered);
                     }
@@ -502,11 +535,12 @@ impl LeaseClock {
         }
     }
 
-    fn leadership(&self, identity: &Arc<str>) -> Leadership {
+    fn leadership(&self, identity: &Arc<str>, fence: Fence) -> Leadership {
         Leadership {
             lease_id: self.lease_id,
             identity: identity.clone(),
             tenure: self.tenure.subscribe(),
+            fence,
         }
     }
 

@@ -428,7 +428,7 @@ impl<S: Strategy> Store<S> {
             }
             match self
                 .storage
-                .create_guarded(&key, value.clone(), &guards)
+                .create_guarded(&key, value.clone(), &guards, ctx.fence.as_ref())
                 .await
             {
                 Ok(kv) => return Ok(Some(kv)),
@@ -1209,7 +1209,7 @@ impl<S: Strategy> Store<S> {
         if finalized {
             return match self
                 .storage
-                .delete_releasing(&key, revision, &releases)
+                .delete_releasing(&key, revision, &releases, ctx.fence.as_ref())
                 .await
             {
                 // The answer is the object as last stored, as kube answers
@@ -1227,6 +1227,7 @@ impl<S: Strategy> Store<S> {
                 self.encode_tracked(&mut new, fields)
                     .map_err(UpdateError::Api)?,
                 &releases,
+                ctx.fence.as_ref(),
             )
             .await
         {
@@ -1268,7 +1269,13 @@ impl<S: Strategy> Store<S> {
                 }
                 match self
                     .storage
-                    .update(&key, revision, self.encode(&current)?)
+                    .update_releasing(
+                        &key,
+                        revision,
+                        self.encode(&current)?,
+                        &[],
+                        ctx.fence.as_ref(),
+                    )
                     .await
                 {
                     Ok(kv) => {
@@ -1285,7 +1292,7 @@ impl<S: Strategy> Store<S> {
             let releases = self.held_entries(&current).await?;
             match self
                 .storage
-                .delete_releasing(&key, revision, &releases)
+                .delete_releasing(&key, revision, &releases, ctx.fence.as_ref())
                 .await
             {
                 Ok((_, at)) => {

@@ -17,8 +17,8 @@ use etcd_client::{
 
 use super::barrier::RevisionBarrier;
 use super::{
-    prefix_end, Event, Guard, KeyValue, ListOptions, ListPage, Release, Result, Revision, Storage,
-    StorageError, WatchMessage, WatchStream,
+    prefix_end, Event, Fence, Guard, KeyValue, ListOptions, ListPage, Release, Result, Revision,
+    Storage, StorageError, WatchMessage, WatchStream,
 };
 
 /// How to reach etcd: `--etcd-servers` and the client TLS flags.
@@ -231,13 +231,52 @@ fn release_ops(releases: &[Release]) -> impl Iterator<Item = TxnOp> + '_ {
     })
 }
 
+/// The fence's comparison, for a transaction's `when`, and the read of its key,
+/// appended last to the transaction's else branch.
+fn fence_ops(fence: Option<&Fence>) -> (Option<Compare>, Option<TxnOp>) {
+    match fence {
+        Some(f) => (
+            Some(Compare::create_revision(
+                f.key.as_str(),
+                CompareOp::Equal,
+                f.create_revision,
+            )),
+            Some(TxnOp::get(f.key.as_str(), None)),
+        ),
+        None => (None, None),
+    }
+}
+
+/// Whether a failed transaction failed on its fence, from the else branch's
+/// last read (the fence key's): the fence is checked before anything else,
+/// since a writer whose right has ended must stop, not retry.
+fn fence_failure(fence: Option<&Fence>, responses: &[TxnOpResponse]) -> Option<StorageError> {
+    let fence = fence?;
+    let read = responses.iter().rev().find_map(|r| match r {
+        TxnOpResponse::Get(get) => Some(get),
+        _ => None,
+    })?;
+    let actual = read.kvs().first().map_or(0, |kv| kv.create_revision());
+    (actual != fence.create_revision).then(|| StorageError::Fenced {
+        key: fence.key.clone(),
+        expected: fence.create_revision,
+        actual,
+    })
+}
+
 fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Revision {
     header.map(|h| h.revision()).unwrap_or_default()
 }
 
 #[async_trait::async_trait]
 impl Storage for EtcdStorage {
-    async fn create_guarded(&self, key: &str, value: Bytes, guards: &[Guard]) -> Result<KeyValue> {
+    async fn create_guarded(
+        &self,
+        key: &str,
+        value: Bytes,
+        guards: &[Guard],
+        fence: Option<&Fence>,
+    ) -> Result<KeyValue> {
         let mut when = vec![Compare::create_revision(key, CompareOp::Equal, 0)];
         let mut and_then = vec![TxnOp::put(key, value.to_vec(), None)];
         let mut or_else = vec![TxnOp::get(key, None)];
@@ -251,9 +290,15 @@ impl Storage for EtcdStorage {
             and_then.push(TxnOp::put(guard.key.as_str(), guard.value.to_vec(), None));
             or_else.push(TxnOp::get(guard.key.as_str(), None));
         }
+        let (fenced, fence_read) = fence_ops(fence);
+        when.extend(fenced);
+        or_else.extend(fence_read);
         let txn = Txn::new().when(when).and_then(and_then).or_else(or_else);
         let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
         if !resp.succeeded() {
+            if let Some(fenced) = fence_failure(fence, resp.op_responses().as_slice()) {
+                return Err(fenced);
+            }
             // The else branch read the object and then every guard key, in
             // order, at the revision the comparison failed at.
             let mut found = Vec::with_capacity(guards.len() + 1);
@@ -295,17 +340,31 @@ impl Storage for EtcdStorage {
         expected: Revision,
         value: Bytes,
         releases: &[Release],
+        fence: Option<&Fence>,
     ) -> Result<KeyValue> {
         let and_then: Vec<TxnOp> = std::iter::once(TxnOp::put(key, value.to_vec(), None))
             .chain(release_ops(releases))
             .collect();
+        let (fenced, fence_read) = fence_ops(fence);
         let txn = Txn::new()
-            .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
+            .when(
+                std::iter::once(Compare::mod_revision(key, CompareOp::Equal, expected))
+                    .chain(fenced)
+                    .collect::<Vec<_>>(),
+            )
             .and_then(and_then)
-            .or_else([TxnOp::get(key, None)]);
+            .or_else(
+                std::iter::once(TxnOp::get(key, None))
+                    .chain(fence_read)
+                    .collect::<Vec<_>>(),
+            );
         let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
         if !resp.succeeded() {
-            return Err(match existing(&resp.op_responses())? {
+            let responses = resp.op_responses();
+            if let Some(fenced) = fence_failure(fence, &responses) {
+                return Err(fenced);
+            }
+            return Err(match existing(&responses)? {
                 Some(current) => StorageError::Conflict {
                     key: key.to_owned(),
                     expected,
@@ -333,6 +392,7 @@ impl Storage for EtcdStorage {
         key: &str,
         expected: Revision,
         releases: &[Release],
+        fence: Option<&Fence>,
     ) -> Result<(KeyValue, Revision)> {
         let and_then: Vec<TxnOp> = std::iter::once(TxnOp::delete(
             key,
@@ -340,13 +400,25 @@ impl Storage for EtcdStorage {
         ))
         .chain(release_ops(releases))
         .collect();
+        let (fenced, fence_read) = fence_ops(fence);
         let txn = Txn::new()
-            .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
+            .when(
+                std::iter::once(Compare::mod_revision(key, CompareOp::Equal, expected))
+                    .chain(fenced)
+                    .collect::<Vec<_>>(),
+            )
             .and_then(and_then)
-            .or_else([TxnOp::get(key, None)]);
+            .or_else(
+                std::iter::once(TxnOp::get(key, None))
+                    .chain(fence_read)
+                    .collect::<Vec<_>>(),
+            );
         let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
         let responses = resp.op_responses();
         if !resp.succeeded() {
+            if let Some(fenced) = fence_failure(fence, &responses) {
+                return Err(fenced);
+            }
             return Err(match existing(&responses)? {
                 Some(current) => StorageError::Conflict {
                     key: key.to_owned(),

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 
 use super::{
-    Event, Guard, KeyValue, ListOptions, ListPage, Release, Result, Revision, Storage,
+    Event, Fence, Guard, KeyValue, ListOptions, ListPage, Release, Result, Revision, Storage,
     StorageError, WatchMessage, WatchStream,
 };
 
@@ -67,6 +67,25 @@ impl MemoryStorage {
         kv
     }
 
+    /// `Fenced` unless `fence` (if any) still holds, as the transaction's
+    /// first comparison.
+    fn check_fence(state: &State, fence: Option<&Fence>) -> Result<()> {
+        let Some(fence) = fence else { return Ok(()) };
+        let actual = state
+            .data
+            .get(&fence.key)
+            .map_or(0, |kv| kv.create_revision);
+        if actual == fence.create_revision {
+            Ok(())
+        } else {
+            Err(StorageError::Fenced {
+                key: fence.key.clone(),
+                expected: fence.create_revision,
+                actual,
+            })
+        }
+    }
+
     /// Deletes each release key still at its revision, at the current
     /// revision, as the nested transaction of one write.
     fn release(&self, state: &mut State, releases: &[Release]) {
@@ -89,8 +108,15 @@ impl MemoryStorage {
 
 #[async_trait::async_trait]
 impl Storage for MemoryStorage {
-    async fn create_guarded(&self, key: &str, value: Bytes, guards: &[Guard]) -> Result<KeyValue> {
+    async fn create_guarded(
+        &self,
+        key: &str,
+        value: Bytes,
+        guards: &[Guard],
+        fence: Option<&Fence>,
+    ) -> Result<KeyValue> {
         let mut state = self.lock();
+        Self::check_fence(&state, fence)?;
         if state.data.contains_key(key) {
             return Err(StorageError::AlreadyExists {
                 key: key.to_owned(),
@@ -132,8 +158,10 @@ impl Storage for MemoryStorage {
         expected: Revision,
         value: Bytes,
         releases: &[Release],
+        fence: Option<&Fence>,
     ) -> Result<KeyValue> {
         let mut state = self.lock();
+        Self::check_fence(&state, fence)?;
         let Some(prev) = state.data.get(key).cloned() else {
             return Err(StorageError::NotFound {
                 key: key.to_owned(),
@@ -170,8 +198,10 @@ impl Storage for MemoryStorage {
         key: &str,
         expected: Revision,
         releases: &[Release],
+        fence: Option<&Fence>,
     ) -> Result<(KeyValue, Revision)> {
         let mut state = self.lock();
+        Self::check_fence(&state, fence)?;
         let Some(prev) = state.data.get(key).cloned() else {
             return Err(StorageError::NotFound {
                 key: key.to_owned(),

@@ -50,7 +50,7 @@ async fn the_memory_fake_guards_creates_as_etcd_does() {
         value: Bytes::from_static(value.as_bytes()),
     };
     let a = s
-        .create_guarded("/o/a", Bytes::from_static(b"a"), &[guard(None, "a")])
+        .create_guarded("/o/a", Bytes::from_static(b"a"), &[guard(None, "a")], None)
         .await
         .unwrap();
     let entry = s.get("/i/source/ns/db").await.unwrap();
@@ -59,7 +59,7 @@ async fn the_memory_fake_guards_creates_as_etcd_does() {
         (&b"a"[..], a.mod_revision)
     );
     assert_eq!(
-        s.create_guarded("/o/b", Bytes::from_static(b"b"), &[guard(None, "b")])
+        s.create_guarded("/o/b", Bytes::from_static(b"b"), &[guard(None, "b")], None)
             .await
             .unwrap_err(),
         StorageError::Conflict {
@@ -69,9 +69,14 @@ async fn the_memory_fake_guards_creates_as_etcd_does() {
         }
     );
     assert_eq!(
-        s.create_guarded("/o/a", Bytes::from_static(b"a"), &[guard(Some(1), "a")])
-            .await
-            .unwrap_err(),
+        s.create_guarded(
+            "/o/a",
+            Bytes::from_static(b"a"),
+            &[guard(Some(1), "a")],
+            None
+        )
+        .await
+        .unwrap_err(),
         StorageError::AlreadyExists {
             key: "/o/a".to_owned()
         }
@@ -81,8 +86,72 @@ async fn the_memory_fake_guards_creates_as_etcd_does() {
         "/o/b",
         Bytes::from_static(b"b"),
         &[guard(Some(a.mod_revision), "b")],
+        None,
     )
     .await
     .unwrap();
     assert_eq!(s.get("/i/source/ns/db").await.unwrap().value.as_ref(), b"b");
+}
+
+#[tokio::test]
+async fn the_memory_fake_refuses_every_write_whose_fence_key_is_gone_or_made_again() {
+    use bytes::Bytes;
+
+    let s = memory::MemoryStorage::default();
+    let term = s
+        .create("/election/a", Bytes::from_static(b"a"))
+        .await
+        .unwrap();
+    let fence = Fence {
+        key: "/election/a".to_owned(),
+        create_revision: term.create_revision,
+    };
+    let o = s
+        .create_guarded("/o/a", Bytes::from_static(b"1"), &[], Some(&fence))
+        .await
+        .unwrap();
+    let o = s
+        .update_releasing(
+            "/o/a",
+            o.mod_revision,
+            Bytes::from_static(b"2"),
+            &[],
+            Some(&fence),
+        )
+        .await
+        .unwrap();
+
+    // The term ends, and a new one starts under the same key.
+    s.delete("/election/a", term.mod_revision).await.unwrap();
+    let fenced = |actual| StorageError::Fenced {
+        key: "/election/a".to_owned(),
+        expected: term.create_revision,
+        actual,
+    };
+    let refused = s
+        .update_releasing(
+            "/o/a",
+            o.mod_revision,
+            Bytes::from_static(b"3"),
+            &[],
+            Some(&fence),
+        )
+        .await;
+    assert_eq!(refused, Err(fenced(0)));
+    let again = s
+        .create("/election/a", Bytes::from_static(b"a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.delete_releasing("/o/a", o.mod_revision, &[], Some(&fence))
+            .await,
+        Err(fenced(again.create_revision))
+    );
+    assert_eq!(
+        s.create_guarded("/o/b", Bytes::from_static(b"1"), &[], Some(&fence))
+            .await,
+        Err(fenced(again.create_revision))
+    );
+    assert_eq!(s.get("/o/a").await.unwrap().value.as_ref(), b"2");
+    assert!(s.get("/o/b").await.is_err());
 }

@@ -178,6 +178,7 @@ impl ClaimController {
             writer: Writer::Client,
             manager: crate::registry::CONTROLLER_MANAGER.to_owned(),
             notes: Default::default(),
+            fence: Some(self.leadership.fence().clone()),
         };
         self.leadership.check()?;
         match self.transfers.create(&ctx, namespace, request).await {

@@ -5,7 +5,11 @@ use super::*;
 const MS: Duration = Duration::from_millis(1);
 
 fn leadership(clock: &LeaseClock) -> Leadership {
-    clock.leadership(&Arc::from("replica-a"))
+    let fence = Fence {
+        key: "/election/694d".to_owned(),
+        create_revision: 9,
+    };
+    clock.leadership(&Arc::from("replica-a"), fence)
 }
 
 #[test]

@@ -39,6 +39,7 @@ fn ctx(user: &str) -> Context {
         writer: crate::registry::Writer::Client,
         manager: String::new(),
         notes: Default::default(),
+        fence: None,
     }
 }
 
@@ -1035,6 +1036,7 @@ impl Storage for RacedStorage {
         key: &str,
         value: Bytes,
         guards: &[Guard],
+        fence: Option<&crate::storage::Fence>,
     ) -> storage::Result<KeyValue> {
         if !guards.is_empty() && !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
             let mut winner: serde_json::Value = serde_json::from_slice(&value).unwrap();
@@ -1055,11 +1057,12 @@ impl Storage for RacedStorage {
                     &format!("{dir}/winner"),
                     Bytes::from(winner.to_string()),
                     &theirs,
+                    None,
                 )
                 .await
                 .unwrap();
         }
-        self.inner.create_guarded(key, value, guards).await
+        self.inner.create_guarded(key, value, guards, fence).await
     }
 
     async fn get(&self, key: &str) -> storage::Result<KeyValue> {
@@ -1072,9 +1075,10 @@ impl Storage for RacedStorage {
         expected: Revision,
         value: Bytes,
         releases: &[storage::Release],
+        fence: Option<&crate::storage::Fence>,
     ) -> storage::Result<KeyValue> {
         self.inner
-            .update_releasing(key, expected, value, releases)
+            .update_releasing(key, expected, value, releases, fence)
             .await
     }
 
@@ -1083,8 +1087,11 @@ impl Storage for RacedStorage {
         key: &str,
         expected: Revision,
         releases: &[storage::Release],
+        fence: Option<&crate::storage::Fence>,
     ) -> storage::Result<(KeyValue, Revision)> {
-        self.inner.delete_releasing(key, expected, releases).await
+        self.inner
+            .delete_releasing(key, expected, releases, fence)
+            .await
     }
 
     async fn list(
@@ -1220,8 +1227,9 @@ impl Storage for CountingStorage {
         key: &str,
         value: Bytes,
         guards: &[Guard],
+        fence: Option<&crate::storage::Fence>,
     ) -> storage::Result<KeyValue> {
-        self.inner.create_guarded(key, value, guards).await
+        self.inner.create_guarded(key, value, guards, fence).await
     }
 
     async fn get(&self, key: &str) -> storage::Result<KeyValue> {
@@ -1234,9 +1242,10 @@ impl Storage for CountingStorage {
         expected: Revision,
         value: Bytes,
         releases: &[storage::Release],
+        fence: Option<&crate::storage::Fence>,
     ) -> storage::Result<KeyValue> {
         self.inner
-            .update_releasing(key, expected, value, releases)
+            .update_releasing(key, expected, value, releases, fence)
             .await
     }
 
@@ -1245,8 +1254,11 @@ impl Storage for CountingStorage {
         key: &str,
         expected: Revision,
         releases: &[storage::Release],
+        fence: Option<&crate::storage::Fence>,
     ) -> storage::Result<(KeyValue, Revision)> {
-        self.inner.delete_releasing(key, expected, releases).await
+        self.inner
+            .delete_releasing(key, expected, releases, fence)
+            .await
     }
 
     async fn list(
@@ -1979,4 +1991,102 @@ async fn a_get_honours_its_resource_version_as_kube_apiserver_does() {
         err.to_string().contains("Too large resource version"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn a_controller_write_fenced_on_an_ended_term_changes_nothing() {
+    let storage = Arc::new(MemoryStorage::default());
+    let s = store_on(storage.clone()).await;
+    let term = storage
+        .create("/election/replica-a", Bytes::from_static(b"a"))
+        .await
+        .unwrap();
+    let leader = Context {
+        fence: Some(crate::storage::Fence {
+            key: "/election/replica-a".to_owned(),
+            create_revision: term.create_revision,
+        }),
+        ..controller()
+    };
+    let mut held = offer("held");
+    held.metadata.finalizers = Some(vec!["example.com/hold".to_owned()]);
+    s.create(&leader, "prod", held).await.unwrap();
+    let plain = s.create(&leader, "prod", offer("plain")).await.unwrap();
+    let mut finishing = offer("finishing");
+    finishing.metadata.finalizers = Some(vec!["example.com/hold".to_owned()]);
+    s.create(&leader, "prod", finishing).await.unwrap();
+    s.delete(
+        &ctx("alice"),
+        "prod",
+        "finishing",
+        &DeleteOptions::default(),
+    )
+    .await
+    .unwrap();
+
+    // The lease expires: etcd deletes the term's key.
+    storage
+        .delete("/election/replica-a", term.mod_revision)
+        .await
+        .unwrap();
+    let before = s.list(None, &ListOptions::default()).await.unwrap();
+    let fenced = |result: Result<_, ApiError>, what: &str| {
+        let err = result
+            .err()
+            .unwrap_or_else(|| panic!("{what} went through"));
+        assert!(matches!(err, ApiError::Fenced(_)), "{what}: {err:?}");
+        assert!(err.to_string().contains("no longer leads"), "{what}: {err}");
+    };
+    fenced(
+        s.create(&leader, "prod", offer("new")).await.map(drop),
+        "create",
+    );
+    let mut status = plain.clone();
+    status.status = Some(NamespaceTransferStatus {
+        phase: Some(NamespaceTransferPhase::Failed),
+        ..Default::default()
+    });
+    fenced(
+        s.update(&leader, "prod", "plain", status, true)
+            .await
+            .map(drop),
+        "status update",
+    );
+    fenced(
+        s.delete(&leader, "prod", "held", &DeleteOptions::default())
+            .await
+            .map(drop),
+        "marking for deletion",
+    );
+    fenced(
+        s.delete(&leader, "prod", "plain", &DeleteOptions::default())
+            .await
+            .map(drop),
+        "delete",
+    );
+    fenced(
+        s.guaranteed_update(&leader, "prod", "finishing", false, |current| {
+            let mut current = current.clone();
+            current.metadata.finalizers = Some(Vec::new());
+            Ok(current)
+        })
+        .await
+        .map(drop),
+        "removing the last finalizer",
+    );
+    let after = s.list(None, &ListOptions::default()).await.unwrap();
+    let versions = |list: &ObjectList<Shared<NamespaceTransfer>>| -> Vec<(String, String)> {
+        list.items
+            .iter()
+            .map(|o| {
+                let m = &o.metadata;
+                (
+                    m.name.clone().unwrap_or_default(),
+                    m.resource_version.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(versions(&after), versions(&before));
+    assert_eq!(versions(&after).len(), 3);
 }

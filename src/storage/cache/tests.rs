@@ -227,8 +227,9 @@ impl Storage for Cuttable {
         key: &str,
         value: Bytes,
         guards: &[crate::storage::Guard],
+        fence: Option<&crate::storage::Fence>,
     ) -> crate::storage::Result<KeyValue> {
-        self.inner.create_guarded(key, value, guards).await
+        self.inner.create_guarded(key, value, guards, fence).await
     }
     async fn get(&self, key: &str) -> crate::storage::Result<KeyValue> {
         self.inner.get(key).await
@@ -239,9 +240,10 @@ impl Storage for Cuttable {
         expected: Revision,
         value: Bytes,
         releases: &[crate::storage::Release],
+        fence: Option<&crate::storage::Fence>,
     ) -> crate::storage::Result<KeyValue> {
         self.inner
-            .update_releasing(key, expected, value, releases)
+            .update_releasing(key, expected, value, releases, fence)
             .await
     }
     async fn delete_releasing(
@@ -249,8 +251,11 @@ impl Storage for Cuttable {
         key: &str,
         expected: Revision,
         releases: &[crate::storage::Release],
+        fence: Option<&crate::storage::Fence>,
     ) -> crate::storage::Result<(KeyValue, Revision)> {
-        self.inner.delete_releasing(key, expected, releases).await
+        self.inner
+            .delete_releasing(key, expected, releases, fence)
+            .await
     }
     async fn list(
         &self,

@@ -49,8 +49,9 @@ impl Storage for FakeEtcd {
         key: &str,
         value: Bytes,
         guards: &[Guard],
+        fence: Option<&crate::storage::Fence>,
     ) -> crate::storage::Result<KeyValue> {
-        self.memory.create_guarded(key, value, guards).await
+        self.memory.create_guarded(key, value, guards, fence).await
     }
 
     async fn get(&self, key: &str) -> crate::storage::Result<KeyValue> {
@@ -63,9 +64,10 @@ impl Storage for FakeEtcd {
         expected: Revision,
         value: Bytes,
         releases: &[Release],
+        fence: Option<&crate::storage::Fence>,
     ) -> crate::storage::Result<KeyValue> {
         self.memory
-            .update_releasing(key, expected, value, releases)
+            .update_releasing(key, expected, value, releases, fence)
             .await
     }
 
@@ -74,8 +76,11 @@ impl Storage for FakeEtcd {
         key: &str,
         expected: Revision,
         releases: &[Release],
+        fence: Option<&crate::storage::Fence>,
     ) -> crate::storage::Result<(KeyValue, Revision)> {
-        self.memory.delete_releasing(key, expected, releases).await
+        self.memory
+            .delete_releasing(key, expected, releases, fence)
+            .await
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> crate::storage::Result<ListPage> {
