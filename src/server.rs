@@ -376,6 +376,7 @@ pub async fn serve(
                 cluster.client,
                 auditor.as_ref().map(|a| a.sink().clone()),
                 controller_user,
+                &identity,
             );
             Some(controller::start(
                 ControllerConfig {

@@ -48,6 +48,10 @@ pub const ANNOTATION_SOURCE_REQUESTER: &str = "storage.transfer.k8s.io/source-re
 /// The username of the tenant who created the destination side.
 pub const ANNOTATION_DESTINATION_REQUESTER: &str = "storage.transfer.k8s.io/destination-requester";
 
+/// The replica whose controllers made the write (its election identity), so
+/// that an audit of writes can be laid against the terms of leadership.
+pub const ANNOTATION_REPLICA: &str = "storage.transfer.k8s.io/replica";
+
 /// The User-Agent of every request the controllers make.
 pub const USER_AGENT: &str = concat!("storage-transfer-apiserver/v", env!("CARGO_PKG_VERSION"));
 
@@ -183,15 +187,23 @@ impl ControllerUser {
 
 /// `inner`, with every request traced: a fresh `Audit-ID`, a User-Agent
 /// naming the current [`ActingFor`] (or just ours outside one), and for
-/// each write to a PV or PVC an event to `sink`, as `user`.
+/// each write to a PV or PVC an event to `sink`, as `user`, naming the
+/// `replica` that made it.
 pub fn controller_client(
     inner: kube::Client,
     sink: Option<Sink>,
     user: ControllerUser,
+    replica: &str,
 ) -> kube::Client {
     let namespace = inner.default_namespace().to_owned();
     let valid_until = *inner.valid_until();
-    kube::Client::new(Traced { inner, sink, user }, namespace).with_valid_until(valid_until)
+    let traced = Traced {
+        inner,
+        sink,
+        user,
+        replica: replica.into(),
+    };
+    kube::Client::new(traced, namespace).with_valid_until(valid_until)
 }
 
 /// The service under [`controller_client`].
@@ -200,6 +212,7 @@ struct Traced {
     inner: kube::Client,
     sink: Option<Sink>,
     user: ControllerUser,
+    replica: Arc<str>,
 }
 
 impl std::fmt::Debug for Traced {
@@ -276,6 +289,9 @@ async fn send_traced(
     if let Some(acting) = &acting {
         event.annotations = acting.annotations();
     }
+    event
+        .annotations
+        .insert(ANNOTATION_REPLICA.to_owned(), traced.replica.to_string());
 
     let result = match traced.inner.send(req).await {
         Ok(resp) if resp.status().is_success() => {

@@ -968,7 +968,7 @@ async fn a_controller_write_names_the_transfer_and_is_recorded_with_its_audit_id
     let (inner, sent) = fake_apiserver(200, pvc_json());
     let out = Written::default();
     let sink = Sink::start(Box::new(out.clone()), 16);
-    let client = controller_client(inner, Some(sink.clone()), controller());
+    let client = controller_client(inner, Some(sink.clone()), controller(), "replica-a");
     let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client, "src");
     acting()
         .scope(claims.patch(
@@ -1022,6 +1022,7 @@ async fn a_controller_write_names_the_transfer_and_is_recorded_with_its_audit_id
             "storage.transfer.k8s.io/transfer-uid": "7d3c",
             "storage.transfer.k8s.io/source-requester": "alice",
             "storage.transfer.k8s.io/destination-requester": "bob",
+            "storage.transfer.k8s.io/replica": "replica-a",
         })
     );
 }
@@ -1034,7 +1035,7 @@ async fn a_refused_controller_create_is_recorded_and_still_fails_as_before() {
     let (inner, _) = fake_apiserver(409, status);
     let out = Written::default();
     let sink = Sink::start(Box::new(out.clone()), 16);
-    let client = controller_client(inner, Some(sink.clone()), controller());
+    let client = controller_client(inner, Some(sink.clone()), controller(), "replica-a");
     let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client, "dst");
     let claim: PersistentVolumeClaim =
         serde_json::from_value(json!({"metadata": {"name": "data"}})).unwrap();
@@ -1061,7 +1062,7 @@ async fn controller_reads_carry_the_headers_and_are_not_recorded() {
     let (inner, sent) = fake_apiserver(200, pvc_json());
     let out = Written::default();
     let sink = Sink::start(Box::new(out.clone()), 16);
-    let client = controller_client(inner, Some(sink.clone()), controller());
+    let client = controller_client(inner, Some(sink.clone()), controller(), "replica-a");
     let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client, "src");
     claims.get("data").await.unwrap();
     assert!(sink.flush(Duration::from_secs(5)).await);
