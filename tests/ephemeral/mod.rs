@@ -48,14 +48,19 @@ pub(crate) enum Scheduling {
 /// A pod that mounts `claim`. There is no kubelet: it stays without a phase
 /// until a test sets one.
 pub(crate) fn create_pod(k: &Kubectl, namespace: &str, name: &str, claim: &str, at: Scheduling) {
+    k.apply(&pod_yaml(namespace, name, claim, at))
+        .unwrap_or_else(|e| panic!("pod {namespace}/{name}: {e}"));
+}
+
+/// The pod of [`create_pod`], as YAML.
+pub(crate) fn pod_yaml(namespace: &str, name: &str, claim: &str, at: Scheduling) -> String {
     let node = match at {
         Scheduling::Scheduled => "  nodeName: test-node\n",
         Scheduling::Unscheduled => "",
     };
-    k.apply(&format!(
+    format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n{node}  containers:\n  - name: app\n    image: registry.invalid/app\n    volumeMounts:\n    - name: data\n      mountPath: /data\n  volumes:\n  - name: data\n    persistentVolumeClaim:\n      claimName: {claim}\n"
-    ))
-    .unwrap_or_else(|e| panic!("pod {namespace}/{name}: {e}"));
+    )
 }
 
 /// `spec.releasePolicy`.

@@ -28,9 +28,9 @@ pub const NAMESPACE: &str = "storage-transfer-csi";
 /// The ServiceAccount, log name and pid-file name of each component, in the
 /// order they start.
 pub(crate) const MOCK_DRIVER: &str = "csi-mock-driver";
-pub(crate) const PROVISIONER: &str = "csi-provisioner";
-pub(crate) const SNAPSHOT_CONTROLLER: &str = "snapshot-controller";
-pub(crate) const SNAPSHOTTER: &str = "csi-snapshotter";
+pub const PROVISIONER: &str = "csi-provisioner";
+pub const SNAPSHOT_CONTROLLER: &str = "snapshot-controller";
+pub const SNAPSHOTTER: &str = "csi-snapshotter";
 
 /// A StorageClass parameter that makes the mock driver's `CreateVolume` fail
 /// with the parameter's value as its message.

@@ -167,6 +167,11 @@ pub struct Options {
     /// ([`ControlPlane::server_audit_log`]); on for tests, off for the
     /// benchmarks, whose CRD side is not audited either.
     pub server_audit: bool,
+    /// etcd members: 1 (the default) runs one etcd as the component `etcd`;
+    /// more run an [`EtcdCluster`] ([`ControlPlane::etcd_cluster`]) that
+    /// kube-apiserver and our server both reach through every member's URL.
+    /// Attached control planes only.
+    pub etcd_members: usize,
 }
 
 impl Options {
@@ -198,6 +203,7 @@ impl Options {
             detached: false,
             component_args: Vec::new(),
             server_audit: true,
+            etcd_members: 1,
         }
     }
 }
@@ -304,6 +310,9 @@ pub struct ControlPlane {
     admin: Kubectl,
     direct: Kubectl,
     etcd_data: PathBuf,
+    /// The etcd cluster, when [`Options::etcd_members`] is above 1; dropped
+    /// (stopped) after every other component.
+    etcd_cluster: Option<Mutex<EtcdCluster>>,
     processes: Mutex<Vec<Process>>,
     /// Shared with the [`Replica`]s, which outlive no test binary either.
     watchdog: Arc<Mutex<Option<Watchdog>>>,
@@ -367,6 +376,7 @@ impl ControlPlane {
             server_url: String::new(),
             server_port: 0,
             etcd_data,
+            etcd_cluster: None,
             processes: Mutex::new(Vec::new()),
             watchdog: Arc::new(Mutex::new(None)),
             server: ServerSpec {
@@ -412,7 +422,13 @@ impl ControlPlane {
             *at = Instant::now();
         };
         let mut at = Instant::now();
-        self.start_etcd()?;
+        if opts.etcd_members > 1 && !opts.detached {
+            let cluster = EtcdCluster::start(&self.dir.join("etcd-cluster"), opts.etcd_members)?;
+            self.etcd_url = cluster.urls();
+            self.etcd_cluster = Some(Mutex::new(cluster));
+        } else {
+            self.start_etcd()?;
+        }
         stage("etcd", &mut at);
         self.start_apiserver()?;
         stage("kube-apiserver", &mut at);
@@ -1073,6 +1089,45 @@ impl ControlPlane {
             .iter()
             .find(|p| p.name == name)
             .map(|p| p.pid)
+    }
+
+    /// The etcd cluster ([`Options::etcd_members`] above 1), to kill, pause
+    /// and restart its members.
+    pub fn etcd_cluster(&self) -> Option<std::sync::MutexGuard<'_, EtcdCluster>> {
+        self.etcd_cluster.as_ref().map(lock)
+    }
+
+    /// SIGKILLs the component `name` (one of [`COMPONENTS`] but our server,
+    /// which has [`kill_server`](Self::kill_server)) now, with no grace.
+    /// It stays down until [`restart_component`](Self::restart_component).
+    pub fn kill_component(&self, name: &str) {
+        let mut procs = lock(&self.processes);
+        if let Some(p) = procs.iter_mut().find(|p| p.name == name) {
+            p.kill();
+            forget_pid(&self.watchdog, p.pid);
+        }
+    }
+
+    /// Starts the component `name` again with the flags and ports it had,
+    /// after SIGKILLing it if it still runs; its earlier log is kept as
+    /// `<name>.<n>.log`. Returns once it is spawned: whether it is ready is
+    /// for the caller to see (kube-apiserver answering, a sidecar's work).
+    pub fn restart_component(&self, name: &str) -> Result<(), Error> {
+        let mut procs = lock(&self.processes);
+        let p = procs
+            .iter_mut()
+            .find(|p| p.name == name)
+            .ok_or_else(|| Error::Spawn {
+                component: name.to_owned(),
+                program: PathBuf::from(name),
+                message: "not a component of this control plane".to_owned(),
+            })?;
+        forget_pid(&self.watchdog, p.pid);
+        p.respawn()?;
+        guard_pid(&self.watchdog, p.pid);
+        let pid_file = self.dir.join("pids").join(format!("{name}.pid"));
+        let _ = std::fs::write(pid_file, format!("{}\n", p.pid));
+        Ok(())
     }
 
     /// Whether our server is running.

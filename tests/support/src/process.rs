@@ -26,6 +26,10 @@ pub struct Process {
     pub pid: u32,
     pub log: PathBuf,
     child: Option<Child>,
+    /// How it was started, so that [`Process::respawn`] can start it again.
+    program: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Process {
@@ -58,7 +62,29 @@ impl Process {
             pid: child.id(),
             log: log.to_owned(),
             child: Some(child),
+            program: program.to_owned(),
+            args: args.to_vec(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         })
+    }
+
+    /// SIGKILLs the process if it still runs, then starts it again exactly
+    /// as it was started (same flags, so same ports), its earlier log kept
+    /// as `<name>.<n>.log`. Does not wait for it to be ready.
+    pub fn respawn(&mut self) -> Result<(), Error> {
+        self.kill();
+        rotate_log(&self.log)?;
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let fresh = Self::spawn(&self.name, &self.program, &self.args, &self.log, &env)?;
+        *self = fresh;
+        Ok(())
     }
 
     /// Whether the process is still running; reaps it if it exited.

@@ -87,6 +87,7 @@ fn up(dir: &Path, server_bin: &Path) -> ExitCode {
         detached: true,
         component_args: Vec::new(),
         server_audit: true,
+        etcd_members: 1,
     };
     eprintln!("devenv: starting {}…", sta_testenv::COMPONENTS.join(", "));
     let cp = match ControlPlane::start(opts) {
