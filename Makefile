@@ -16,7 +16,7 @@
 CARGO ?= cargo
 DEV_DIR ?= $(CURDIR)/.dev
 
-.PHONY: dev down test lint release tools kube prereqs bench bench-core bench-auth openapi fresh-check diagrams
+.PHONY: dev down test lint release tools kube prereqs bench bench-core bench-auth openapi fresh-check diagrams chaos
 
 prereqs:
 	@hack/prereqs.sh
@@ -46,6 +46,16 @@ down:
 
 test: tools
 	hack/test.sh
+
+# The chaos soak (tests/chaos.rs) at full size: 200 pairs through 10 minutes
+# of faults; the report goes to target/chaos/report.md. CHAOS_PAIRS,
+# CHAOS_FAULT_SECONDS and CHAOS_SEED change it; `make test` runs it small.
+CHAOS_PAIRS ?= 200
+CHAOS_FAULT_SECONDS ?= 600
+chaos: tools
+	CHAOS_PAIRS=$(CHAOS_PAIRS) CHAOS_FAULT_SECONDS=$(CHAOS_FAULT_SECONDS) \
+	  CHAOS_REPORT=$(CURDIR)/target/chaos/report.md \
+	  $(CARGO) test --locked --features fault-injection --test chaos -- --nocapture
 
 # The README's two commands, the demo transfer and `make down`, from a clone,
 # in a bare Debian root with only the toolchains: what a new machine would do.
