@@ -300,29 +300,37 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
         cluster,
         deps.authorizer.clone(),
         events,
-        leadership,
+        leadership.clone(),
         ctx,
     );
 
     // The triggers and workers live exactly as long as this future.
     let _triggers = (transfer_triggers, claim_triggers);
     tokio::select! {
-        _ = workers(config.enabled.transfers, config.workers, &transfer_queue, &transfers) => {}
-        _ = workers(config.enabled.claims, config.workers, &claim_queue, &claims) => {}
+        _ = workers(config.enabled.transfers, config.workers, &transfer_queue, &transfers, &leadership) => {}
+        _ = workers(config.enabled.claims, config.workers, &claim_queue, &claims, &leadership) => {}
     }
 }
 
 /// A controller's workers, ending when they all stop; a controller that is
 /// not enabled has none and never ends.
-async fn workers(enabled: bool, count: usize, queue: &WorkQueue, controller: &dyn Reconciler) {
+async fn workers(
+    enabled: bool,
+    count: usize,
+    queue: &WorkQueue,
+    controller: &dyn Reconciler,
+    leadership: &Leadership,
+) {
     if !enabled {
         return std::future::pending().await;
     }
-    join_all((0..count.max(1)).map(|_| work(queue, controller))).await;
+    join_all((0..count.max(1)).map(|_| work(queue, controller, leadership))).await;
 }
 
-/// One worker: takes keys off the queue until it is shut down.
-async fn work(queue: &WorkQueue, controller: &dyn Reconciler) {
+/// One worker: takes keys off the queue until it is shut down, or until it
+/// sees the term lost. A fenced write ends the term for every worker of
+/// both controllers at once: each fails its next check.
+async fn work(queue: &WorkQueue, controller: &dyn Reconciler, leadership: &Leadership) {
     while let Some(key) = queue.next().await {
         match controller.reconcile(&key).await {
             Ok(next) => match next {
@@ -338,6 +346,7 @@ async fn work(queue: &WorkQueue, controller: &dyn Reconciler) {
             },
             Err(err @ (Error::NotLeader(_) | Error::Fenced(_))) => {
                 tracing::warn!(%key, error = %err, "stopping: leadership lost");
+                leadership.forfeit();
                 queue.done(&key);
                 queue.shut_down();
                 return;

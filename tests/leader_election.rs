@@ -389,7 +389,7 @@ async fn a_leaders_write_held_up_until_another_leads_is_refused_when_it_lands() 
 }
 
 #[tokio::test]
-async fn a_leader_whose_election_key_is_deleted_by_hand_can_no_longer_write() {
+async fn a_leader_whose_election_key_is_deleted_ends_its_term_and_can_no_longer_write() {
     let etcd = start_etcd("key-deleted");
     let ttl = Duration::from_secs(3);
     let referee = Arc::new(Referee::default());
@@ -409,12 +409,17 @@ async fn a_leader_whose_election_key_is_deleted_by_hand_can_no_longer_write() {
         .await
         .unwrap();
 
-    // Someone deletes a's key: b is elected at once, while a's lease, still
-    // kept alive, lets a pass `check` for as long as it likes.
+    // Someone deletes a's key: b is elected at once, although a's lease is
+    // still kept alive. a sees its key go and ends its term; a write it had
+    // already decided on is refused by its fence whenever it lands.
     let key = s.get(&leadership.fence().key).await.unwrap();
     s.delete(&key.key, key.mod_revision).await.unwrap();
     let by_b = b.wait_until_leading(10 * ttl).await;
-    assert!(leadership.check().is_ok(), "the lease itself is still live");
+    timeout(Duration::from_secs(5), leadership.lost())
+        .await
+        .expect("a ended its term once its key was gone, well before its lease");
+    assert!(leadership.check().is_err());
+    a.wait_until_not_leading(3 * ttl).await;
     let refused = s
         .update_releasing(
             "/test/object",

@@ -19,27 +19,40 @@
 //!   cannot exist again with the same create revision.
 //! - **Core objects, through kube-apiserver: a lease clock, then optimistic
 //!   concurrency.** kube-apiserver cannot compare our election key, so
-//!   [`Leadership::check`] comes right before each such write. etcd expires a
-//!   lease no earlier than `TTL` after it *received* the last keep-alive,
-//!   which is after we *sent* it. So when the answer to a keep-alive sent at
-//!   `t` grants `TTL`, the lease is live at least until `t + TTL`, whether or
-//!   not any later keep-alive gets through. `check` answers `Ok` only before
-//!   `t + TTL − margin` (the margin absorbs clock-rate drift and the time
-//!   between the check and the write reaching its server), and the election
-//!   only makes a replica leader once the previous leader's key is deleted,
-//!   which for an expired lease happens after `t + TTL`. Hence a stalled or
-//!   partitioned leader stops passing checks before anyone else can be
-//!   elected, without hearing from etcd. When the deadline passes, the term's
-//!   futures are dropped before they are polled again.
+//!   [`Leadership::check`] comes right before each step's writes. etcd
+//!   expires a lease no earlier than `TTL` after it *received* the last
+//!   keep-alive, which is after we *sent* it. So when the answer to a
+//!   keep-alive sent at `t` grants `TTL`, the lease is live at least until
+//!   `t + TTL`, whether or not any later keep-alive gets through. `check`
+//!   answers `Ok` only before `t + TTL − margin` (the margin absorbs
+//!   clock-rate drift and the time between the check and the write reaching
+//!   its server), and the election only makes a replica leader once the
+//!   previous leader's key is deleted, which for an expired lease happens
+//!   after `t + TTL`. Hence a stalled or partitioned leader stops passing
+//!   checks before anyone else can be elected, without hearing from etcd.
+//!   Past the deadline the term ends, and the controllers' futures are
+//!   dropped the next time the term's task runs (its first branch is the
+//!   deadline).
 //!
-//! What `check` cannot cover: a write to a core object that passed it and
+//! A term also ends before its deadline when etcd no longer holds its key:
+//! this module watches the key and forfeits the term as soon as it is
+//! deleted (a lease revoked behind our back, a key deleted by hand), and a
+//! controller whose write is refused by its fence forfeits it too
+//! ([`Leadership::forfeit`]). Until the watch reports, which takes a round
+//! trip to etcd, `check` may still pass in such a term: writes of our
+//! objects are refused by the fence, writes of core objects are not.
+//!
+//! What `check` cannot cover, for core objects: a write that passed it and
 //! was then delayed past the deadline (the process paused between the check
-//! and the send, or the request held up on the way). Every such write is
-//! conditional on the resourceVersion (or uid) it was decided on, so it lands
-//! only if nobody, the new leader included, has written that object since.
-//! It is then one step of the protocol decided on facts that were true when
-//! it was read; each step's decision is made again from what is read next,
-//! so the new leader sees the write and carries on from it.
+//! and the send, or the request held up on the way). Most such writes (the
+//! rebind steps on PVs and claims) are conditional on the resourceVersion or
+//! uid they were decided on, so one lands only if nobody, the new leader
+//! included, has written that object since; it is then one step of the
+//! protocol, decided on facts that were true when read, and the new leader
+//! decides its next step from what it reads next, this write included. The
+//! others are idempotent in effect and cannot move a volume: Events (a
+//! record only), taking our own lock annotation off a claim, and creating a
+//! claim that must not exist yet.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -82,6 +95,8 @@ pub struct Leadership {
     lease_id: i64,
     identity: Arc<str>,
     tenure: watch::Receiver<Tenure>,
+    /// The term's own sender, so that any clone can end it ([`Leadership::forfeit`]).
+    term: Arc<watch::Sender<Tenure>>,
     fence: Fence,
 }
 
@@ -124,6 +139,13 @@ impl Leadership {
                 }
             }
         }
+    }
+
+    /// Ends the term now, for every clone and for the election: a write was
+    /// refused by its fence, so etcd no longer holds this term's key (the
+    /// lease was revoked, or the key deleted), whatever the lease clock says.
+    pub fn forfeit(&self) {
+        self.term.send_replace(Tenure::Ended);
     }
 
     /// This term's election key and its create revision: a write fenced on it
@@ -359,6 +381,8 @@ impl LeaderElection {
         let mut elections = self.client.election_client();
         let campaign = elections.campaign(self.election.as_str(), &*self.identity, lease_id);
         let mut campaign = std::pin::pin!(campaign);
+        // Ends the term as soon as etcd deletes our key; aborted with the term.
+        let mut _key_watch: Option<AbortOnDrop> = None;
 
         loop {
             tokio::select! {
@@ -399,6 +423,10 @@ impl LeaderElection {
                     if leadership.check().is_err() {
                         return TermEnd::Lost(LossReason::Unanswered);
                     }
+                    _key_watch = Some(AbortOnDrop(tokio::spawn(watch_key(
+                        self.client.clone(),
+                        leadership.clone(),
+                    ))));
                     info!(
                         identity = %self.identity,
                         lease_id = %hex(lease_id),
@@ -417,6 +445,68 @@ impl LeaderElection {
             }
         }
     }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Forfeits `leadership` as soon as its election key is gone or made
+/// again: the lease was revoked (etcd deletes its keys at once), or someone
+/// deleted the key. The lease clock would go on vouching for a revoked lease
+/// until the next keep-alive answer, and for a deleted key as long as the
+/// lease lives; writes of our objects are refused by their fence meanwhile,
+/// but writes of core objects are not. Follows the key with a watch from
+/// the revision it was read at, and reads it again whenever the watch
+/// fails.
+async fn watch_key(client: Client, leadership: Leadership) {
+    let key = leadership.fence().key.clone();
+    let created = leadership.fence().create_revision;
+    let mut kv = client.kv_client();
+    let mut watches = client.watch_client();
+    loop {
+        let read = match kv.get(key.as_str(), None).await {
+            Ok(read) => read,
+            Err(error) => {
+                debug!(%key, %error, "cannot read the election key; trying again");
+                sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if read.kvs().first().map(|kv| kv.create_revision()) != Some(created) {
+            return forfeit_for_key(&leadership, &key);
+        }
+        let from = read.header().map_or(created, |h| h.revision()) + 1;
+        let options = etcd_client::WatchOptions::new().with_start_revision(from);
+        if let Ok(mut stream) = watches.watch(key.as_str(), Some(options)).await {
+            while let Ok(Some(message)) = stream.message().await {
+                let deleted = message
+                    .events()
+                    .iter()
+                    .any(|e| e.event_type() == etcd_client::EventType::Delete);
+                if deleted {
+                    return forfeit_for_key(&leadership, &key);
+                }
+            }
+        }
+        sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn forfeit_for_key(leadership: &Leadership, key: &str) {
+    if leadership.is_leader() {
+        warn!(
+            identity = %leadership.identity(),
+            %key,
+            "the election key is gone: the lease was revoked or the key deleted; ending the term"
+        );
+    }
+    leadership.forfeit();
 }
 
 /// How a term ended.
@@ -454,6 +544,10 @@ enum LossReason {
     KeepAliveFailed(etcd_client::Error),
     #[error("the keep-alive stream ended")]
     KeepAliveEnded,
+    #[error(
+        "the term was forfeited: its election key is gone, or a write was refused by its fence"
+    )]
+    Forfeited,
 }
 
 /// How long this replica may rely on its lease.
@@ -476,7 +570,7 @@ struct LeaseClock {
     /// answers one stream in order; should an answer ever go missing, a later
     /// one is credited to an earlier send time, which only errs on the safe side.
     in_flight: VecDeque<Instant>,
-    tenure: watch::Sender<Tenure>,
+    tenure: Arc<watch::Sender<Tenure>>,
 }
 
 impl LeaseClock {
@@ -486,7 +580,9 @@ impl LeaseClock {
             lease_id,
             granted_ttl: ttl_secs,
             in_flight: VecDeque::new(),
-            tenure: watch::Sender::new(Tenure::Until(live_until(sent, ttl_secs))),
+            tenure: Arc::new(watch::Sender::new(Tenure::Until(live_until(
+                sent, ttl_secs,
+            )))),
         }
     }
 
@@ -512,10 +608,11 @@ impl LeaseClock {
         let tenure = *self.tenure.borrow();
         let current = match tenure {
             Tenure::Until(until) if now < until => until,
-            _ => {
+            Tenure::Until(_) => {
                 self.end();
                 return Err(LossReason::Unanswered);
             }
+            Tenure::Ended => return Err(LossReason::Forfeited),
         };
         if let Some(sent) = sent {
             let until = live_until(sent, ttl_secs).max(current);
@@ -540,6 +637,7 @@ impl LeaseClock {
             lease_id: self.lease_id,
             identity: identity.clone(),
             tenure: self.tenure.subscribe(),
+            term: self.tenure.clone(),
             fence,
         }
     }

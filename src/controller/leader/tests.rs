@@ -172,3 +172,29 @@ fn not_leader_names_the_lease() {
         "not the controller leader: lease 694d is lost or may have expired"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn forfeiting_ends_the_term_for_every_clone_and_the_next_answer_reports_it() {
+    let mut clock = LeaseClock::new(7, Instant::now(), 5);
+    let leadership = leadership(&clock);
+    let other = leadership.clone();
+    let lost = tokio::spawn({
+        let leadership = leadership.clone();
+        async move { leadership.lost().await }
+    });
+    assert!(other.is_leader());
+
+    leadership.forfeit();
+    assert_eq!(other.check(), Err(NotLeader { lease_id: 7 }));
+    timeout(Duration::from_millis(10), lost)
+        .await
+        .expect("lost() resolved at once")
+        .unwrap();
+    // A keep-alive answered afterwards does not revive the term.
+    clock.on_send(Instant::now());
+    assert!(matches!(
+        clock.on_answer(Instant::now(), 5),
+        Err(LossReason::Forfeited)
+    ));
+    assert!(!other.is_leader());
+}
