@@ -114,11 +114,12 @@ impl Rng {
 // ---------------------------------------------------------------------------
 // The cluster under test: the control plane, a second replica, the balancer.
 
+/// Fields drop in order: the second replica stops while etcd still runs.
 struct Cluster {
-    cp: ControlPlane,
     replica: Mutex<Replica>,
-    replicas_started: AtomicUsize,
     balancer: Balancer,
+    replicas_started: AtomicUsize,
+    cp: ControlPlane,
 }
 
 impl Cluster {
@@ -164,7 +165,7 @@ impl Cluster {
     /// `Some(false)` the other replica.
     fn leader(&self) -> Option<bool> {
         let leads = |k: &Kubectl| {
-            k.run(&["get", "--raw", "/metrics"])
+            k.run(&["get", "--raw", "/metrics", "--request-timeout=5s"])
                 .stdout
                 .lines()
                 .any(|l| l == "storage_transfer_leader 1")
@@ -174,6 +175,18 @@ impl Cluster {
         }
         let replica = self.replica.lock().unwrap();
         leads(&replica.direct).then_some(false)
+    }
+
+    /// Waits (up to twice the lease) for a replica to lead.
+    fn wait_for_leader(&self) -> Option<bool> {
+        let deadline = Instant::now() + 2 * LEASE;
+        loop {
+            let leader = self.leader();
+            if leader.is_some() || Instant::now() > deadline {
+                return leader;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 
     fn pid(&self, main: bool) -> Option<u32> {
@@ -289,7 +302,9 @@ fn apply(cluster: &Cluster, fault: Fault, rng: &mut Rng) -> String {
     let down = rng.between(Duration::from_secs(1), Duration::from_secs(5));
     match fault {
         Fault::KillLeadingReplica | Fault::KillOtherReplica => {
-            let leader = cluster.leader().unwrap_or(true);
+            let Some(leader) = cluster.wait_for_leader() else {
+                return "no replica led: nothing killed".to_owned();
+            };
             let main = if fault == Fault::KillLeadingReplica {
                 leader
             } else {
@@ -305,7 +320,9 @@ fn apply(cluster: &Cluster, fault: Fault, rng: &mut Rng) -> String {
             )
         }
         Fault::PauseLeadingReplica => {
-            let main = cluster.leader().unwrap_or(true);
+            let Some(main) = cluster.wait_for_leader() else {
+                return "no replica led: nothing paused".to_owned();
+            };
             let Some(pid) = cluster.pid(main) else {
                 return "no replica to pause".to_owned();
             };
@@ -318,7 +335,7 @@ fn apply(cluster: &Cluster, fault: Fault, rng: &mut Rng) -> String {
         Fault::KillEtcdLeader => {
             let member = {
                 let mut etcd = cp.etcd_cluster().unwrap();
-                let member = etcd.leader().unwrap_or(0);
+                let member = etcd.wait_for_leader(Duration::from_secs(10)).unwrap();
                 etcd.kill(member);
                 member
             };
@@ -417,13 +434,20 @@ impl Recorder {
         }
     }
 
-    fn finish(self) -> (Vec<Seen>, usize) {
+    fn finish(mut self) -> (Vec<Seen>, usize) {
         self.stop.store(true, Ordering::SeqCst);
-        for t in self.threads {
+        for t in std::mem::take(&mut self.threads) {
             let _ = t.join();
         }
         let seen = std::mem::take(&mut *self.seen.lock().unwrap());
         (seen, self.restarts.load(Ordering::SeqCst))
+    }
+}
+
+impl Drop for Recorder {
+    /// On a panic too: no `kubectl get -w` outlives the soak.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
@@ -531,7 +555,13 @@ fn summary(kind: &str, o: &Value) -> Value {
 struct Prober {
     results: Arc<Mutex<Vec<(Instant, bool)>>>,
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
 }
 
 impl Prober {
@@ -556,15 +586,17 @@ impl Prober {
         Self {
             results,
             stop,
-            thread,
+            thread: Some(thread),
         }
     }
 
     /// The windows in which every probe failed: (first failure, first
     /// success after it).
-    fn finish(self) -> (usize, Vec<(Instant, Instant)>) {
+    fn finish(mut self) -> (usize, Vec<(Instant, Instant)>) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = self.thread.join();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
         let results = self.results.lock().unwrap();
         let mut windows = Vec::new();
         let mut open: Option<Instant> = None;
@@ -596,30 +628,34 @@ fn request_yaml(p: &Pair) -> String {
 }
 
 /// `kubectl create` of every request of a wave until each exists: a create
-/// whose fate was unknown is found `AlreadyExists` on the retry.
-fn file(k: &Kubectl, pairs: &[Pair]) -> usize {
+/// whose fate was unknown is found `AlreadyExists` on the retry. Returns the
+/// attempts, or an error past `deadline`.
+fn file(k: &Kubectl, pairs: &[Pair], deadline: Instant) -> Result<usize, String> {
     let yaml = pairs
         .iter()
         .map(request_yaml)
         .collect::<Vec<_>>()
         .join("---\n");
-    for attempt in 1.. {
+    let mut attempts = 0;
+    until("a wave of requests to be filed", deadline, || {
+        attempts += 1;
         let run = k.run_with_stdin(&["create", "-f", "-", "--request-timeout=30s"], Some(&yaml));
         let refused_other = run
             .stderr
             .lines()
             .filter(|l| !l.trim().is_empty())
             .any(|l| !l.contains("AlreadyExists") && !l.contains("already exists"));
-        if run.success || !refused_other {
-            return attempt;
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    unreachable!()
+        (run.success || !refused_other).then_some(())
+    })?;
+    Ok(attempts)
 }
 
 // ---------------------------------------------------------------------------
 // EphemeralClaims with pods, through the same faults.
+
+/// Set when the soak fails early (the injector panicked): every loop that
+/// waits gives up, so that the failure is reported at once.
+static ABORT: AtomicBool = AtomicBool::new(false);
 
 /// Polls `f` every half second until it answers, or fails naming `what`.
 fn until<T>(what: &str, deadline: Instant, mut f: impl FnMut() -> Option<T>) -> Result<T, String> {
@@ -627,7 +663,7 @@ fn until<T>(what: &str, deadline: Instant, mut f: impl FnMut() -> Option<T>) -> 
         if let Some(v) = f() {
             return Ok(v);
         }
-        if Instant::now() > deadline {
+        if Instant::now() > deadline || ABORT.load(Ordering::SeqCst) {
             return Err(format!("timed out waiting for {what}"));
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -739,10 +775,19 @@ fn ephemeral_life(
 // ---------------------------------------------------------------------------
 // The checks.
 
+/// A list as JSON, asked again while it fails (for a minute): right after
+/// the faults, the aggregator may still be finding the replicas.
+fn listed(k: &Kubectl, args: &[&str]) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let last = until(&format!("kubectl {args:?}"), deadline, || {
+        get(k, args).flatten()
+    });
+    last.unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The final state of one pair: the offer's phase and reason.
 fn outcomes(k: &Kubectl, pairs: &[Pair]) -> HashMap<String, (String, String)> {
-    let list: Value =
-        serde_json::from_str(&k.ok(&["get", "namespacetransfers", "-A", "-o", "json"])).unwrap();
+    let list: Value = listed(k, &["get", "namespacetransfers", "-A"]);
     let by_key: HashMap<(String, String), &Value> = list["items"]
         .as_array()
         .unwrap()
@@ -830,6 +875,14 @@ fn check_history(report: &mut Report, pairs: &[Pair], seen: &[Seen]) {
             }
         }
     }
+    let seen_pvs: HashSet<&str> = seen
+        .iter()
+        .filter(|s| s.kind == "pv")
+        .map(|s| s.name.as_str())
+        .collect();
+    for p in pairs.iter().filter(|p| !seen_pvs.contains(p.pv.as_str())) {
+        report.anomaly(None, format!("the recorder never saw PV {}", p.pv));
+    }
     report.line(format!(
         "- recorder: {versions} versions of the fleet's {} PVs seen",
         pairs.len()
@@ -844,7 +897,7 @@ fn check_volumes(
     pairs: &[Pair],
     outcome: &HashMap<String, (String, String)>,
 ) {
-    let volumes: Value = serde_json::from_str(&k.ok(&["get", "pv", "-o", "json"])).unwrap();
+    let volumes = listed(k, &["get", "pv"]);
     let by_name: HashMap<&str, &Value> = volumes["items"]
         .as_array()
         .unwrap()
@@ -1059,9 +1112,7 @@ fn check_cleanup(report: &mut Report, cluster: &Cluster, namespaces: &[String]) 
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     let left = loop {
-        let list: Value =
-            serde_json::from_str(&k.ok(&["get", "namespacetransfers", "-A", "-o", "json"]))
-                .unwrap();
+        let list = listed(k, &["get", "namespacetransfers", "-A"]);
         let left: Vec<String> = list["items"]
             .as_array()
             .unwrap()
@@ -1174,9 +1225,9 @@ fn transfers_ride_through_replica_etcd_apiserver_and_csi_failures_with_nothing_l
             for (i, chunk) in fleet.pairs.chunks(wave).enumerate() {
                 let at = started + settings.faults_for.mul_f64(i as f64 / waves as f64);
                 std::thread::sleep(at.saturating_duration_since(Instant::now()));
-                attempts += file(k, chunk);
+                attempts += file(k, chunk, until + SETTLE)?;
             }
-            attempts
+            Ok::<usize, String>(attempts)
         });
         // EphemeralClaims begin across the fault window too.
         let lives: Vec<_> = (0..claims)
@@ -1189,12 +1240,20 @@ fn transfers_ride_through_replica_etcd_apiserver_and_csi_failures_with_nothing_l
                 })
             })
             .collect();
-        let injected = inject(&cluster, &mut rng, until);
+        let injected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            inject(&cluster, &mut rng, until)
+        }));
+        if injected.is_err() {
+            ABORT.store(true, Ordering::SeqCst);
+        }
         let lives: Vec<Result<String, String>> =
             lives.into_iter().map(|l| l.join().unwrap()).collect();
-        (filer.join().unwrap(), injected, lives)
+        let filed = filer.join().unwrap();
+        let injected = injected.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (filed, injected, lives)
     });
-    let (attempts, injected, lives) = filing;
+    let (filed, injected, lives) = filing;
+    let attempts = filed.unwrap_or_else(|e| panic!("{e}"));
     let faults_ended = Instant::now();
 
     // Every transfer finishes within SETTLE of the last fault.

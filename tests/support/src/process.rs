@@ -75,6 +75,14 @@ impl Process {
     /// as it was started (same flags, so same ports), its earlier log kept
     /// as `<name>.<n>.log`. Does not wait for it to be ready.
     pub fn respawn(&mut self) -> Result<(), Error> {
+        if self.child.is_none() {
+            // Detached (or already stopped): not ours to start again.
+            return Err(Error::Spawn {
+                component: self.name.clone(),
+                program: self.program.clone(),
+                message: "a detached process is not started again by the harness".to_owned(),
+            });
+        }
         self.kill();
         rotate_log(&self.log)?;
         let env: Vec<(&str, &str)> = self
