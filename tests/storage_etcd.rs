@@ -367,6 +367,43 @@ async fn a_fenced_write_goes_through_only_while_its_fence_key_is_as_created() {
 }
 
 #[tokio::test]
+async fn a_list_and_a_watch_larger_than_grpcs_default_message_limit_are_read_whole() {
+    // 600 objects of 10 KiB: 6 MiB, past gRPC's default 4 MiB per message.
+    let (_etcd, s) = etcd("large").await;
+    let value = Bytes::from(vec![b'x'; 10 * 1024]);
+    let start = s.current_revision().await.unwrap();
+    for chunk in (0..600).collect::<Vec<_>>().chunks(50) {
+        let keys: Vec<String> = chunk.iter().map(|i| format!("{P}/ns/o{i:03}")).collect();
+        let creates = keys.iter().map(|key| s.create(key, value.clone()));
+        for created in futures::future::join_all(creates).await {
+            created.unwrap();
+        }
+    }
+    let page = s
+        .list(&format!("{P}/"), ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 600);
+    assert!(!page.more);
+
+    // A watch from before the writes catches up on all of them.
+    let mut watch = s.watch(&format!("{P}/"), start).await.unwrap();
+    let mut seen = 0;
+    while seen < 600 {
+        match tokio::time::timeout(Duration::from_secs(30), watch.next())
+            .await
+            .expect("the watch delivered")
+            .unwrap()
+            .expect("the watch is open")
+        {
+            WatchMessage::Events(events) => seen += events.len(),
+            WatchMessage::Progress(_) => {}
+        }
+    }
+    assert_eq!(seen, 600);
+}
+
+#[tokio::test]
 async fn of_concurrent_guarded_creates_on_one_key_exactly_one_wins() {
     let (_etcd, s) = etcd("guarded-race").await;
     let index = format!("{INDEX}/source/ns/db");

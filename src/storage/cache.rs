@@ -417,8 +417,10 @@ async fn list_all(
     prefix: &str,
 ) -> Result<(BTreeMap<String, Arc<KeyValue>>, Revision), StorageError> {
     let mut objects = BTreeMap::new();
+    // Pages of 1,000 keep each answer (and the memory it takes to decode)
+    // to a few MiB at the object sizes we store.
     let mut opts = ListOptions {
-        limit: Some(10_000),
+        limit: Some(1_000),
         ..ListOptions::default()
     };
     loop {

@@ -30,6 +30,14 @@ pub struct EtcdConfig {
     pub key_file: Option<PathBuf>,
 }
 
+/// The largest etcd answer we decode, as kube-apiserver's etcd client allows
+/// (`MaxCallRecvMsgSize: math.MaxInt32`). gRPC's default of 4 MiB would fail
+/// every list page, watch batch or consistent read past it, and with it the
+/// watch cache's list at start-up: the server could not start once its
+/// objects outgrew 4 MiB. What one answer can hold is bounded by the list's
+/// page size and etcd's own limit on a value.
+const MAX_MESSAGE: usize = i32::MAX as usize;
+
 /// [`Storage`] on an etcd cluster.
 #[derive(Clone)]
 pub struct EtcdStorage {
@@ -123,6 +131,12 @@ impl EtcdStorage {
     }
 
     /// The raw client, for tests and leader election.
+    fn kv(&self) -> etcd_client::KvClient {
+        self.client
+            .kv_client()
+            .max_decoding_message_size(MAX_MESSAGE)
+    }
+
     pub fn client(&self) -> Client {
         self.client.clone()
     }
@@ -294,7 +308,7 @@ impl Storage for EtcdStorage {
         when.extend(fenced);
         or_else.extend(fence_read);
         let txn = Txn::new().when(when).and_then(and_then).or_else(or_else);
-        let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
+        let resp = self.kv().txn(txn).await.map_err(map_err)?;
         if !resp.succeeded() {
             if let Some(fenced) = fence_failure(fence, resp.op_responses().as_slice()) {
                 return Err(fenced);
@@ -320,12 +334,7 @@ impl Storage for EtcdStorage {
     }
 
     async fn get(&self, key: &str) -> Result<KeyValue> {
-        let resp = self
-            .client
-            .kv_client()
-            .get(key, None)
-            .await
-            .map_err(map_err)?;
+        let resp = self.kv().get(key, None).await.map_err(map_err)?;
         match resp.kvs().first() {
             Some(kv) => convert(kv),
             None => Err(StorageError::NotFound {
@@ -358,7 +367,7 @@ impl Storage for EtcdStorage {
                     .chain(fence_read)
                     .collect::<Vec<_>>(),
             );
-        let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
+        let resp = self.kv().txn(txn).await.map_err(map_err)?;
         if !resp.succeeded() {
             let responses = resp.op_responses();
             if let Some(fenced) = fence_failure(fence, &responses) {
@@ -413,7 +422,7 @@ impl Storage for EtcdStorage {
                     .chain(fence_read)
                     .collect::<Vec<_>>(),
             );
-        let resp = self.client.kv_client().txn(txn).await.map_err(map_err)?;
+        let resp = self.kv().txn(txn).await.map_err(map_err)?;
         let responses = resp.op_responses();
         if !resp.succeeded() {
             if let Some(fenced) = fence_failure(fence, &responses) {
@@ -460,7 +469,7 @@ impl Storage for EtcdStorage {
         if let Some(limit) = opts.limit.filter(|l| *l > 0) {
             get = get.with_limit(limit);
         }
-        let resp = match self.client.kv_client().get(start, Some(get)).await {
+        let resp = match self.kv().get(start, Some(get)).await {
             Ok(resp) => resp,
             Err(e) => {
                 return Err(match map_err(e) {
@@ -502,6 +511,7 @@ impl Storage for EtcdStorage {
         let stream = self
             .client
             .watch_client()
+            .max_decoding_message_size(MAX_MESSAGE)
             .watch(prefix, Some(options))
             .await
             .map_err(map_err)?;
