@@ -134,25 +134,7 @@ impl Cluster {
         ensure_classes(cp.kubectl());
         let replica = cp.start_replica("replica-1", &[], &[]).unwrap();
         let balancer = Balancer::start(vec![cp.server_port, replica.port]).unwrap();
-        cp.kubectl().ok(&[
-            "patch",
-            "apiservice",
-            "v1alpha1.storage.transfer.k8s.io",
-            "--type=merge",
-            &format!(
-                "--patch={{\"spec\":{{\"service\":{{\"port\":{}}}}}}}",
-                balancer.port()
-            ),
-        ]);
-        scenario::eventually(
-            "the APIService to answer through the balancer",
-            Duration::from_secs(90),
-            || {
-                cp.kubectl()
-                    .run(&["get", "namespacetransfers", "-A"])
-                    .success
-            },
-        );
+        scenario::serve_through_balancer(cp.kubectl(), balancer.port());
         Self {
             cp,
             replica: Mutex::new(replica),
@@ -779,8 +761,9 @@ fn ephemeral_life(
 /// the faults, the aggregator may still be finding the replicas.
 fn listed(k: &Kubectl, args: &[&str]) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
+    // `--ignore-not-found` prints nothing for an empty list.
     let last = until(&format!("kubectl {args:?}"), deadline, || {
-        get(k, args).flatten()
+        get(k, args).map(|list| list.unwrap_or_else(|| serde_json::json!({"items": []})))
     });
     last.unwrap_or_else(|e| panic!("{e}"))
 }

@@ -125,22 +125,8 @@ fn clients_and_a_transfer_ride_through_each_replica_being_killed_in_turn() {
     ensure_classes(cp.kubectl());
     let replica = cp.start_replica("replica-b", &[], &[]).unwrap();
     let balancer = Balancer::start(vec![cp.server_port, replica.port]).unwrap();
-    cp.kubectl().ok(&[
-        "patch",
-        "apiservice",
-        "v1alpha1.storage.transfer.k8s.io",
-        "--type=merge",
-        &format!(
-            "--patch={{\"spec\":{{\"service\":{{\"port\":{}}}}}}}",
-            balancer.port()
-        ),
-    ]);
+    serve_through_balancer(cp.kubectl(), balancer.port());
     let admin = cp.kubectl();
-    eventually(
-        "the APIService to answer through the balancer",
-        WAIT,
-        || admin.run(&["get", "namespacetransfers", "-A"]).success,
-    );
 
     // A transfer held before R1 by a running pod, so that it is in flight
     // when a replica dies.

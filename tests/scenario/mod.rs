@@ -35,6 +35,24 @@ pub(crate) const CLONE_REFUSAL: &str = "this backend has no room for clones";
 const ALLOW: &str = "{storage.transfer.k8s.io/allow-namespace-transfer: \"true\"}";
 
 /// Makes the test StorageClasses (idempotent).
+/// Points the APIService at a local balancer on `port` (in front of several
+/// replicas, as a Service's endpoints would be) and waits until our API
+/// answers through it.
+pub(crate) fn serve_through_balancer(k: &Kubectl, port: u16) {
+    k.ok(&[
+        "patch",
+        "apiservice",
+        "v1alpha1.storage.transfer.k8s.io",
+        "--type=merge",
+        &format!("--patch={{\"spec\":{{\"service\":{{\"port\":{port}}}}}}}"),
+    ]);
+    eventually(
+        "the APIService to answer through the balancer",
+        Duration::from_secs(90),
+        || k.run(&["get", "namespacetransfers", "-A"]).success,
+    );
+}
+
 pub(crate) fn ensure_classes(k: &Kubectl) {
     let yaml = format!(
         "{}---\n{}---\n{}---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {STATIC_ALLOWED_CLASS}\n  annotations: {ALLOW}\nprovisioner: kubernetes.io/no-provisioner\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n",
