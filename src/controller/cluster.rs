@@ -58,6 +58,9 @@ impl From<kube::Error> for ClusterError {
                     (409, "AlreadyExists") => ClusterError::AlreadyExists { message },
                     (409, _) => ClusterError::Conflict { message },
                     (429, _) => ClusterError::Unavailable(message),
+                    (403, _) if denied_by_authorizer(&message) => ClusterError::Unavailable(
+                        format!("kube-apiserver does not authorize this server yet: {message}"),
+                    ),
                     (code @ 400..=499, reason) => ClusterError::Refused {
                         code,
                         reason: reason.to_owned(),
@@ -69,6 +72,20 @@ impl From<kube::Error> for ClusterError {
             other => ClusterError::Unavailable(other.to_string()),
         }
     }
+}
+
+/// Whether a 403 is the authorizer's (RBAC: `… is forbidden: User "…"
+/// cannot …`), not an admission plugin's, a quota's or a namespace's.
+/// The controllers ask with the server's own ServiceAccount, which the
+/// deployment grants every right they use (tenants' rights are checked
+/// with SubjectAccessReviews, not by asking as them). Such a 403 comes from
+/// a kube-apiserver whose authorizer has not synced yet after a restart,
+/// or from a broken installation: a refusal of who asks, not of the step,
+/// so the step is retried (and logged) instead of failing a transfer.
+fn denied_by_authorizer(message: &str) -> bool {
+    message
+        .split_once(" is forbidden: User \"")
+        .is_some_and(|(_, rest)| rest.contains("\" cannot "))
 }
 
 /// `Ok(None)` for a 404.

@@ -203,3 +203,36 @@ fn a_live_read_that_began_before_a_write_never_replaces_what_the_write_recorded(
     cache.read(key, began, Expect::Version("8".to_owned()));
     assert_eq!(lookup(&cache, "db"), None);
 }
+
+#[test]
+fn a_403_from_the_authorizer_for_our_own_account_is_retried_and_a_policys_is_a_refusal() {
+    let forbidden = |message: &str| {
+        ClusterError::from(kube::Error::Api(Box::new(kube::core::Status {
+            code: 403,
+            reason: "Forbidden".to_owned(),
+            message: message.to_owned(),
+            ..Default::default()
+        })))
+    };
+    // What kube-apiserver's RBAC authorizer answers until its caches have
+    // synced after a restart (seen by the chaos soak): not a refusal of
+    // the step, but of who is asking, which the deployment grants.
+    let unsynced = forbidden(
+        "persistentvolumeclaims is forbidden: User \"system:serviceaccount:storage-transfer-system:storage-transfer-apiserver\" cannot create resource \"persistentvolumeclaims\" in API group \"\" in the namespace \"dst\"",
+    );
+    assert!(
+        matches!(&unsynced, ClusterError::Unavailable(m) if m.contains("cannot create resource")),
+        "{unsynced:?}"
+    );
+    for refusal in [
+        "persistentvolumeclaims \"db\" is forbidden: exceeded quota: tiny, requested: requests.storage=1Gi, used: requests.storage=0, limited: requests.storage=100Mi",
+        "admission webhook \"claims.example.com\" denied the request: no",
+        "persistentvolumeclaims \"db\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no",
+        "unable to create new content in namespace dst because it is being terminated",
+    ] {
+        assert!(
+            matches!(forbidden(refusal), ClusterError::Refused { code: 403, .. }),
+            "{refusal}"
+        );
+    }
+}
