@@ -15,6 +15,9 @@
 # CI's budget a second time). A test may run smaller under it: the scale
 # test files 10 pairs instead of 200.
 #
+# It ends with a table of the test binaries by wall time, slowest first, with
+# their sum and the wall time of the whole run, so a slow binary shows.
+#
 # Arguments go to every test binary (a name filter, --skip NAME, ...).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -66,6 +69,7 @@ run() {
     fi
   } > "$out/$i.body" 2>&1
   echo "$status" > "$out/$i.rc"
+  printf '%s\t%s\t%s\n' "$(($(date +%s) - started))" "$(basename "$bin" | sed 's/-[0-9a-f]*$//')" "$status" > "$out/$i.time"
   {
     echo "test: $(basename "$bin") ($(($(date +%s) - started)) s, exit $status)"
     cat "$out/$i.body"
@@ -73,7 +77,14 @@ run() {
   flock "$out/print.lock" cat "$out/$i.log"
 }
 
+# busy_idle: the machine's busy and idle CPU ticks since boot (/proc/stat),
+# so that the table can say how busy the cores were: near 100%, more jobs
+# would not finish sooner.
+busy_idle() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat; }
+
 trap 'kill $(jobs -p) 2>/dev/null; exit 130' INT TERM
+run_started=$(date +%s)
+read -r busy_before idle_before < <(busy_idle)
 i=0
 while IFS=$'\t' read -r kind dir bin; do
   i=$((i + 1))
@@ -85,10 +96,25 @@ wait
 # Doc tests have no binary of their own to run; cargo runs them.
 if [[ "$sample" != 1 ]]; then
   doc=0
+  doc_started=$(date +%s)
   cargo test "${features[@]}" --doc -- "$@" > "$out/doc.log" 2>&1 || doc=$?
   echo "$doc" > "$out/doc.rc"
+  printf '%s\t%s\t%s\n' "$(($(date +%s) - doc_started))" "(doc tests)" "$doc" > "$out/doc.time"
   cat "$out/doc.log"
 fi
+wall=$(($(date +%s) - run_started))
+read -r busy_after idle_after < <(busy_idle)
+busy=$((busy_after - busy_before))
+idle=$((idle_after - idle_before))
+
+# Wall time by binary, slowest first. Binaries of one name (the unit tests of
+# several crates) stay apart; the sum over all exceeds the wall time by the
+# overlap of the STA_TEST_JOBS that ran at once.
+echo "test: wall time by test binary, slowest first ($parallel at a time):"
+sort -t$'\t' -k1,1nr "$out"/*.time | awk -F'\t' '
+  { printf "test:   %6d s  %s%s\n", $1, $2, ($3 == 0 ? "" : " (exit " $3 ")"); sum += $1 }
+  END { printf "test:   %6d s  sum\n", sum }'
+echo "test:   $(printf '%6d' "$wall") s  wall, from the first binary to the last; the cores were $((100 * busy / (busy + idle > 0 ? busy + idle : 1)))% busy"
 
 status=0
 for rc in "$out"/*.rc; do
