@@ -1020,7 +1020,7 @@ fn provenance(cp: &ControlPlane) -> String {
         "kube-apiserver serves consistent lists from its watch cache"
     };
     stand_in + &format!(
-        "- Date: {}\n- Commit: {}{dirty}\n- Machine: {cpu}, {cores} cores, {memory_gib:.0} GiB, Linux {}\n- Kubernetes (kube-apiserver, kube-controller-manager, kubectl): {}, built with {}\n- etcd: {}\n- Our server: {} {} (release build), {}\n- Note: {consistent_lists}\n",
+        "- Date: {}\n- Commit: {}{dirty}\n- Machine: {cpu}, {cores} cores, {memory_gib:.0} GiB, Linux {}\n- Kubernetes (kube-apiserver, kube-controller-manager, kubectl): {}, built with {}\n- etcd: {}\n- Our server: {} {} ({}), {}\n- Note: {consistent_lists}\n",
         command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         git(&["rev-parse", "--short=12", "HEAD"]),
         command_line("uname", &["-r"]),
@@ -1029,8 +1029,19 @@ fn provenance(cp: &ControlPlane) -> String {
         command_line(&cp.bins.etcd.display().to_string(), &["--version"]),
         env!("CARGO_PKG_NAME"),
         env!("CARGO_PKG_VERSION"),
+        build_kind(),
         command_line("rustc", &["-V"]),
     )
+}
+
+/// How this bench and the server it runs were built: CI builds them
+/// unoptimized (`BENCH_PROFILE=dev`) only to see that every phase runs.
+fn build_kind() -> &'static str {
+    if cfg!(debug_assertions) {
+        "unoptimized, `BENCH_PROFILE=dev`: these figures measure nothing"
+    } else {
+        "release build"
+    }
 }
 
 /// `part` as a fraction of `whole`, two decimals.

@@ -535,6 +535,15 @@ fn report(sizes: &[Size], wait: &Waiting, flood: &Flood) -> String {
     let mut out = String::new();
     writeln!(out, "{BEGIN}\n").unwrap();
     writeln!(out, "### Transfers at scale\n").unwrap();
+    if cfg!(debug_assertions) {
+        // CI builds it unoptimized (`BENCH_PROFILE=dev`) only to see that
+        // every phase runs.
+        writeln!(
+            out,
+            "An unoptimized build (`BENCH_PROFILE=dev`): these figures measure nothing.\n"
+        )
+        .unwrap();
+    }
     writeln!(
         out,
         "Every pair filed at once (requests through the aggregator from {} `kubectl` processes), static CSI volumes, ten claims per namespace pair; every volume checked intact after.\n",
