@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make fresh-check: runs the README's commands as a new user would, on a bare
 # Debian root, because a warm machine hides missing install steps (it hid
-# libprotobuf-dev once).
+# libprotobuf-dev once). CI runs its whole suite here, and only here.
 #
 # 1. Builds a minimal root of the Debian release this machine runs
 #    (mmdebstrap, from this machine's own apt sources), with only what a fresh
@@ -14,12 +14,19 @@
 # 3. In a clone of the commit under test ($FRESH_CHECK_REF, default HEAD):
 #      make dev            and the README's demo transfer, until both sides
 #                          are Completed and dev/db is Bound
+#      the README's plugin commands, which move the volume back
 #      make down           then checks that nothing of it still runs
-#      make test           with STA_TEST_SAMPLE=1: every unit test, and the
-#                          first integration test of each test binary (the
-#                          whole suite twice does not fit CI's budget)
+#      make test           the whole suite; STA_TEST_SAMPLE=1 make fresh-check
+#                          runs only every unit test and the first
+#                          integration test of each test binary (a quicker
+#                          local check; CI never samples)
+#    then each argument, a shell command run in the clone in the same way
+#    (.ci/run passes the tiny benchmark and the release build).
 # 4. Kills whatever still runs in the root, unmounts it and removes it, also
 #    when a step fails.
+#
+# Each step's start is logged as it begins, and a table of every step's
+# duration ends the run, whether it passed or not.
 #
 # Needs root (chroot and bind mounts) and mmdebstrap (installed with apt-get
 # when missing). Exit code 0 only if every step passed.
@@ -61,12 +68,44 @@ mounts=(
   "$gocache /root/.cache/go-build rw"
 )
 
+# phase NAME: logs that the step NAME starts, and ends the step before it;
+# phase_table prints how long each took.
+phase_start=$(date +%s)
+phase_names=()
+phase_starts=()
+phase() {
+  local now
+  now=$(date +%s)
+  phase_names+=("$*")
+  phase_starts+=("$now")
+  log "[$((now - phase_start))s] $*"
+}
+phase_table() {
+  local i end now
+  now=$(date +%s)
+  ((${#phase_names[@]})) || return 0
+  log "steps, in order (${1:-}):"
+  for i in "${!phase_names[@]}"; do
+    end="${phase_starts[$((i + 1))]:-$now}"
+    log "$(printf '%6d s  %s' "$((end - phase_starts[i]))" "${phase_names[i]}")"
+  done
+  log "$(printf '%6d s  in all' "$((now - phase_start))")"
+}
+
 # Undo everything, whatever state the run is in. Nothing under $root is
 # removed while anything is still mounted there: a shared cache is mounted
 # read-write, and rm -rf through it would empty it.
 cleanup() {
   local status=$? pid left
   set +e
+  if ((status != 0)); then
+    if ((${#phase_names[@]})); then
+      log "failed with exit $status in the step: ${phase_names[${#phase_names[@]} - 1]}"
+    else
+      log "failed with exit $status before the first step"
+    fi
+  fi
+  phase "cleaning up"
   if [[ -d "$root" ]]; then
     for pid in $(ls /proc | grep -E '^[0-9]+$'); do
       [[ "$(readlink "/proc/$pid/root" 2>/dev/null)" == "$root" ]] && kill -KILL "$pid" 2>/dev/null
@@ -83,17 +122,21 @@ cleanup() {
       rm -rf "$work"
     fi
   fi
+  phase_table "$( ((status == 0)) && echo passed || echo "failed, exit $status")"
   exit "$status"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-phase_start=$(date +%s)
-phase() {
-  local now
-  now=$(date +%s)
-  log "[$((now - phase_start))s] $*"
+# interruptible COMMAND...: runs COMMAND and waits for it so that a signal to
+# this script is handled at once (bash runs a trap only once the foreground
+# command ends, and a step may take twenty minutes): .ci/run stops the check
+# this way when lint, which runs beside it, fails.
+interruptible() {
+  "$@" <&0 &
+  wait "$!"
 }
+
 
 mkdir -p "$work"
 phase "building a bare Debian $suite root in $root"
@@ -106,7 +149,7 @@ if ((${#sources[@]})); then
 else
   grep -E '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list > "$work/sources" || die "no apt sources on this machine"
 fi
-mmdebstrap --quiet --variant=minbase \
+interruptible mmdebstrap --quiet --variant=minbase \
   --include=ca-certificates,git,make,gcc,g++,libc6-dev \
   "$suite" "$root" - < "$work/sources" >&2
 
@@ -154,11 +197,12 @@ log "checked out $commit"
 # in_root SCRIPT: runs SCRIPT with bash in the clone, as a new user's shell
 # would: a clean environment with the toolchains on PATH.
 in_root() {
-  chroot "$root" /usr/bin/env -i \
+  interruptible chroot "$root" /usr/bin/env -i \
     HOME=/root \
     PATH=/root/.cargo/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     RUSTUP_HOME=/root/.rustup CARGO_HOME=/root/.cargo \
     LANG=C.UTF-8 TERM=dumb CI="${CI:-}" \
+    STA_TEST_SAMPLE="${STA_TEST_SAMPLE:-}" STA_TEST_JOBS="${STA_TEST_JOBS:-}" \
     CARGO_TERM_COLOR=never CARGO_TERM_PROGRESS_WHEN=never \
     /bin/bash -euo pipefail -c "cd /work/clone && $1"
 }
@@ -201,7 +245,15 @@ done
 sockets="$(find "$root/work/clone/.dev" -type s 2>/dev/null || true)"
 [[ -z "$sockets" ]] || die "make down left sockets behind: $sockets"
 
-phase "make test (STA_TEST_SAMPLE=1: unit tests, and one integration test of each test binary)"
-in_root "STA_TEST_SAMPLE=1 make test"
+if [[ "${STA_TEST_SAMPLE:-}" == 1 ]]; then
+  phase "make test, sampled (STA_TEST_SAMPLE=1: every unit test, and the first integration test of each test binary)"
+else
+  phase "make test, the whole suite"
+fi
+in_root "make test"
 
-phase "passed: make dev, the demo transfer, make down and make test on a bare Debian $suite root, at $commit"
+for step in "$@"; do
+  phase "$step"
+  in_root "$step"
+done
+log "passed: make dev, the demo transfer, make down, make test${*:+ and $# more step(s)} on a bare Debian $suite root, at $commit"

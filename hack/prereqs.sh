@@ -6,7 +6,18 @@
 #
 # Missing Debian packages are installed with apt-get when running as root (as
 # CI does); otherwise the exact command to run is printed and we exit non-zero.
+#
+# --fresh-check also installs what make fresh-check needs (mmdebstrap), in the
+# same apt-get run: .ci/run installs everything at once, before lint and the
+# fresh check run side by side, so two apt-gets never race for dpkg's lock.
 set -euo pipefail
+
+fresh_check=""
+case "${1:-}" in
+  "") ;;
+  --fresh-check) fresh_check=1 ;;
+  *) echo "prereqs: unknown argument '$1' (the only one is --fresh-check)" >&2; exit 2 ;;
+esac
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 missing=()
@@ -45,6 +56,10 @@ if ! command -v protoc >/dev/null 2>&1 && [[ -z "${PROTOC:-}" ]]; then
 fi
 if [[ -z "${PROTOC_INCLUDE:-}" && ! -f /usr/include/google/protobuf/descriptor.proto ]]; then
   apt_packages+=(libprotobuf-dev)
+fi
+
+if [[ -n "$fresh_check" ]] && ! command -v mmdebstrap >/dev/null 2>&1; then
+  apt_packages+=(mmdebstrap)
 fi
 
 if ((${#apt_packages[@]})); then

@@ -3,9 +3,9 @@
 //! its load never slows another test's timeouts. Not timed: how fast is the
 //! bench's question (`make bench`, docs/benchmarks.md).
 //!
-//! Under `STA_TEST_SAMPLE=1` (the fresh-machine check, which runs one test of
+//! Under `STA_TEST_SAMPLE=1` (a quick local check, which runs one test of
 //! each binary only to show its environment installs and starts) it files
-//! ten pairs: the full run of `make test` is the one that files 200.
+//! ten pairs: the full run of `make test`, CI's, is the one that files 200.
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
