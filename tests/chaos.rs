@@ -206,10 +206,16 @@ impl Cluster {
     }
 }
 
+/// Sends `signal` to `pid`. A fault that cannot be injected fails the soak;
+/// the signal to a process that has already gone (a recorder's `kubectl`
+/// that ended) is no failure.
 fn signal(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status();
+    if let Err(e) = sta_testenv::process::send_signal(pid, signal) {
+        assert!(
+            !sta_testenv::process::pid_is_running(pid),
+            "cannot send a signal: {e}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------

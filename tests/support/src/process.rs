@@ -185,6 +185,18 @@ pub fn status_code(status: ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
+/// Sends the signal named `name` (`"STOP"`, `"CONT"`, `"KILL"`, …) to `pid`
+/// with kill(2), not with a `kill` command: a bare machine may have none
+/// (Debian's minimal root has no procps), and a signal that silently was
+/// never sent makes a fault test pass without its fault.
+pub fn send_signal(pid: u32, name: &str) -> Result<(), String> {
+    let signal: Signal = format!("SIG{name}")
+        .parse()
+        .map_err(|e| format!("no signal SIG{name}: {e}"))?;
+    let raw = i32::try_from(pid).map_err(|_| format!("pid {pid} is out of range"))?;
+    kill(Pid::from_raw(raw), signal).map_err(|e| format!("SIG{name} to pid {pid}: {e}"))
+}
+
 /// SIGTERM to `pid`, without waiting; whether it was delivered.
 pub fn sigterm(pid: u32) -> bool {
     let Ok(raw) = i32::try_from(pid) else {
