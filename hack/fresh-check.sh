@@ -137,7 +137,6 @@ interruptible() {
   wait "$!"
 }
 
-
 mkdir -p "$work"
 phase "building a bare Debian $suite root in $root"
 sources=()
