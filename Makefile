@@ -71,8 +71,8 @@ fresh-check:
 # nothing, and the benchmark says so in what it writes.
 BENCH_PROFILE ?= bench
 bench: tools
-	BENCH_PROFILE=$(BENCH_PROFILE) $(CARGO) bench --locked --profile $(BENCH_PROFILE) --bench compare
-	BENCH_PROFILE=$(BENCH_PROFILE) $(CARGO) bench --locked --profile $(BENCH_PROFILE) --bench scale
+	$(CARGO) bench --locked --profile $(BENCH_PROFILE) --bench compare
+	$(CARGO) bench --locked --profile $(BENCH_PROFILE) --bench scale
 
 # Our server alone on etcd: create/get/list throughput and latency, watch fan-out.
 # BENCH_SCALE=0.01 runs it tiny.

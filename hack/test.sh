@@ -11,9 +11,9 @@
 # one after another, as `cargo test` does.
 #
 # STA_TEST_SAMPLE=1 runs every unit test but only the first integration test
-# of each test binary (make fresh-check, where the whole suite would not fit
-# CI's budget a second time). A test may run smaller under it: the scale
-# test files 10 pairs instead of 200.
+# of each test binary: a quicker local check (also `STA_TEST_SAMPLE=1 make
+# fresh-check`); CI runs the whole suite. A test may run smaller under it:
+# the scale test files 10 pairs instead of 200.
 #
 # It ends with a table of the test binaries by wall time, slowest first, with
 # their sum and the wall time of the whole run, so a slow binary shows.
@@ -54,7 +54,7 @@ cargo test "${features[@]}" --no-run --message-format=json 2>/dev/null \
 # run INDEX KIND DIR EXECUTABLE: one binary, as cargo would run it (from its
 # package's directory), its output kept in $out/INDEX.log and printed whole.
 run() {
-  local i="$1" kind="$2" dir="$3" bin="$4" first status=0 started
+  local i="$1" kind="$2" dir="$3" bin="$4" first status=0 started took
   local args=("${@:5}")
   started=$(date +%s)
   {
@@ -69,9 +69,10 @@ run() {
     fi
   } > "$out/$i.body" 2>&1
   echo "$status" > "$out/$i.rc"
-  printf '%s\t%s\t%s\n' "$(($(date +%s) - started))" "$(basename "$bin" | sed 's/-[0-9a-f]*$//')" "$status" > "$out/$i.time"
+  took=$(($(date +%s) - started))
+  printf '%s\t%s\t%s\n' "$took" "$(basename "$bin" | sed 's/-[0-9a-f]*$//')" "$status" > "$out/$i.time"
   {
-    echo "test: $(basename "$bin") ($(($(date +%s) - started)) s, exit $status)"
+    echo "test: $(basename "$bin") ($took s, exit $status)"
     cat "$out/$i.body"
   } > "$out/$i.log"
   flock "$out/print.lock" cat "$out/$i.log"

@@ -199,10 +199,7 @@ pub fn send_signal(pid: u32, name: &str) -> Result<(), String> {
 
 /// SIGTERM to `pid`, without waiting; whether it was delivered.
 pub fn sigterm(pid: u32) -> bool {
-    let Ok(raw) = i32::try_from(pid) else {
-        return false;
-    };
-    kill(Pid::from_raw(raw), Signal::SIGTERM).is_ok()
+    send_signal(pid, "TERM").is_ok()
 }
 
 /// SIGTERM to `pid`, SIGKILL if it is still alive after `grace`.
