@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -46,7 +45,7 @@ use crate::registry::{AdmissionControl, Context, Notes, Store};
 use crate::storage::etcd::EtcdStorage;
 use crate::storage::Storage;
 use bytes::Bytes;
-use connection::{ConnectionCap, ConnectionServer};
+use connection::{ConnectionCap, ConnectionServer, OpenConnections};
 use flowcontrol::{FlowControl, RequestKind};
 use futures::FutureExt;
 use health::Health;
@@ -269,6 +268,8 @@ struct State {
     /// In-flight seats, per-user queues and the watch cap, for everything
     /// under `/apis` and `/openapi`.
     flow_control: FlowControl,
+    /// The open client connections, for the gauge.
+    open: Arc<OpenConnections>,
 }
 
 /// The accept loop on an already bound listener.
@@ -413,6 +414,7 @@ pub async fn serve(
         Some(running) => (Some(running.status), Some(running.task)),
         None => (None, None),
     };
+    let open = Arc::new(OpenConnections::default());
     let state = Arc::new(State {
         leader,
         health,
@@ -424,6 +426,7 @@ pub async fn serve(
         authz: auth.authz,
         audit: auditor.clone(),
         flow_control: FlowControl::new(config.flow_control),
+        open: open.clone(),
     });
 
     if let Some(reloader) = config.tls_reloader.clone() {
@@ -434,19 +437,14 @@ pub async fn serve(
         http: config.connections.http_builder(),
         limits: config.connections,
         state: state.clone(),
+        open: open.clone(),
     };
     let mut cap = ConnectionCap::new(config.connections.max_connections);
-    let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
 
     loop {
-        let permit = tokio::select! {
-            permit = cap.acquire() => match permit {
-                Some(permit) => permit,
-                None => break,
-            },
-            () = &mut shutdown => break,
-        };
+        // Accepted first, then given a permit: the longest idle connection
+        // is closed only when a new one is there to take its place.
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
@@ -459,11 +457,18 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let permit = tokio::select! {
+            permit = cap.acquire(&open) => match permit {
+                Some(permit) => permit,
+                None => break,
+            },
+            () = &mut shutdown => break,
+        };
         // Small responses must not wait for a delayed ACK (Nagle).
         if let Err(err) = tcp.set_nodelay(true) {
             tracing::debug!(%peer, error = %err, "cannot set TCP_NODELAY");
         }
-        tokio::spawn(server.clone().serve(tcp, peer, permit, graceful.watcher()));
+        tokio::spawn(server.clone().serve(tcp, peer, permit));
     }
 
     state.health.begin_shutdown();
@@ -480,8 +485,9 @@ pub async fn serve(
         grace = ?config.shutdown_grace,
         "shutting down: no longer accepting connections, draining"
     );
+    open.begin_shutdown();
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections drained"),
+        () = open.drained() => tracing::info!("all connections drained"),
         () = tokio::time::sleep(config.shutdown_grace) => {
             tracing::warn!("grace period over with connections still open; closing them");
         }
@@ -608,6 +614,10 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                     text.push_str(&auditor.sink().metrics());
                 }
                 text.push_str(&state.flow_control.metrics());
+                text.push_str(&format!(
+                    "# HELP storage_transfer_open_connections Client connections open now.\n# TYPE storage_transfer_open_connections gauge\nstorage_transfer_open_connections {}\n",
+                    state.open.len()
+                ));
                 let mut resp = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
                 resp.headers_mut().insert(
                     http::header::CONTENT_TYPE,

@@ -121,6 +121,36 @@ fn deploy_passes_server_side_validation() {
 }
 
 #[test]
+fn the_example_network_policies_pass_server_side_validation_and_select_the_shipped_pods() {
+    kubectl().ok(&[
+        "apply",
+        "--dry-run=server",
+        "-k",
+        &path("deploy/network-policy"),
+    ]);
+    let policies = rendered("deploy/network-policy");
+    let deployed = rendered("deploy");
+    for (policy, workload) in [
+        (
+            "storage-transfer-apiserver",
+            ("Deployment", "storage-transfer-apiserver"),
+        ),
+        (
+            "storage-transfer-etcd",
+            ("StatefulSet", "storage-transfer-etcd"),
+        ),
+    ] {
+        let selects =
+            &object(&policies, "NetworkPolicy", policy)["spec"]["podSelector"]["matchLabels"];
+        let labels =
+            &object(&deployed, workload.0, workload.1)["spec"]["template"]["metadata"]["labels"];
+        for (key, value) in selects.as_object().unwrap() {
+            assert_eq!(&labels[key], value, "{policy} selects {workload:?}'s pods");
+        }
+    }
+}
+
+#[test]
 fn deploy_installs_the_server_the_etcd_cluster_and_the_rbac_the_harness_tests() {
     let objects = rendered("deploy");
     for (kind, name) in [

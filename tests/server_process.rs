@@ -331,6 +331,7 @@ const SHORT_TIMEOUTS: &[&str] = &[
     "--read-header-timeout=1s",
     "--http2-read-idle-timeout=1s",
     "--http2-ping-timeout=1s",
+    "--idle-connection-timeout=1s",
 ];
 
 /// Longer than every timeout of [`SHORT_TIMEOUTS`] together.
@@ -475,15 +476,31 @@ fn an_http2_connection_that_stops_answering_pings_is_closed() {
     }
 }
 
+/// A connection with a watch open on it (so not idle), whose response head
+/// has been read.
+fn open_watch(server: &Server) -> TlsStream {
+    let mut tls = tls_connect(server, &[b"http/1.1"]);
+    write!(
+        tls,
+        "GET {TRANSFERS}?watch=1&timeoutSeconds=60 HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    tls.flush().unwrap();
+    let mut head = [0u8; 12];
+    tls.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    tls
+}
+
 #[test]
-fn past_max_connections_a_new_connection_waits_until_one_closes() {
+fn past_max_connections_a_new_connection_waits_until_a_busy_one_closes() {
     let server = start_with(
         "max-connections",
         true,
         &["--max-connections=2", "--read-header-timeout=60s"],
     );
-    let first = tls_connect(&server, &[b"http/1.1"]);
-    let _second = tls_connect(&server, &[b"http/1.1"]);
+    let first = open_watch(&server);
+    let _second = open_watch(&server);
     // The third is not accepted: its handshake gets no answer...
     let mut tcp = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
@@ -495,7 +512,7 @@ fn past_max_connections_a_new_connection_waits_until_one_closes() {
         .and_then(|_| conn.complete_io(&mut tcp));
     assert!(
         waiting.is_err() && conn.is_handshaking(),
-        "the third connection was served while two were open"
+        "the third connection was served while two were busy"
     );
     // ...until one of the two closes.
     drop(first);
@@ -516,6 +533,34 @@ fn past_max_connections_a_new_connection_waits_until_one_closes() {
     );
     let log = std::fs::read_to_string(server.dir.join("server.log")).unwrap();
     assert!(log.contains("--max-connections are open"), "{log}");
+}
+
+#[test]
+fn past_max_connections_the_longest_idle_connection_makes_room_for_a_new_one() {
+    let server = start_with(
+        "max-connections-idle",
+        true,
+        &["--max-connections=2", "--read-header-timeout=60s"],
+    );
+    let config = client_config(&server, &[b"h2"]);
+    let rt = multi_thread_runtime();
+    rt.block_on(async {
+        let limit = Duration::from_secs(5);
+        let oldest = hold_http2_connection(server.port, config.clone(), limit)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let younger = hold_http2_connection(server.port, config.clone(), limit)
+            .await
+            .unwrap();
+        let third = hold_http2_connection(server.port, config.clone(), limit).await;
+        assert!(third.is_ok(), "{:?}", third.err());
+        tokio::time::timeout(CLOSED_WITHIN, oldest.task)
+            .await
+            .expect("the longest idle connection was closed")
+            .unwrap();
+        assert!(!younger.task.is_finished(), "only one was closed");
+    });
 }
 
 #[test]
@@ -552,4 +597,137 @@ fn a_watch_open_at_sigterm_runs_to_its_end_and_the_server_drains() {
     let log = std::fs::read_to_string(server.dir.join("server.log")).unwrap();
     assert!(log.contains("all connections drained"), "{log}");
     assert_eq!(server.process.exit_code(), Some(0), "{log}");
+}
+
+/// An HTTP/2 connection that has sent one `GET /healthz` and had its answer,
+/// kept open: its task answers the server's pings and ends when the server
+/// closes the connection.
+struct HeldConnection {
+    task: tokio::task::JoinHandle<()>,
+    _sender: hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+}
+
+/// Opens a [`HeldConnection`], or says why it could not within `limit`.
+async fn hold_http2_connection(
+    port: u16,
+    config: Arc<rustls::ClientConfig>,
+    limit: Duration,
+) -> Result<HeldConnection, String> {
+    let open = async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).unwrap();
+        let tls = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?;
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tls),
+        )
+        .await
+        .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+        let task = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let request = http::Request::get(format!("https://{SERVER_NAME}/healthz"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let resp = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("GET /healthz: {e}"))?;
+        if resp.status() != 200 {
+            return Err(format!("GET /healthz: {}", resp.status()));
+        }
+        Ok(HeldConnection {
+            task,
+            _sender: sender,
+        })
+    };
+    tokio::time::timeout(limit, open)
+        .await
+        .unwrap_or_else(|_| Err(format!("not answered within {limit:?}")))
+}
+
+fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn two_thousand_idle_http2_connections_without_credentials_do_not_lock_out_a_new_client() {
+    // The defaults: 1,024 connections, idle ones closed after 90s.
+    let server = start("idle-flood", true);
+    let config = client_config(&server, &[b"h2"]);
+    let rt = multi_thread_runtime();
+    rt.block_on(async {
+        // The attacker: 2,000 connections, 50 opened at a time, each of which
+        // asks for /healthz (no credentials needed) and then only answers
+        // pings.
+        let mut held = Vec::new();
+        let mut refused = 0usize;
+        for _ in 0..40 {
+            let batch = (0..50).map(|_| {
+                hold_http2_connection(server.port, config.clone(), Duration::from_secs(5))
+            });
+            for result in futures::future::join_all(batch).await {
+                match result {
+                    Ok(conn) => held.push(conn),
+                    Err(_) => refused += 1,
+                }
+            }
+        }
+        // A new client is still answered.
+        let newcomer =
+            hold_http2_connection(server.port, config.clone(), Duration::from_secs(5)).await;
+        assert!(
+            newcomer.is_ok(),
+            "a new client's /healthz while 2,000 idle connections were held ({refused} of them never answered): {:?}\\n{}",
+            newcomer.err(),
+            server.process.log_tail()
+        );
+        let closed = held.iter().filter(|c| c.task.is_finished()).count();
+        assert!(
+            closed > 0,
+            "the server made room by closing idle connections ({} held)",
+            held.len()
+        );
+    });
+    let log = std::fs::read_to_string(server.dir.join("server.log")).unwrap();
+    assert!(
+        log.contains("closing the longest idle connections"),
+        "the log says why connections were closed: {log}"
+    );
+}
+
+#[test]
+fn idle_http2_connections_are_closed_after_the_idle_timeout() {
+    let server = start_with("idle-timeout", true, SHORT_TIMEOUTS);
+    let config = client_config(&server, &[b"h2"]);
+    let rt = multi_thread_runtime();
+    rt.block_on(async {
+        let mut held = Vec::new();
+        for _ in 0..20 {
+            held.push(
+                hold_http2_connection(server.port, config.clone(), Duration::from_secs(5))
+                    .await
+                    .unwrap(),
+            );
+        }
+        // Pings are answered, so only the idle timeout (1s) closes them.
+        let deadline = Instant::now() + CLOSED_WITHIN;
+        while held.iter().any(|c| !c.task.is_finished()) {
+            assert!(
+                Instant::now() < deadline,
+                "{} of 20 idle connections still open after {CLOSED_WITHIN:?}",
+                held.iter().filter(|c| !c.task.is_finished()).count()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
 }

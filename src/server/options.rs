@@ -112,8 +112,17 @@ pub struct Options {
     #[arg(long, default_value_t = 1000)]
     pub http2_max_streams_per_connection: u32,
 
-    /// The most client connections open at once. Past it, new connections
-    /// wait in the listen backlog until one closes.
+    /// How long a connection may have no request open, once it has sent its
+    /// first, before the server closes it (HTTP/2: with a GOAWAY). A watch is
+    /// an open request. 90s, as k8s.io/apiserver's secure serving closes idle
+    /// connections, so that a client that only answers pings cannot hold a
+    /// connection for ever.
+    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    pub idle_connection_timeout: Duration,
+
+    /// The most client connections open at once. Past it, the longest idle
+    /// connection is closed to make room for the next; when none is idle,
+    /// new connections wait in the listen backlog until one closes.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
 
@@ -488,6 +497,7 @@ impl Options {
             ("read-header-timeout", self.read_header_timeout),
             ("http2-read-idle-timeout", self.http2_read_idle_timeout),
             ("http2-ping-timeout", self.http2_ping_timeout),
+            ("idle-connection-timeout", self.idle_connection_timeout),
         ];
         for (flag, timeout) in timeouts {
             if timeout.is_zero() {
@@ -509,6 +519,7 @@ impl Options {
             http2_read_idle_timeout: self.http2_read_idle_timeout,
             http2_ping_timeout: self.http2_ping_timeout,
             http2_max_streams_per_connection: self.http2_max_streams_per_connection,
+            idle_connection_timeout: self.idle_connection_timeout,
             max_connections: self.max_connections,
         })
     }

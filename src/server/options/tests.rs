@@ -169,6 +169,7 @@ fn connection_limits_default_to_bounds_that_close_idle_clients_within_seconds() 
             http2_read_idle_timeout: Duration::from_secs(30),
             http2_ping_timeout: Duration::from_secs(15),
             http2_max_streams_per_connection: 1000,
+            idle_connection_timeout: Duration::from_secs(90),
             max_connections: 1024,
         }
     );
@@ -182,6 +183,7 @@ fn connection_limits_are_read_from_their_flags() {
         "--http2-read-idle-timeout=1m",
         "--http2-ping-timeout=5",
         "--http2-max-streams-per-connection=250",
+        "--idle-connection-timeout=2m",
         "--max-connections=64",
     ])
     .unwrap()
@@ -194,6 +196,7 @@ fn connection_limits_are_read_from_their_flags() {
             http2_read_idle_timeout: Duration::from_secs(60),
             http2_ping_timeout: Duration::from_secs(5),
             http2_max_streams_per_connection: 250,
+            idle_connection_timeout: Duration::from_secs(120),
             max_connections: 64,
         }
     );
@@ -206,6 +209,10 @@ fn a_connection_limit_that_is_not_a_number_is_refused_by_the_flag_parser() {
         ("--read-header-timeout=1h", "--read-header-timeout"),
         ("--http2-read-idle-timeout=-1s", "--http2-read-idle-timeout"),
         ("--http2-ping-timeout=", "--http2-ping-timeout"),
+        (
+            "--idle-connection-timeout=idle",
+            "--idle-connection-timeout",
+        ),
         ("--max-connections=-1", "--max-connections"),
         ("--max-connections=many", "--max-connections"),
     ] {
@@ -232,6 +239,10 @@ fn a_connection_limit_that_would_refuse_every_connection_is_an_error_naming_the_
         (
             "--http2-ping-timeout=0s",
             "--http2-ping-timeout: must be longer than 0s",
+        ),
+        (
+            "--idle-connection-timeout=0s",
+            "--idle-connection-timeout: must be longer than 0s",
         ),
         (
             "--max-connections=0",
