@@ -9,6 +9,13 @@
 //! them at once. Only answers are cached; a failed review (the cluster did
 //! not answer) is shared by the callers waiting for it and then forgotten.
 //!
+//! At most [`MAX_FLIGHTS`] reviews are under way at once: past it a request
+//! that needs a new review is refused with 429 at once, rather than sent, so
+//! that a flood of distinct keys (random tokens, unique paths) costs the
+//! cluster a bounded number of reviews, all sent under this server's own
+//! identity, whose flow control in kube-apiserver the controllers share.
+//! Answers already cached are served meanwhile.
+//!
 //! Owns when to ask again; never what a review means.
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,6 +36,8 @@ pub struct CacheStats {
     pub hits: u64,
     /// Reviews started.
     pub misses: u64,
+    /// Refused because [`MAX_FLIGHTS`] reviews were under way.
+    pub refused: u64,
 }
 
 /// One review under way, shared by everyone who asks for its key meanwhile.
@@ -48,10 +57,14 @@ impl<K, V> Clone for ReviewCache<K, V> {
     }
 }
 
+/// The most reviews under way at once, per cache.
+pub const MAX_FLIGHTS: usize = 64;
+
 #[derive(Debug)]
 struct Inner<K, V> {
     ttl: Duration,
     capacity: usize,
+    max_flights: usize,
     state: Mutex<State<K, V>>,
 }
 
@@ -88,10 +101,17 @@ where
     /// A cache of at most `capacity` answers (at least one), each reused for
     /// `ttl`.
     pub fn new(ttl: Duration, capacity: usize) -> Self {
+        Self::with_max_flights(ttl, capacity, MAX_FLIGHTS)
+    }
+
+    /// [`Self::new`], with at most `max_flights` (at least one) reviews
+    /// under way at once.
+    pub fn with_max_flights(ttl: Duration, capacity: usize, max_flights: usize) -> Self {
         Self {
             inner: Arc::new(Inner {
                 ttl,
                 capacity: capacity.max(1),
+                max_flights: max_flights.max(1),
                 state: Mutex::new(State {
                     entries: HashMap::new(),
                     recency: BTreeMap::new(),
@@ -122,6 +142,16 @@ where
                 Some(flight) => {
                     state.stats.hits += 1;
                     flight
+                }
+                None if state.flights.len() >= self.inner.max_flights => {
+                    state.stats.refused += 1;
+                    return Err(ApiError::TooManyRequests {
+                        message: format!(
+                            "too many requests: {} reviews of credentials or rights are already under way; try again",
+                            self.inner.max_flights
+                        ),
+                        retry_after_seconds: 1,
+                    });
                 }
                 None => {
                     state.stats.misses += 1;

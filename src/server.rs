@@ -599,8 +599,8 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
                 if let Some(reviewer) = &state.reviewer {
                     let stats = reviewer.stats();
                     text.push_str(&format!(
-                        "# HELP storage_transfer_authorization_cache_total SubjectAccessReview answers by where they came from.\n# TYPE storage_transfer_authorization_cache_total counter\nstorage_transfer_authorization_cache_total{{result=\"hit\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"miss\"}} {}\n",
-                        stats.hits, stats.misses
+                        "# HELP storage_transfer_authorization_cache_total SubjectAccessReview answers by where they came from.\n# TYPE storage_transfer_authorization_cache_total counter\nstorage_transfer_authorization_cache_total{{result=\"hit\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"miss\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"refused\"}} {}\n",
+                        stats.hits, stats.misses, stats.refused
                     ));
                 }
                 text.push_str(&transfers_by_phase(&state.transfers).await);

@@ -14,7 +14,14 @@ async fn an_answer_is_reused_until_its_ttl_passes() {
     assert_eq!(cache.get_or_review("k", answer(2)).await.unwrap(), 1);
     tokio::time::advance(Duration::from_secs(2)).await;
     assert_eq!(cache.get_or_review("k", answer(3)).await.unwrap(), 3);
-    assert_eq!(cache.stats(), CacheStats { hits: 1, misses: 2 });
+    assert_eq!(
+        cache.stats(),
+        CacheStats {
+            hits: 1,
+            misses: 2,
+            refused: 0
+        }
+    );
 }
 
 #[tokio::test]
@@ -60,4 +67,55 @@ async fn a_review_whose_callers_gave_up_still_fills_the_cache() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(cache.get(&"k"), Some(5));
     assert_eq!(reviews.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn past_the_most_reviews_under_way_a_new_key_is_refused_429_and_cached_answers_still_served()
+{
+    let cache: ReviewCache<u32, u32> =
+        ReviewCache::with_max_flights(Duration::from_secs(60), 100, 2);
+    cache.insert(7, 70);
+    let (release, wait) = tokio::sync::watch::channel(false);
+    let mut stuck = Vec::new();
+    for key in [1, 2] {
+        let cache = cache.clone();
+        let mut wait = wait.clone();
+        stuck.push(tokio::spawn(async move {
+            cache
+                .get_or_review(key, || async move {
+                    let _ = wait.wait_for(|go| *go).await;
+                    Ok(key * 10)
+                })
+                .await
+        }));
+    }
+    tokio::task::yield_now().await;
+    while cache.stats().misses < 2 {
+        tokio::task::yield_now().await;
+    }
+    let refused = cache.get_or_review(3, || async { Ok(30) }).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(ApiError::TooManyRequests {
+                retry_after_seconds: 1,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        cache.get_or_review(7, || async { Ok(0) }).await.unwrap(),
+        70
+    );
+    assert_eq!(cache.stats().refused, 1);
+    release.send_replace(true);
+    for task in stuck {
+        assert!(task.await.unwrap().is_ok());
+    }
+    assert_eq!(
+        cache.get_or_review(3, || async { Ok(30) }).await.unwrap(),
+        30,
+        "room again"
+    );
 }
