@@ -416,3 +416,77 @@ fn a_leftover_reclaim_policy_annotation_does_not_skip_the_rights_check() {
     assert_eq!(claim["metadata"]["uid"], victim.volume.claim_uid.as_str());
     assert!(claim_json(admin(), &dst.name, "db").is_none());
 }
+
+/// The destination's request for `source/db`, padded with `labels` labels
+/// (63-character names and values) and one annotation of `annotation`
+/// bytes: as large as a tenant may make it.
+fn padded_request(namespace: &str, source: &str, labels: usize, annotation: usize) -> String {
+    let labels: serde_json::Map<String, Value> = (0..labels)
+        .map(|i| {
+            (
+                format!("l{i:06}{}", "x".repeat(56)),
+                Value::from("v".repeat(63)),
+            )
+        })
+        .collect();
+    serde_json::json!({
+        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+        "kind": "NamespaceTransfer",
+        "metadata": {
+            "name": "take",
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {"pad": "a".repeat(annotation)},
+        },
+        "spec": {"source": {"namespace": source, "name": "db"}},
+    })
+    .to_string()
+}
+
+#[test]
+fn a_destination_that_pads_its_request_to_the_size_limit_cannot_jam_the_transfer() {
+    let victim = Victim::new();
+    let dst = cp().namespace("dst").unwrap();
+    let bob = editor(cp(), &unique("bob"), &dst.name);
+    // The largest request the server takes from bob, found with dry runs:
+    // the labels take about 1.3 MB, and the annotation (at most 256 KiB)
+    // the rest. Whether a size is taken grows with it, so bisect.
+    let labels = 10_200;
+    let create = |annotation: usize, dry: bool| {
+        let body = padded_request(&dst.name, &victim.ns.name, labels, annotation);
+        let mut args = vec!["create", "-o", "name", "-f", "-"];
+        if dry {
+            args.push("--dry-run=server");
+        }
+        bob.run_with_stdin(&args, Some(&body))
+    };
+    let (mut fits, mut refused) = (0, 256 * 1024 - 3);
+    let first = create(fits, true);
+    assert!(first.success, "{}", first.stderr);
+    assert!(!create(refused, true).success);
+    while refused - fits > 1 {
+        let mid = (fits + refused) / 2;
+        let probe = create(mid, true);
+        if probe.success {
+            fits = mid;
+        } else {
+            assert!(probe.stderr.contains("too large"), "{}", probe.stderr);
+            refused = mid;
+        }
+    }
+    let made = create(fits, false);
+    assert!(made.success, "{}", made.stderr);
+
+    offer(admin(), &victim.ns.name, "give", "db", &dst.name);
+    wait_phase(admin(), &dst.name, "take", "Completed", WAIT);
+    let give = wait_phase(admin(), &victim.ns.name, "give", "Completed", WAIT);
+    assert!(
+        give["metadata"]["finalizers"].is_null(),
+        "the source's finalizer is released: {}",
+        give["metadata"]
+    );
+    let moved = claim_json(admin(), &dst.name, "db").unwrap();
+    assert_eq!(moved["spec"]["volumeName"], victim.volume.pv.as_str());
+    // And the padded request is still the destination's to delete.
+    bob.ok(&["delete", "namespacetransfer", "take", "-n", &dst.name]);
+}

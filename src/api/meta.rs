@@ -110,6 +110,11 @@ pub trait Object:
     /// Replaces whatever status a client sent on create with the status a new
     /// object starts with (kube's PrepareForCreate). Called after defaulting.
     fn reset_status(&mut self);
+    /// Cuts the status's free texts (messages and reasons, which may quote
+    /// another component's answer) to [`MAX_STATUS_TEXT_BYTES`] each, so
+    /// that a status always fits in the room the store keeps for the
+    /// controllers' writes. Called on every write.
+    fn bound_status(&mut self);
     /// status.phase as a string, for the status.phase field selector; None when unset.
     fn phase(&self) -> Option<&str>;
     fn requester(&self) -> Option<&Requester>;
@@ -166,6 +171,34 @@ pub fn string_enum_schema(schema: &mut schemars::Schema) {
     object.insert("type".to_owned(), "string".into());
     object.insert("enum".to_owned(), serde_json::Value::Array(values));
     object.insert("description".to_owned(), description.into());
+}
+
+/// The most bytes a free text of a status (its `message`, a condition's
+/// `message` or `reason`) keeps; past it the text is cut and ends in `…`.
+/// kube's own bound on a condition's reason and an Event's note.
+pub const MAX_STATUS_TEXT_BYTES: usize = 1024;
+
+/// Cuts `text` to at most [`MAX_STATUS_TEXT_BYTES`] bytes, on a character
+/// boundary, ending it in `…` when it was cut.
+pub fn bound_text(text: &mut String) {
+    const ELLIPSIS: &str = "…";
+    if text.len() <= MAX_STATUS_TEXT_BYTES {
+        return;
+    }
+    let mut end = MAX_STATUS_TEXT_BYTES - ELLIPSIS.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(ELLIPSIS);
+}
+
+/// [`bound_text`] on every condition's message and reason.
+pub fn bound_conditions(conditions: &mut [Condition]) {
+    for c in conditions {
+        bound_text(&mut c.message);
+        bound_text(&mut c.reason);
+    }
 }
 
 /// `metav1.ConditionTrue`.

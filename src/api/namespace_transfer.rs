@@ -756,6 +756,15 @@ impl Object for NamespaceTransfer {
         });
     }
 
+    fn bound_status(&mut self) {
+        if let Some(st) = &mut self.status {
+            for text in [&mut st.message, &mut st.reason].into_iter().flatten() {
+                crate::api::meta::bound_text(text);
+            }
+            crate::api::meta::bound_conditions(&mut st.conditions);
+        }
+    }
+
     fn phase(&self) -> Option<&str> {
         self.status
             .as_ref()

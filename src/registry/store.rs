@@ -40,7 +40,7 @@ use super::fields::{self, manager::Write, ApplyError, FieldManager};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::shared::Shared;
 use super::strategy::{Strategy, UniqueClaim, COMMON_FIELDS};
-use super::{storage_error, Admission, Context};
+use super::{storage_error, Admission, Context, Writer};
 
 /// How long a read waits for the watch cache to reach the revision it needs.
 const FRESHNESS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -159,9 +159,45 @@ fn fields_view<T: Object>(obj: &T) -> Result<serde_json::Value, ApiError> {
     Ok(v)
 }
 
+/// How many bytes of `obj` count against [`CLIENT_OBJECT_BYTES`]: its
+/// stored form without its status, which no client's write changes. Every
+/// managedFields entry counts, the controllers' too: a client may send any
+/// entries, so none can be told apart as the controllers' own, and the
+/// controllers' later writes change theirs by at most what the headroom
+/// keeps for them.
+fn client_share<T: Object>(obj: &T) -> Result<usize, ApiError> {
+    let mut v = serde_json::to_value(obj)
+        .map_err(|e| ApiError::Internal(format!("encoding for the size limit: {e}")))?;
+    if let Some(o) = v.as_object_mut() {
+        o.remove("status");
+        if let Some(meta) = o
+            .get_mut("metadata")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            meta.remove("resourceVersion");
+        }
+    }
+    serde_json::to_vec(&v)
+        .map(|b| b.len())
+        .map_err(|e| ApiError::Internal(format!("encoding for the size limit: {e}")))
+}
+
 /// The largest object the store writes: etcd's default request limit, so
 /// that no write (managedFields included) fails in etcd instead.
 pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
+/// The part of [`MAX_OBJECT_BYTES`] kept for the controllers: a client's
+/// write never takes it, so a tenant who pads its own object to the limit
+/// cannot make the status and finalizer writes of the protocol fail (413)
+/// and so hold its peer's finalizer for ever. It holds a status at its
+/// largest (every text cut by [`Object::bound_status`]), the controllers'
+/// managedFields entries and the protocol's finalizer many times over.
+pub const CONTROLLER_HEADROOM_BYTES: usize = 64 * 1024;
+
+/// The most a client's write may make of an object, not counting its
+/// status: what is left of [`MAX_OBJECT_BYTES`] after
+/// [`CONTROLLER_HEADROOM_BYTES`].
+pub const CLIENT_OBJECT_BYTES: usize = MAX_OBJECT_BYTES - CONTROLLER_HEADROOM_BYTES;
 
 impl<S: Strategy> Store<S> {
     /// A store for `S`'s resource under `etcd_prefix`, with its watch cache
@@ -258,19 +294,45 @@ impl<S: Strategy> Store<S> {
         Ok(Bytes::from(bytes))
     }
 
-    /// As [`Store::encode`]; a write that only records its fields (not an
-    /// apply) drops the entries when they would make the object too large,
-    /// as kube does, rather than fail.
-    fn encode_tracked(&self, obj: &mut S::Object, fields: Fields) -> Result<Bytes, ApiError> {
-        match self.encode(obj) {
+    /// As [`Store::encode`], within what `writer` may take (see
+    /// [`CLIENT_OBJECT_BYTES`]), with the status's texts bounded; a write
+    /// that only records its fields (not an apply) drops the entries when
+    /// they would make the object too large, as kube does, rather than fail.
+    fn encode_tracked(
+        &self,
+        writer: Writer,
+        obj: &mut S::Object,
+        fields: Fields,
+    ) -> Result<Bytes, ApiError> {
+        obj.bound_status();
+        match self.encode_for(writer, obj) {
             Err(ApiError::TooLarge(_))
                 if fields == Fields::Track && obj.metadata().managed_fields.is_some() =>
             {
                 obj.metadata_mut().managed_fields = None;
-                self.encode(obj)
+                self.encode_for(writer, obj)
             }
             other => other,
         }
+    }
+
+    /// [`Store::encode`], and for a client also at most
+    /// [`CLIENT_OBJECT_BYTES`] without the status (see [`client_share`]).
+    fn encode_for(&self, writer: Writer, obj: &S::Object) -> Result<Bytes, ApiError> {
+        let bytes = self.encode(obj)?;
+        if writer == Writer::Controller || bytes.len() <= CLIENT_OBJECT_BYTES {
+            return Ok(bytes);
+        }
+        let share = client_share(obj)?;
+        if share > CLIENT_OBJECT_BYTES {
+            return Err(ApiError::TooLarge(format!(
+                "the object would be {share} bytes without its status, more than the \
+                 {CLIENT_OBJECT_BYTES} bytes a client's write may take (the last \
+                 {CONTROLLER_HEADROOM_BYTES} of the {MAX_OBJECT_BYTES} bytes an object may \
+                 take are kept for the server's own status and finalizer writes)"
+            )));
+        }
+        Ok(bytes)
     }
 
     fn invalid(&self, obj: &S::Object, causes: Vec<FieldCause>) -> ApiError {
@@ -388,7 +450,7 @@ impl<S: Strategy> Store<S> {
             .await?;
             // Checked last, so that a create that is too large only
             // because of its entries loses them, as kube's does.
-            self.encode_tracked(&mut obj, fields)?;
+            self.encode_tracked(ctx.writer, &mut obj, fields)?;
             let name = obj.metadata().name.clone().unwrap_or_default();
             match self.create_claiming(ctx, namespace, &name, &obj).await {
                 Ok(written) => {
@@ -1058,6 +1120,9 @@ impl<S: Strategy> Store<S> {
         fields: Fields,
     ) -> Result<S::Object, UpdateError> {
         new.set_type_meta();
+        // Before the no-op check, so that a text the store would cut again
+        // is the same text.
+        new.bound_status();
         if let Some(uid) = new.metadata().uid.as_deref().filter(|u| !u.is_empty()) {
             if Some(uid) != old.metadata().uid.as_deref() {
                 return Err(UpdateError::Api(ApiError::Conflict {
@@ -1190,7 +1255,7 @@ impl<S: Strategy> Store<S> {
         }
         if ctx.dry_run {
             // What the write would store, size limit included.
-            self.encode_tracked(&mut new, fields)
+            self.encode_tracked(ctx.writer, &mut new, fields)
                 .map_err(UpdateError::Api)?;
             return Ok(new);
         }
@@ -1224,7 +1289,7 @@ impl<S: Strategy> Store<S> {
             .update_releasing(
                 &key,
                 revision,
-                self.encode_tracked(&mut new, fields)
+                self.encode_tracked(ctx.writer, &mut new, fields)
                     .map_err(UpdateError::Api)?,
                 &releases,
                 ctx.fence.as_ref(),

@@ -2090,3 +2090,171 @@ async fn a_controller_write_fenced_on_an_ended_term_changes_nothing() {
     assert_eq!(versions(&after), versions(&before));
     assert_eq!(versions(&after).len(), 3);
 }
+
+/// `offer(name)` carrying `labels` labels of 63-character names and values
+/// and one annotation of `annotation` bytes: a tenant's padding.
+fn padded(name: &str, labels: usize, annotation: usize) -> NamespaceTransfer {
+    let mut t = offer(name);
+    let map = t.metadata.labels.get_or_insert_with(Default::default);
+    for i in 0..labels {
+        map.insert(format!("l{i:06}{}", "x".repeat(56)), "v".repeat(63));
+    }
+    t.metadata.annotations = Some([("pad".to_owned(), "a".repeat(annotation))].into());
+    t
+}
+
+/// The largest padding a client's create of `name` is allowed, found with
+/// dry runs: the biggest object a tenant can make. Whether a padding is
+/// allowed grows with it (past the limit the managedFields entries go
+/// first, and the rest decides), so a bisection finds it.
+async fn largest_padded(s: &NstStore, name: &str) -> NamespaceTransfer {
+    // Labels alone take about 1.3 MB: the annotation decides the rest.
+    let labels = 10_200;
+    let mut dry = ctx("alice");
+    dry.dry_run = true;
+    let (mut fits, mut refused) = (
+        0,
+        crate::api::validation::TOTAL_ANNOTATION_SIZE_LIMIT_BYTES - 3,
+    );
+    assert!(s
+        .create(&dry, "prod", padded(name, labels, fits))
+        .await
+        .is_ok());
+    assert!(s
+        .create(&dry, "prod", padded(name, labels, refused))
+        .await
+        .is_err());
+    while refused - fits > 1 {
+        let mid = (fits + refused) / 2;
+        match s.create(&dry, "prod", padded(name, labels, mid)).await {
+            Ok(_) => fits = mid,
+            Err(e) => {
+                assert_eq!(e.code(), 413, "{e}");
+                refused = mid;
+            }
+        }
+    }
+    padded(name, labels, fits)
+}
+
+/// A status at its largest: every name at its longest, every text far past
+/// its bound, every condition and step the protocol writes.
+fn largest_status() -> NamespaceTransferStatus {
+    let name = "n".repeat(253);
+    let text = "m".repeat(100_000);
+    let time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    );
+    let conditions: Vec<serde_json::Value> = [
+        "PeerMatched",
+        "Authorized",
+        "SourceReleased",
+        "Rebound",
+        "Ready",
+    ]
+    .iter()
+    .map(|t| {
+        serde_json::json!({
+            "type": t, "status": "False", "reason": text, "message": text,
+            "lastTransitionTime": time, "observedGeneration": i64::MAX,
+        })
+    })
+    .collect();
+    let steps: Vec<serde_json::Value> = [
+        "Locked",
+        "Retained",
+        "Created",
+        "Committed",
+        "Released",
+        "Settled",
+    ]
+    .iter()
+    .map(|n| serde_json::json!({"name": n, "time": time}))
+    .collect();
+    serde_json::from_value(serde_json::json!({
+        "phase": "Rebinding",
+        "role": "Source",
+        "peer": {"namespace": &name[..63], "name": name, "uid": uuid::Uuid::new_v4().to_string()},
+        "peerPhase": "Rebinding",
+        "volumeName": name,
+        "sourceClaim": {
+            "name": name, "uid": uuid::Uuid::new_v4().to_string(), "volumeName": name,
+            "storageRequest": "1000Ti", "storageClassName": name,
+            "accessModes": ["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"],
+            "volumeMode": "Filesystem", "volumeAttributesClassName": name,
+        },
+        "destinationClaim": {"namespace": &name[..63], "name": name, "uid": uuid::Uuid::new_v4().to_string()},
+        "completionTime": time,
+        "clones": {"made": i64::MAX, "alive": i64::MAX},
+        "conditions": conditions,
+        "reason": text,
+        "message": text,
+        "observedGeneration": i64::MAX,
+        "steps": steps,
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_clients_create_may_not_take_the_room_kept_for_the_controllers() {
+    let s = store().await;
+    let err = s
+        .create(&ctx("alice"), "prod", padded("fat", 11_600, 0))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 413, "{err}");
+    assert!(
+        err.to_string().contains("a client's write may take"),
+        "{err}"
+    );
+    assert!(s.get("prod", "fat").await.is_err());
+}
+
+#[tokio::test]
+async fn the_controllers_status_and_finalizer_fit_on_an_object_padded_to_the_clients_limit() {
+    let s = store().await;
+    let fat = largest_padded(&s, "fat").await;
+    let created = s.create(&ctx("alice"), "prod", fat).await.unwrap();
+    assert!(
+        serde_json::to_vec(&created).unwrap().len() > CLIENT_OBJECT_BYTES - 1024,
+        "the padding should come within 1 KiB of the client's limit"
+    );
+    let written = s
+        .guaranteed_update(&controller(), "prod", "fat", false, |current| {
+            let mut next = current.clone();
+            next.metadata.finalizers = Some(vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]);
+            Ok(next)
+        })
+        .await
+        .unwrap();
+    assert!(written.metadata.finalizers.is_some());
+    let written = s
+        .guaranteed_update(&controller(), "prod", "fat", true, |current| {
+            let mut next = current.clone();
+            next.status = Some(largest_status());
+            Ok(next)
+        })
+        .await
+        .unwrap();
+    let status = written.status.unwrap();
+    assert_eq!(status.phase, Some(NamespaceTransferPhase::Rebinding));
+    assert!(status.message.unwrap().len() <= crate::api::meta::MAX_STATUS_TEXT_BYTES);
+    // And the client can still delete what it padded.
+    s.delete(&ctx("alice"), "prod", "fat", &DeleteOptions::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_status_at_its_largest_fits_in_the_room_kept_for_the_controllers() {
+    let mut t = offer("a");
+    t.status = Some(largest_status());
+    t.bound_status();
+    let status = serde_json::to_vec(&t.status).unwrap().len();
+    // The controllers' managedFields entries name each field once, with
+    // no values: far smaller than the status itself.
+    assert!(
+        status * 3 < CONTROLLER_HEADROOM_BYTES,
+        "a status of {status} bytes leaves too little room"
+    );
+}
