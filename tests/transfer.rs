@@ -972,3 +972,123 @@ fn a_completed_transfer_and_its_deletion_leave_no_index_key_in_etcd() {
     assert_eq!(index_keys_naming(&namespaces), Vec::<String>::new());
     s.assert_moved_to(&s.dst.name, "db");
 }
+
+#[test]
+fn a_clone_nobody_provisions_fails_after_the_clone_timeout_and_is_deleted() {
+    // A class whose provisioner nobody runs: the clone waits for it with no
+    // ProvisioningFailed Event ever, as a clone of a class nobody serves
+    // would, holding the source namespace's quota all the while.
+    let class = unique("unserved");
+    let src = cp().namespace("src").unwrap();
+    let dst = cp().namespace("dst").unwrap();
+    let pv = unique("pv-unserved");
+    admin()
+        .apply(&format!(
+            "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {class}\n  annotations:\n    storage.transfer.k8s.io/allow-namespace-transfer: \"true\"\nprovisioner: unserved.storage-transfer.test\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n---\napiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity:\n    storage: 1Gi\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  storageClassName: {class}\n  claimRef:\n    namespace: {ns}\n    name: db\n  hostPath:\n    path: /var/tmp/storage-transfer-tests/{pv}\n    type: DirectoryOrCreate\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: db\n  namespace: {ns}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {class}\n  volumeName: {pv}\n  resources:\n    requests:\n      storage: 1Gi\n",
+            ns = src.name
+        ))
+        .unwrap();
+    wait_bound(admin(), &src.name, "db");
+    scenario::clone_consent(admin(), &src.name, "db", &dst.name);
+    let give = wait_phase(admin(), &src.name, "give", "Failed", WAIT);
+    assert_eq!(
+        give["status"]["reason"], "CloneFailed",
+        "{}",
+        give["status"]
+    );
+    let message = give["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("was not bound within"), "{message}");
+    let take = wait_phase(admin(), &dst.name, "take", "Failed", WAIT);
+    assert_eq!(take["status"]["reason"], "CloneFailed");
+    eventually("the clone to be deleted", WAIT, || {
+        admin()
+            .ok(&["get", "pvc", "-n", &src.name, "-o", "name"])
+            .trim()
+            == "persistentvolumeclaim/db"
+    });
+    assert!(claim_json(admin(), &dst.name, "db").is_none());
+    admin().ok(&["delete", "pv", &pv, "--wait=false"]);
+    admin().ok(&["delete", "storageclass", &class, "--wait=false"]);
+}
+
+#[test]
+fn thirty_requests_against_an_offer_without_max_clones_make_at_most_ten_clones() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    admin()
+        .apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: fixtures\n  namespace: {}\nspec:\n  mode: Clone\n  source:\n    name: db\n  destination:\n    namespace: {}\n",
+            s.src.name, s.dst.name
+        ))
+        .unwrap();
+    let requests: String = (0..30)
+        .map(|i| {
+            format!(
+                "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: r{i}\n  namespace: {}\nspec:\n  mode: Clone\n  source:\n    namespace: {}\n    name: db\n  destination:\n    name: db-{i}\n---\n",
+                s.dst.name, s.src.name
+            )
+        })
+        .collect();
+    admin().apply(&requests).unwrap();
+    // The clones alive: the volumes of the claims beside the source (but
+    // `db`'s) and of those handed over, counted once (from R3 to R5 a
+    // clone's volume is named by its claim and by the destination claim),
+    // and the clones not provisioned yet. Never more than ten at once.
+    let claims = || {
+        let mut alive = std::collections::HashSet::new();
+        for ns in [&s.src.name, &s.dst.name] {
+            let list = admin().ok(&[
+                "get",
+                "pvc",
+                "-n",
+                ns,
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.spec.volumeName}{\"\\n\"}{end}",
+            ]);
+            for line in list.lines() {
+                let (name, volume) = line.split_once(' ').unwrap_or((line, ""));
+                if ns == &s.src.name && name == "db" {
+                    continue;
+                }
+                alive.insert(if volume.is_empty() {
+                    format!("{ns}/{name}")
+                } else {
+                    volume.to_owned()
+                });
+            }
+        }
+        alive.len()
+    };
+    let phases = || {
+        let list = admin().ok(&[
+            "get",
+            "nst",
+            "-n",
+            &s.dst.name,
+            "-o",
+            "jsonpath={range .items[*]}{.status.phase}/{.status.reason}{\"\\n\"}{end}",
+        ]);
+        let completed = list.lines().filter(|l| l.starts_with("Completed/")).count();
+        let waiting = list
+            .lines()
+            .filter(|l| l.ends_with("/WaitingForCapacity"))
+            .count();
+        (completed, waiting)
+    };
+    eventually(
+        "ten requests to complete and twenty to wait",
+        WAIT * 3,
+        || {
+            let made = claims();
+            assert!(made <= 10, "{made} clones exist at once");
+            phases() == (10, 20)
+        },
+    );
+    consistently("the twenty keep waiting", Duration::from_secs(5), || {
+        claims() == 10 && phases() == (10, 20)
+    });
+    let offer = transfer_json(admin(), &s.src.name, "fixtures").unwrap();
+    assert_eq!(
+        offer["status"]["clones"],
+        serde_json::json!({"made": 10, "alive": 10})
+    );
+}

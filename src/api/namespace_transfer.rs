@@ -49,6 +49,10 @@ pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 /// Reason: a Clone-mode transfer's clone could not be made or provisioned.
 pub const REASON_CLONE_FAILED: &str = "CloneFailed";
 
+/// How many clones of a standing offer may exist at once when its
+/// `spec.maxClones` is unset.
+pub const DEFAULT_MAX_CLONES: i32 = 10;
+
 /// Clone-claim annotation naming the claim it was cloned from,
 /// `<namespace>/<name>` (C1).
 pub const ANNOTATION_CLONE_OF: &str = "storage.transfer.k8s.io/clone-of";
@@ -137,8 +141,10 @@ pub struct NamespaceTransferSpec {
     pub active_deadline_seconds: Option<i64>,
     /// For a standing clone offer (mode `Clone`, on the source side, with no
     /// `destination.name`): how many of its clones may exist at once; more
-    /// requests wait with reason `WaitingForCapacity`. Unset means no limit.
-    /// Must be 1 or more.
+    /// requests wait with reason `WaitingForCapacity`. Unset means 10: each
+    /// clone takes the source namespace's quota and storage, so an offer
+    /// never lets the destination make clones without bound. Must be 1 or
+    /// more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_clones: Option<i32>,
 }
@@ -530,6 +536,14 @@ impl NamespaceTransfer {
         self.mode() == TransferMode::Clone
             && self.role().ok() == Some(Role::Source)
             && self.spec.destination.name.is_empty()
+    }
+
+    /// How many of a standing offer's clones may exist at once:
+    /// `spec.maxClones`, or [`DEFAULT_MAX_CLONES`]. `None` for any other
+    /// transfer, which makes one clone at most.
+    pub fn max_clones(&self) -> Option<i32> {
+        self.is_standing_offer()
+            .then(|| self.spec.max_clones.unwrap_or(DEFAULT_MAX_CLONES))
     }
 
     /// Whether `claim`, in this transfer's own namespace, may be one of the

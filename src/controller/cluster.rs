@@ -348,6 +348,16 @@ impl Cluster {
         Ok(found(classes.get_metadata(name).await)?.map(|m| m.metadata))
     }
 
+    /// A StorageClass's `volumeBindingMode` (`Immediate` when unset, as
+    /// kube defaults it); `None` when there is no such class.
+    pub async fn binding_mode(&self, class: &str) -> Result<Option<String>, ClusterError> {
+        let classes: Api<StorageClass> = Api::all(self.client.clone());
+        Ok(found(classes.get(class).await)?.map(|c| {
+            c.volume_binding_mode
+                .unwrap_or_else(|| "Immediate".to_owned())
+        }))
+    }
+
     /// A JSON merge patch; put `metadata.resourceVersion` in it to make it
     /// conditional.
     pub async fn patch_claim(

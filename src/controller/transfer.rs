@@ -710,6 +710,20 @@ impl TransferController {
             Some(clone) => cluster.provisioning_failure(&source_ns, &clone.uid).await?,
             None => None,
         };
+        // Before C1 only, once there is a pair to clone for: a clone is
+        // made in its origin's class.
+        let clone_waits_for_consumer = match origin
+            .as_ref()
+            .filter(|_| source_claim.is_none() && !matches!(peer, Peer::Unmatched | Peer::Gone))
+            .and_then(|o| o.shape.storage_class_name.as_deref())
+        {
+            Some(class) => cluster
+                .binding_mode(class)
+                .await?
+                .filter(|mode| mode == "WaitForFirstConsumer")
+                .map(|_| class.to_owned()),
+            None => None,
+        };
         let volume_name = recorded_source(&s)
             .map(|snap| snap.volume_name.clone())
             .or_else(|| source_claim.as_ref().and_then(|c| c.volume_name.clone()));
@@ -731,11 +745,9 @@ impl TransferController {
             }
             (None, None) => ClassPolicy::Unknown,
         };
-        let at_capacity = match (s.spec.max_clones, &peer) {
+        let at_capacity = match (s.max_clones(), &peer) {
             (Some(max), Peer::Found(d))
-                if s.is_standing_offer()
-                    && recorded_source(&s).is_none()
-                    && source_claim.is_none() =>
+                if recorded_source(&s).is_none() && source_claim.is_none() =>
             {
                 let all = self.all_transfers().await?;
                 let pairs: Vec<&NamespaceTransfer> = matching::standing_pairs(&s, &all).collect();
@@ -760,6 +772,7 @@ impl TransferController {
             origin,
             clone_failure,
             clone_timeout: i64::try_from(self.options.clone_timeout.as_secs()).unwrap_or(i64::MAX),
+            clone_waits_for_consumer,
             at_capacity,
             destination_claim,
             volume,

@@ -295,6 +295,7 @@ pub fn advice(reason: &str) -> Option<&'static str> {
         "Deleted" => "A side's transfer was deleted before the volume was handed over; the source is as it was. To move it after all, both sides create their transfers again.",
         "ModeNotSupported" => "Both sides must ask for the same mode: --clone on both, or on neither.",
         "CloneFailed" => "The storage driver could not clone the claim. See `kubectl get events` in the source namespace.",
+        "CloneNeedsConsumer" => "The source claim's StorageClass binds WaitForFirstConsumer, so a clone would never be provisioned. Offer a claim of a class with volumeBindingMode Immediate.",
         "VolumeChanged" => "The volume changed while the transfer ran. Create both transfers again.",
         _ => return None,
     })

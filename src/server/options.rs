@@ -182,9 +182,9 @@ pub struct Options {
     #[arg(long)]
     pub allow_all_storage_classes: bool,
 
-    /// How long a Clone-mode transfer's clone may fail to provision (its
-    /// claim has a `ProvisioningFailed` Event) before the transfer fails with
-    /// reason `CloneFailed`.
+    /// How long a Clone-mode transfer's clone may stay unbound, whatever
+    /// the reason, before the transfer fails with reason `CloneFailed` and
+    /// the clone is deleted, giving back the source namespace's quota.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub clone_timeout: Duration,
 

@@ -80,6 +80,10 @@ pub const REASON_DELETED: &str = "Deleted";
 pub const REASON_MODE_NOT_SUPPORTED: &str = "ModeNotSupported";
 /// Reason: Clone mode is waiting for the clone to be provisioned (C2).
 pub const REASON_CLONING: &str = "Cloning";
+/// Reason: the source claim's StorageClass binds WaitForFirstConsumer, so a
+/// clone nobody consumes would never be provisioned: refused at once, before
+/// it takes the source namespace's quota.
+pub const REASON_CLONE_NEEDS_CONSUMER: &str = "CloneNeedsConsumer";
 /// Reason: a standing clone offer's clones alive reach its `maxClones`.
 pub const REASON_WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
 /// Reason: after the commit, waiting for the cluster to bind the destination.
@@ -355,6 +359,16 @@ fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
     }
     let clone_name = moved_claim_name(s, d);
     let Some(clone) = &f.source_claim else {
+        if let Some(class) = &f.clone_waits_for_consumer {
+            return Some(finish_failed(Report::new(
+                REASON_CLONE_NEEDS_CONSUMER,
+                format!(
+                    "StorageClass {class:?} of {source_ns}/{origin_name} binds volumes \
+                     WaitForFirstConsumer: a clone no pod uses would never be provisioned; \
+                     clone a claim of a class with volumeBindingMode Immediate"
+                ),
+            )));
+        }
         if !has_finalizer(s) || !has_finalizer(d) {
             return Some(Action::Protect);
         }
@@ -365,7 +379,7 @@ fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
                     REASON_WAITING_FOR_CAPACITY,
                     format!(
                         "the offer's clones alive reach its maxClones ({}); waiting until one is deleted",
-                        s.spec.max_clones.unwrap_or_default()
+                        s.max_clones().unwrap_or_default()
                     ),
                 ),
                 false,
@@ -395,15 +409,18 @@ fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
     if clone.phase == "Bound" {
         return None;
     }
-    if let Some(failure) = &f.clone_failure {
-        if f.now.saturating_sub(clone.created) >= f.clone_timeout {
-            return Some(finish_failed(Report::new(
-                REASON_CLONE_FAILED,
-                format!(
-                    "the clone {source_ns}/{clone_name} of {source_ns}/{origin_name} could not be provisioned: {failure}"
-                ),
-            )));
-        }
+    // Unbound past the timeout, whatever the reason (a provisioner that
+    // fails, or none that ever answers): the clone is given up, and with it
+    // the quota and storage it holds in the source namespace.
+    if f.now.saturating_sub(clone.created) >= f.clone_timeout {
+        let why = match &f.clone_failure {
+            Some(failure) => format!("could not be provisioned: {failure}"),
+            None => format!("was not bound within {}s", f.clone_timeout),
+        };
+        return Some(finish_failed(Report::new(
+            REASON_CLONE_FAILED,
+            format!("the clone {source_ns}/{clone_name} of {source_ns}/{origin_name} {why}"),
+        )));
     }
     let why = f
         .clone_failure
@@ -1120,6 +1137,9 @@ pub fn destination_text(reason: &str) -> &'static str {
         REASON_CLONING => "waiting for the clone of the source claim to be provisioned",
         REASON_WAITING_FOR_CAPACITY => "waiting: the offer's clones alive reach its maxClones",
         REASON_CLONE_FAILED => "refused: the clone of the source claim could not be made",
+        REASON_CLONE_NEEDS_CONSUMER => {
+            "refused: the source claim's StorageClass provisions a volume only for a pod that uses it"
+        }
         REASON_DESTINATION_LOST => "the new claim was deleted after the volume was handed to it",
         REASON_COMPLETED => "the volume was handed over",
         "Locked" => "the source claim is locked for the transfer; its volume is being handed over",

@@ -49,9 +49,13 @@ pub struct Facts {
     /// Clone mode only, while the clone is Pending: the message of the
     /// latest `ProvisioningFailed` Event on it.
     pub clone_failure: Option<String>,
-    /// `--clone-timeout`: how long a clone may fail to provision before the
-    /// transfer fails.
+    /// `--clone-timeout`: how long a clone may stay unbound before the
+    /// transfer fails and the clone is deleted.
     pub clone_timeout: i64,
+    /// Clone mode only, before the clone is made: the origin's StorageClass
+    /// when it binds `WaitForFirstConsumer` (no clone of it can bind
+    /// without a pod).
+    pub clone_waits_for_consumer: Option<String>,
     /// A standing clone offer's pair that has no clone yet: whether the
     /// offer's other clones alive already reach its `maxClones`.
     pub at_capacity: bool,

@@ -147,9 +147,11 @@ pub(super) enum Move {
     RefuseAdmission = 1 << 9,
     StaleGather = 1 << 10,
     StaleAct = 1 << 11,
+    /// Clone mode: `--clone-timeout` passes while the clone is unbound.
+    CloneTimesOut = 1 << 12,
 }
 
-const MOVES: [Move; 12] = [
+const MOVES: [Move; 13] = [
     Move::DeleteSourceClaim,
     Move::DeleteDestinationClaim,
     Move::DeleteSource,
@@ -162,6 +164,7 @@ const MOVES: [Move; 12] = [
     Move::RefuseAdmission,
     Move::StaleGather,
     Move::StaleAct,
+    Move::CloneTimesOut,
 ];
 
 /// The whole world of the model.
@@ -464,7 +467,14 @@ impl World {
                 origin
             }),
             clone_failure: None,
-            clone_timeout: 300,
+            // Every claim was made at 1,000 and it is now 2,000: the
+            // clone's age passes the timeout only once that move is made.
+            clone_timeout: if self.made & Move::CloneTimesOut as u16 != 0 {
+                300
+            } else {
+                3_000
+            },
+            clone_waits_for_consumer: None,
             at_capacity: false,
             destination_claim: if dest_known {
                 self.destination
@@ -1060,6 +1070,7 @@ impl World {
                     w.pod = false;
                     ok
                 }
+                Move::CloneTimesOut => w.clone_mode,
                 Move::RevokeRight => {
                     w.rights = false;
                     true
@@ -1284,7 +1295,7 @@ pub(super) fn explore(start: World, limit: usize) -> Report {
 }
 
 /// Every move allowed.
-pub(super) const ALL_MOVES: u16 = (1 << 12) - 1;
+pub(super) const ALL_MOVES: u16 = (1 << 13) - 1;
 
 /// The bits of a set of moves.
 pub(super) fn moves(list: &[Move]) -> u16 {

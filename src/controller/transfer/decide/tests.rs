@@ -155,6 +155,7 @@ fn fresh() -> Facts {
         origin: None,
         clone_failure: None,
         clone_timeout: 300,
+        clone_waits_for_consumer: None,
         at_capacity: false,
         destination_claim: None,
         volume: Some(volume(Some(("prod", "db", CLAIM_UID)))),
@@ -821,6 +822,44 @@ fn c2_waits_for_the_clone_and_fails_it_only_once_provisioning_has_failed_past_th
     let report = assert_finish(decide(&f), Phase::Failed, REASON_CLONE_FAILED);
     assert!(report.source.contains("ResourceExhausted"), "{report:?}");
     assert!(!report.destination.contains("prod"), "{report:?}");
+}
+
+#[test]
+fn a_clone_of_a_wait_for_first_consumer_claim_is_refused_at_once_before_it_is_made() {
+    let mut f = clone_fresh();
+    f.clone_waits_for_consumer = Some("local".to_owned());
+    let report = assert_finish(decide(&f), Phase::Failed, REASON_CLONE_NEEDS_CONSUMER);
+    assert!(report.source.contains("\"local\""), "{report:?}");
+    assert!(!report.destination.contains("local"), "{report:?}");
+}
+
+#[test]
+fn a_clone_still_unbound_past_the_timeout_fails_and_is_deleted_whatever_the_reason() {
+    // No ProvisioningFailed Event: a WaitForFirstConsumer class, or a
+    // provisioner that never answers. The clone holds the source
+    // namespace's quota all the same.
+    let mut f = clone_fresh();
+    let clone = made_clone(&f);
+    f.now = clone.created + f.clone_timeout - 1;
+    f.source_claim = Some(clone);
+    match decide(&f) {
+        Action::Wait { report, .. } => assert_eq!(report.reason, REASON_CLONING),
+        other => panic!("{other:?}"),
+    }
+    f.now += 1;
+    let report = assert_finish(decide(&f), Phase::Failed, REASON_CLONE_FAILED);
+    assert!(
+        report.source.contains("was not bound within 300s"),
+        "{report:?}"
+    );
+    finished(&mut f, Phase::Failed);
+    assert_eq!(
+        decide(&f),
+        Action::DeleteClone {
+            name: clone_name(),
+            uid: "uid-clone".to_owned()
+        }
+    );
 }
 
 #[test]
