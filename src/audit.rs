@@ -18,10 +18,13 @@
 //! for a [`request::RequestAudit`] and hands it the request and the
 //! response. It must not make a request wait on the log, nor fail one.
 //!
-//! Not done as kube does: the `legacy` log format, `--audit-log-compress`,
-//! webhook backends, and the connection's remote address in `sourceIPs`
-//! (only `X-Forwarded-For` and `X-Real-Ip`, which kube-apiserver's proxy
-//! sets, are read).
+//! `sourceIPs` are kube's (`X-Forwarded-For`, `X-Real-Ip`, then the
+//! connection's remote address), except that the two headers are believed
+//! only from the front proxy: kube-apiserver reads them from anyone, so a
+//! client that calls it directly can put any address in its own event.
+//!
+//! Not done as kube does: the `legacy` log format, `--audit-log-compress`
+//! and webhook backends.
 
 pub mod client;
 pub mod event;
@@ -41,7 +44,7 @@ use crate::authz::Attributes;
 pub use client::{controller_client, ActingFor, ControllerUser};
 pub use event::{now, Event};
 pub use policy::{Level, Policy, PolicyError, Stage};
-pub use request::{Replayed, RequestAudit};
+pub use request::{Origin, Replayed, RequestAudit};
 pub use rotate::{RotatingFile, Rotation};
 pub use sink::Sink;
 
@@ -109,7 +112,7 @@ impl Auditor {
         &self,
         req: &Request<B>,
         attributes: &Attributes,
-        authenticated: bool,
+        origin: Origin,
         audit_id: &str,
         received: Timestamp,
     ) -> Option<RequestAudit> {
@@ -118,7 +121,7 @@ impl Auditor {
             &self.sink,
             req,
             attributes,
-            authenticated,
+            origin,
             audit_id,
             received,
         )

@@ -536,7 +536,11 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
         auditor.begin(
             &req,
             &verdict.attributes,
-            verdict.authenticated,
+            audit::Origin {
+                authenticated: verdict.authenticated,
+                peer: peer.ip(),
+                front_proxy: verdict.by_front_proxy,
+            },
             &audit_id,
             received,
         )
@@ -743,6 +747,9 @@ struct Verdict {
     /// empty when authentication failed); the audit policy reads them too.
     attributes: Attributes,
     authenticated: bool,
+    /// The front proxy authenticated the request (see
+    /// [`authn::Authenticated`]).
+    by_front_proxy: bool,
     outcome: Result<UserInfo, ApiError>,
     /// `authorization.k8s.io/decision` and `/reason`, as kube's
     /// authorization filter annotates its audit event.
@@ -774,6 +781,8 @@ async fn authorize_request(
     resource: Option<&ResourceRequest>,
 ) -> Verdict {
     let authenticated = state.authn.authenticate(req.headers(), peer).await;
+    let by_front_proxy = authenticated.as_ref().is_ok_and(|a| a.by_front_proxy);
+    let authenticated = authenticated.map(|a| a.user);
     let user = authenticated.as_ref().cloned().unwrap_or_default();
     let attributes = match resource {
         Some(r) => Attributes {
@@ -806,6 +815,7 @@ async fn authorize_request(
             return Verdict {
                 attributes,
                 authenticated: false,
+                by_front_proxy,
                 outcome: Err(err),
                 annotations: Vec::new(),
             }
@@ -834,6 +844,7 @@ async fn authorize_request(
     Verdict {
         attributes,
         authenticated: true,
+        by_front_proxy,
         outcome,
         annotations,
     }

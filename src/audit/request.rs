@@ -46,6 +46,20 @@ use crate::authz::Attributes;
 /// away before its response was complete.
 pub const ANNOTATION_CANCELLED: &str = "audit.k8s.io/cancelled";
 
+/// Where a request came from, and how far its headers about that are
+/// believed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// Authentication succeeded: the event names the user.
+    pub authenticated: bool,
+    /// The connection's remote address.
+    pub peer: Option<IpAddr>,
+    /// The front proxy authenticated the request, so the `X-Forwarded-For`
+    /// and `X-Real-Ip` headers are the proxy's, and are recorded. From any
+    /// other client they are its own claim, and are ignored.
+    pub front_proxy: bool,
+}
+
 /// One request's event, written at each stage the policy keeps; dropped
 /// unfinished, it writes `ResponseComplete` (see the module's doc).
 #[derive(Debug)]
@@ -72,7 +86,7 @@ impl RequestAudit {
         sink: &Sink,
         req: &Request<B>,
         attributes: &Attributes,
-        authenticated: bool,
+        origin: Origin,
         audit_id: &str,
         received: Timestamp,
     ) -> Option<Self> {
@@ -86,10 +100,10 @@ impl RequestAudit {
             .path_and_query()
             .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
         event.verb = attributes.verb.clone();
-        if authenticated {
+        if origin.authenticated {
             event.user = User::from(&attributes.user);
         }
-        event.source_ips = source_ips(req.headers());
+        event.source_ips = source_ips(req.headers(), origin);
         if let Some(agent) = req
             .headers()
             .get(header::USER_AGENT)
@@ -109,7 +123,7 @@ impl RequestAudit {
         Some(Self {
             sink: sink.clone(),
             long_running: attributes.resource.is_some() && attributes.verb == "watch",
-            authentication_failed: (!authenticated).then(|| authentication_message(req)),
+            authentication_failed: (!origin.authenticated).then(|| authentication_message(req)),
             config,
             event,
             started: false,
@@ -332,26 +346,36 @@ impl Drop for RequestAudit {
     }
 }
 
-/// kube's `utilnet.SourceIPs` without the remote address: the
-/// `X-Forwarded-For` chain, then `X-Real-Ip` if it is not in it.
-pub fn source_ips(headers: &HeaderMap) -> Vec<String> {
-    let mut ips: Vec<IpAddr> = headers
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok())
-        .map(|chain| {
-            chain
-                .split(',')
-                .filter_map(|part| part.trim().parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(real) = headers
-        .get("x-real-ip")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<IpAddr>().ok())
-    {
-        if !ips.contains(&real) {
-            ips.push(real);
+/// kube's `utilnet.SourceIPs`: the `X-Forwarded-For` chain, then
+/// `X-Real-Ip` if it is not in it, then the connection's remote address
+/// unless it ends the chain already. The headers are read only from the
+/// front proxy (see [`Origin::front_proxy`]): any client can send them, and
+/// a direct client's are its own claim, so it is recorded by its address
+/// alone.
+pub fn source_ips(headers: &HeaderMap, origin: Origin) -> Vec<String> {
+    let mut ips: Vec<IpAddr> = Vec::new();
+    if origin.front_proxy {
+        ips.extend(
+            headers
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok())
+                .into_iter()
+                .flat_map(|chain| chain.split(','))
+                .filter_map(|part| part.trim().parse::<IpAddr>().ok()),
+        );
+        if let Some(real) = headers
+            .get("x-real-ip")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<IpAddr>().ok())
+        {
+            if !ips.contains(&real) {
+                ips.push(real);
+            }
+        }
+    }
+    if let Some(peer) = origin.peer {
+        if ips.last() != Some(&peer) {
+            ips.push(peer);
         }
     }
     ips.iter().map(IpAddr::to_string).collect()

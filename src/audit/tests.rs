@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::client::{controller_client, ActingFor, ControllerUser, VolumeWrite};
 use super::policy::{Level, Policy, PolicyError, Rule, Stage};
+use super::request::{source_ips, Origin};
 use super::rotate::{RotatingFile, Rotation};
 use super::sink::Sink;
 use super::Auditor;
@@ -112,6 +113,24 @@ fn auditor(policy: Policy) -> (Auditor, Written) {
     (Auditor::new(Arc::new(policy), sink), out)
 }
 
+/// An authenticated client that connected directly (from an address the
+/// test does not care about).
+fn signed_in() -> Origin {
+    Origin {
+        authenticated: true,
+        ..Origin::default()
+    }
+}
+
+/// An authenticated request that the front proxy at 10.0.0.3 forwarded.
+fn through_the_front_proxy() -> Origin {
+    Origin {
+        authenticated: true,
+        peer: Some([10, 0, 0, 3].into()),
+        front_proxy: true,
+    }
+}
+
 const OBJECT: &str = r#"{"apiVersion":"storage.transfer.k8s.io/v1alpha1","kind":"NamespaceTransfer","metadata":{"name":"move-data","namespace":"src","managedFields":[{"manager":"kubectl"}]},"spec":{}}"#;
 
 /// Runs a create of [`OBJECT`] through an audit record at `level`, the
@@ -140,7 +159,13 @@ async fn create_at(
         "",
     );
     let mut record = auditor
-        .begin(&req, &attributes, true, "id-1", super::now())
+        .begin(
+            &req,
+            &attributes,
+            through_the_front_proxy(),
+            "id-1",
+            super::now(),
+        )
         .unwrap();
     record.request_received();
     record.annotate("authorization.k8s.io/decision", "allow");
@@ -436,7 +461,7 @@ async fn an_event_has_kube_s_fields_and_microsecond_timestamps() {
         e["user"],
         json!({"username": "alice", "groups": ["tenants"]})
     );
-    assert_eq!(e["sourceIPs"], json!(["10.0.0.1", "10.0.0.2"]));
+    assert_eq!(e["sourceIPs"], json!(["10.0.0.1", "10.0.0.2", "10.0.0.3"]));
     assert_eq!(e["userAgent"], "kubectl/v1.36.0");
     assert_eq!(
         e["objectRef"],
@@ -527,7 +552,7 @@ async fn a_response_over_the_bound_is_left_out_and_marked_truncated() {
         "",
     );
     let record = auditor
-        .begin(&req, &attributes, true, "id", super::now())
+        .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
     let big = format!("{{\"items\":[\"{}\"]}}", "x".repeat(4096));
     let resp = Response::new(Full::new(Bytes::from(big.clone())));
@@ -562,7 +587,7 @@ async fn a_request_body_over_the_bound_reaches_the_handler_unchanged() {
         "x",
     );
     let mut record = auditor
-        .begin(&req, &attributes, true, "id", super::now())
+        .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
     let req = record.capture_request(req, 2500).await;
     assert_eq!(
@@ -595,7 +620,7 @@ async fn a_watch_writes_response_started_then_response_complete_when_its_stream_
         "",
     );
     let mut record = auditor
-        .begin(&req, &attributes, true, "id", super::now())
+        .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
     record.request_received();
     let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Frame<Bytes>, Infallible>>();
@@ -650,7 +675,7 @@ async fn a_watch_the_client_leaves_is_complete_when_its_body_is_dropped() {
         "",
     );
     let record = auditor
-        .begin(&req, &attributes, true, "id", super::now())
+        .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
     let (_tx, rx) = futures::channel::mpsc::unbounded::<Result<Frame<Bytes>, Infallible>>();
     let resp = record
@@ -674,7 +699,7 @@ async fn a_request_that_failed_authentication_gets_one_response_started_event() 
         .unwrap();
     let attributes = on_path(UserInfo::default(), "get", "/apis");
     let mut record = auditor
-        .begin(&req, &attributes, false, "id", super::now())
+        .begin(&req, &attributes, Origin::default(), "id", super::now())
         .unwrap();
     record.request_received();
     let resp = Response::builder()
@@ -702,6 +727,87 @@ fn an_incoming_audit_id_is_kept_and_echoed() {
     assert!(uuid::Uuid::parse_str(&fresh).is_ok());
     let resp = super::with_audit_id(Response::new(()), "from-kube-apiserver");
     assert_eq!(resp.headers()["audit-id"], "from-kube-apiserver");
+}
+
+// ----- sourceIPs -------------------------------------------------------------------
+
+#[test]
+fn a_direct_client_s_forwarded_for_is_not_believed_and_its_address_is_recorded() {
+    let req = Request::get("/apis/storage.transfer.k8s.io/v1alpha1/namespacetransfers")
+        .header("x-forwarded-for", "203.0.113.66")
+        .header("x-real-ip", "203.0.113.67")
+        .body(())
+        .unwrap();
+    let (auditor, _) = auditor_at(Level::Metadata);
+    let attributes = on_path(user("mallory", &[]), "list", "/apis");
+    let origin = Origin {
+        authenticated: true,
+        peer: Some([192, 0, 2, 10].into()),
+        front_proxy: false,
+    };
+    let record = auditor
+        .begin(&req, &attributes, origin, "id", super::now())
+        .unwrap();
+    assert_eq!(record.event().source_ips, ["192.0.2.10"]);
+}
+
+/// A case of `sourceIPs`: what it shows, the origin, the headers, and the
+/// addresses recorded.
+type SourceIpsCase = (
+    &'static str,
+    Origin,
+    &'static [(&'static str, &'static str)],
+    &'static [&'static str],
+);
+
+#[test]
+fn source_ips_are_the_proxy_s_chain_then_the_peer_as_kube_lists_them() {
+    let peer = Some(std::net::IpAddr::from([10, 0, 0, 9]));
+    let proxy = Origin {
+        authenticated: true,
+        peer,
+        front_proxy: true,
+    };
+    let direct = Origin {
+        front_proxy: false,
+        ..proxy
+    };
+    let failed = Origin {
+        authenticated: false,
+        ..direct
+    };
+    #[rustfmt::skip]
+    let cases: [SourceIpsCase; 8] = [
+        ("the proxy's chain, then the peer", proxy,
+            &[("x-forwarded-for", "203.0.113.7, 10.0.0.5")],
+            &["203.0.113.7", "10.0.0.5", "10.0.0.9"]),
+        ("a peer that ends the chain is not repeated", proxy,
+            &[("x-forwarded-for", "203.0.113.7, 10.0.0.9")],
+            &["203.0.113.7", "10.0.0.9"]),
+        ("X-Real-Ip after the chain when not in it", proxy,
+            &[("x-forwarded-for", "203.0.113.7"), ("x-real-ip", "198.51.100.1")],
+            &["203.0.113.7", "198.51.100.1", "10.0.0.9"]),
+        ("X-Real-Ip already in the chain", proxy,
+            &[("x-forwarded-for", "203.0.113.7"), ("x-real-ip", "203.0.113.7")],
+            &["203.0.113.7", "10.0.0.9"]),
+        ("what does not parse is skipped", proxy,
+            &[("x-forwarded-for", "unknown, 203.0.113.7")],
+            &["203.0.113.7", "10.0.0.9"]),
+        ("the proxy without headers", proxy, &[], &["10.0.0.9"]),
+        ("a direct client's headers are its own claim", direct,
+            &[("x-forwarded-for", "203.0.113.7"), ("x-real-ip", "198.51.100.1")],
+            &["10.0.0.9"]),
+        ("nor are they believed when authentication failed", failed,
+            &[("x-forwarded-for", "203.0.113.7")],
+            &["10.0.0.9"]),
+    ];
+    for (case, origin, headers, want) in cases {
+        let mut map = http::HeaderMap::new();
+        for (name, value) in headers {
+            map.append(*name, value.parse().unwrap());
+        }
+        assert_eq!(source_ips(&map, origin), want, "{case}");
+    }
 }
 
 // ----- the writer ------------------------------------------------------------------
@@ -1198,7 +1304,7 @@ async fn apply_yaml_at_request_level(body: Vec<u8>) -> (usize, super::Event) {
         "x",
     );
     let mut record = auditor
-        .begin(&req, &attributes, true, "id", super::now())
+        .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
     let req = record
         .capture_request(req, crate::endpoints::MAX_BODY_BYTES)
@@ -1350,7 +1456,7 @@ async fn create_cancelled(policy: Policy, in_response: bool) -> Vec<Value> {
                 "",
             );
             let mut record = auditor
-                .begin(&req, &attributes, true, "id-c", super::now())
+                .begin(&req, &attributes, signed_in(), "id-c", super::now())
                 .unwrap();
             record.request_received();
             let req = record.capture_request(req, 3 * 1024 * 1024).await;
