@@ -531,7 +531,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
     if let Some(resp) = state.health.serve(&path, req.uri().query()) {
         return audit::with_audit_id(resp, &audit_id);
     }
-    let (verdict, resource) = authorize(state, peer, &req).await;
+    let (mut verdict, resource) = authorize(state, peer, &req).await;
     let mut record = state.audit.as_ref().and_then(|auditor| {
         auditor.begin(
             &req,
@@ -546,8 +546,13 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
         )
     });
     if let Some(record) = &mut record {
-        // As kube: RequestReceived is written before authorization speaks.
-        record.request_received();
+        // As kube: RequestReceived is written before authorization speaks;
+        // in blocking-strict mode a request whose event cannot be written
+        // fails, with nothing more written for it.
+        if let Err(lost) = record.request_received().await {
+            tracing::warn!(error = %lost, %path, "refusing a request whose audit event cannot be written");
+            verdict.outcome = Err(ApiError::Internal("failed to store audit event".to_owned()));
+        }
         for (key, value) in &verdict.annotations {
             record.annotate(*key, value.clone());
         }
@@ -636,7 +641,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
         Ok(resp) => resp,
         Err(panic) => {
             if let Some(record) = record.take() {
-                record.panicked(&panic_message(panic.as_ref()));
+                record.panicked(&panic_message(panic.as_ref())).await;
             }
             std::panic::resume_unwind(panic);
         }

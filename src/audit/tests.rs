@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
@@ -17,7 +18,7 @@ use super::client::{controller_client, ActingFor, ControllerUser, VolumeWrite};
 use super::policy::{Level, Policy, PolicyError, Rule, Stage};
 use super::request::{source_ips, Origin};
 use super::rotate::{RotatingFile, Rotation};
-use super::sink::Sink;
+use super::sink::{Lost, Mode, Sink};
 use super::Auditor;
 use crate::authn::UserInfo;
 use crate::authz::{Attributes, ResourceAttributes};
@@ -109,7 +110,7 @@ fn auditor_at(level: Level) -> (Auditor, Written) {
 
 fn auditor(policy: Policy) -> (Auditor, Written) {
     let out = Written::default();
-    let sink = Sink::start(Box::new(out.clone()), 100);
+    let sink = Sink::start(Box::new(out.clone()), Mode::Blocking, 100);
     (Auditor::new(Arc::new(policy), sink), out)
 }
 
@@ -167,7 +168,7 @@ async fn create_at(
             super::now(),
         )
         .unwrap();
-    record.request_received();
+    record.request_received().await.unwrap();
     record.annotate("authorization.k8s.io/decision", "allow");
     let req = record.capture_request(req, 3 * 1024 * 1024).await;
     let handler_read = req.into_body().collect().await.unwrap().to_bytes();
@@ -396,6 +397,80 @@ fn the_audit_flags_complete_into_a_rotating_log() {
         Some(Duration::from_secs(7 * 86_400))
     );
     assert!(log.is_file(), "the log file is created before serving");
+    assert_eq!(audit.log.mode, Mode::Blocking, "kube's default");
+    assert_eq!(audit.log.buffer, 10_000);
+}
+
+/// The options with the audit on and `flags` besides.
+fn audit_options(name: &str, flags: &[&str]) -> crate::server::Options {
+    let dir = temp_dir(name);
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]",
+    )
+    .unwrap();
+    let log = dir.join("audit.log");
+    let mut args = vec![
+        "x".to_owned(),
+        "--insecure-allow-all".to_owned(),
+        format!("--audit-policy-file={}", policy.display()),
+        format!("--audit-log-path={}", log.display()),
+    ];
+    args.extend(flags.iter().map(|f| (*f).to_owned()));
+    <crate::server::Options as clap::Parser>::try_parse_from(args).unwrap()
+}
+
+#[test]
+fn the_audit_log_modes_are_kube_s_and_so_is_the_batch_buffer_flag() {
+    let cases = [
+        (&["--audit-log-mode=blocking"][..], Mode::Blocking, 10_000),
+        (
+            &["--audit-log-mode=blocking-strict"],
+            Mode::BlockingStrict,
+            10_000,
+        ),
+        (
+            &["--audit-log-mode=batch", "--audit-log-batch-buffer-size=5"],
+            Mode::Batch,
+            5,
+        ),
+        (&["--audit-log-buffer-size=7"], Mode::Blocking, 7),
+    ];
+    for (flags, mode, buffer) in cases {
+        let audit = audit_options("modes", flags)
+            .complete()
+            .unwrap()
+            .audit
+            .unwrap();
+        assert_eq!(
+            (audit.log.mode, audit.log.buffer),
+            (mode, buffer),
+            "{flags:?}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_audit_log_mode_is_refused_naming_the_flag() {
+    for audited in [true, false] {
+        let options = if audited {
+            audit_options("bad-mode", &["--audit-log-mode=async"])
+        } else {
+            <crate::server::Options as clap::Parser>::try_parse_from([
+                "x",
+                "--insecure-allow-all",
+                "--audit-log-mode=async",
+            ])
+            .unwrap()
+        };
+        let message = options.complete().unwrap_err().to_string();
+        assert_eq!(
+            message,
+            "--audit-log-mode: unknown mode \"async\"; the modes are batch, blocking, blocking-strict",
+            "audited: {audited}"
+        );
+    }
 }
 
 // ----- events ----------------------------------------------------------------------
@@ -622,7 +697,7 @@ async fn a_watch_writes_response_started_then_response_complete_when_its_stream_
     let mut record = auditor
         .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
-    record.request_received();
+    record.request_received().await.unwrap();
     let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Frame<Bytes>, Infallible>>();
     let resp = record
         .finish(Response::new(StreamBody::new(rx)), 1024)
@@ -701,7 +776,7 @@ async fn a_request_that_failed_authentication_gets_one_response_started_event() 
     let mut record = auditor
         .begin(&req, &attributes, Origin::default(), "id", super::now())
         .unwrap();
-    record.request_received();
+    record.request_received().await.unwrap();
     let resp = Response::builder()
         .status(StatusCode::UNAUTHORIZED)
         .body(Full::new(Bytes::from_static(b"{}")))
@@ -830,17 +905,14 @@ fn some_event(i: usize) -> super::Event {
 }
 
 #[tokio::test]
-async fn the_writer_never_blocks_a_request_when_the_disk_is_slow() {
+async fn in_batch_mode_recording_never_waits_and_drops_and_counts_what_does_not_fit() {
     let (release, gate) = std::sync::mpsc::channel();
-    let sink = Sink::start(Box::new(Stuck(gate)), 4);
-    let started = Instant::now();
+    let sink = Sink::start(Box::new(Stuck(gate)), Mode::Batch, 4);
     for i in 0..100 {
-        sink.record(&some_event(i));
+        // Never pending: a batch-mode record that waited would hang here,
+        // the writer being stuck.
+        let _ = sink.record(&some_event(i)).now_or_never().unwrap();
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "recording waited for the disk"
-    );
     assert!(sink.dropped() >= 95, "dropped {}", sink.dropped());
     assert!(sink.metrics().contains(&format!(
         "storage_transfer_audit_error_total{{reason=\"dropped\"}} {}",
@@ -849,6 +921,89 @@ async fn the_writer_never_blocks_a_request_when_the_disk_is_slow() {
     drop(release);
     assert!(sink.flush(Duration::from_secs(5)).await);
     assert_eq!(sink.written() + sink.dropped(), 100);
+}
+
+/// A sink on a stuck disk with room for one `event_of_size(_, 1000)` at a
+/// time, which holds its room until it is written.
+fn one_event_of_room(mode: Mode) -> (Sink, std::sync::mpsc::Sender<()>) {
+    let (release, gate) = std::sync::mpsc::channel();
+    let size = event_of_size(0, 1000).to_line().unwrap().len();
+    let sink = Sink::start_bounded(Box::new(Stuck(gate)), mode, 100, size + size / 2);
+    (sink, release)
+}
+
+#[tokio::test]
+async fn in_blocking_mode_a_request_waits_for_room_instead_of_dropping_its_event() {
+    let (sink, release) = one_event_of_room(Mode::Blocking);
+    sink.record(&event_of_size(1, 1000)).await.unwrap();
+    let second = event_of_size(2, 1000);
+    let mut waiting = std::pin::pin!(sink.record(&second));
+    assert!(
+        futures::poll!(waiting.as_mut()).is_pending(),
+        "the second event waits for the first to be written"
+    );
+    assert_eq!(sink.dropped(), 0);
+    drop(release);
+    let recorded = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+    assert_eq!(recorded, Ok(Ok(())));
+    assert!(sink.flush(Duration::from_secs(5)).await);
+    assert_eq!((sink.written(), sink.dropped()), (2, 0));
+}
+
+#[tokio::test]
+async fn a_request_that_goes_away_while_it_waits_leaves_the_room_to_the_next() {
+    let (sink, release) = one_event_of_room(Mode::Blocking);
+    sink.record(&event_of_size(1, 1000)).await.unwrap();
+    let gone = event_of_size(2, 1000);
+    {
+        let mut waiting = std::pin::pin!(sink.record(&gone));
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+    }
+    drop(release);
+    let next = tokio::time::timeout(Duration::from_secs(30), sink.record(&some_event(3))).await;
+    assert_eq!(next, Ok(Ok(())));
+    assert!(sink.flush(Duration::from_secs(5)).await);
+    assert_eq!(
+        sink.written(),
+        2,
+        "the first and the next; the one gone was never queued"
+    );
+    assert_eq!(sink.queued_bytes(), 0);
+}
+
+#[tokio::test]
+async fn in_batch_mode_the_same_event_is_dropped_and_counted_at_once() {
+    let (sink, release) = one_event_of_room(Mode::Batch);
+    sink.record(&event_of_size(1, 1000)).await.unwrap();
+    let second = sink.record(&event_of_size(2, 1000)).now_or_never();
+    assert_eq!(second, Some(Err(Lost::Dropped)));
+    assert!(sink
+        .metrics()
+        .contains("storage_transfer_audit_error_total{reason=\"dropped\"} 1"));
+    drop(release);
+    assert!(sink.flush(Duration::from_secs(5)).await);
+    assert_eq!((sink.written(), sink.dropped()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_detached_event_in_blocking_mode_waits_in_a_task_rather_than_being_dropped() {
+    let (sink, release) = one_event_of_room(Mode::Blocking);
+    sink.record(&event_of_size(1, 1000)).await.unwrap();
+    // A dropped request's ResponseComplete, or a watch's end.
+    sink.record_detached(&event_of_size(2, 1000));
+    assert_eq!(sink.dropped(), 0);
+    drop(release);
+    // The flush is queued after the detached event has found room.
+    let written = async {
+        while sink.written() < 2 {
+            assert!(sink.flush(Duration::from_secs(5)).await);
+            tokio::task::yield_now().await;
+        }
+    };
+    assert!(tokio::time::timeout(Duration::from_secs(30), written)
+        .await
+        .is_ok());
+    assert_eq!(sink.dropped(), 0);
 }
 
 /// A full disk.
@@ -865,13 +1020,47 @@ impl Write for DiskFull {
 
 #[tokio::test]
 async fn a_full_disk_fails_events_not_requests() {
-    let sink = Sink::start(Box::new(DiskFull), 16);
+    let sink = Sink::start(Box::new(DiskFull), Mode::Blocking, 16);
     for i in 0..10 {
-        sink.record(&some_event(i));
+        sink.record(&some_event(i)).await.unwrap();
     }
     assert!(sink.flush(Duration::from_secs(5)).await);
     assert_eq!(sink.failed(), 10);
     assert_eq!(sink.written(), 0);
+}
+
+/// A GET through an audit record on a full disk, in `mode`: what
+/// `request_received` said, and how many events failed in all.
+async fn request_received_on_a_full_disk(mode: Mode) -> (Result<(), Lost>, u64) {
+    let sink = Sink::start(Box::new(DiskFull), mode, 16);
+    let policy = Policy::new(vec![Rule::at(Level::Metadata)], vec![], false).unwrap();
+    let auditor = Auditor::new(Arc::new(policy), sink.clone());
+    let req = Request::get("/apis").body(()).unwrap();
+    let attributes = on_path(user("alice", &[]), "get", "/apis");
+    let mut record = auditor
+        .begin(&req, &attributes, signed_in(), "id", super::now())
+        .unwrap();
+    let received = record.request_received().await;
+    let resp = Response::new(Full::new(Bytes::from_static(b"{}")));
+    let _ = record.finish(resp, 1024).await;
+    assert!(sink.flush(Duration::from_secs(5)).await);
+    (received, sink.failed())
+}
+
+#[tokio::test]
+async fn in_blocking_strict_mode_a_request_whose_request_received_event_is_not_written_fails() {
+    let (received, failed) = request_received_on_a_full_disk(Mode::BlockingStrict).await;
+    assert_eq!(received, Err(Lost::WriteFailed));
+    assert_eq!(failed, 1, "and nothing more is written for it");
+}
+
+#[tokio::test]
+async fn in_the_other_modes_a_request_goes_on_when_its_events_are_not_written() {
+    for mode in [Mode::Blocking, Mode::Batch] {
+        let (received, failed) = request_received_on_a_full_disk(mode).await;
+        assert_eq!(received, Ok(()), "{mode:?}");
+        assert_eq!(failed, 2, "{mode:?}: RequestReceived and ResponseComplete");
+    }
 }
 
 // ----- rotation --------------------------------------------------------------------
@@ -1073,7 +1262,7 @@ async fn a_controller_write_names_the_transfer_and_is_recorded_with_its_audit_id
     use kube::api::{Patch, PatchParams};
     let (inner, sent) = fake_apiserver(200, pvc_json());
     let out = Written::default();
-    let sink = Sink::start(Box::new(out.clone()), 16);
+    let sink = Sink::start(Box::new(out.clone()), Mode::Blocking, 16);
     let client = controller_client(inner, Some(sink.clone()), controller(), "replica-a");
     let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client, "src");
     acting()
@@ -1140,7 +1329,7 @@ async fn a_refused_controller_create_is_recorded_and_still_fails_as_before() {
         "message": "persistentvolumeclaims \"data\" already exists", "reason": "AlreadyExists", "code": 409});
     let (inner, _) = fake_apiserver(409, status);
     let out = Written::default();
-    let sink = Sink::start(Box::new(out.clone()), 16);
+    let sink = Sink::start(Box::new(out.clone()), Mode::Blocking, 16);
     let client = controller_client(inner, Some(sink.clone()), controller(), "replica-a");
     let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client, "dst");
     let claim: PersistentVolumeClaim =
@@ -1167,7 +1356,7 @@ async fn controller_reads_carry_the_headers_and_are_not_recorded() {
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     let (inner, sent) = fake_apiserver(200, pvc_json());
     let out = Written::default();
-    let sink = Sink::start(Box::new(out.clone()), 16);
+    let sink = Sink::start(Box::new(out.clone()), Mode::Blocking, 16);
     let client = controller_client(inner, Some(sink.clone()), controller(), "replica-a");
     let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client, "src");
     claims.get("data").await.unwrap();
@@ -1388,11 +1577,11 @@ fn event_of_size(i: usize, size: usize) -> super::Event {
 #[tokio::test]
 async fn the_queue_is_bounded_by_bytes_as_well_as_by_events() {
     let (release, gate) = std::sync::mpsc::channel();
-    let sink = Sink::start(Box::new(Stuck(gate)), 10_000);
+    let sink = Sink::start(Box::new(Stuck(gate)), Mode::Batch, 10_000);
     // 80 MiB of events, each far under the event-count bound; the writer
     // takes the first and is stuck on it.
     for i in 0..80 {
-        sink.record(&event_of_size(i, 1024 * 1024));
+        let _ = sink.record(&event_of_size(i, 1024 * 1024)).await;
     }
     let limit = super::sink::MAX_QUEUED_BYTES;
     assert!(sink.queued_bytes() <= limit, "{}", sink.queued_bytes());
@@ -1414,15 +1603,16 @@ async fn the_queue_is_bounded_by_bytes_as_well_as_by_events() {
 #[tokio::test]
 async fn a_small_byte_budget_drops_big_events_and_keeps_small_ones() {
     let (release, gate) = std::sync::mpsc::channel();
-    let sink = Sink::start_bounded(Box::new(Stuck(gate)), 10_000, 64 * 1024);
-    sink.record(&event_of_size(0, 100 * 1024));
+    let sink = Sink::start_bounded(Box::new(Stuck(gate)), Mode::Batch, 10_000, 64 * 1024);
+    let lost = sink.record(&event_of_size(0, 100 * 1024)).await;
+    assert_eq!(lost, Err(Lost::Dropped));
     assert_eq!(
         sink.dropped(),
         1,
         "an event over the whole budget never fits"
     );
     for i in 1..=10 {
-        sink.record(&some_event(i));
+        sink.record(&some_event(i)).await.unwrap();
     }
     assert_eq!(sink.dropped(), 1, "small events still fit");
     assert!(sink
@@ -1458,7 +1648,7 @@ async fn create_cancelled(policy: Policy, in_response: bool) -> Vec<Value> {
             let mut record = auditor
                 .begin(&req, &attributes, signed_in(), "id-c", super::now())
                 .unwrap();
-            record.request_received();
+            record.request_received().await.unwrap();
             let req = record.capture_request(req, 3 * 1024 * 1024).await;
             let _ = req.into_body().collect().await;
             if !in_response {
@@ -1475,7 +1665,7 @@ async fn create_cancelled(policy: Policy, in_response: bool) -> Vec<Value> {
         }
     };
     assert!(
-        futures::FutureExt::now_or_never(served).is_none(),
+        served.now_or_never().is_none(),
         "the request was still being served"
     );
     assert!(auditor.flush(Duration::from_secs(5)).await);
