@@ -6,8 +6,10 @@
 //! - [`policy`]: the policy file and which level a request gets.
 //! - [`event`]: the event and its JSON form.
 //! - [`sink`]: the queue, bounded by events and by bytes, and the writer
-//!   thread; recording never waits, and what cannot be written is dropped
-//!   and counted.
+//!   thread; `--audit-log-mode` says whether a request waits for room
+//!   (blocking, the default), waits for its `RequestReceived` event to be
+//!   written and fails without it (blocking-strict), or never waits and
+//!   has its events dropped and counted when the queue is full (batch).
 //! - [`rotate`]: the log file, rotated by size as lumberjack rotates it.
 //! - [`request`]: one served request's event through its stages, and the
 //!   reading of bodies without changing them.
@@ -16,12 +18,16 @@
 //!
 //! Owns nothing of how requests are served: `server` asks an [`Auditor`]
 //! for a [`request::RequestAudit`] and hands it the request and the
-//! response. It must not make a request wait on the log, nor fail one.
+//! response. A request waits on the log, or fails for it, only as the
+//! mode says.
 //!
-//! Not done as kube does: the `legacy` log format, `--audit-log-compress`,
-//! webhook backends, and the connection's remote address in `sourceIPs`
-//! (only `X-Forwarded-For` and `X-Real-Ip`, which kube-apiserver's proxy
-//! sets, are read).
+//! `sourceIPs` are kube's (`X-Forwarded-For`, `X-Real-Ip`, then the
+//! connection's remote address), except that the two headers are believed
+//! only from the front proxy: kube-apiserver reads them from anyone, so a
+//! client that calls it directly can put any address in its own event.
+//!
+//! Not done as kube does: the `legacy` log format, `--audit-log-compress`
+//! and webhook backends.
 
 pub mod client;
 pub mod event;
@@ -41,9 +47,9 @@ use crate::authz::Attributes;
 pub use client::{controller_client, ActingFor, ControllerUser};
 pub use event::{now, Event};
 pub use policy::{Level, Policy, PolicyError, Stage};
-pub use request::{Replayed, RequestAudit};
+pub use request::{Origin, Replayed, RequestAudit};
 pub use rotate::{RotatingFile, Rotation};
-pub use sink::Sink;
+pub use sink::{Lost, Mode, Sink, UnknownMode};
 
 /// The header that carries a request's audit id, both ways.
 pub const HEADER_AUDIT_ID: &str = "audit-id";
@@ -64,10 +70,13 @@ pub struct LogConfig {
     /// `None`: standard output (`--audit-log-path=-`).
     pub path: Option<PathBuf>,
     pub rotation: Rotation,
-    /// How many events may wait for the writer before new ones are dropped
-    /// (`--audit-log-buffer-size`). Whatever it allows, the events waiting
-    /// hold at most [`sink::MAX_QUEUED_BYTES`] (64 MiB) of JSON: past it,
-    /// they are dropped and counted the same way (`reason="dropped"`).
+    /// What a request waits for (`--audit-log-mode`).
+    pub mode: Mode,
+    /// How many events may wait for the writer (`--audit-log-buffer-size`,
+    /// kube's `--audit-log-batch-buffer-size`); past it new ones wait
+    /// (blocking modes) or are dropped (batch). Whatever it allows, the
+    /// events waiting hold at most [`sink::MAX_QUEUED_BYTES`] (64 MiB) of
+    /// JSON: past it, the same.
     pub buffer: usize,
 }
 
@@ -92,7 +101,10 @@ impl Auditor {
             None => Box::new(std::io::stdout()),
             Some(path) => Box::new(RotatingFile::new(path, config.log.rotation)),
         };
-        Self::new(config.policy.clone(), Sink::start(out, config.log.buffer))
+        Self::new(
+            config.policy.clone(),
+            Sink::start(out, config.log.mode, config.log.buffer),
+        )
     }
 
     pub fn new(policy: Arc<Policy>, sink: Sink) -> Self {
@@ -109,7 +121,7 @@ impl Auditor {
         &self,
         req: &Request<B>,
         attributes: &Attributes,
-        authenticated: bool,
+        origin: Origin,
         audit_id: &str,
         received: Timestamp,
     ) -> Option<RequestAudit> {
@@ -118,7 +130,7 @@ impl Auditor {
             &self.sink,
             req,
             attributes,
-            authenticated,
+            origin,
             audit_id,
             received,
         )

@@ -18,6 +18,7 @@ pub mod source;
 pub mod token;
 pub mod x509;
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -40,9 +41,13 @@ pub const AUTHENTICATED: &str = "system:authenticated";
 /// open is refused at most this much later.
 pub const VERIFIED_FOR: Duration = Duration::from_secs(10);
 
-/// What the TLS layer learned about the peer: one per connection.
+/// What the connection and its TLS layer tell of the peer: one per
+/// connection.
 #[derive(Debug, Default)]
 pub struct Peer {
+    /// The remote end of the TCP connection (for `sourceIPs`; not used to
+    /// authenticate). `None` in tests that have no connection.
+    address: Option<SocketAddr>,
     /// The certificate chain the client presented, leaf first (its signature
     /// was checked in the handshake; its trust is checked here).
     certificates: Option<Vec<CertificateDer<'static>>>,
@@ -74,9 +79,22 @@ impl Peer {
     /// A peer that presented `certificates` (leaf first), or none.
     pub fn new(certificates: Option<Vec<CertificateDer<'static>>>) -> Self {
         Self {
+            address: None,
             certificates,
             verified: Mutex::new(None),
         }
+    }
+
+    /// The peer, connected from `address`.
+    pub fn with_address(mut self, address: SocketAddr) -> Self {
+        self.address = Some(address);
+        self
+    }
+
+    /// The connection's remote IP address; an IPv4 client of a server
+    /// listening on IPv6 is named by its IPv4 address.
+    pub fn ip(&self) -> Option<IpAddr> {
+        self.address.map(|a| a.ip().to_canonical())
     }
 
     /// The subject of this peer's chain if it verifies against `anchor` (the
@@ -110,11 +128,35 @@ impl Peer {
     }
 }
 
+/// Who sent a request, and whether the front proxy vouched for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated {
+    pub user: UserInfo,
+    /// The front proxy named the user (step 1 of the module's list): the
+    /// connection is the aggregator's, so its `X-Forwarded-For` and
+    /// `X-Real-Ip` headers are its word, not the end client's.
+    pub by_front_proxy: bool,
+}
+
+impl Authenticated {
+    /// `user`, authenticated by anything but the front proxy.
+    pub fn directly(user: UserInfo) -> Self {
+        Self {
+            user,
+            by_front_proxy: false,
+        }
+    }
+}
+
 /// Decides who sent a request.
 #[async_trait::async_trait]
 pub trait Authenticator: Send + Sync + std::fmt::Debug {
     /// The user, or 401 when presented credentials are invalid.
-    async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<UserInfo, ApiError>;
+    async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        peer: &Peer,
+    ) -> Result<Authenticated, ApiError>;
 }
 
 /// Everyone is `system:anonymous` in `system:unauthenticated`.
@@ -132,8 +174,12 @@ pub fn anonymous_user() -> UserInfo {
 
 #[async_trait::async_trait]
 impl Authenticator for Anonymous {
-    async fn authenticate(&self, _headers: &HeaderMap, _peer: &Peer) -> Result<UserInfo, ApiError> {
-        Ok(anonymous_user())
+    async fn authenticate(
+        &self,
+        _headers: &HeaderMap,
+        _peer: &Peer,
+    ) -> Result<Authenticated, ApiError> {
+        Ok(Authenticated::directly(anonymous_user()))
     }
 }
 
@@ -175,7 +221,11 @@ impl Delegating {
 
 #[async_trait::async_trait]
 impl Authenticator for Delegating {
-    async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<UserInfo, ApiError> {
+    async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        peer: &Peer,
+    ) -> Result<Authenticated, ApiError> {
         let config = self.current().ok_or_else(|| {
             ApiError::ServiceUnavailable(
                 "the authentication configuration has not been loaded yet".to_owned(),
@@ -184,11 +234,29 @@ impl Authenticator for Delegating {
         if let Some(rh) = &config.request_header {
             let proxy = peer.verified_subject(&config, Anchor::RequestHeader, &rh.ca);
             if let Some(user) = proxy.and_then(|subject| front_proxy_user(rh, &subject, headers)) {
-                return Ok(with_authenticated(user));
+                return Ok(Authenticated {
+                    user: with_authenticated(user),
+                    by_front_proxy: true,
+                });
             }
         }
+        self.authenticate_directly(&config, headers, peer)
+            .await
+            .map(Authenticated::directly)
+    }
+}
+
+impl Delegating {
+    /// Steps 2 to 4 of the module's list: a client certificate, a bearer
+    /// token, or anonymous.
+    async fn authenticate_directly(
+        &self,
+        config: &Arc<AuthConfig>,
+        headers: &HeaderMap,
+        peer: &Peer,
+    ) -> Result<UserInfo, ApiError> {
         if let Some(ca) = &config.client_ca {
-            if let Some(subject) = peer.verified_subject(&config, Anchor::ClientCa, ca) {
+            if let Some(subject) = peer.verified_subject(config, Anchor::ClientCa, ca) {
                 return Ok(with_authenticated(UserInfo {
                     username: subject.common_name,
                     groups: subject.organizations,

@@ -531,19 +531,28 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
     if let Some(resp) = state.health.serve(&path, req.uri().query()) {
         return audit::with_audit_id(resp, &audit_id);
     }
-    let (verdict, resource) = authorize(state, peer, &req).await;
+    let (mut verdict, resource) = authorize(state, peer, &req).await;
     let mut record = state.audit.as_ref().and_then(|auditor| {
         auditor.begin(
             &req,
             &verdict.attributes,
-            verdict.authenticated,
+            audit::Origin {
+                authenticated: verdict.authenticated,
+                peer: peer.ip(),
+                front_proxy: verdict.by_front_proxy,
+            },
             &audit_id,
             received,
         )
     });
     if let Some(record) = &mut record {
-        // As kube: RequestReceived is written before authorization speaks.
-        record.request_received();
+        // As kube: RequestReceived is written before authorization speaks;
+        // in blocking-strict mode a request whose event cannot be written
+        // fails, with nothing more written for it.
+        if let Err(lost) = record.request_received().await {
+            tracing::warn!(error = %lost, %path, "refusing a request whose audit event cannot be written");
+            verdict.outcome = Err(ApiError::Internal("failed to store audit event".to_owned()));
+        }
         for (key, value) in &verdict.annotations {
             record.annotate(*key, value.clone());
         }
@@ -632,7 +641,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
         Ok(resp) => resp,
         Err(panic) => {
             if let Some(record) = record.take() {
-                record.panicked(&panic_message(panic.as_ref()));
+                record.panicked(&panic_message(panic.as_ref())).await;
             }
             std::panic::resume_unwind(panic);
         }
@@ -743,6 +752,9 @@ struct Verdict {
     /// empty when authentication failed); the audit policy reads them too.
     attributes: Attributes,
     authenticated: bool,
+    /// The front proxy authenticated the request (see
+    /// [`authn::Authenticated`]).
+    by_front_proxy: bool,
     outcome: Result<UserInfo, ApiError>,
     /// `authorization.k8s.io/decision` and `/reason`, as kube's
     /// authorization filter annotates its audit event.
@@ -774,6 +786,8 @@ async fn authorize_request(
     resource: Option<&ResourceRequest>,
 ) -> Verdict {
     let authenticated = state.authn.authenticate(req.headers(), peer).await;
+    let by_front_proxy = authenticated.as_ref().is_ok_and(|a| a.by_front_proxy);
+    let authenticated = authenticated.map(|a| a.user);
     let user = authenticated.as_ref().cloned().unwrap_or_default();
     let attributes = match resource {
         Some(r) => Attributes {
@@ -806,6 +820,7 @@ async fn authorize_request(
             return Verdict {
                 attributes,
                 authenticated: false,
+                by_front_proxy,
                 outcome: Err(err),
                 annotations: Vec::new(),
             }
@@ -834,6 +849,7 @@ async fn authorize_request(
     Verdict {
         attributes,
         authenticated: true,
+        by_front_proxy,
         outcome,
         annotations,
     }

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use scenario::*;
 use serde_json::Value;
-use sta_testenv::{shared, ControlPlane};
+use sta_testenv::http::HttpClient;
+use sta_testenv::{shared, ControlPlane, SERVICE_NAME, SERVICE_NAMESPACE};
 
 fn cp() -> &'static ControlPlane {
     let cp = shared(env!("CARGO_BIN_EXE_storage-transfer-apiserver"));
@@ -34,6 +35,72 @@ fn events(path: &std::path::Path) -> Vec<Value> {
 
 fn annotation<'a>(event: &'a Value, key: &str) -> &'a str {
     event["annotations"][key].as_str().unwrap_or_default()
+}
+
+/// A client straight to our server (not through the aggregator) on
+/// 127.0.0.1, presenting `cert` and `key`.
+fn straight_to_the_server(cert: &std::path::Path, key: &std::path::Path) -> HttpClient {
+    HttpClient::new(
+        cp().server_port,
+        &cp().pki.serving_ca.cert,
+        &format!("{SERVICE_NAME}.{SERVICE_NAMESPACE}.svc"),
+        Some((cert, key)),
+    )
+    .unwrap()
+}
+
+/// Lists transfers in a fresh namespace with `headers` and a fresh
+/// `Audit-ID`, and returns the `sourceIPs` of the request's event.
+fn source_ips_of_a_list(client: &HttpClient, headers: &[(&str, &str)]) -> Value {
+    let ns = cp().namespace("audit-ips").unwrap();
+    let audit_id = unique("source-ips");
+    let mut sent = vec![("Audit-ID", audit_id.as_str())];
+    sent.extend_from_slice(headers);
+    let path = format!(
+        "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/{}/namespacetransfers",
+        ns.name
+    );
+    let resp = client.request("GET", &path, &sent, b"").unwrap();
+    assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+    let log = cp().server_audit_log(cp().server_port);
+    let mut found = Value::Null;
+    eventually("the list in the audit log", Duration::from_secs(30), || {
+        found = events(&log)
+            .into_iter()
+            .find(|e| e["auditID"] == audit_id.as_str())
+            .map_or(Value::Null, |e| e["sourceIPs"].clone());
+        !found.is_null()
+    });
+    found
+}
+
+#[test]
+fn a_direct_client_s_forged_forwarded_for_is_logged_as_its_real_address() {
+    let pki = &cp().pki;
+    let admin = straight_to_the_server(&pki.admin.cert, &pki.admin.key);
+    let ips = source_ips_of_a_list(
+        &admin,
+        &[
+            ("X-Forwarded-For", "203.0.113.66"),
+            ("X-Real-Ip", "203.0.113.67"),
+        ],
+    );
+    assert_eq!(ips, serde_json::json!(["127.0.0.1"]));
+}
+
+#[test]
+fn the_front_proxy_s_forwarded_for_is_logged_before_its_own_address() {
+    let pki = &cp().pki;
+    let proxy = straight_to_the_server(&pki.front_proxy_client.cert, &pki.front_proxy_client.key);
+    let ips = source_ips_of_a_list(
+        &proxy,
+        &[
+            ("X-Remote-User", "audit-ips-admin"),
+            ("X-Remote-Group", "system:masters"),
+            ("X-Forwarded-For", "203.0.113.66"),
+        ],
+    );
+    assert_eq!(ips, serde_json::json!(["203.0.113.66", "127.0.0.1"]));
 }
 
 #[test]

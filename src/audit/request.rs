@@ -18,6 +18,10 @@
 //! (kube, whose handlers are not cancelled, fakes `200 Connection closed
 //! early` for a handler that wrote nothing).
 //!
+//! How long each write waits is the sink's mode's (see [`super::sink`]);
+//! where nothing can wait (a record dropped unfinished, a watch's end) the
+//! event is handed over without waiting.
+//!
 //! Also owns reading bodies for the event without changing what the handler
 //! or the client sees: a body is read up to a bound, and then handed on as a
 //! [`Replayed`] body that yields the same frames, followed by the rest.
@@ -39,12 +43,26 @@ use super::event::{
     User, ANNOTATION_REQUEST_OBJECT, ANNOTATION_TRUNCATED,
 };
 use super::policy::{Level, Policy, RequestConfig, Stage};
-use super::sink::Sink;
+use super::sink::{Lost, Mode, Sink};
 use crate::authz::Attributes;
 
 /// The annotation on the `ResponseComplete` of a request whose client went
 /// away before its response was complete.
 pub const ANNOTATION_CANCELLED: &str = "audit.k8s.io/cancelled";
+
+/// Where a request came from, and how far its headers about that are
+/// believed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// Authentication succeeded: the event names the user.
+    pub authenticated: bool,
+    /// The connection's remote address.
+    pub peer: Option<IpAddr>,
+    /// The front proxy authenticated the request, so the `X-Forwarded-For`
+    /// and `X-Real-Ip` headers are the proxy's, and are recorded. From any
+    /// other client they are its own claim, and are ignored.
+    pub front_proxy: bool,
+}
 
 /// One request's event, written at each stage the policy keeps; dropped
 /// unfinished, it writes `ResponseComplete` (see the module's doc).
@@ -72,7 +90,7 @@ impl RequestAudit {
         sink: &Sink,
         req: &Request<B>,
         attributes: &Attributes,
-        authenticated: bool,
+        origin: Origin,
         audit_id: &str,
         received: Timestamp,
     ) -> Option<Self> {
@@ -86,10 +104,10 @@ impl RequestAudit {
             .path_and_query()
             .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
         event.verb = attributes.verb.clone();
-        if authenticated {
+        if origin.authenticated {
             event.user = User::from(&attributes.user);
         }
-        event.source_ips = source_ips(req.headers());
+        event.source_ips = source_ips(req.headers(), origin);
         if let Some(agent) = req
             .headers()
             .get(header::USER_AGENT)
@@ -109,7 +127,7 @@ impl RequestAudit {
         Some(Self {
             sink: sink.clone(),
             long_running: attributes.resource.is_some() && attributes.verb == "watch",
-            authentication_failed: (!authenticated).then(|| authentication_message(req)),
+            authentication_failed: (!origin.authenticated).then(|| authentication_message(req)),
             config,
             event,
             started: false,
@@ -132,11 +150,24 @@ impl RequestAudit {
     }
 
     /// Writes the `RequestReceived` stage (not for a request that failed
-    /// authentication, as kube).
-    pub fn request_received(&mut self) {
-        if self.authentication_failed.is_none() {
-            self.emit(Stage::RequestReceived);
+    /// authentication, as kube), waiting as the sink's mode says. In
+    /// blocking-strict mode it waits until the event is written, and an
+    /// error means the request must fail, as kube fails it ("failed to
+    /// store audit event"); nothing more is written for it then.
+    pub async fn request_received(&mut self) -> Result<(), Lost> {
+        if self.authentication_failed.is_some() || !self.stage(Stage::RequestReceived) {
+            return Ok(());
         }
+        if self.sink.mode() != Mode::BlockingStrict {
+            // Any loss is counted by the sink; the request goes on.
+            let _ = self.sink.record(&self.event).await;
+            return Ok(());
+        }
+        let written = self.sink.record_strictly(&self.event).await;
+        if written.is_err() {
+            self.finished = true;
+        }
+        written
     }
 
     /// Reads the request body (at most `limit` bytes) into the event when
@@ -191,7 +222,7 @@ impl RequestAudit {
     }
 
     /// Writes the `Panic` stage: the handler panicked with `message`.
-    pub fn panicked(mut self, message: &str) {
+    pub async fn panicked(mut self, message: &str) {
         self.event.response_status = Some(ResponseStatus {
             status: "Failure".to_owned(),
             reason: "InternalError".to_owned(),
@@ -199,7 +230,7 @@ impl RequestAudit {
             code: 500,
             ..ResponseStatus::default()
         });
-        self.emit(Stage::Panic);
+        self.emit(Stage::Panic).await;
     }
 
     /// Records the response and writes the stages that are due: for a
@@ -217,14 +248,20 @@ impl RequestAudit {
         B::Error: Send + Unpin + 'static,
     {
         let code = resp.status().as_u16();
+        if self.finished {
+            // Its RequestReceived could not be written (blocking-strict).
+            return resp.map(BodyExt::boxed_unsync);
+        }
         if let Some(message) = self.authentication_failed.take() {
             self.event.response_status = Some(ResponseStatus {
                 message,
                 code,
                 ..ResponseStatus::default()
             });
-            self.emit(Stage::ResponseStarted);
+            // Finished before it waits: should the client go away while
+            // it does, nothing more is written.
             self.finished = true;
+            self.emit(Stage::ResponseStarted).await;
             return resp.map(BodyExt::boxed_unsync);
         }
         // Known from here on, should the client go away while the body
@@ -232,7 +269,7 @@ impl RequestAudit {
         self.event.response_status = Some(ResponseStatus::code(code));
         let success = (200..300).contains(&code);
         if self.long_running && success {
-            self.emit(Stage::ResponseStarted);
+            self.emit(Stage::ResponseStarted).await;
             return resp.map(|body| {
                 Completion {
                     inner: body,
@@ -267,22 +304,21 @@ impl RequestAudit {
             body.boxed_unsync()
         };
         if self.long_running {
-            self.emit(Stage::ResponseStarted);
+            self.emit(Stage::ResponseStarted).await;
         }
-        self.emit(Stage::ResponseComplete);
+        self.emit(Stage::ResponseComplete).await;
         Response::from_parts(parts, body)
     }
 
-    /// Writes the event as it stands at `stage`. The event is serialized
-    /// where it is, not copied: its bodies may be megabytes.
-    fn emit(&mut self, stage: Stage) {
+    /// Moves the event to `stage`; whether the policy records that stage.
+    fn stage(&mut self, stage: Stage) -> bool {
         match stage {
             Stage::ResponseStarted => self.started = true,
             Stage::ResponseComplete | Stage::Panic => self.finished = true,
             Stage::RequestReceived => {}
         }
         if !self.config.records(stage) {
-            return;
+            return false;
         }
         self.event.stage = stage;
         self.event.stage_timestamp = if stage == Stage::RequestReceived {
@@ -290,18 +326,36 @@ impl RequestAudit {
         } else {
             event::now()
         };
-        self.sink.record(&self.event);
+        true
+    }
+
+    /// Writes the event as it stands at `stage`, waiting as the sink's
+    /// mode says; a loss is the sink's to count. The event is serialized
+    /// where it is, not copied: its bodies may be megabytes.
+    async fn emit(&mut self, stage: Stage) {
+        if self.stage(stage) {
+            let _ = self.sink.record(&self.event).await;
+        }
+    }
+
+    /// [`Self::emit`] where nothing can wait (see
+    /// [`Sink::record_detached`]).
+    fn emit_detached(&mut self, stage: Stage) {
+        if self.stage(stage) {
+            self.sink.record_detached(&self.event);
+        }
     }
 
     /// `ResponseComplete` of a watch.
     fn complete(mut self) {
-        self.emit(Stage::ResponseComplete);
+        self.emit_detached(Stage::ResponseComplete);
     }
 }
 
 impl Drop for RequestAudit {
     /// The client went away before the last stage: writes what kube's
-    /// deferred `ResponseComplete` would. Never waits, never panics.
+    /// deferred `ResponseComplete` would. Never waits (see
+    /// [`Sink::record_detached`]), never panics.
     fn drop(&mut self) {
         if self.finished {
             return;
@@ -313,7 +367,7 @@ impl Drop for RequestAudit {
                 message,
                 ..ResponseStatus::default()
             });
-            self.emit(Stage::ResponseStarted);
+            self.emit_detached(Stage::ResponseStarted);
             self.finished = true;
             return;
         }
@@ -326,32 +380,42 @@ impl Drop for RequestAudit {
             });
         }
         if self.long_running && !self.started {
-            self.emit(Stage::ResponseStarted);
+            self.emit_detached(Stage::ResponseStarted);
         }
-        self.emit(Stage::ResponseComplete);
+        self.emit_detached(Stage::ResponseComplete);
     }
 }
 
-/// kube's `utilnet.SourceIPs` without the remote address: the
-/// `X-Forwarded-For` chain, then `X-Real-Ip` if it is not in it.
-pub fn source_ips(headers: &HeaderMap) -> Vec<String> {
-    let mut ips: Vec<IpAddr> = headers
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok())
-        .map(|chain| {
-            chain
-                .split(',')
-                .filter_map(|part| part.trim().parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(real) = headers
-        .get("x-real-ip")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<IpAddr>().ok())
-    {
-        if !ips.contains(&real) {
-            ips.push(real);
+/// kube's `utilnet.SourceIPs`: the `X-Forwarded-For` chain, then
+/// `X-Real-Ip` if it is not in it, then the connection's remote address
+/// unless it ends the chain already. The headers are read only from the
+/// front proxy (see [`Origin::front_proxy`]): any client can send them, and
+/// a direct client's are its own claim, so it is recorded by its address
+/// alone.
+pub fn source_ips(headers: &HeaderMap, origin: Origin) -> Vec<String> {
+    let mut ips: Vec<IpAddr> = Vec::new();
+    if origin.front_proxy {
+        ips.extend(
+            headers
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok())
+                .into_iter()
+                .flat_map(|chain| chain.split(','))
+                .filter_map(|part| part.trim().parse::<IpAddr>().ok()),
+        );
+        if let Some(real) = headers
+            .get("x-real-ip")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<IpAddr>().ok())
+        {
+            if !ips.contains(&real) {
+                ips.push(real);
+            }
+        }
+    }
+    if let Some(peer) = origin.peer {
+        if ips.last() != Some(&peer) {
+            ips.push(peer);
         }
     }
     ips.iter().map(IpAddr::to_string).collect()

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
@@ -15,8 +16,9 @@ use serde_json::{json, Value};
 
 use super::client::{controller_client, ActingFor, ControllerUser, VolumeWrite};
 use super::policy::{Level, Policy, PolicyError, Rule, Stage};
+use super::request::{source_ips, Origin};
 use super::rotate::{RotatingFile, Rotation};
-use super::sink::Sink;
+use super::sink::{Lost, Mode, Sink};
 use super::Auditor;
 use crate::authn::UserInfo;
 use crate::authz::{Attributes, ResourceAttributes};
@@ -108,8 +110,26 @@ fn auditor_at(level: Level) -> (Auditor, Written) {
 
 fn auditor(policy: Policy) -> (Auditor, Written) {
     let out = Written::default();
-    let sink = Sink::start(Box::new(out.clone()), 100);
+    let sink = Sink::start(Box::new(out.clone()), Mode::Blocking, 100);
     (Auditor::new(Arc::new(policy), sink), out)
+}
+
+/// An authenticated client that connected directly (from an address the
+/// test does not care about).
+fn signed_in() -> Origin {
+    Origin {
+        authenticated: true,
+        ..Origin::default()
+    }
+}
+
+/// An authenticated request that the front proxy at 10.0.0.3 forwarded.
+fn through_the_front_proxy() -> Origin {
+    Origin {
+        authenticated: true,
+        peer: Some([10, 0, 0, 3].into()),
+        front_proxy: true,
+    }
 }
 
 const OBJECT: &str = r#"{"apiVersion":"storage.transfer.k8s.io/v1alpha1","kind":"NamespaceTransfer","metadata":{"name":"move-data","namespace":"src","managedFields":[{"manager":"kubectl"}]},"spec":{}}"#;
@@ -140,9 +160,15 @@ async fn create_at(
         "",
     );
     let mut record = auditor
-        .begin(&req, &attributes, true, "id-1", super::now())
+        .begin(
+            &req,
+            &attributes,
+            through_the_front_proxy(),
+            "id-1",
+            super::now(),
+        )
         .unwrap();
-    record.request_received();
+    record.request_received().await.unwrap();
     record.annotate("authorization.k8s.io/decision", "allow");
     let req = record.capture_request(req, 3 * 1024 * 1024).await;
     let handler_read = req.into_body().collect().await.unwrap().to_bytes();
@@ -371,6 +397,80 @@ fn the_audit_flags_complete_into_a_rotating_log() {
         Some(Duration::from_secs(7 * 86_400))
     );
     assert!(log.is_file(), "the log file is created before serving");
+    assert_eq!(audit.log.mode, Mode::Blocking, "kube's default");
+    assert_eq!(audit.log.buffer, 10_000);
+}
+
+/// The options with the audit on and `flags` besides.
+fn audit_options(name: &str, flags: &[&str]) -> crate::server::Options {
+    let dir = temp_dir(name);
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]",
+    )
+    .unwrap();
+    let log = dir.join("audit.log");
+    let mut args = vec![
+        "x".to_owned(),
+        "--insecure-allow-all".to_owned(),
+        format!("--audit-policy-file={}", policy.display()),
+        format!("--audit-log-path={}", log.display()),
+    ];
+    args.extend(flags.iter().map(|f| (*f).to_owned()));
+    <crate::server::Options as clap::Parser>::try_parse_from(args).unwrap()
+}
+
+#[test]
+fn the_audit_log_modes_are_kube_s_and_so_is_the_batch_buffer_flag() {
+    let cases = [
+        (&["--audit-log-mode=blocking"][..], Mode::Blocking, 10_000),
+        (
+            &["--audit-log-mode=blocking-strict"],
+            Mode::BlockingStrict,
+            10_000,
+        ),
+        (
+            &["--audit-log-mode=batch", "--audit-log-batch-buffer-size=5"],
+            Mode::Batch,
+            5,
+        ),
+        (&["--audit-log-buffer-size=7"], Mode::Blocking, 7),
+    ];
+    for (flags, mode, buffer) in cases {
+        let audit = audit_options("modes", flags)
+            .complete()
+            .unwrap()
+            .audit
+            .unwrap();
+        assert_eq!(
+            (audit.log.mode, audit.log.buffer),
+            (mode, buffer),
+            "{flags:?}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_audit_log_mode_is_refused_naming_the_flag() {
+    for audited in [true, false] {
+        let options = if audited {
+            audit_options("bad-mode", &["--audit-log-mode=async"])
+        } else {
+            <crate::server::Options as clap::Parser>::try_parse_from([
+                "x",
+                "--insecure-allow-all",
+                "--audit-log-mode=async",
+            ])
+            .unwrap()
+        };
+        let message = options.complete().unwrap_err().to_string();
+        assert_eq!(
+            message,
+            "--audit-log-mode: unknown mode \"async\"; the modes are batch, blocking, blocking-strict",
+            "audited: {audited}"
+        );
+    }
 }
 
 // ----- events ----------------------------------------------------------------------
@@ -436,7 +536,7 @@ async fn an_event_has_kube_s_fields_and_microsecond_timestamps() {
         e["user"],
         json!({"username": "alice", "groups": ["tenants"]})
     );
-    assert_eq!(e["sourceIPs"], json!(["10.0.0.1", "10.0.0.2"]));
+    assert_eq!(e["sourceIPs"], json!(["10.0.0.1", "10.0.0.2", "10.0.0.3"]));
     assert_eq!(e["userAgent"], "kubectl/v1.36.0");
     assert_eq!(
         e["objectRef"],
@@ -527,7 +627,7 @@ async fn a_response_over_the_bound_is_left_out_and_marked_truncated() {
         "",
     );
     let record = auditor
-        .begin(&req, &attributes, true, "id", super::now())
+        .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
     let big = format!("{{\"items\":[\"{}\"]}}", "x".repeat(4096));
     let resp = Response::new(Full::new(Bytes::from(big.clone())));
@@ -562,7 +662,7 @@ async fn a_request_body_over_the_bound_reaches_the_handler_unchanged() {
         "x",
     );
     let mut record = auditor
-        .begin(&req, &attributes, true, "id", super::now())
+        .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
     let req = record.capture_request(req, 2500).await;
     assert_eq!(
@@ -595,9 +695,9 @@ async fn a_watch_writes_response_started_then_response_complete_when_its_stream_
         "",
     );
     let mut record = auditor
-        .begin(&req, &attributes, true, "id", super::now())
+        .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
-    record.request_received();
+    record.request_received().await.unwrap();
     let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Frame<Bytes>, Infallible>>();
     let resp = record
         .finish(Response::new(StreamBody::new(rx)), 1024)
@@ -650,7 +750,7 @@ async fn a_watch_the_client_leaves_is_complete_when_its_body_is_dropped() {
         "",
     );
     let record = auditor
-        .begin(&req, &attributes, true, "id", super::now())
+        .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
     let (_tx, rx) = futures::channel::mpsc::unbounded::<Result<Frame<Bytes>, Infallible>>();
     let resp = record
@@ -674,9 +774,9 @@ async fn a_request_that_failed_authentication_gets_one_response_started_event() 
         .unwrap();
     let attributes = on_path(UserInfo::default(), "get", "/apis");
     let mut record = auditor
-        .begin(&req, &attributes, false, "id", super::now())
+        .begin(&req, &attributes, Origin::default(), "id", super::now())
         .unwrap();
-    record.request_received();
+    record.request_received().await.unwrap();
     let resp = Response::builder()
         .status(StatusCode::UNAUTHORIZED)
         .body(Full::new(Bytes::from_static(b"{}")))
@@ -704,6 +804,87 @@ fn an_incoming_audit_id_is_kept_and_echoed() {
     assert_eq!(resp.headers()["audit-id"], "from-kube-apiserver");
 }
 
+// ----- sourceIPs -------------------------------------------------------------------
+
+#[test]
+fn a_direct_client_s_forwarded_for_is_not_believed_and_its_address_is_recorded() {
+    let req = Request::get("/apis/storage.transfer.k8s.io/v1alpha1/namespacetransfers")
+        .header("x-forwarded-for", "203.0.113.66")
+        .header("x-real-ip", "203.0.113.67")
+        .body(())
+        .unwrap();
+    let (auditor, _) = auditor_at(Level::Metadata);
+    let attributes = on_path(user("mallory", &[]), "list", "/apis");
+    let origin = Origin {
+        authenticated: true,
+        peer: Some([192, 0, 2, 10].into()),
+        front_proxy: false,
+    };
+    let record = auditor
+        .begin(&req, &attributes, origin, "id", super::now())
+        .unwrap();
+    assert_eq!(record.event().source_ips, ["192.0.2.10"]);
+}
+
+/// A case of `sourceIPs`: what it shows, the origin, the headers, and the
+/// addresses recorded.
+type SourceIpsCase = (
+    &'static str,
+    Origin,
+    &'static [(&'static str, &'static str)],
+    &'static [&'static str],
+);
+
+#[test]
+fn source_ips_are_the_proxy_s_chain_then_the_peer_as_kube_lists_them() {
+    let peer = Some(std::net::IpAddr::from([10, 0, 0, 9]));
+    let proxy = Origin {
+        authenticated: true,
+        peer,
+        front_proxy: true,
+    };
+    let direct = Origin {
+        front_proxy: false,
+        ..proxy
+    };
+    let failed = Origin {
+        authenticated: false,
+        ..direct
+    };
+    #[rustfmt::skip]
+    let cases: [SourceIpsCase; 8] = [
+        ("the proxy's chain, then the peer", proxy,
+            &[("x-forwarded-for", "203.0.113.7, 10.0.0.5")],
+            &["203.0.113.7", "10.0.0.5", "10.0.0.9"]),
+        ("a peer that ends the chain is not repeated", proxy,
+            &[("x-forwarded-for", "203.0.113.7, 10.0.0.9")],
+            &["203.0.113.7", "10.0.0.9"]),
+        ("X-Real-Ip after the chain when not in it", proxy,
+            &[("x-forwarded-for", "203.0.113.7"), ("x-real-ip", "198.51.100.1")],
+            &["203.0.113.7", "198.51.100.1", "10.0.0.9"]),
+        ("X-Real-Ip already in the chain", proxy,
+            &[("x-forwarded-for", "203.0.113.7"), ("x-real-ip", "203.0.113.7")],
+            &["203.0.113.7", "10.0.0.9"]),
+        ("what does not parse is skipped", proxy,
+            &[("x-forwarded-for", "unknown, 203.0.113.7")],
+            &["203.0.113.7", "10.0.0.9"]),
+        ("the proxy without headers", proxy, &[], &["10.0.0.9"]),
+        ("a direct client's headers are its own claim", direct,
+            &[("x-forwarded-for", "203.0.113.7"), ("x-real-ip", "198.51.100.1")],
+            &["10.0.0.9"]),
+        ("nor are they believed when authentication failed", failed,
+            &[("x-forwarded-for", "203.0.113.7")],
+            &["10.0.0.9"]),
+    ];
+    for (case, origin, headers, want) in cases {
+        let mut map = http::HeaderMap::new();
+        for (name, value) in headers {
+            map.append(*name, value.parse().unwrap());
+        }
+        assert_eq!(source_ips(&map, origin), want, "{case}");
+    }
+}
+
 // ----- the writer ------------------------------------------------------------------
 
 /// A disk that takes every write until the test lets it go.
@@ -724,17 +905,14 @@ fn some_event(i: usize) -> super::Event {
 }
 
 #[tokio::test]
-async fn the_writer_never_blocks_a_request_when_the_disk_is_slow() {
+async fn in_batch_mode_recording_never_waits_and_drops_and_counts_what_does_not_fit() {
     let (release, gate) = std::sync::mpsc::channel();
-    let sink = Sink::start(Box::new(Stuck(gate)), 4);
-    let started = Instant::now();
+    let sink = Sink::start(Box::new(Stuck(gate)), Mode::Batch, 4);
     for i in 0..100 {
-        sink.record(&some_event(i));
+        // Never pending: a batch-mode record that waited would hang here,
+        // the writer being stuck.
+        let _ = sink.record(&some_event(i)).now_or_never().unwrap();
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "recording waited for the disk"
-    );
     assert!(sink.dropped() >= 95, "dropped {}", sink.dropped());
     assert!(sink.metrics().contains(&format!(
         "storage_transfer_audit_error_total{{reason=\"dropped\"}} {}",
@@ -743,6 +921,89 @@ async fn the_writer_never_blocks_a_request_when_the_disk_is_slow() {
     drop(release);
     assert!(sink.flush(Duration::from_secs(5)).await);
     assert_eq!(sink.written() + sink.dropped(), 100);
+}
+
+/// A sink on a stuck disk with room for one `event_of_size(_, 1000)` at a
+/// time, which holds its room until it is written.
+fn one_event_of_room(mode: Mode) -> (Sink, std::sync::mpsc::Sender<()>) {
+    let (release, gate) = std::sync::mpsc::channel();
+    let size = event_of_size(0, 1000).to_line().unwrap().len();
+    let sink = Sink::start_bounded(Box::new(Stuck(gate)), mode, 100, size + size / 2);
+    (sink, release)
+}
+
+#[tokio::test]
+async fn in_blocking_mode_a_request_waits_for_room_instead_of_dropping_its_event() {
+    let (sink, release) = one_event_of_room(Mode::Blocking);
+    sink.record(&event_of_size(1, 1000)).await.unwrap();
+    let second = event_of_size(2, 1000);
+    let mut waiting = std::pin::pin!(sink.record(&second));
+    assert!(
+        futures::poll!(waiting.as_mut()).is_pending(),
+        "the second event waits for the first to be written"
+    );
+    assert_eq!(sink.dropped(), 0);
+    drop(release);
+    let recorded = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+    assert_eq!(recorded, Ok(Ok(())));
+    assert!(sink.flush(Duration::from_secs(5)).await);
+    assert_eq!((sink.written(), sink.dropped()), (2, 0));
+}
+
+#[tokio::test]
+async fn a_request_that_goes_away_while_it_waits_leaves_the_room_to_the_next() {
+    let (sink, release) = one_event_of_room(Mode::Blocking);
+    sink.record(&event_of_size(1, 1000)).await.unwrap();
+    let gone = event_of_size(2, 1000);
+    {
+        let mut waiting = std::pin::pin!(sink.record(&gone));
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+    }
+    drop(release);
+    let next = tokio::time::timeout(Duration::from_secs(30), sink.record(&some_event(3))).await;
+    assert_eq!(next, Ok(Ok(())));
+    assert!(sink.flush(Duration::from_secs(5)).await);
+    assert_eq!(
+        sink.written(),
+        2,
+        "the first and the next; the one gone was never queued"
+    );
+    assert_eq!(sink.queued_bytes(), 0);
+}
+
+#[tokio::test]
+async fn in_batch_mode_the_same_event_is_dropped_and_counted_at_once() {
+    let (sink, release) = one_event_of_room(Mode::Batch);
+    sink.record(&event_of_size(1, 1000)).await.unwrap();
+    let second = sink.record(&event_of_size(2, 1000)).now_or_never();
+    assert_eq!(second, Some(Err(Lost::Dropped)));
+    assert!(sink
+        .metrics()
+        .contains("storage_transfer_audit_error_total{reason=\"dropped\"} 1"));
+    drop(release);
+    assert!(sink.flush(Duration::from_secs(5)).await);
+    assert_eq!((sink.written(), sink.dropped()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_detached_event_in_blocking_mode_waits_in_a_task_rather_than_being_dropped() {
+    let (sink, release) = one_event_of_room(Mode::Blocking);
+    sink.record(&event_of_size(1, 1000)).await.unwrap();
+    // A dropped request's ResponseComplete, or a watch's end.
+    sink.record_detached(&event_of_size(2, 1000));
+    assert_eq!(sink.dropped(), 0);
+    drop(release);
+    // The flush is queued after the detached event has found room.
+    let written = async {
+        while sink.written() < 2 {
+            assert!(sink.flush(Duration::from_secs(5)).await);
+            tokio::task::yield_now().await;
+        }
+    };
+    assert!(tokio::time::timeout(Duration::from_secs(30), written)
+        .await
+        .is_ok());
+    assert_eq!(sink.dropped(), 0);
 }
 
 /// A full disk.
@@ -759,13 +1020,47 @@ impl Write for DiskFull {
 
 #[tokio::test]
 async fn a_full_disk_fails_events_not_requests() {
-    let sink = Sink::start(Box::new(DiskFull), 16);
+    let sink = Sink::start(Box::new(DiskFull), Mode::Blocking, 16);
     for i in 0..10 {
-        sink.record(&some_event(i));
+        sink.record(&some_event(i)).await.unwrap();
     }
     assert!(sink.flush(Duration::from_secs(5)).await);
     assert_eq!(sink.failed(), 10);
     assert_eq!(sink.written(), 0);
+}
+
+/// A GET through an audit record on a full disk, in `mode`: what
+/// `request_received` said, and how many events failed in all.
+async fn request_received_on_a_full_disk(mode: Mode) -> (Result<(), Lost>, u64) {
+    let sink = Sink::start(Box::new(DiskFull), mode, 16);
+    let policy = Policy::new(vec![Rule::at(Level::Metadata)], vec![], false).unwrap();
+    let auditor = Auditor::new(Arc::new(policy), sink.clone());
+    let req = Request::get("/apis").body(()).unwrap();
+    let attributes = on_path(user("alice", &[]), "get", "/apis");
+    let mut record = auditor
+        .begin(&req, &attributes, signed_in(), "id", super::now())
+        .unwrap();
+    let received = record.request_received().await;
+    let resp = Response::new(Full::new(Bytes::from_static(b"{}")));
+    let _ = record.finish(resp, 1024).await;
+    assert!(sink.flush(Duration::from_secs(5)).await);
+    (received, sink.failed())
+}
+
+#[tokio::test]
+async fn in_blocking_strict_mode_a_request_whose_request_received_event_is_not_written_fails() {
+    let (received, failed) = request_received_on_a_full_disk(Mode::BlockingStrict).await;
+    assert_eq!(received, Err(Lost::WriteFailed));
+    assert_eq!(failed, 1, "and nothing more is written for it");
+}
+
+#[tokio::test]
+async fn in_the_other_modes_a_request_goes_on_when_its_events_are_not_written() {
+    for mode in [Mode::Blocking, Mode::Batch] {
+        let (received, failed) = request_received_on_a_full_disk(mode).await;
+        assert_eq!(received, Ok(()), "{mode:?}");
+        assert_eq!(failed, 2, "{mode:?}: RequestReceived and ResponseComplete");
+    }
 }
 
 // ----- rotation --------------------------------------------------------------------
@@ -967,7 +1262,7 @@ async fn a_controller_write_names_the_transfer_and_is_recorded_with_its_audit_id
     use kube::api::{Patch, PatchParams};
     let (inner, sent) = fake_apiserver(200, pvc_json());
     let out = Written::default();
-    let sink = Sink::start(Box::new(out.clone()), 16);
+    let sink = Sink::start(Box::new(out.clone()), Mode::Blocking, 16);
     let client = controller_client(inner, Some(sink.clone()), controller(), "replica-a");
     let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client, "src");
     acting()
@@ -1034,7 +1329,7 @@ async fn a_refused_controller_create_is_recorded_and_still_fails_as_before() {
         "message": "persistentvolumeclaims \"data\" already exists", "reason": "AlreadyExists", "code": 409});
     let (inner, _) = fake_apiserver(409, status);
     let out = Written::default();
-    let sink = Sink::start(Box::new(out.clone()), 16);
+    let sink = Sink::start(Box::new(out.clone()), Mode::Blocking, 16);
     let client = controller_client(inner, Some(sink.clone()), controller(), "replica-a");
     let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client, "dst");
     let claim: PersistentVolumeClaim =
@@ -1061,7 +1356,7 @@ async fn controller_reads_carry_the_headers_and_are_not_recorded() {
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     let (inner, sent) = fake_apiserver(200, pvc_json());
     let out = Written::default();
-    let sink = Sink::start(Box::new(out.clone()), 16);
+    let sink = Sink::start(Box::new(out.clone()), Mode::Blocking, 16);
     let client = controller_client(inner, Some(sink.clone()), controller(), "replica-a");
     let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client, "src");
     claims.get("data").await.unwrap();
@@ -1198,7 +1493,7 @@ async fn apply_yaml_at_request_level(body: Vec<u8>) -> (usize, super::Event) {
         "x",
     );
     let mut record = auditor
-        .begin(&req, &attributes, true, "id", super::now())
+        .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
     let req = record
         .capture_request(req, crate::endpoints::MAX_BODY_BYTES)
@@ -1282,11 +1577,11 @@ fn event_of_size(i: usize, size: usize) -> super::Event {
 #[tokio::test]
 async fn the_queue_is_bounded_by_bytes_as_well_as_by_events() {
     let (release, gate) = std::sync::mpsc::channel();
-    let sink = Sink::start(Box::new(Stuck(gate)), 10_000);
+    let sink = Sink::start(Box::new(Stuck(gate)), Mode::Batch, 10_000);
     // 80 MiB of events, each far under the event-count bound; the writer
     // takes the first and is stuck on it.
     for i in 0..80 {
-        sink.record(&event_of_size(i, 1024 * 1024));
+        let _ = sink.record(&event_of_size(i, 1024 * 1024)).await;
     }
     let limit = super::sink::MAX_QUEUED_BYTES;
     assert!(sink.queued_bytes() <= limit, "{}", sink.queued_bytes());
@@ -1308,15 +1603,16 @@ async fn the_queue_is_bounded_by_bytes_as_well_as_by_events() {
 #[tokio::test]
 async fn a_small_byte_budget_drops_big_events_and_keeps_small_ones() {
     let (release, gate) = std::sync::mpsc::channel();
-    let sink = Sink::start_bounded(Box::new(Stuck(gate)), 10_000, 64 * 1024);
-    sink.record(&event_of_size(0, 100 * 1024));
+    let sink = Sink::start_bounded(Box::new(Stuck(gate)), Mode::Batch, 10_000, 64 * 1024);
+    let lost = sink.record(&event_of_size(0, 100 * 1024)).await;
+    assert_eq!(lost, Err(Lost::Dropped));
     assert_eq!(
         sink.dropped(),
         1,
         "an event over the whole budget never fits"
     );
     for i in 1..=10 {
-        sink.record(&some_event(i));
+        sink.record(&some_event(i)).await.unwrap();
     }
     assert_eq!(sink.dropped(), 1, "small events still fit");
     assert!(sink
@@ -1350,9 +1646,9 @@ async fn create_cancelled(policy: Policy, in_response: bool) -> Vec<Value> {
                 "",
             );
             let mut record = auditor
-                .begin(&req, &attributes, true, "id-c", super::now())
+                .begin(&req, &attributes, signed_in(), "id-c", super::now())
                 .unwrap();
-            record.request_received();
+            record.request_received().await.unwrap();
             let req = record.capture_request(req, 3 * 1024 * 1024).await;
             let _ = req.into_body().collect().await;
             if !in_response {
@@ -1369,7 +1665,7 @@ async fn create_cancelled(policy: Policy, in_response: bool) -> Vec<Value> {
         }
     };
     assert!(
-        futures::FutureExt::now_or_never(served).is_none(),
+        served.now_or_never().is_none(),
         "the request was still being served"
     );
     assert!(auditor.flush(Duration::from_secs(5)).await);

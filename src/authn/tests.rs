@@ -81,7 +81,7 @@ async fn remote_user_headers_are_ignored_without_a_certificate() {
         )
         .await
         .unwrap();
-    assert_eq!(user, anonymous_user());
+    assert_eq!(user, Authenticated::directly(anonymous_user()));
 }
 
 /// A trust anchor that accepts every chain and counts how often it was asked.
@@ -164,7 +164,8 @@ async fn a_connection_s_certificate_is_verified_once_until_the_configuration_cha
             .authenticate(&parts(&[("X-Remote-User", user)]), &connection)
             .await
             .unwrap();
-        assert_eq!(seen.username, user, "each request names its own user");
+        assert_eq!(seen.user.username, user, "each request names its own user");
+        assert!(seen.by_front_proxy);
     }
     assert_eq!(
         calls(),
@@ -273,4 +274,14 @@ async fn a_forged_token_of_the_cluster_s_issuer_and_a_malformed_token_cost_no_to
         )
         .await;
     assert_eq!(reviews.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_peer_is_named_by_its_ip_and_an_ipv4_client_on_ipv6_by_its_ipv4_address() {
+    let mapped: std::net::SocketAddr = "[::ffff:127.0.0.1]:50000".parse().unwrap();
+    assert_eq!(
+        Peer::new(None).with_address(mapped).ip(),
+        Some(std::net::IpAddr::from([127, 0, 0, 1]))
+    );
+    assert_eq!(Peer::default().ip(), None);
 }

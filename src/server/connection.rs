@@ -458,10 +458,15 @@ impl ConnectionServer {
             .activity
             .quiet_since
             .store(open.now(), Ordering::Relaxed);
-        let identity =
-            Arc::new(Peer::new(tls.get_ref().1.peer_certificates().map(
-                |chain| chain.iter().map(|c| c.clone().into_owned()).collect(),
-            )));
+        let identity = Arc::new(
+            Peer::new(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect()),
+            )
+            .with_address(peer),
+        );
         let service = service_fn({
             let registration = Arc::clone(&registration);
             move |req| {

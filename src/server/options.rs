@@ -21,11 +21,26 @@
 //!   (days; 0: any age): rotation as lumberjack does it, backups named
 //!   `<name>-<UTC timestamp>.<ext>`.
 //! - `--audit-log-format`: only `json` (kube's `legacy` is not offered).
-//! - `--audit-log-buffer-size` (ours): how many events may wait for the
-//!   writer (and at most 64 MiB of them); past it, events are dropped and
-//!   counted
-//!   (`storage_transfer_audit_error_total{reason="dropped"}`), never waited
-//!   for. `--audit-log-compress` is not offered.
+//! - `--audit-log-mode`: `blocking` (the default, as kube's log backend),
+//!   `blocking-strict` or `batch`, with kube's meanings: in the blocking
+//!   modes a request's event waits for room in the queue, so none is
+//!   dropped, and in blocking-strict a request whose RequestReceived event
+//!   cannot be written (and flushed) fails with 500 ("failed to store audit
+//!   event"); in batch mode nothing waits, and an event that finds the
+//!   queue full is dropped and counted
+//!   (`storage_transfer_audit_error_total{reason="dropped"}`), as kube's
+//!   buffered backend drops it. Any other value stops the server. Unlike
+//!   kube's blocking backend, which writes each event before the request
+//!   goes on, ours waits only for room in the queue, and the writer thread
+//!   writes it soon after. Neither our batch mode nor kube's sends events
+//!   in timed batches here: the writer writes each as it comes
+//!   (`--audit-log-batch-max-size`, `-max-wait` and `-throttle-*` are not
+//!   offered).
+//! - `--audit-log-buffer-size` (kube: `--audit-log-batch-buffer-size`,
+//!   which is taken too; 10,000): how many events may wait for the writer,
+//!   and at most 64 MiB of them; past it, requests wait (blocking modes) or
+//!   events are dropped (batch). kube uses it in batch mode only.
+//!   `--audit-log-compress` is not offered.
 //!
 //! # Overload
 //!
@@ -46,7 +61,9 @@ use std::time::Duration;
 use super::connection::ConnectionLimits;
 use super::flowcontrol::FlowControlLimits;
 use super::tls::{self, TlsError};
-use crate::audit::{AuditConfig, LogConfig, Policy, PolicyError, RotatingFile, Rotation};
+use crate::audit::{
+    AuditConfig, LogConfig, Mode, Policy, PolicyError, RotatingFile, Rotation, UnknownMode,
+};
 use crate::controller::EnabledControllers;
 use crate::storage::etcd::EtcdConfig;
 
@@ -231,10 +248,20 @@ pub struct Options {
     #[arg(long, default_value = "json", value_parser = ["json"])]
     pub audit_log_format: String,
 
+    /// What a request waits for, as kube-apiserver's flag of the same
+    /// name: `blocking` (its event waits for room in the queue; none is
+    /// dropped), `blocking-strict` (as blocking, and the request fails if
+    /// its RequestReceived event cannot be written) or `batch` (never
+    /// waits; past the queue's bounds events are dropped and counted).
+    #[arg(long, default_value = "blocking", value_name = "MODE")]
+    pub audit_log_mode: String,
+
     /// How many audit events may wait for the writer (at most 64 MiB of
-    /// them in all); past it they are dropped and counted, so that a slow
-    /// or full disk never holds up a request nor fills memory.
-    #[arg(long, default_value_t = 10_000)]
+    /// them in all). Past it, in batch mode new events are dropped and
+    /// counted; in the blocking modes requests wait for room, so memory
+    /// stays bounded. kube's name for it, `--audit-log-batch-buffer-size`
+    /// (whose default is 10,000 too), is taken as well.
+    #[arg(long, default_value_t = 10_000, alias = "audit-log-batch-buffer-size")]
     pub audit_log_buffer_size: usize,
 
     /// The most read-only requests (get, list) served at once, as
@@ -341,6 +368,8 @@ pub enum ConfigError {
     AuditLog { path: String, reason: String },
     #[error("--audit-log-buffer-size: must be at least 1")]
     AuditBuffer,
+    #[error("--audit-log-mode: {0}")]
+    AuditMode(#[from] UnknownMode),
     /// A flow-control limit that contradicts another.
     #[error("--{flag}: {reason}")]
     FlowControl { flag: &'static str, reason: String },
@@ -438,6 +467,8 @@ impl Options {
     /// The audit configuration: the policy read and validated, and the log
     /// file created, as kube-apiserver does both before it serves.
     fn audit(&self) -> Result<Option<AuditConfig>, ConfigError> {
+        // Refused even when nothing is audited: a typo stays one.
+        let mode: Mode = self.audit_log_mode.parse()?;
         let path = self.audit_log_path.as_deref().filter(|p| !p.is_empty());
         let (policy_file, path) = match (&self.audit_policy_file, path) {
             (Some(policy), Some(path)) => (policy, path),
@@ -484,6 +515,7 @@ impl Options {
                     max_age: (self.audit_log_maxage > 0)
                         .then(|| Duration::from_secs(u64::from(self.audit_log_maxage) * DAY)),
                 },
+                mode,
                 buffer: self.audit_log_buffer_size,
             },
         }))
