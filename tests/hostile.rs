@@ -449,10 +449,9 @@ fn a_destination_that_pads_its_request_to_the_size_limit_cannot_jam_the_transfer
     let dst = cp().namespace("dst").unwrap();
     let bob = editor(cp(), &unique("bob"), &dst.name);
     // The largest request the server takes from bob, found with dry runs:
-    // the labels take about 1.3 MB, and the annotation (at most 256 KiB)
-    // the rest. Whether a size is taken grows with it, so bisect.
-    let labels = 10_200;
-    let create = |annotation: usize, dry: bool| {
+    // first the labels (about 132 bytes each), then an annotation for the
+    // rest. Whether a size is taken grows with it, so bisect.
+    let create = |labels: usize, annotation: usize, dry: bool| {
         let body = padded_request(&dst.name, &victim.ns.name, labels, annotation);
         let mut args = vec!["create", "-o", "name", "-f", "-"];
         if dry {
@@ -460,21 +459,36 @@ fn a_destination_that_pads_its_request_to_the_size_limit_cannot_jam_the_transfer
         }
         bob.run_with_stdin(&args, Some(&body))
     };
-    let (mut fits, mut refused) = (0, 256 * 1024 - 3);
-    let first = create(fits, true);
-    assert!(first.success, "{}", first.stderr);
-    assert!(!create(refused, true).success);
-    while refused - fits > 1 {
-        let mid = (fits + refused) / 2;
-        let probe = create(mid, true);
-        if probe.success {
-            fits = mid;
+    let fits = |labels: usize, annotation: usize| {
+        let probe = create(labels, annotation, true);
+        assert!(
+            probe.success || probe.stderr.contains("too large"),
+            "{}",
+            probe.stderr
+        );
+        probe.success
+    };
+    let (mut labels, mut too_many) = (0, 13_000);
+    assert!(!fits(too_many, 0));
+    while too_many - labels > 1 {
+        let mid = (labels + too_many) / 2;
+        if fits(mid, 0) {
+            labels = mid;
         } else {
-            assert!(probe.stderr.contains("too large"), "{}", probe.stderr);
-            refused = mid;
+            too_many = mid;
         }
     }
-    let made = create(fits, false);
+    let (mut fits_len, mut too_long) = (0, 1_000);
+    assert!(!fits(labels, too_long));
+    while too_long - fits_len > 1 {
+        let mid = (fits_len + too_long) / 2;
+        if fits(labels, mid) {
+            fits_len = mid;
+        } else {
+            too_long = mid;
+        }
+    }
+    let made = create(labels, fits_len, false);
     assert!(made.success, "{}", made.stderr);
 
     offer(admin(), &victim.ns.name, "give", "db", &dst.name);
@@ -489,4 +503,231 @@ fn a_destination_that_pads_its_request_to_the_size_limit_cannot_jam_the_transfer
     assert_eq!(moved["spec"]["volumeName"], victim.volume.pv.as_str());
     // And the padded request is still the destination's to delete.
     bob.ok(&["delete", "namespacetransfer", "take", "-n", &dst.name]);
+}
+
+/// Every version of one transfer a user can watch, as `kubectl get -w`
+/// shows it to them, from before it exists.
+struct TransferWatch(std::process::Child);
+
+impl TransferWatch {
+    fn start(k: &Kubectl, namespace: &str, name: &str) -> Self {
+        let child = std::process::Command::new(k.binary())
+            .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
+            .args(["get", "namespacetransfers", "-n", namespace])
+            .arg(format!("--field-selector=metadata.name={name}"))
+            .args(["-w", "--output-watch-events", "-o", "json"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Self(child)
+    }
+
+    fn finish(mut self) -> Vec<Value> {
+        let _ = self.0.kill();
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut self.0.stdout.take().unwrap(), &mut out).unwrap();
+        let _ = self.0.wait();
+        serde_json::Deserializer::from_str(&out)
+            .into_iter::<Value>()
+            .map(|e| e.unwrap()["object"].clone())
+            .collect()
+    }
+}
+
+impl Drop for TransferWatch {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The reasons a destination may read (DESIGN §2.1.3: a reason from the
+/// fixed vocabulary), and the condition reasons the protocol writes.
+const DESTINATION_REASONS: &[&str] = &[
+    // Phases' reasons (the vocabulary of the user guide's table).
+    "WaitingForPeer",
+    "Offering",
+    "PeerTaken",
+    "Matched",
+    "SourceNotFound",
+    "SourceNotBound",
+    "SourceInUse",
+    "SourceLocked",
+    "StorageClassNotAllowed",
+    "DestinationExists",
+    "DestinationRefused",
+    "SourceReleaseRefused",
+    "VolumeChanged",
+    "Deleted",
+    "ModeNotSupported",
+    "Cloning",
+    "CloneFailed",
+    "CloneNeedsConsumer",
+    "WaitingForCapacity",
+    "WaitingForBinding",
+    "DestinationLost",
+    "Forbidden",
+    "DeadlineExceeded",
+    "Completed",
+    // Steps and conditions.
+    "Locked",
+    "Authorized",
+    "Committed",
+    "NotInUse",
+    "RightsConfirmed",
+    "ClaimRefMoved",
+];
+
+/// Checks, field by field, that a destination-side status holds only what
+/// DESIGN §2.1.3 lets the destination learn: the peer's namespace and
+/// name, the phases, reasons, its own claim, and at completion the volume
+/// that is now its own.
+#[track_caller]
+fn assert_only_what_the_destination_may_learn(status: &Value, own_namespace: &str) {
+    let allowed = [
+        "phase",
+        "role",
+        "peer",
+        "peerPhase",
+        "conditions",
+        "reason",
+        "message",
+        "observedGeneration",
+        "steps",
+        "destinationClaim",
+        "volumeName",
+        "completionTime",
+    ];
+    for (field, value) in status.as_object().unwrap() {
+        assert!(
+            allowed.contains(&field.as_str()),
+            "the destination reads status.{field}: {value}"
+        );
+    }
+    let peer = status["peer"].as_object().map(|p| {
+        let mut keys: Vec<&str> = p.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        keys
+    });
+    if let Some(keys) = peer {
+        // The uid only tells a peer from a namesake created after it.
+        assert!(
+            keys.iter()
+                .all(|k| ["name", "namespace", "uid"].contains(k)),
+            "{}",
+            status["peer"]
+        );
+    }
+    if let Some(claim) = status["destinationClaim"].as_object() {
+        assert_eq!(claim["namespace"], own_namespace, "{}", status);
+    }
+    if let Some(reason) = status["reason"].as_str() {
+        assert!(DESTINATION_REASONS.contains(&reason), "reason {reason:?}");
+    }
+    for c in status["conditions"].as_array().into_iter().flatten() {
+        let reason = c["reason"].as_str().unwrap_or_default();
+        assert!(
+            DESTINATION_REASONS.contains(&reason),
+            "condition reason {reason:?}: {c}"
+        );
+    }
+}
+
+#[test]
+fn a_standing_offers_request_learns_only_the_peer_the_phase_and_a_reason() {
+    let victim = Victim::new();
+    let dst = cp().namespace("dst").unwrap();
+    let bob = editor(cp(), &unique("bob"), &dst.name);
+    admin()
+        .apply(&format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: fixtures\n  namespace: {}\nspec:\n  mode: Clone\n  source:\n    name: db\n  destination:\n    namespace: {}\n",
+            victim.ns.name, dst.name
+        ))
+        .unwrap();
+    let watch = TransferWatch::start(&bob, &dst.name, "take");
+    let offer_watch = TransferWatch::start(admin(), &victim.ns.name, "fixtures");
+    bob.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: take\n  namespace: {}\nspec:\n  mode: Clone\n  source:\n    namespace: {}\n    name: db\n  destination:\n    name: copy\n",
+        dst.name, victim.ns.name
+    ))
+    .unwrap();
+    let done = wait_phase(&bob, &dst.name, "take", "Completed", WAIT);
+    // The offer keeps the pair's record, where only the source reads it,
+    // and lets it go once the pair is done.
+    eventually("the offer to let its pair's record go", WAIT, || {
+        transfer_json(admin(), &victim.ns.name, "fixtures")
+            .is_some_and(|o| o["status"]["pairs"].is_null())
+    });
+    let seen = watch.finish();
+    assert!(seen.len() >= 3, "the watch saw {} versions", seen.len());
+    let records: Vec<Value> = offer_watch
+        .finish()
+        .iter()
+        .filter_map(|o| o["status"]["pairs"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert!(!records.is_empty(), "the offer kept the pair's record");
+    assert!(records.iter().all(|r| r["request"]["name"] == "take"));
+    let clone_name = records[0]["sourceClaim"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let clone_uid = records[0]["sourceClaim"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // What the source side knows and the destination must not: the clone
+    // (its name and uid), the source's own claim and volume.
+    let copy = claim_json(admin(), &dst.name, "copy").unwrap();
+    let volume = copy["spec"]["volumeName"].as_str().unwrap().to_owned();
+    assert_eq!(
+        copy["metadata"]["annotations"]["storage.transfer.k8s.io/transferred-from"],
+        format!("{}/db", victim.ns.name),
+        "the received claim names what was asked for"
+    );
+    let secrets = [
+        clone_name.as_str(),
+        victim.volume.pv.as_str(),
+        victim.volume.claim_uid.as_str(),
+    ];
+    for version in seen.iter().chain([&done]) {
+        let status = &version["status"];
+        assert_only_what_the_destination_may_learn(status, &dst.name);
+        let text = serde_json::to_string(status).unwrap();
+        for secret in secrets {
+            assert!(!text.contains(secret), "status shows {secret:?}: {text}");
+        }
+        // The volume (named after the clone's uid) is the destination's
+        // only once handed over.
+        if version["status"]["phase"] != "Completed" {
+            for secret in [volume.as_str(), clone_uid.as_str()] {
+                assert!(!text.contains(secret), "status shows {secret:?}: {text}");
+            }
+        }
+    }
+    assert_eq!(done["status"]["volumeName"], volume.as_str());
+    let text = serde_json::to_string(&copy["metadata"]).unwrap();
+    for secret in secrets {
+        assert!(!text.contains(secret), "the claim shows {secret:?}: {text}");
+    }
+    // Every Event in the destination namespace: on the request and on the
+    // claim it received.
+    let events = bob.ok(&["get", "events.events.k8s.io", "-n", &dst.name, "-o", "json"]);
+    let events: Value = serde_json::from_str(&events).unwrap();
+    let events = events["items"].as_array().unwrap();
+    assert!(!events.is_empty());
+    for e in events {
+        let kind = e["regarding"]["kind"].as_str().unwrap_or_default();
+        assert!(
+            ["NamespaceTransfer", "PersistentVolumeClaim"].contains(&kind),
+            "{e}"
+        );
+        assert!(e["related"].is_null(), "an Event names another object: {e}");
+        let text = format!("{} {}", e["note"], e["regarding"]);
+        for secret in secrets {
+            assert!(!text.contains(secret), "an Event shows {secret:?}: {e}");
+        }
+    }
 }

@@ -342,8 +342,9 @@ fn a_standing_offers_clones_crashed_after_any_step_each_arrive_once_to_a_request
 #[test]
 fn a_standing_offer_that_recounts_between_a_pairs_two_r1_writes_counts_its_clone_once() {
     let (cp, _turn) = turn();
-    // Every pair pauses after R1's record, before the offer's count: the
-    // record wakes the offer, which counts again in the pause.
+    // Every pair pauses between R1's two writes (the offer's record and
+    // count, then the request's state): the write wakes the offer, which
+    // counts again in the pause.
     restart(cp, &[("STA_FAULT_PAUSE_BEFORE", "R1-count:6000")]);
     let s = setup(cp);
     let (src, dst) = (&s.src.name, &s.dst.name);

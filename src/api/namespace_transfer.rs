@@ -53,6 +53,11 @@ pub const REASON_CLONE_FAILED: &str = "CloneFailed";
 /// `spec.maxClones` is unset.
 pub const DEFAULT_MAX_CLONES: i32 = 10;
 
+/// The largest `spec.maxClones`: the offer keeps a record of each pair in
+/// its status, and a status must fit in the room the store keeps for the
+/// controllers' writes.
+pub const MAX_MAX_CLONES: i32 = 100;
+
 /// Clone-claim annotation naming the claim it was cloned from,
 /// `<namespace>/<name>` (C1).
 pub const ANNOTATION_CLONE_OF: &str = "storage.transfer.k8s.io/clone-of";
@@ -143,8 +148,7 @@ pub struct NamespaceTransferSpec {
     /// `destination.name`): how many of its clones may exist at once; more
     /// requests wait with reason `WaitingForCapacity`. Unset means 10: each
     /// clone takes the source namespace's quota and storage, so an offer
-    /// never lets the destination make clones without bound. Must be 1 or
-    /// more.
+    /// never lets the destination make clones without bound. From 1 to 100.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_clones: Option<i32>,
 }
@@ -332,6 +336,13 @@ pub struct NamespaceTransferStatus {
     /// over and not yet deleted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clones: Option<CloneCounts>,
+    /// On a standing clone offer: the record of each of its pairs from R1
+    /// until the pair has finished, by request. Written by the controller
+    /// only, on the offer, which the destination cannot read: what a pair
+    /// knows of its clone (name, uid, volume, class, size) is the source
+    /// namespace's business.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<PairRecord>,
     /// The latest observations of the transfer's state: PeerMatched, Authorized,
     /// SourceReleased, Rebound and Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -449,6 +460,27 @@ pub struct CloneCounts {
     /// Clones that exist now: being made, or from R2 on while their volume
     /// exists, whoever holds it.
     pub alive: i64,
+}
+
+/// The record of one pair of a standing clone offer, kept on the offer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PairRecord {
+    /// The request in the destination namespace, uid and all.
+    pub request: PeerReference,
+    /// What the pair's R1 took of its clone: what `status.sourceClaim` is on a
+    /// one-shot transfer's source side.
+    pub source_claim: SourceClaimSnapshot,
+}
+
+impl NamespaceTransferStatus {
+    /// The record of the pair whose request has uid `request`, on a
+    /// standing offer.
+    pub fn pair(&self, request: &str) -> Option<&PairRecord> {
+        self.pairs
+            .iter()
+            .find(|p| p.request.uid.as_deref() == Some(request))
+    }
 }
 
 /// Names the peer transfer in the other namespace.
@@ -688,6 +720,12 @@ impl NamespaceTransfer {
         if let Some(max) = spec.max_clones {
             if max < 1 {
                 errs.invalid("spec.maxClones", max, "must be greater than or equal to 1");
+            } else if max > MAX_MAX_CLONES {
+                errs.invalid(
+                    "spec.maxClones",
+                    max,
+                    &format!("must be less than or equal to {MAX_MAX_CLONES}"),
+                );
             } else if !self.own_namespace().is_empty() && !self.is_standing_offer() {
                 errs.invalid(
                     "spec.maxClones",

@@ -9,8 +9,9 @@
 //!   the clone is seen Bound, before R1.
 //! - `STA_FAULT_PAUSE_BEFORE=R4:3000` makes the controller sleep 3000 ms just
 //!   before step R4, so that a test can change the world in between.
-//!   `R1-count` is a point inside R1: after the pair's record, before a
-//!   standing offer's count of the clone (R1's second write).
+//!   `R1-count` is a point inside a standing offer's pair's R1: after the
+//!   offer's write of the pair's record and count, before the request's
+//!   state (R1's second write).
 
 use super::transfer::Step;
 

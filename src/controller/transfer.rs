@@ -470,10 +470,9 @@ impl TransferController {
     /// once it is deleted or past its deadline and no pair still needs it.
     async fn tend_offer(&self, s: NamespaceTransfer) -> Result<Next, Error> {
         // Counted under the offer's lock, which a pair holds across R1's two
-        // writes (its record, then the offer's count). A count taken between
-        // them would repair a count that is not short, and the pair's own
-        // write would then count its clone twice. `s` was read before the
-        // lock, so it is read again.
+        // writes (the offer's record and count, in one write, then the
+        // request's state), so that a recount never races a pair's record.
+        // `s` was read before the lock, so it is read again.
         let lock = self.standing_lock(uid_of(&s));
         let counting = lock.lock().await;
         let Some(s) = self
@@ -494,8 +493,9 @@ impl TransferController {
             .filter(|d| is_active(d) || has_finalizer(d))
             .map(|d| object_key(*d))
             .collect();
-        // Each pair adds its clone at R1; the pairs recorded now only repair
-        // a count a crash between R1's two writes left short.
+        // Each pair adds its clone at R1, in the write of its record; the
+        // records only repair a count that an older server's two writes
+        // left short.
         let made_before = s
             .status
             .as_ref()
@@ -503,9 +503,22 @@ impl TransferController {
             .map_or(0, |c| usize::try_from(c.made).unwrap_or(0));
         let made = pairs
             .iter()
-            .filter(|d| recorded_source(d).is_some())
+            .filter(|d| standing_record(&s, uid_of(d)).is_some())
             .count()
             .max(made_before);
+        // A pair's record is kept while the pair may still need it: until
+        // it has finished and let go of its finalizer, or its request is
+        // gone.
+        let needed: HashSet<&str> = pairs
+            .iter()
+            .filter(|d| is_active(d) || has_finalizer(d))
+            .map(|d| uid_of(d))
+            .collect();
+        let stale_records = s.status.as_ref().is_some_and(|st| {
+            st.pairs
+                .iter()
+                .any(|p| !needed.contains(p.request.uid.as_deref().unwrap_or_default()))
+        });
         let alive = self.clones_alive(&s, &pairs, None).await?;
         let held = pairs.iter().any(|d| has_finalizer(d));
         let deleting = s.metadata.deletion_timestamp.is_some();
@@ -545,9 +558,13 @@ impl TransferController {
                 let current = s.status.as_ref();
                 let changed = current.and_then(|st| st.clones.as_ref()) != Some(&counts)
                     || current.and_then(|st| st.phase) != Some(Phase::WaitingForPeer)
-                    || current.and_then(|st| st.message.as_deref()) != Some(message.as_str());
+                    || current.and_then(|st| st.message.as_deref()) != Some(message.as_str())
+                    || stale_records;
                 if changed {
                     self.update_status(&s, |st| {
+                        st.pairs.retain(|p| {
+                            needed.contains(p.request.uid.as_deref().unwrap_or_default())
+                        });
                         st.phase = Some(Phase::WaitingForPeer);
                         st.reason = Some(REASON_OFFERING.to_owned());
                         st.message = Some(message.clone());
@@ -605,7 +622,7 @@ impl TransferController {
         // Before R2: the pairs with a clone claim made.
         let mut early = 0;
         for d in pairs {
-            let volume = recorded_source(d).map(|c| c.volume_name.as_str());
+            let volume = standing_record(s, uid_of(d)).map(|c| c.volume_name.as_str());
             if except.is_some_and(|uid| d.metadata.uid.as_deref() == Some(uid)) {
                 if let Some(volume) = volume {
                     labelled.remove(volume);
@@ -977,25 +994,41 @@ impl TransferController {
                     snapshot.name
                 );
                 let now = now();
+                if let (true, Some(d)) = (is_standing_pair(s), d) {
+                    // The offer keeps the pair's record and counts its clone,
+                    // once, in one write, under its lock; the request learns
+                    // only that the claim is locked.
+                    let record = crate::api::namespace_transfer::PairRecord {
+                        request: reference(d),
+                        source_claim: snapshot.clone(),
+                    };
+                    self.update_status(s, |st| {
+                        if st.pair(uid_of(d)).is_none() {
+                            st.pairs.push(record.clone());
+                            let counts = st.clones.get_or_insert_with(CloneCounts::default);
+                            counts.made = counts.made.saturating_add(1);
+                        }
+                    })
+                    .await?;
+                    fault::before_named(R1_COUNT).await;
+                }
                 self.update_pair(s, d, &report, |st, is_source| {
                     st.phase = Some(Phase::Rebinding);
                     st.reason = None;
                     if is_source {
                         st.source_claim = Some(snapshot.clone());
                     }
-                    set(st, CONDITION_SOURCE_RELEASED, true, "NotInUse", &released);
+                    // The claim freed is the clone in Clone mode: the
+                    // destination reads only that the source's is free.
+                    let released = if is_source {
+                        released.as_str()
+                    } else {
+                        "no pod in the source namespace uses the source claim"
+                    };
+                    set(st, CONDITION_SOURCE_RELEASED, true, "NotInUse", released);
                     st.record_step(StepName::Locked, &now);
                 })
                 .await?;
-                if is_standing_pair(s) {
-                    // The offer counts each clone once, here, under its lock.
-                    fault::before_named(R1_COUNT).await;
-                    self.update_status(s, |st| {
-                        let counts = st.clones.get_or_insert_with(CloneCounts::default);
-                        counts.made = counts.made.saturating_add(1);
-                    })
-                    .await?;
-                }
                 fault::after(Step::Lock);
                 if let Some(claim) = &f.source_claim {
                     let (dest_ns, dest_name) = d.map_or((source_ns, ""), |d| destination_of(s, d));
@@ -1075,16 +1108,15 @@ impl TransferController {
                             self.update_status(d, |st| st.record_step(StepName::Created, &now))
                                 .await?;
                         }
-                        let from = recorded_source(s)
-                            .map(|snap| format!("{source_ns}/{}", snap.name))
-                            .unwrap_or_default();
+                        // Seen in the destination namespace: named by what
+                        // the destination asked for, never by the clone.
                         self.events
                             .publish(
                                 &claim_reference(dest_ns, dest_name, Some(&uid)),
                                 Severity::Normal,
                                 "Created",
                                 Step::CreateTarget.action(),
-                                &format!("created to receive a volume from {from}"),
+                                &format!("created to receive {}", received_from(s)),
                             )
                             .await;
                         Ok(Next::Now)
@@ -1328,16 +1360,18 @@ impl TransferController {
                 let from = recorded_source(s)
                     .map(|snap| format!("{source_ns}/{}", snap.name))
                     .unwrap_or_default();
-                let message = format!(
-                    "volume {volume_name} moved from {from} to {}/{}",
-                    dest.namespace, dest.name
-                );
-                let report = Report::shared(REASON_COMPLETED, message.clone());
+                let to = format!("{}/{}", dest.namespace, dest.name);
+                let report = Report {
+                    reason: REASON_COMPLETED,
+                    source: format!("volume {volume_name} moved from {from} to {to}"),
+                    destination: completed_for_destination(s, &volume_name, &to),
+                };
                 let now = now();
                 self.update_pair(s, d, &report, |st, _| {
                     st.phase = Some(Phase::Completed);
                     st.volume_name = Some(volume_name.clone());
                     st.completion_time = Some(now.clone());
+                    let message = st.message.clone().unwrap_or_default();
                     set(st, CONDITION_READY, true, REASON_COMPLETED, &message);
                     st.record_step(StepName::Settled, &now);
                 })
@@ -1348,7 +1382,7 @@ impl TransferController {
                         Severity::Normal,
                         "TransferCompleted",
                         Step::Settle.action(),
-                        &message,
+                        &report.destination,
                     )
                     .await;
                 Ok(Next::Now)
@@ -1750,7 +1784,8 @@ impl TransferController {
     ) -> Result<(), Error> {
         let d = d.filter(|d| d.metadata.uid != s.metadata.uid);
         if is_standing_pair(s) {
-            // The pair's record is the request's alone; the offer is shared.
+            // The pair's state is the request's alone; the offer is shared
+            // (its record is the offer's, written at R1).
             let Some(d) = d else { return Ok(()) };
             let s_ref = reference(s);
             let offer_phase = self
@@ -1760,7 +1795,7 @@ impl TransferController {
             self.update_status(d, |st| {
                 st.reason = Some(report.reason.to_owned());
                 st.message = Some(report.destination.clone());
-                change(st, true);
+                change(st, false);
                 st.peer = Some(s_ref.clone());
                 st.peer_phase = offer_phase;
             })
@@ -1932,17 +1967,57 @@ const R1_COUNT: &str = "R1-count";
 const OFFER_RECOUNT: Duration = Duration::from_secs(10);
 
 /// The pair of standing offer `s` and its request `d` as the decision sees
-/// a pair: the offer, carrying the request's record (its status, naming the
-/// request as the peer). The record lives on the request because the offer
-/// is shared by all its pairs; the lock and the volume marker still name
-/// the offer, each pair's clone by its own name.
+/// a pair: the offer, carrying the pair's state (the request's status,
+/// naming the request as the peer) and the pair's R1 record, which the
+/// offer keeps (`status.pairs`) where the destination cannot read it. The
+/// phase and the steps live on the request because the offer is shared by
+/// all its pairs; the lock and the volume marker still name the offer, each
+/// pair's clone by its own name.
 fn standing_view(s: &NamespaceTransfer, d: &NamespaceTransfer) -> NamespaceTransfer {
     let mut view = s.clone();
     let mut status = d.status.clone().unwrap_or_default();
+    status.source_claim = standing_record(s, uid_of(d)).cloned();
     status.peer = Some(reference(d));
     status.clones = None;
+    // Every pair's record, as the offer holds them: what its clones alive
+    // are counted by.
+    status.pairs = s
+        .status
+        .as_ref()
+        .map(|st| st.pairs.clone())
+        .unwrap_or_default();
     view.status = Some(status);
     view
+}
+
+/// The destination's words for a completed transfer `s`: the volume is its
+/// own now; the claim it came from (in Clone mode, the clone) is not.
+fn completed_for_destination(s: &NamespaceTransfer, volume: &str, to: &str) -> String {
+    format!(
+        "{} was handed over to {to} (volume {volume})",
+        received_from(s)
+    )
+}
+
+/// What the destination receives from the transfer `s`, in words it may
+/// read: the claim its own spec names, never the clone that carries it.
+fn received_from(s: &NamespaceTransfer) -> String {
+    let origin = format!("{}/{}", s.source_namespace(), s.spec.source.name);
+    match s.mode() {
+        TransferMode::Clone => format!("a clone of {origin}"),
+        TransferMode::Move => format!("the volume of {origin}"),
+    }
+}
+
+/// The R1 record the standing offer `s` keeps for its request `request`.
+fn standing_record<'a>(
+    s: &'a NamespaceTransfer,
+    request: &str,
+) -> Option<&'a crate::api::namespace_transfer::SourceClaimSnapshot> {
+    s.status
+        .as_ref()
+        .and_then(|st| st.pair(request))
+        .map(|p| &p.source_claim)
 }
 
 /// Whether `t` is a standing offer's pair view (see [`standing_view`]): an
@@ -2013,11 +2088,14 @@ fn mirror(
     st.phase = source.phase;
     st.reason = source.reason.clone();
     let reason = source.reason.clone().unwrap_or_default();
-    st.message = Some(if source.phase == Some(Phase::Completed) {
-        source.message.clone().unwrap_or_default()
-    } else {
-        destination_text(&reason).to_owned()
-    });
+    st.message = Some(
+        match (source.phase, &source.volume_name, &source.destination_claim) {
+            (Some(Phase::Completed), Some(volume), Some(to)) => {
+                completed_for_destination(s, volume, &format!("{}/{}", to.namespace, to.name))
+            }
+            _ => destination_text(&reason).to_owned(),
+        },
+    );
     if source.phase == Some(Phase::Completed) {
         st.volume_name = source.volume_name.clone();
     }

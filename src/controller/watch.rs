@@ -97,11 +97,14 @@ impl Triggers {
             |t, pod| is_active(t) && t.source_namespace() == namespace(pod),
         )));
         let (volume_copy, volumes) = reflected::<PersistentVolume>(&client);
+        // A standing offer keeps its pairs' records: woken, it wakes them.
         tasks.push(tokio::spawn(forward(volumes, known, queue, |t, volume| {
-            t.status
-                .as_ref()
-                .and_then(|st| st.source_claim.as_ref())
-                .is_some_and(|snap| snap.volume_name == name(volume))
+            t.status.as_ref().is_some_and(|st| {
+                st.source_claim
+                    .iter()
+                    .chain(st.pairs.iter().map(|p| &p.source_claim))
+                    .any(|snap| snap.volume_name == name(volume))
+            })
         })));
 
         let (classes, writer) = reflector::store();

@@ -190,9 +190,11 @@ pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
 /// write never takes it, so a tenant who pads its own object to the limit
 /// cannot make the status and finalizer writes of the protocol fail (413)
 /// and so hold its peer's finalizer for ever. It holds a status at its
-/// largest (every text cut by [`Object::bound_status`]), the controllers'
-/// managedFields entries and the protocol's finalizer many times over.
-pub const CONTROLLER_HEADROOM_BYTES: usize = 64 * 1024;
+/// largest (every text cut by [`Object::bound_status`]; a standing offer
+/// with the records of its most clones, about 190 KiB with every name at
+/// its longest), the controllers' managedFields entries and the protocol's
+/// finalizer.
+pub const CONTROLLER_HEADROOM_BYTES: usize = 256 * 1024;
 
 /// The most a client's write may make of an object, not counting its
 /// status: what is left of [`MAX_OBJECT_BYTES`] after

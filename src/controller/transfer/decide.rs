@@ -1174,10 +1174,12 @@ pub fn destination_claim(
     snapshot: &SourceClaimSnapshot,
     volume: &Volume,
 ) -> PersistentVolumeClaim {
+    // The claim the destination asked for, never the clone that carries it
+    // (in Move mode they are the same).
     let annotations = [
         (
             ANNOTATION_TRANSFERRED_FROM.to_owned(),
-            format!("{}/{}", s.source_namespace(), snapshot.name),
+            format!("{}/{}", s.source_namespace(), s.spec.source.name),
         ),
         (ANNOTATION_TRANSFER_LOCK.to_owned(), uid_of(s).to_owned()),
     ];
