@@ -731,3 +731,62 @@ fn bad_applies_are_refused_with_a_reason_and_change_nothing() {
         after["metadata"]["resourceVersion"]
     );
 }
+
+/// The resident set of process `pid` now (`VmRSS`), in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"));
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+#[test]
+fn a_hundred_label_patches_of_a_fat_object_do_not_grow_the_server_by_a_hundred_mebibytes() {
+    // As large as a client may make it: about 1.2 MB of labels. Each patch
+    // stores another 1.2 MB revision, which every watch cache keeps.
+    let ns = cp().namespace("fat").unwrap();
+    let http = editor(&ns.name, "fat-patcher");
+    let mut body = transfer("fat");
+    let labels: serde_json::Map<String, Value> = (0..9_000)
+        .map(|i| (format!("l{i:06}{}", "x".repeat(56)), json!("v".repeat(63))))
+        .collect();
+    body["metadata"]["labels"] = Value::Object(labels);
+    let pid = cp().server_pid().expect("the server runs");
+    let _quiet = MEMORY.lock().unwrap_or_else(|p| p.into_inner());
+    let before = rss(pid);
+    let resp = send(
+        &http,
+        "POST",
+        &base(&ns.name),
+        &[JSON],
+        &serde_json::to_vec(&body).unwrap(),
+    );
+    assert_eq!(resp.status, 201, "{}", resp.text());
+    for i in 0..100 {
+        let patch = json!({"metadata": {"labels": {format!("l000000{}", "x".repeat(56)): format!("v{i}")}}});
+        let resp = send(
+            &http,
+            "PATCH",
+            &format!("{}/fat", base(&ns.name)),
+            &[("Content-Type", "application/merge-patch+json")],
+            &serde_json::to_vec(&patch).unwrap(),
+        );
+        assert_eq!(resp.status, 200, "patch {i}: {}", resp.text());
+    }
+    // A list and a watch from the start read every revision kept.
+    let resp = send(&http, "GET", &base(&ns.name), &[], b"");
+    assert_eq!(resp.status, 200);
+    let grown = rss(pid).saturating_sub(before);
+    eprintln!(
+        "a hundred patches of a fat object grew the server's RSS by {} MiB",
+        grown / (1024 * 1024)
+    );
+    assert!(
+        grown < 100 * 1024 * 1024,
+        "the server's RSS grew by {} MiB",
+        grown / (1024 * 1024)
+    );
+}

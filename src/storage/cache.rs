@@ -1,5 +1,6 @@
 //! The watch cache: one etcd watch per resource, feeding an in-memory copy of
-//! every object and a bounded buffer of recent events.
+//! every object and a buffer of recent events, bounded by count and by
+//! bytes ([`DEFAULT_CAPACITY`], [`DEFAULT_MAX_BYTES`]).
 //!
 //! Lists are served from the copy and watches from the buffer, so N clients cost
 //! one etcd watch, not N. The cache is level-triggered: whenever its etcd watch
@@ -43,6 +44,25 @@ mod backfill;
 /// resourceVersion, backfilled ones included; a watch that needs more
 /// answers 410 Expired.
 pub const DEFAULT_CAPACITY: usize = 10_000;
+
+/// How many bytes of recent events a cache keeps, as [`event_cost`] counts
+/// them, besides [`DEFAULT_CAPACITY`]: a tenant who writes large objects
+/// again and again fills the buffer by bytes long before it fills it by
+/// count, and must not make every replica keep gigabytes of history.
+/// Events of a few KiB fill it at about 1,300.
+pub const DEFAULT_MAX_BYTES: usize = 32 * 1024 * 1024;
+
+/// What one event of the buffer holds in memory, counted from its stored
+/// bytes: the value and the value before it, each with the decoded object
+/// and the encoding that readers keep beside it ([`Memo`](super::Memo)),
+/// measured at about three times the stored bytes.
+pub fn event_cost(event: &CacheEvent) -> usize {
+    const MEMO_FACTOR: usize = 4;
+    let stored = event.object.key.len()
+        + event.object.value.len()
+        + event.prev.as_ref().map_or(0, |p| p.value.len());
+    stored.saturating_mul(MEMO_FACTOR).saturating_add(256)
+}
 
 /// How many events may queue for one slow watcher before it is closed.
 const FANOUT_BUFFER: usize = 4_096;
@@ -88,6 +108,8 @@ struct State {
     /// some of the events at `complete_after` itself may be too (one
     /// transaction's events leave the buffer one at a time).
     events: VecDeque<Arc<CacheEvent>>,
+    /// The [`event_cost`] of `events`, summed.
+    event_bytes: usize,
     /// Every event after this revision is in `events`.
     complete_after: Revision,
     revision: Revision,
@@ -101,6 +123,8 @@ struct State {
 struct Inner {
     prefix: String,
     capacity: usize,
+    /// The most [`event_cost`] the buffer holds.
+    max_bytes: usize,
     storage: Arc<dyn Storage>,
     state: RwLock<State>,
     revision: watch::Sender<Revision>,
@@ -141,15 +165,29 @@ impl WatchCache {
         capacity: usize,
         shutdown: Arc<Notify>,
     ) -> Self {
+        Self::start_bounded(storage, prefix, capacity, DEFAULT_MAX_BYTES, shutdown)
+    }
+
+    /// As [`WatchCache::start`], keeping at most `max_bytes` of events (as
+    /// [`event_cost`] counts them) besides at most `capacity` of them.
+    pub fn start_bounded(
+        storage: Arc<dyn Storage>,
+        prefix: String,
+        capacity: usize,
+        max_bytes: usize,
+        shutdown: Arc<Notify>,
+    ) -> Self {
         let (sender, _) = broadcast::channel(FANOUT_BUFFER);
         let (revision, _) = watch::channel(0);
         let inner = Arc::new(Inner {
             prefix,
             capacity: capacity.max(1),
+            max_bytes,
             storage,
             state: RwLock::new(State {
                 objects: BTreeMap::new(),
                 events: VecDeque::new(),
+                event_bytes: 0,
                 complete_after: 0,
                 revision: 0,
                 generation: 0,
@@ -347,6 +385,7 @@ async fn feed_once(inner: &Inner, storage: &dyn Storage) -> Result<(), StorageEr
         let mut state = write(&inner.state);
         state.objects = objects;
         state.events.clear();
+        state.event_bytes = 0;
         state.complete_after = revision;
         state.revision = revision;
         state.generation += 1;
@@ -455,8 +494,9 @@ fn apply(inner: &Inner, events: Vec<Event>) {
                     .objects
                     .insert(cached.object.key.clone(), cached.object.clone());
             }
+            state.event_bytes = state.event_bytes.saturating_add(event_cost(&cached));
             state.events.push_back(cached.clone());
-            trim(&mut state, inner.capacity);
+            trim(&mut state, inner);
             state.revision = revision;
             // No receivers is fine.
             let _ = state.sender.send(cached);
@@ -503,14 +543,25 @@ fn cache_event(event: Event, cached: Option<Arc<KeyValue>>) -> CacheEvent {
     }
 }
 
-/// Drops the oldest events beyond `capacity`; watches from before the last
-/// one dropped are too old from then on.
-fn trim(state: &mut State, capacity: usize) {
-    while state.events.len() > capacity {
-        if let Some(dropped) = state.events.pop_front() {
-            state.complete_after = dropped.revision;
+/// Drops the oldest events beyond the cache's count or bytes (the newest
+/// event always stays); watches from before the last one dropped are too
+/// old from then on.
+fn trim(state: &mut State, inner: &Inner) {
+    while state.events.len() > inner.capacity
+        || (state.event_bytes > inner.max_bytes && state.events.len() > 1)
+    {
+        match pop_front(state) {
+            Some(dropped) => state.complete_after = dropped.revision,
+            None => break,
         }
     }
+}
+
+/// Takes the oldest event out of the buffer, and its cost off the sum.
+fn pop_front(state: &mut State) -> Option<Arc<CacheEvent>> {
+    let dropped = state.events.pop_front()?;
+    state.event_bytes = state.event_bytes.saturating_sub(event_cost(&dropped));
+    Some(dropped)
 }
 
 fn advance(inner: &Inner, revision: Revision) {

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{cache_event, read, trim, write, CacheEvent, Inner};
+use super::{cache_event, event_cost, pop_front, read, trim, write, CacheEvent, Inner};
 use crate::storage::{Event, Revision, Storage, StorageError, WatchMessage};
 
 /// How long a watch waits for the backfill it needs, its own or the ones
@@ -117,6 +117,10 @@ enum BackfillError {
     Compacted(Revision),
     #[error("more than {room} events followed revision {from}, the room left in the buffer")]
     TooMany { from: Revision, room: usize },
+    #[error(
+        "the events after revision {from} take more than {room} bytes, the room left in the buffer"
+    )]
+    TooLarge { from: Revision, room: usize },
     #[error("etcd sent the event of {key} at revision {revision} without its previous value")]
     MissingPrev { key: String, revision: Revision },
     #[error("the cache re-listed or dropped events while the backfill read")]
@@ -159,7 +163,11 @@ pub(super) async fn extend_back_to(inner: &Inner, after: Revision) {
                 tracing::debug!(prefix = %inner.prefix, from, events, "watch cache backfilled from etcd's history");
                 return;
             }
-            Ok(Err(e @ (BackfillError::Compacted(_) | BackfillError::TooMany { .. }))) => {
+            Ok(Err(
+                e @ (BackfillError::Compacted(_)
+                | BackfillError::TooMany { .. }
+                | BackfillError::TooLarge { .. }),
+            )) => {
                 tracing::debug!(prefix = %inner.prefix, from, error = %e, "watch cache cannot backfill");
                 backfills.mark_unreachable(from);
                 // That was an older revision another watch wanted; ours may
@@ -187,7 +195,9 @@ fn needs_backfill(inner: &Inner, after: Revision) -> bool {
         return false;
     }
     let state = read(&inner.state);
-    after < state.complete_after && state.events.len() < inner.capacity
+    after < state.complete_after
+        && state.events.len() < inner.capacity
+        && state.event_bytes < inner.max_bytes
 }
 
 /// One backfill: reads `(from, complete_after]` from etcd and splices it in
@@ -197,12 +207,20 @@ async fn backfill(inner: &Inner, from: Revision) -> Result<usize, BackfillError>
         let state = read(&inner.state);
         // Events at `complete_after` still in the buffer are read again and
         // replaced, so they leave room.
-        let partial = state
+        let partial: Vec<&Arc<CacheEvent>> = state
             .events
             .iter()
             .take_while(|e| e.revision <= state.complete_after)
-            .count();
-        let room = inner.capacity.saturating_sub(state.events.len() - partial);
+            .collect();
+        let partial_bytes: usize = partial.iter().map(|e| event_cost(e)).sum();
+        let room = Room {
+            events: inner
+                .capacity
+                .saturating_sub(state.events.len() - partial.len()),
+            bytes: inner
+                .max_bytes
+                .saturating_sub(state.event_bytes.saturating_sub(partial_bytes)),
+        };
         (state.generation, state.complete_after, room)
     };
     if from >= through {
@@ -214,17 +232,28 @@ async fn backfill(inner: &Inner, from: Revision) -> Result<usize, BackfillError>
     Ok(count)
 }
 
+/// How much a backfill may add to the buffer.
+#[derive(Debug, Clone, Copy)]
+struct Room {
+    events: usize,
+    /// As [`event_cost`] counts them.
+    bytes: usize,
+}
+
 /// The events under `prefix` in `(from, through]`, from a temporary etcd
-/// watch, as the live feed would have made them; at most `room` of them.
+/// watch, as the live feed would have made them; no more than fit in
+/// `room`, by count and by bytes, so that a watch from far back never
+/// makes the server hold more history than its buffer would.
 async fn read_history(
     storage: &dyn Storage,
     prefix: &str,
     from: Revision,
     through: Revision,
-    room: usize,
+    room: Room,
 ) -> Result<Vec<Arc<CacheEvent>>, BackfillError> {
     let mut watch = storage.watch(prefix, from).await?;
     let mut events = Vec::new();
+    let mut bytes = 0usize;
     let mut ask = tokio::time::interval(PROGRESS_INTERVAL);
     loop {
         tokio::select! {
@@ -240,11 +269,16 @@ async fn read_history(
                         if event.revision() > through {
                             return Ok(events);
                         }
-                        if events.len() == room {
-                            return Err(BackfillError::TooMany { from, room });
+                        if events.len() == room.events {
+                            return Err(BackfillError::TooMany { from, room: room.events });
                         }
                         check_complete(&event)?;
-                        events.push(Arc::new(cache_event(event, None)));
+                        let event = Arc::new(cache_event(event, None));
+                        bytes = bytes.saturating_add(event_cost(&event));
+                        if bytes > room.bytes {
+                            return Err(BackfillError::TooLarge { from, room: room.bytes });
+                        }
+                        events.push(event);
                     }
                 }
                 Some(WatchMessage::Progress(revision)) => {
@@ -292,13 +326,14 @@ fn splice(
     }
     // The backfill has every event at `through`; the buffer may hold some.
     while state.events.front().is_some_and(|e| e.revision <= through) {
-        state.events.pop_front();
+        pop_front(&mut state);
     }
     for event in events.into_iter().rev() {
+        state.event_bytes = state.event_bytes.saturating_add(event_cost(&event));
         state.events.push_front(event);
     }
     state.complete_after = from;
-    trim(&mut state, inner.capacity);
+    trim(&mut state, inner);
     Ok(())
 }
 

@@ -335,3 +335,87 @@ async fn a_lost_etcd_watch_resumes_from_the_cache_revision_and_its_watchers_stay
         .expect("the watcher stays open");
     assert_eq!(event.object.key, key("a", "y"));
 }
+
+#[tokio::test]
+async fn large_values_written_again_and_again_are_kept_by_bytes_not_by_count() {
+    // A tenant rewriting one large object: each revision would otherwise
+    // stay in the buffer (10,000 of them) with its decoded forms.
+    let storage = Arc::new(MemoryStorage::default());
+    let big = Bytes::from(vec![b'x'; 100_000]);
+    let one = CacheEvent {
+        kind: EventKind::Modified,
+        revision: 0,
+        object: Arc::new(KeyValue {
+            key: key("a", "fat"),
+            value: big.clone(),
+            create_revision: 0,
+            mod_revision: 0,
+            memo: Default::default(),
+        }),
+        prev: None,
+    };
+    // Room for three revisions with their previous values, not four.
+    let max_bytes = event_cost(&one) * 2 * 3 + 1;
+    let cache = WatchCache::start_bounded(
+        storage.clone(),
+        PREFIX.to_owned(),
+        10_000,
+        max_bytes,
+        Arc::new(Notify::new()),
+    );
+    while !cache.is_ready() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut kv = storage.create(&key("a", "fat"), big.clone()).await.unwrap();
+    let first = kv.mod_revision;
+    for _ in 0..10 {
+        kv = storage
+            .update(&key("a", "fat"), kv.mod_revision, big.clone())
+            .await
+            .unwrap();
+    }
+    cache
+        .wait_for_revision(kv.mod_revision, Duration::from_secs(5))
+        .await
+        .unwrap();
+    {
+        let state = read(&cache.inner.state);
+        assert!(
+            state.event_bytes <= max_bytes,
+            "{} bytes",
+            state.event_bytes
+        );
+        assert_eq!(state.events.len(), 3, "kept by bytes");
+        let summed: usize = state.events.iter().map(|e| event_cost(e)).sum();
+        assert_eq!(state.event_bytes, summed);
+    }
+    let err = cache.watch_from(first).await.unwrap_err();
+    assert!(matches!(err, CacheError::TooOld { .. }), "{err:?}");
+    let recent = cache.watch_from(kv.mod_revision - 1).await.unwrap();
+    assert_eq!(recent.backlog.len(), 1);
+}
+
+#[tokio::test]
+async fn the_newest_event_stays_even_when_it_alone_is_over_the_bytes() {
+    let storage = Arc::new(MemoryStorage::default());
+    let cache = WatchCache::start_bounded(
+        storage.clone(),
+        PREFIX.to_owned(),
+        10_000,
+        1,
+        Arc::new(Notify::new()),
+    );
+    while !cache.is_ready() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let kv = storage
+        .create(&key("a", "x"), Bytes::from_static(b"1"))
+        .await
+        .unwrap();
+    cache
+        .wait_for_revision(kv.mod_revision, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let watch = cache.watch_from(kv.mod_revision - 1).await.unwrap();
+    assert_eq!(watch.backlog.len(), 1);
+}
