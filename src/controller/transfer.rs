@@ -831,7 +831,7 @@ impl TransferController {
                             .await;
                     }
                 }
-                Ok(Next::After(after))
+                Ok(after.map_or(Next::Done, Next::After))
             }
             Action::RecordMatch => {
                 let report = Report::shared(
