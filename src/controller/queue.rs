@@ -4,6 +4,11 @@
 //! it is queued again when the first worker is done. Keys can be added after a
 //! delay, and failures back off per key.
 //!
+//! Fairness: keys are `namespace/name`, and the keys waiting for a worker
+//! are handed out round-robin between namespaces, so that however many keys
+//! one namespace has queued, another namespace's key waits for at most one
+//! key of each other namespace.
+//!
 //! Pacing, so that many objects that cannot proceed do not hammer
 //! kube-apiserver: everything the queue schedules itself rather than an event
 //! asking for it (a retry after a failure, another look at a pair that
@@ -11,10 +16,16 @@
 //! ([`PACE_PER_SECOND`], bursts of [`PACE_BURST`], as client-go's default
 //! controller rate limiter), and per key through an exponential backoff:
 //! failures from 250 ms, consecutive waits from 1 s, both up to 30 s. A key
-//! holds at most one pending timer (the earliest wins), and a timer takes
-//! its token when it fires, so the bucket's debt never exceeds one token per
-//! key. Events and [`WorkQueue::add`] are never paced: a change is looked at
-//! at once.
+//! holds at most one pending timer (the earliest wins). When it fires the key
+//! is *due*: it waits, in its namespace's turn, for a token, and takes it
+//! only as it is moved to the keys waiting for a worker. A token is thus
+//! never spent on a look that does not happen (a timer replaced by an
+//! earlier one, or a due look an event overtook), the bucket never runs into
+//! debt, and a namespace's due key waits for at most one token per other
+//! namespace with due keys, never behind another namespace's backlog.
+//! Events and [`WorkQueue::add`] are never paced: a change is looked at at
+//! once, and it supersedes the key's timer or due look (the look re-derives
+//! when to look again).
 //!
 //! Owns ordering, de-duplication and pacing only; what a key means is the
 //! reconciler's business.
@@ -38,10 +49,8 @@ pub const PACE_BURST: f64 = 200.0;
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Keys waiting for a worker, in order.
-    ready: VecDeque<String>,
-    /// The keys in `ready`, for de-duplication.
-    queued: HashSet<String>,
+    /// Keys waiting for a worker.
+    ready: Lanes,
     /// Keys a worker holds now.
     active: HashSet<String>,
     /// Keys added while a worker held them: queued again on `done`.
@@ -52,13 +61,114 @@ struct Inner {
     waits: HashMap<String, u32>,
     /// Keys with a pending timer, and when it fires.
     delayed: HashMap<String, Instant>,
+    /// Keys whose paced look is due, waiting for a token.
+    due: Lanes,
     bucket: Bucket,
     shut_down: bool,
 }
 
-/// A token bucket: `rate` tokens a second, at most `burst` saved up. Taking
-/// a token it does not have yet is allowed and says how long until it would
-/// have had it, so that callers queue up behind each other.
+impl Inner {
+    /// Queues `key` for a worker now, or marks it dirty if one holds it;
+    /// whether a waiting worker should be woken.
+    fn enqueue(&mut self, key: &str) -> bool {
+        if self.active.contains(key) {
+            self.dirty.insert(key.to_owned());
+            false
+        } else {
+            self.ready.push(key)
+        }
+    }
+
+    /// Moves due keys to the ready ones, round-robin between namespaces,
+    /// for as many tokens as the bucket has at `now`; how long until its
+    /// next token if due keys are left.
+    fn promote(&mut self, now: Instant) -> Option<Duration> {
+        while !self.due.is_empty() {
+            if let Err(wait) = self.bucket.try_take(now) {
+                return Some(wait);
+            }
+            if let Some(key) = self.due.pop() {
+                self.enqueue(&key);
+            }
+        }
+        None
+    }
+}
+
+/// Keys in first-in-first-out lanes, one per namespace, taken round-robin
+/// between the lanes; each key at most once.
+#[derive(Debug, Default)]
+struct Lanes {
+    /// Namespaces with keys, in the order of their next turn.
+    turns: VecDeque<String>,
+    lanes: HashMap<String, VecDeque<String>>,
+    keys: HashSet<String>,
+}
+
+impl Lanes {
+    /// Adds `key` at the end of its namespace's lane; false if it is in.
+    fn push(&mut self, key: &str) -> bool {
+        if !self.keys.insert(key.to_owned()) {
+            return false;
+        }
+        let namespace = namespace_of(key);
+        let lane = self.lanes.entry(namespace.to_owned()).or_default();
+        if lane.is_empty() {
+            self.turns.push_back(namespace.to_owned());
+        }
+        lane.push_back(key.to_owned());
+        true
+    }
+
+    /// The first key of the namespace whose turn it is.
+    fn pop(&mut self) -> Option<String> {
+        let namespace = self.turns.pop_front()?;
+        let lane = self.lanes.get_mut(&namespace)?;
+        let key = lane.pop_front()?;
+        if lane.is_empty() {
+            self.lanes.remove(&namespace);
+        } else {
+            self.turns.push_back(namespace);
+        }
+        self.keys.remove(&key);
+        Some(key)
+    }
+
+    /// Takes `key` out; false if it was not in.
+    fn remove(&mut self, key: &str) -> bool {
+        if !self.keys.remove(key) {
+            return false;
+        }
+        let namespace = namespace_of(key);
+        if let Some(lane) = self.lanes.get_mut(namespace) {
+            lane.retain(|k| k != key);
+            if lane.is_empty() {
+                self.lanes.remove(namespace);
+                self.turns.retain(|n| n != namespace);
+            }
+        }
+        true
+    }
+
+    fn contains(&self, key: &str) -> bool {
+        self.keys.contains(key)
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// The namespace of a `namespace/name` key (empty for a key without one).
+fn namespace_of(key: &str) -> &str {
+    key.split_once('/').map_or("", |(namespace, _)| namespace)
+}
+
+/// A token bucket: `rate` tokens a second, at most `burst` saved up.
 #[derive(Debug, Clone)]
 pub(crate) struct Bucket {
     rate: f64,
@@ -83,17 +193,21 @@ impl Bucket {
         }
     }
 
-    /// Takes one token at `now`: how long the taker must wait for it.
-    pub(crate) fn take(&mut self, now: Instant) -> Duration {
+    /// Takes one token at `now` if there is one; otherwise how long until
+    /// there is.
+    pub(crate) fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
         let elapsed = self
             .at
             .map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
         self.at = Some(now);
-        self.tokens = (self.tokens + elapsed.as_secs_f64() * self.rate).min(self.burst) - 1.0;
-        if self.tokens >= 0.0 {
-            Duration::ZERO
+        self.tokens = (self.tokens + elapsed.as_secs_f64() * self.rate).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
         } else {
-            Duration::from_secs_f64(-self.tokens / self.rate)
+            // Rounded up, so that the taker finds its token when it wakes.
+            let wait = Duration::from_secs_f64((1.0 - self.tokens) / self.rate);
+            Err(wait.max(Duration::from_nanos(1)) + Duration::from_nanos(1))
         }
     }
 }
@@ -114,19 +228,20 @@ impl WorkQueue {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues `key` now, unless it is already waiting.
+    /// Queues `key` now, unless it is already waiting. A pending timer or
+    /// due look of the key is dropped, its token unspent: the look this
+    /// asks for decides anew when to look again.
     pub fn add(&self, key: &str) {
-        let mut inner = self.lock();
-        if inner.shut_down {
-            return;
-        }
-        if inner.active.contains(key) {
-            inner.dirty.insert(key.to_owned());
-            return;
-        }
-        if inner.queued.insert(key.to_owned()) {
-            inner.ready.push_back(key.to_owned());
-            drop(inner);
+        let wake = {
+            let mut inner = self.lock();
+            if inner.shut_down {
+                return;
+            }
+            inner.delayed.remove(key);
+            inner.due.remove(key);
+            inner.enqueue(key)
+        };
+        if wake {
             self.wake.notify_one();
         }
     }
@@ -137,10 +252,9 @@ impl WorkQueue {
         self.schedule(key, delay, false);
     }
 
-    /// A timer for `key` after `delay`, unless one fires sooner. A `paced`
-    /// timer takes its token from the bucket when it fires (and waits for
-    /// it), so a timer that another replaced, or one due in a day, costs
-    /// nothing now, and the bucket's debt never exceeds one token per key.
+    /// A timer for `key` after `delay`, unless one fires sooner or the key
+    /// is queued or due already. When a `paced` timer fires the key is due:
+    /// it waits for a token in its namespace's turn (see the module docs).
     fn schedule(&self, key: &str, delay: Duration, paced: bool) {
         if delay.is_zero() && !paced {
             self.add(key);
@@ -149,11 +263,18 @@ impl WorkQueue {
         let at = Instant::now() + delay;
         {
             let mut inner = self.lock();
-            if inner.shut_down {
+            if inner.shut_down || inner.ready.contains(key) || inner.due.contains(key) {
                 return;
             }
             match inner.delayed.get(key) {
                 Some(pending) if *pending <= at => return,
+                _ if delay.is_zero() => {
+                    inner.delayed.remove(key);
+                    inner.due.push(key);
+                    drop(inner);
+                    self.wake.notify_one();
+                    return;
+                }
                 _ => {
                     inner.delayed.insert(key.to_owned(), at);
                 }
@@ -163,38 +284,21 @@ impl WorkQueue {
         let key = key.to_owned();
         tokio::spawn(async move {
             tokio::time::sleep_until(at).await;
-            let mut at = at;
-            if paced {
-                let wait = {
-                    let mut inner = queue.lock();
-                    if inner.delayed.get(&key) != Some(&at) {
-                        // Replaced by an earlier timer: nothing to do.
-                        return;
-                    }
-                    let wait = inner.bucket.take(Instant::now());
-                    if !wait.is_zero() {
-                        at = Instant::now() + wait;
-                        inner.delayed.insert(key.clone(), at);
-                    }
-                    wait
-                };
-                if !wait.is_zero() {
-                    tokio::time::sleep_until(at).await;
-                }
-            }
-            let due = {
+            let wake = {
                 let mut inner = queue.lock();
-                match inner.delayed.get(&key) {
-                    // A timer replaced by an earlier one has nothing to do.
-                    Some(pending) if *pending == at => {
-                        inner.delayed.remove(&key);
-                        true
-                    }
-                    _ => false,
+                if inner.shut_down || inner.delayed.get(&key) != Some(&at) {
+                    // Replaced by an earlier timer, or overtaken by an add.
+                    return;
+                }
+                inner.delayed.remove(&key);
+                if !paced {
+                    inner.enqueue(&key)
+                } else {
+                    !inner.ready.contains(&key) && inner.due.push(&key)
                 }
             };
-            if due {
-                queue.add(&key);
+            if wake {
+                queue.wake.notify_one();
             }
         });
     }
@@ -228,14 +332,13 @@ impl WorkQueue {
     }
 
     /// Queues `key` for a periodic look (a resync), paced by the bucket,
-    /// unless it is queued, being worked on, or has a timer due within
+    /// unless it is queued, due, being worked on, or has a timer due within
     /// `within` (a later timer is brought forward: the look re-derives it).
     pub fn add_resync(&self, key: &str, within: Duration) {
         {
             let inner = self.lock();
             let soon = Instant::now() + within;
             if inner.shut_down
-                || inner.queued.contains(key)
                 || inner.active.contains(key)
                 || inner.delayed.get(key).is_some_and(|at| *at <= soon)
             {
@@ -262,18 +365,33 @@ impl WorkQueue {
     pub async fn next(&self) -> Option<String> {
         loop {
             let notified = self.wake.notified();
-            {
+            let token_in = {
                 let mut inner = self.lock();
                 if inner.shut_down {
                     return None;
                 }
-                if let Some(key) = inner.ready.pop_front() {
-                    inner.queued.remove(&key);
+                let token_in = inner.promote(Instant::now());
+                if let Some(key) = inner.ready.pop() {
                     inner.active.insert(key.clone());
+                    let more = !inner.ready.is_empty() || !inner.due.is_empty();
+                    drop(inner);
+                    if more {
+                        // Another waiting worker takes the rest.
+                        self.wake.notify_one();
+                    }
                     return Some(key);
                 }
+                token_in
+            };
+            match token_in {
+                Some(wait) => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+                None => notified.await,
             }
-            notified.await;
         }
     }
 
@@ -295,9 +413,10 @@ impl WorkQueue {
         self.wake.notify_waiters();
     }
 
-    /// How many keys wait for a worker.
+    /// How many keys wait for a worker, now or for a token.
     pub fn len(&self) -> usize {
-        self.lock().ready.len()
+        let inner = self.lock();
+        inner.ready.len() + inner.due.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -848,7 +848,7 @@ impl TransferController {
                             .await;
                     }
                 }
-                Ok(Next::After(after))
+                Ok(after.map_or(Next::Done, Next::After))
             }
             Action::RecordMatch => {
                 let report = Report::shared(

@@ -94,18 +94,23 @@ async fn a_key_that_keeps_failing_reaches_the_backoff_cap_and_stays_there() {
 }
 
 #[test]
-fn the_bucket_lets_a_burst_through_then_spaces_takers_at_its_rate() {
+fn the_bucket_lets_a_burst_through_then_says_when_its_next_token_comes() {
     let start = Instant::now();
     let mut b = Bucket::new(10.0, 3.0);
-    let waits: Vec<Duration> = (0..6).map(|_| b.take(start)).collect();
-    let ms = |n| Duration::from_millis(n);
-    assert_eq!(waits, vec![ms(0), ms(0), ms(0), ms(100), ms(200), ms(300)]);
+    let taken: Vec<bool> = (0..4).map(|_| b.try_take(start).is_ok()).collect();
+    assert_eq!(taken, vec![true, true, true, false]);
+    let wait = b.try_take(start).unwrap_err();
+    assert!(
+        wait >= Duration::from_millis(100) && wait < Duration::from_micros(100_001),
+        "{wait:?}"
+    );
+    assert_eq!(b.try_take(start + wait), Ok(()));
     // Tokens come back with time, never more than the burst.
     let later = start + Duration::from_secs(60);
-    assert_eq!(b.take(later), Duration::ZERO);
-    assert_eq!(b.take(later), Duration::ZERO);
-    assert_eq!(b.take(later), Duration::ZERO);
-    assert_eq!(b.take(later), ms(100));
+    assert_eq!(b.try_take(later), Ok(()));
+    assert_eq!(b.try_take(later), Ok(()));
+    assert_eq!(b.try_take(later), Ok(()));
+    assert!(b.try_take(later).is_err(), "a refusal takes nothing");
 }
 
 #[tokio::test(start_paused = true)]
@@ -209,4 +214,145 @@ async fn timers_take_their_token_when_they_fire_so_far_or_replaced_ones_cost_not
     q.add_rate_limited("fresh");
     assert_eq!(q.next().await.as_deref(), Some("fresh"));
     assert_eq!(Instant::now() - before, BACKOFF_BASE);
+}
+
+/// Lets `n` paced looks of `prefix{i}` come due at 1 s (their least wait)
+/// and hands the bucket's burst of them to a worker: the rest wait for a
+/// token.
+async fn exhaust_the_bucket(q: &WorkQueue, prefix: &str, n: usize) {
+    for i in 0..n {
+        q.add_paced(&format!("{prefix}{i}"), Duration::ZERO);
+    }
+    tokio::time::sleep(WAIT_BASE).await;
+    for _ in 0..PACE_BURST as usize {
+        let key = q.next().await.unwrap();
+        q.done(&key);
+    }
+    // Every timer has fired by now.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_that_overtakes_a_paced_look_gives_back_its_token() {
+    let q = WorkQueue::new();
+    exhaust_the_bucket(&q, "w", 300).await;
+    // Events for all of them (a hundred still wait for a token): looked at
+    // now.
+    for i in 0..300 {
+        q.add(&format!("w{i}"));
+    }
+    for _ in 0..300 {
+        let key = q.next().await.unwrap();
+        q.done(&key);
+    }
+    // None of them took a token: a failure now waits only its backoff and
+    // what the bucket has refilled by then.
+    let before = Instant::now();
+    q.add_rate_limited("fresh");
+    assert_eq!(q.next().await.as_deref(), Some("fresh"));
+    assert_eq!(Instant::now() - before, BACKOFF_BASE);
+    q.done("fresh");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(q.is_empty(), "the overtaken looks add nothing later");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paced_look_replaced_by_an_earlier_timer_gives_back_its_token() {
+    let q = WorkQueue::new();
+    exhaust_the_bucket(&q, "w", 300).await;
+    // Sooner timers for all of them (a hundred still wait for a token).
+    for i in 0..300 {
+        q.add_after(&format!("w{i}"), Duration::from_millis(100));
+    }
+    for _ in 0..300 {
+        let key = q.next().await.unwrap();
+        q.done(&key);
+    }
+    let before = Instant::now();
+    q.add_rate_limited("fresh");
+    assert_eq!(q.next().await.as_deref(), Some("fresh"));
+    assert_eq!(Instant::now() - before, BACKOFF_BASE);
+    q.done("fresh");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(q.is_empty(), "the replaced looks add nothing later");
+}
+
+#[tokio::test]
+async fn one_namespace_s_many_ready_keys_do_not_queue_ahead_of_another_s() {
+    let q = WorkQueue::new();
+    for i in 0..100 {
+        q.add(&format!("dev/r{i}"));
+    }
+    q.add("prod/p");
+    q.add("test/t");
+    let first: Vec<String> = vec![
+        q.next().await.unwrap(),
+        q.next().await.unwrap(),
+        q.next().await.unwrap(),
+        q.next().await.unwrap(),
+    ];
+    assert_eq!(first, vec!["dev/r0", "prod/p", "test/t", "dev/r1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_namespace_s_due_look_is_not_delayed_by_another_namespace_s_waiting_keys() {
+    let q = WorkQueue::new();
+    let dev: Vec<String> = (0..2_000).map(|i| format!("dev/r{i}")).collect();
+    for key in &dev {
+        q.add(key);
+    }
+    let start = Instant::now();
+    q.add_paced("prod/deadline", Duration::from_secs(5));
+    // Two workers, each look 5 ms; every dev key waits again after its look,
+    // as an unmatched request does.
+    let (seen, mut prod) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..2 {
+        let (q, seen) = (q.clone(), seen.clone());
+        tokio::spawn(async move {
+            while let Some(key) = q.next().await {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                if key.starts_with("dev/") {
+                    q.add_paced(&key, Duration::ZERO);
+                } else {
+                    let _ = seen.send(Instant::now());
+                }
+                q.done(&key);
+            }
+        });
+    }
+    // A resync of every dev key, and a storm of dev events, just before
+    // the prod key is due.
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    for key in &dev {
+        q.add_resync(key, Duration::from_secs(30));
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for key in &dev {
+        q.add(key);
+    }
+    let handed = tokio::time::timeout(Duration::from_secs(10), prod.recv())
+        .await
+        .expect("the prod key is handed to a worker")
+        .unwrap();
+    assert!(
+        handed - start <= Duration::from_secs(6),
+        "prod waited {:?}",
+        handed - start
+    );
+    q.shut_down();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paced_look_due_while_its_key_is_held_waits_until_the_key_is_done() {
+    let q = WorkQueue::new();
+    q.add("ns/a");
+    let key = q.next().await.unwrap();
+    q.add_rate_limited("ns/a");
+    let second = tokio::time::timeout(Duration::from_secs(1), q.next()).await;
+    assert!(
+        second.is_err(),
+        "a held key is not handed to a second worker"
+    );
+    q.done(&key);
+    assert_eq!(q.next().await.as_deref(), Some("ns/a"));
 }

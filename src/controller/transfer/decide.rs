@@ -135,13 +135,14 @@ impl Report {
 pub enum Action {
     /// Nothing to do now; look again after `after`, if given.
     Nothing { after: Option<Duration> },
-    /// Say on both sides why the pair waits, and look again after `after`.
-    /// `in_use` also marks `SourceReleased=False`.
+    /// Say on both sides why the pair waits, and look again after `after`;
+    /// without it, only an event (the peer's arrival, the object's change)
+    /// has anything new to show. `in_use` also marks `SourceReleased=False`.
     Wait {
         phase: Phase,
         report: Report,
         in_use: bool,
-        after: Duration,
+        after: Option<Duration>,
     },
     /// Record the match on both objects, each naming the other by uid.
     RecordMatch,
@@ -283,7 +284,9 @@ fn active(f: &Facts) -> Action {
                     ),
                 ),
                 in_use: false,
-                after: remaining(s, f.now).unwrap_or(Duration::ZERO).max(WAIT_POLL),
+                // Its peer's arrival is an event on our own objects; only
+                // a deadline needs a timer.
+                after: remaining(s, f.now),
             };
         }
     };
@@ -876,7 +879,7 @@ fn forward(f: &Facts, dest: &ClaimReference, volume: &Volume) -> Action {
                 ),
             ),
             in_use: false,
-            after: Duration::from_secs(1),
+            after: Some(Duration::from_secs(1)),
         };
     }
     // R6: Bound to a live claim it names, so Delete may come back.
@@ -1104,7 +1107,7 @@ fn wait(phase: Phase, report: Report, in_use: bool) -> Action {
         phase,
         report,
         in_use,
-        after: WAIT_POLL,
+        after: Some(WAIT_POLL),
     }
 }
 

@@ -255,6 +255,31 @@ fn an_unmatched_offer_waits_for_its_peer() {
 }
 
 #[test]
+fn an_unmatched_offer_without_a_deadline_waits_for_an_event_not_a_timer() {
+    let mut f = fresh();
+    f.peer = Peer::Unmatched;
+    f.source.status = None;
+    f.source.spec.active_deadline_seconds = None;
+    match decide(&f) {
+        Action::Wait { after, .. } => assert_eq!(after, None),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_unmatched_offer_with_a_deadline_looks_again_when_it_passes() {
+    let mut f = fresh();
+    f.peer = Peer::Unmatched;
+    f.source.status = None;
+    f.source.spec.active_deadline_seconds = Some(60);
+    f.source.metadata.creation_timestamp = Some(Time(Timestamp::from_second(f.now - 10).unwrap()));
+    match decide(&f) {
+        Action::Wait { after, .. } => assert_eq!(after, Some(Duration::from_secs(50))),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn a_match_is_recorded_on_both_sides_before_anything_else() {
     let mut f = fresh();
     f.source.status = None;
