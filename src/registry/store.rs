@@ -15,6 +15,9 @@
 //! name it, in the same transaction. An entry left behind all the same (its
 //! holder is gone, was replaced by another uid, or no longer holds its
 //! claims) is free, and the next create that wants it takes it over.
+//!
+//! A client's create is bounded by the namespace's ResourceQuotas
+//! ([`QuotaControl`]), charged last, once, before the write.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -35,7 +38,7 @@ use crate::storage::{
     self, index_key, resource_prefix, Guard, KeyValue, Release, Revision, Storage, StorageError,
 };
 
-use super::admission::{AdmissionControl, Operation};
+use super::admission::{AdmissionControl, Operation, QuotaControl};
 use super::fields::{self, manager::Write, ApplyError, FieldManager};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::shared::Shared;
@@ -134,6 +137,8 @@ pub struct Store<S: Strategy> {
     admission: Option<Arc<dyn Admission<S::Object>>>,
     /// The cluster's admission plugins, for client writes.
     control: Option<Arc<dyn AdmissionControl>>,
+    /// The namespace's ResourceQuotas, charged by a client's create.
+    quota: Option<Arc<dyn QuotaControl>>,
     /// Who owns which field: `managedFields`, and server-side apply.
     fields: Arc<FieldManager>,
 }
@@ -221,6 +226,7 @@ impl<S: Strategy> Store<S> {
             bookmark_interval: Duration::from_secs(30),
             admission: None,
             control: None,
+            quota: None,
             fields: Arc::new(fields::for_kind::<S::Object>()),
         }
     }
@@ -234,6 +240,13 @@ impl<S: Strategy> Store<S> {
     /// Adds the cluster's admission plugins (policies and webhooks).
     pub fn with_admission_control(mut self, control: Arc<dyn AdmissionControl>) -> Self {
         self.control = Some(control);
+        self
+    }
+
+    /// Adds quota admission: a client's create is charged to the
+    /// namespace's ResourceQuotas.
+    pub fn with_quota(mut self, quota: Arc<dyn QuotaControl>) -> Self {
+        self.quota = Some(quota);
         self
     }
 
@@ -425,6 +438,8 @@ impl<S: Strategy> Store<S> {
         obj.apply_defaults();
         obj.reset_status();
 
+        // Charged once, whatever names are drawn after it.
+        let mut charged = false;
         for attempt in 0..RETRIES {
             if generate {
                 let base = obj.metadata().generate_name.clone().unwrap_or_default();
@@ -452,6 +467,16 @@ impl<S: Strategy> Store<S> {
             // because of its entries loses them, as kube's does.
             self.encode_tracked(ctx.writer, &mut obj, fields)?;
             let name = obj.metadata().name.clone().unwrap_or_default();
+            // Last, as kube's quota admission: a create refused for any
+            // other reason is not charged.
+            if let Some(quota) = self.quota.as_ref().filter(|_| !charged) {
+                if ctx.writer == Writer::Client {
+                    quota
+                        .charge_create(ctx, &self.resource, namespace, &name)
+                        .await?;
+                }
+                charged = true;
+            }
             match self.create_claiming(ctx, namespace, &name, &obj).await {
                 Ok(written) => {
                     if let Some(kv) = written {

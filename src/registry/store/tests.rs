@@ -2258,3 +2258,93 @@ async fn a_status_at_its_largest_fits_in_the_room_kept_for_the_controllers() {
         "a status of {status} bytes leaves too little room"
     );
 }
+
+/// Quota admission that records the creates it is asked about, and refuses
+/// them when told to.
+#[derive(Debug, Default)]
+struct QuotaRecorder {
+    asked: std::sync::Mutex<Vec<(String, String, bool)>>,
+    refuse: bool,
+}
+
+#[async_trait::async_trait]
+impl QuotaControl for QuotaRecorder {
+    async fn charge_create(
+        &self,
+        ctx: &Context,
+        resource: &GroupResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        self.asked.lock().unwrap().push((
+            format!("{resource} {namespace}/{name}"),
+            ctx.field_manager().to_owned(),
+            ctx.dry_run,
+        ));
+        if self.refuse {
+            return Err(ApiError::Forbidden {
+                message: "exceeded quota".to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn quota_is_asked_once_per_valid_client_create_dry_runs_included() {
+    let quota = Arc::new(QuotaRecorder::default());
+    let s = store().await.with_quota(quota.clone());
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let dry = Context {
+        dry_run: true,
+        ..ctx("alice")
+    };
+    s.create(&dry, "prod", offer("b")).await.unwrap();
+    // Refused before quota: not charged.
+    s.create(
+        &ctx("alice"),
+        "prod",
+        transfer("bad", serde_json::json!({})),
+    )
+    .await
+    .unwrap_err();
+    // The controllers' own creates are not charged.
+    s.create(&controller(), "prod", offer("c")).await.unwrap();
+    let asked: Vec<_> = quota
+        .asked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(what, _, dry)| (what.clone(), *dry))
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            (
+                "namespacetransfers.storage.transfer.k8s.io prod/a".to_owned(),
+                false
+            ),
+            (
+                "namespacetransfers.storage.transfer.k8s.io prod/b".to_owned(),
+                true
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_create_quota_refuses_is_not_written() {
+    let s = store().await.with_quota(Arc::new(QuotaRecorder {
+        refuse: true,
+        ..Default::default()
+    }));
+    let err = s
+        .create(&ctx("alice"), "prod", offer("a"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 403);
+    assert!(matches!(
+        s.get("prod", "a").await,
+        Err(ApiError::NotFound { .. })
+    ));
+}
