@@ -302,14 +302,16 @@ pub async fn serve(
         &config.etcd_prefix,
         stop.clone(),
     )
-    .with_admission(rights.clone());
+    .with_admission(rights.clone())
+    .with_max_objects_per_namespace(config.max_objects_per_namespace);
     let mut claims = Store::new(
         EphemeralClaimStrategy,
         storage.clone(),
         &config.etcd_prefix,
         stop.clone(),
     )
-    .with_admission(rights);
+    .with_admission(rights)
+    .with_max_objects_per_namespace(config.max_objects_per_namespace);
     if let Some((_, control)) = &admission {
         transfers = transfers.with_admission_control(control.clone());
         claims = claims.with_admission_control(control.clone());

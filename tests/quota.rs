@@ -1,13 +1,16 @@
 //! Memory, from one tenant (issue 30): a namespace holds no more of our
 //! objects than its ResourceQuotas allow, counted as kube-apiserver counts
 //! custom resources (`count/<resource>.storage.transfer.k8s.io`), charged at
-//! create so that kube-controller-manager's quota controller sees the usage.
+//! create so that kube-controller-manager's quota controller sees the usage;
+//! and no more than the server's own `--max-objects-per-namespace`, whatever
+//! the quotas say.
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use sta_testenv::{shared, ControlPlane, Kubectl};
+use sta_testenv::{shared, ControlPlane, Kubectl, Replica};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
 const COUNT: &str = "count/namespacetransfers.storage.transfer.k8s.io";
@@ -171,6 +174,46 @@ fn concurrent_creates_never_pass_the_quota_together() {
     let listed = admin().ok(&["get", "nst", "-n", &ns.name, "-o", "name"]);
     assert_eq!(listed.lines().count(), 3, "{listed}");
     assert_eq!(used(&ns.name), "3");
+}
+
+/// A replica of our server with a backstop of two objects per namespace,
+/// without controllers (the shared server runs them).
+fn small() -> &'static Replica {
+    static REPLICA: OnceLock<Replica> = OnceLock::new();
+    REPLICA.get_or_init(|| {
+        cp().start_replica(
+            "quota-backstop",
+            &[
+                "--max-objects-per-namespace=2".to_owned(),
+                "--controllers=-namespacetransfer,-ephemeralclaim".to_owned(),
+            ],
+            &[],
+        )
+        .unwrap()
+    })
+}
+
+#[test]
+fn past_max_objects_per_namespace_a_create_is_refused_naming_the_flag() {
+    let ns = cp().namespace("backstop").unwrap();
+    let other = cp().namespace("backstop-other").unwrap();
+    let k = &small().direct;
+    for name in ["a", "b"] {
+        let run = create(k, &ns.name, name, false);
+        assert!(run.success, "{name}: {}", run.stderr);
+    }
+    let third = create(k, &ns.name, "c", false);
+    assert!(!third.success, "the third object was admitted");
+    assert!(
+        third.stderr.contains("(Forbidden)")
+            && third.stderr.contains("already holds 2 namespacetransfers")
+            && third.stderr.contains("--max-objects-per-namespace=2"),
+        "{}",
+        third.stderr
+    );
+    assert!(!create(k, &ns.name, "c", true).success);
+    // Another namespace has its own room.
+    assert!(create(k, &other.name, "a", false).success);
 }
 
 #[test]

@@ -16,8 +16,9 @@
 //! holder is gone, was replaced by another uid, or no longer holds its
 //! claims) is free, and the next create that wants it takes it over.
 //!
-//! A client's create is bounded by the namespace's ResourceQuotas
-//! ([`QuotaControl`]), charged last, once, before the write.
+//! A client's create is bounded twice: by `--max-objects-per-namespace`,
+//! counted in the watch cache before admission, and by the namespace's
+//! ResourceQuotas ([`QuotaControl`]), charged last, once, before the write.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -139,6 +140,9 @@ pub struct Store<S: Strategy> {
     control: Option<Arc<dyn AdmissionControl>>,
     /// The namespace's ResourceQuotas, charged by a client's create.
     quota: Option<Arc<dyn QuotaControl>>,
+    /// `--max-objects-per-namespace`: the most objects of this resource a
+    /// client's create may bring a namespace to; 0 for no limit.
+    max_per_namespace: usize,
     /// Who owns which field: `managedFields`, and server-side apply.
     fields: Arc<FieldManager>,
 }
@@ -227,6 +231,7 @@ impl<S: Strategy> Store<S> {
             admission: None,
             control: None,
             quota: None,
+            max_per_namespace: 0,
             fields: Arc::new(fields::for_kind::<S::Object>()),
         }
     }
@@ -248,6 +253,41 @@ impl<S: Strategy> Store<S> {
     pub fn with_quota(mut self, quota: Arc<dyn QuotaControl>) -> Self {
         self.quota = Some(quota);
         self
+    }
+
+    /// Sets the most objects of this resource a client's create may bring
+    /// one namespace to (`--max-objects-per-namespace`); 0 for no limit.
+    pub fn with_max_objects_per_namespace(mut self, max: usize) -> Self {
+        self.max_per_namespace = max;
+        self
+    }
+
+    /// Refuses a client's create in a namespace that already holds
+    /// [`Self::max_per_namespace`] objects, as the watch cache counts them
+    /// (so concurrent creates may pass it by the few in flight): the
+    /// server's own bound on what one tenant can make it hold in memory,
+    /// whatever the cluster's quotas say.
+    fn check_namespace_room(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let max = self.max_per_namespace;
+        if max == 0 || ctx.writer != Writer::Client || self.count_in(Some(namespace), max) < max {
+            return Ok(());
+        }
+        let what = if name.is_empty() {
+            self.resource.to_string()
+        } else {
+            format!("{} \"{name}\"", self.resource)
+        };
+        Err(ApiError::Forbidden {
+            message: format!(
+                "{what} is forbidden: namespace \"{namespace}\" already holds {max} {}, the most this server allows in one namespace (--max-objects-per-namespace={max})",
+                self.resource.resource
+            ),
+        })
     }
 
     /// Sets how often an idle watch with `allowWatchBookmarks` gets a bookmark.
@@ -408,6 +448,11 @@ impl<S: Strategy> Store<S> {
             }
         };
         obj.metadata_mut().namespace = Some(namespace.to_owned());
+        self.check_namespace_room(
+            ctx,
+            namespace,
+            obj.metadata().name.as_deref().unwrap_or_default(),
+        )?;
         let mut obj = self
             .admit_mutating(ctx, Operation::Create, namespace, obj, None, false)
             .await?;

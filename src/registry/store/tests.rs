@@ -2259,6 +2259,40 @@ async fn a_status_at_its_largest_fits_in_the_room_kept_for_the_controllers() {
     );
 }
 
+#[tokio::test]
+async fn a_client_create_past_max_objects_per_namespace_is_refused_naming_the_flag() {
+    let s = store().await.with_max_objects_per_namespace(2);
+    for name in ["a", "b"] {
+        s.create(&ctx("alice"), "prod", offer(name)).await.unwrap();
+    }
+    // The watch cache counts what was written.
+    for _ in 0..200 {
+        if s.count_in(Some("prod"), 10) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let err = s
+        .create(&ctx("alice"), "prod", offer("c"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 403, "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "namespacetransfers.storage.transfer.k8s.io \"c\" is forbidden: namespace \"prod\" already holds 2 namespacetransfers, the most this server allows in one namespace (--max-objects-per-namespace=2)"
+    );
+    let dry = Context {
+        dry_run: true,
+        ..ctx("alice")
+    };
+    assert!(s.create(&dry, "prod", offer("c")).await.is_err());
+    // Another namespace, and the controllers, are not held back.
+    s.create(&ctx("alice"), "staging", offer("c"))
+        .await
+        .unwrap();
+    s.create(&controller(), "prod", offer("d")).await.unwrap();
+}
+
 /// Quota admission that records the creates it is asked about, and refuses
 /// them when told to.
 #[derive(Debug, Default)]
