@@ -54,9 +54,11 @@ fn quota_controller_knows_our_resources() {
     let log = cp().logs_dir().join("kube-controller-manager.log");
     eventually("the quota controller to discover our resources", || {
         std::fs::read_to_string(&log).is_ok_and(|text| {
-            text.lines().any(|l| {
-                l.contains("created object count evaluator")
-                    && l.contains("namespacetransfers.storage.transfer.k8s.io")
+            ["namespacetransfers", "ephemeralclaims"].iter().all(|r| {
+                text.lines().any(|l| {
+                    l.contains("created object count evaluator")
+                        && l.contains(&format!("\"{r}.storage.transfer.k8s.io\""))
+                })
             })
         })
     });
@@ -228,4 +230,39 @@ fn a_quota_kube_refuses_as_invalid_leaves_creates_working() {
     }
     let run = create(admin(), &ns.name, "t1", false);
     assert!(run.success, "{}", run.stderr);
+}
+
+#[test]
+fn ephemeral_claims_are_counted_under_their_own_name() {
+    let ns = cp().namespace("quota-claims").unwrap();
+    quota_controller_knows_our_resources();
+    admin()
+        .apply(&format!(
+            "apiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: claims\n  namespace: {}\nspec:\n  hard:\n    count/ephemeralclaims.storage.transfer.k8s.io: \"1\"\n",
+            ns.name
+        ))
+        .unwrap();
+    let claim = |name: &str| {
+        format!(
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: EphemeralClaim\nmetadata:\n  name: {name}\n  namespace: {}\nspec:\n  owner: {{apiVersion: v1, kind: Pod, name: runner}}\n  claimTemplate:\n    spec:\n      accessModes: [ReadWriteOnce]\n      resources: {{requests: {{storage: 1Gi}}}}\n",
+            ns.name
+        )
+    };
+    // Until the quota controller has counted the quota, kube refuses.
+    eventually("the first claim to be admitted", || {
+        admin()
+            .run_with_stdin(&["create", "-f", "-"], Some(&claim("first")))
+            .success
+    });
+    // Transfers are not counted against it.
+    assert!(create(admin(), &ns.name, "t1", false).success);
+    let second = admin().run_with_stdin(&["create", "-f", "-"], Some(&claim("second")));
+    assert!(!second.success, "the second claim was admitted");
+    assert!(
+        second.stderr.contains(
+            "ephemeralclaims.storage.transfer.k8s.io \"second\" is forbidden: exceeded quota: claims, requested: count/ephemeralclaims.storage.transfer.k8s.io=1, used: count/ephemeralclaims.storage.transfer.k8s.io=1, limited: count/ephemeralclaims.storage.transfer.k8s.io=1"
+        ),
+        "{}",
+        second.stderr
+    );
 }
