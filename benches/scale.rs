@@ -232,6 +232,10 @@ fn options(dir: &str) -> Options {
         .dir
         .with_file_name(format!("bench-scale-{dir}-{}", std::process::id()));
     o.server_audit = false;
+    // The flood phase fills one namespace with 1,000 objects times
+    // BENCH_SCALE, past the default per-namespace backstop.
+    o.server_args
+        .push("--max-objects-per-namespace=0".to_owned());
     // The PV binder's resync at kube's default (the test harness's 5 s makes
     // its tests quicker, but it walks every claim and volume each time, a
     // cost that grows with the fleet).

@@ -2,7 +2,8 @@
 //! (DESIGN §2.1.2, §3.1): the cluster's mutating admission policies and
 //! mutating webhooks (with reinvocation), then our own validation and the
 //! rights a tenant must hold ([`rights`]), then the cluster's validating
-//! admission policies and validating webhooks.
+//! admission policies and validating webhooks, and last, on a create, the
+//! namespace's ResourceQuota object counts ([`quota`]).
 //!
 //! kube-apiserver does not admit what it proxies to an aggregated API, so
 //! this server runs the cluster's admission configuration itself, as every
@@ -14,6 +15,7 @@
 pub mod chain;
 pub mod config;
 pub mod policy;
+pub mod quota;
 pub mod rights;
 pub mod webhook;
 

@@ -17,7 +17,7 @@ pub mod store;
 pub mod strategy;
 pub mod table;
 
-pub use admission::{AdmissionControl, Attributes, Notes, Operation};
+pub use admission::{AdmissionControl, Attributes, Notes, Operation, QuotaControl};
 pub use selectors::{FieldSelector, LabelSelector};
 pub use shared::Shared;
 pub use store::{

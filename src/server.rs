@@ -28,6 +28,7 @@ use tokio::sync::Notify;
 use crate::admission::chain::ClusterAdmission;
 use crate::admission::config::AdmissionConfig;
 use crate::admission::policy::Policies;
+use crate::admission::quota::ResourceQuotas;
 use crate::admission::webhook::Webhooks;
 use crate::admission::RightsAdmission;
 use crate::api::errors::ApiError;
@@ -41,7 +42,7 @@ use crate::endpoints::{self, Api, Body};
 use crate::registry::admission::AnnotationLevel;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
-use crate::registry::{AdmissionControl, Context, Notes, Store};
+use crate::registry::{AdmissionControl, Context, Notes, QuotaControl, Store};
 use crate::storage::etcd::EtcdStorage;
 use crate::storage::Storage;
 use bytes::Bytes;
@@ -301,17 +302,26 @@ pub async fn serve(
         &config.etcd_prefix,
         stop.clone(),
     )
-    .with_admission(rights.clone());
+    .with_admission(rights.clone())
+    .with_max_objects_per_namespace(config.max_objects_per_namespace);
     let mut claims = Store::new(
         EphemeralClaimStrategy,
         storage.clone(),
         &config.etcd_prefix,
         stop.clone(),
     )
-    .with_admission(rights);
+    .with_admission(rights)
+    .with_max_objects_per_namespace(config.max_objects_per_namespace);
     if let Some((_, control)) = &admission {
         transfers = transfers.with_admission_control(control.clone());
         claims = claims.with_admission_control(control.clone());
+    }
+    // The namespaces' ResourceQuotas, which kube-apiserver does not charge
+    // for what it proxies to us either.
+    if let Some(c) = &cluster {
+        let quotas: Arc<dyn QuotaControl> = Arc::new(ResourceQuotas::new(c.client.clone()));
+        transfers = transfers.with_quota(quotas.clone());
+        claims = claims.with_quota(quotas);
     }
     let (transfers, claims) = (Arc::new(transfers), Arc::new(claims));
     let mut health = Health::new();

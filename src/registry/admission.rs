@@ -1,7 +1,8 @@
 //! What the store hands to admission on every client write, and what
 //! admission hands back besides a refusal: the request's attributes (kube's
 //! `admission.Attributes`), the [`AdmissionControl`] the store calls in
-//! kube's two phases, and the [`Notes`] (warnings, audit annotations) a
+//! kube's two phases, the [`QuotaControl`] it calls last on a create, and
+//! the [`Notes`] (warnings, audit annotations) a
 //! request collects on its way through.
 //!
 //! The store owns *when* admission runs (mutating before the strategy
@@ -11,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use crate::api::errors::ApiError;
+use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::Requester;
 
 use super::Context;
@@ -83,6 +84,21 @@ pub trait AdmissionControl: Send + Sync + std::fmt::Debug {
     async fn mutate(&self, ctx: &Context, attrs: &mut Attributes) -> Result<(), ApiError>;
     /// Validating admission (policies, then webhooks), on the final object.
     async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError>;
+}
+
+/// kube's `ResourceQuota` admission of a create: the last check, after
+/// validating admission, once per create, dry runs included. Refuses a
+/// create the namespace's quotas have no room for and, unless the write is
+/// a dry run, charges it to them before it is written.
+#[async_trait::async_trait]
+pub trait QuotaControl: Send + Sync + std::fmt::Debug {
+    async fn charge_create(
+        &self,
+        ctx: &Context,
+        resource: &GroupResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ApiError>;
 }
 
 /// What a request collects besides its answer: `Warning` headers for the

@@ -15,6 +15,10 @@
 //! name it, in the same transaction. An entry left behind all the same (its
 //! holder is gone, was replaced by another uid, or no longer holds its
 //! claims) is free, and the next create that wants it takes it over.
+//!
+//! A client's create is bounded twice: by `--max-objects-per-namespace`,
+//! counted in the watch cache before admission, and by the namespace's
+//! ResourceQuotas ([`QuotaControl`]), charged last, once, before the write.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -35,7 +39,7 @@ use crate::storage::{
     self, index_key, resource_prefix, Guard, KeyValue, Release, Revision, Storage, StorageError,
 };
 
-use super::admission::{AdmissionControl, Operation};
+use super::admission::{AdmissionControl, Operation, QuotaControl};
 use super::fields::{self, manager::Write, ApplyError, FieldManager};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::shared::Shared;
@@ -134,6 +138,11 @@ pub struct Store<S: Strategy> {
     admission: Option<Arc<dyn Admission<S::Object>>>,
     /// The cluster's admission plugins, for client writes.
     control: Option<Arc<dyn AdmissionControl>>,
+    /// The namespace's ResourceQuotas, charged by a client's create.
+    quota: Option<Arc<dyn QuotaControl>>,
+    /// `--max-objects-per-namespace`: the most objects of this resource a
+    /// client's create may bring a namespace to; 0 for no limit.
+    max_per_namespace: usize,
     /// Who owns which field: `managedFields`, and server-side apply.
     fields: Arc<FieldManager>,
 }
@@ -223,6 +232,8 @@ impl<S: Strategy> Store<S> {
             bookmark_interval: Duration::from_secs(30),
             admission: None,
             control: None,
+            quota: None,
+            max_per_namespace: 0,
             fields: Arc::new(fields::for_kind::<S::Object>()),
         }
     }
@@ -237,6 +248,48 @@ impl<S: Strategy> Store<S> {
     pub fn with_admission_control(mut self, control: Arc<dyn AdmissionControl>) -> Self {
         self.control = Some(control);
         self
+    }
+
+    /// Adds quota admission: a client's create is charged to the
+    /// namespace's ResourceQuotas.
+    pub fn with_quota(mut self, quota: Arc<dyn QuotaControl>) -> Self {
+        self.quota = Some(quota);
+        self
+    }
+
+    /// Sets the most objects of this resource a client's create may bring
+    /// one namespace to (`--max-objects-per-namespace`); 0 for no limit.
+    pub fn with_max_objects_per_namespace(mut self, max: usize) -> Self {
+        self.max_per_namespace = max;
+        self
+    }
+
+    /// Refuses a client's create in a namespace that already holds
+    /// [`Self::max_per_namespace`] objects, as the watch cache counts them
+    /// (so concurrent creates may pass it by the few in flight): the
+    /// server's own bound on what one tenant can make it hold in memory,
+    /// whatever the cluster's quotas say.
+    fn check_namespace_room(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let max = self.max_per_namespace;
+        if max == 0 || ctx.writer != Writer::Client || self.count_in(Some(namespace), max) < max {
+            return Ok(());
+        }
+        let what = if name.is_empty() {
+            self.resource.to_string()
+        } else {
+            format!("{} \"{name}\"", self.resource)
+        };
+        Err(ApiError::Forbidden {
+            message: format!(
+                "{what} is forbidden: namespace \"{namespace}\" already holds {max} {}, the most this server allows in one namespace (--max-objects-per-namespace={max})",
+                self.resource.resource
+            ),
+        })
     }
 
     /// Sets how often an idle watch with `allowWatchBookmarks` gets a bookmark.
@@ -397,6 +450,11 @@ impl<S: Strategy> Store<S> {
             }
         };
         obj.metadata_mut().namespace = Some(namespace.to_owned());
+        self.check_namespace_room(
+            ctx,
+            namespace,
+            obj.metadata().name.as_deref().unwrap_or_default(),
+        )?;
         let mut obj = self
             .admit_mutating(ctx, Operation::Create, namespace, obj, None, false)
             .await?;
@@ -427,6 +485,8 @@ impl<S: Strategy> Store<S> {
         obj.apply_defaults();
         obj.reset_status();
 
+        // Charged once, whatever names are drawn after it.
+        let mut charged = false;
         for attempt in 0..RETRIES {
             if generate {
                 let base = obj.metadata().generate_name.clone().unwrap_or_default();
@@ -454,6 +514,16 @@ impl<S: Strategy> Store<S> {
             // because of its entries loses them, as kube's does.
             self.encode_tracked(ctx.writer, &mut obj, fields)?;
             let name = obj.metadata().name.clone().unwrap_or_default();
+            // Last, as kube's quota admission: a create refused for any
+            // other reason is not charged.
+            if let Some(quota) = self.quota.as_ref().filter(|_| !charged) {
+                if ctx.writer == Writer::Client {
+                    quota
+                        .charge_create(ctx, &self.resource, namespace, &name)
+                        .await?;
+                }
+                charged = true;
+            }
             match self.create_claiming(ctx, namespace, &name, &obj).await {
                 Ok(written) => {
                     if let Some(kv) = written {

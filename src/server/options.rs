@@ -52,6 +52,16 @@
 //! `--request-queue-timeout` (15s) and `--max-watches-per-user` (100).
 //! Limits are whole numbers, 0 or more; a seat or watch limit of 0 means
 //! no limit, a queue limit of 0 means no request waits.
+//!
+//! # Objects per namespace
+//!
+//! `--max-objects-per-namespace` (1000; 0: no limit): the most objects of
+//! each of our kinds one namespace may hold, counted in the watch cache. A
+//! client's create past it is refused with 403 Forbidden, naming the limit
+//! and the flag. It is a backstop under the cluster's ResourceQuotas
+//! (`count/namespacetransfers.storage.transfer.k8s.io`,
+//! `count/ephemeralclaims.storage.transfer.k8s.io`), which the server
+//! honours as kube-apiserver does (`crate::admission::quota`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -299,6 +309,13 @@ pub struct Options {
     /// counted.
     #[arg(long, default_value = "100", value_parser = parse_limit, value_name = "N")]
     pub max_watches_per_user: usize,
+
+    /// The most objects of each kind (NamespaceTransfers, EphemeralClaims)
+    /// one namespace may hold: past it a client's create is refused with
+    /// 403. The server's own bound on what one tenant can make it keep in
+    /// memory, whatever the cluster's ResourceQuotas say. 0: no limit.
+    #[arg(long, default_value = "1000", value_parser = parse_limit, value_name = "N")]
+    pub max_objects_per_namespace: usize,
 }
 
 /// A validated configuration, ready to serve.
@@ -317,6 +334,8 @@ pub struct CompletedConfig {
     pub etcd_prefix: String,
     pub auth: AuthMode,
     pub controllers: ControllerOptions,
+    /// `--max-objects-per-namespace`; 0 for no limit.
+    pub max_objects_per_namespace: usize,
     /// `None` unless both `--audit-policy-file` and `--audit-log-path` are
     /// given.
     pub audit: Option<AuditConfig>,
@@ -460,6 +479,7 @@ impl Options {
                 enabled: EnabledControllers::parse(&self.controllers)
                     .map_err(ConfigError::Controllers)?,
             },
+            max_objects_per_namespace: self.max_objects_per_namespace,
             audit: self.audit()?,
         })
     }

@@ -2286,3 +2286,127 @@ async fn a_status_at_its_largest_fits_in_the_room_kept_for_the_controllers() {
         "a status of {status} bytes leaves too little room"
     );
 }
+
+#[tokio::test]
+async fn a_client_create_past_max_objects_per_namespace_is_refused_naming_the_flag() {
+    let s = store().await.with_max_objects_per_namespace(2);
+    for name in ["a", "b"] {
+        s.create(&ctx("alice"), "prod", offer(name)).await.unwrap();
+    }
+    // The watch cache counts what was written.
+    for _ in 0..200 {
+        if s.count_in(Some("prod"), 10) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let err = s
+        .create(&ctx("alice"), "prod", offer("c"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 403, "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "namespacetransfers.storage.transfer.k8s.io \"c\" is forbidden: namespace \"prod\" already holds 2 namespacetransfers, the most this server allows in one namespace (--max-objects-per-namespace=2)"
+    );
+    let dry = Context {
+        dry_run: true,
+        ..ctx("alice")
+    };
+    assert!(s.create(&dry, "prod", offer("c")).await.is_err());
+    // Another namespace, and the controllers, are not held back.
+    s.create(&ctx("alice"), "staging", offer("c"))
+        .await
+        .unwrap();
+    s.create(&controller(), "prod", offer("d")).await.unwrap();
+}
+
+/// Quota admission that records the creates it is asked about, and refuses
+/// them when told to.
+#[derive(Debug, Default)]
+struct QuotaRecorder {
+    asked: std::sync::Mutex<Vec<(String, String, bool)>>,
+    refuse: bool,
+}
+
+#[async_trait::async_trait]
+impl QuotaControl for QuotaRecorder {
+    async fn charge_create(
+        &self,
+        ctx: &Context,
+        resource: &GroupResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        self.asked.lock().unwrap().push((
+            format!("{resource} {namespace}/{name}"),
+            ctx.field_manager().to_owned(),
+            ctx.dry_run,
+        ));
+        if self.refuse {
+            return Err(ApiError::Forbidden {
+                message: "exceeded quota".to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn quota_is_asked_once_per_valid_client_create_dry_runs_included() {
+    let quota = Arc::new(QuotaRecorder::default());
+    let s = store().await.with_quota(quota.clone());
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let dry = Context {
+        dry_run: true,
+        ..ctx("alice")
+    };
+    s.create(&dry, "prod", offer("b")).await.unwrap();
+    // Refused before quota: not charged.
+    s.create(
+        &ctx("alice"),
+        "prod",
+        transfer("bad", serde_json::json!({})),
+    )
+    .await
+    .unwrap_err();
+    // The controllers' own creates are not charged.
+    s.create(&controller(), "prod", offer("c")).await.unwrap();
+    let asked: Vec<_> = quota
+        .asked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(what, _, dry)| (what.clone(), *dry))
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            (
+                "namespacetransfers.storage.transfer.k8s.io prod/a".to_owned(),
+                false
+            ),
+            (
+                "namespacetransfers.storage.transfer.k8s.io prod/b".to_owned(),
+                true
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_create_quota_refuses_is_not_written() {
+    let s = store().await.with_quota(Arc::new(QuotaRecorder {
+        refuse: true,
+        ..Default::default()
+    }));
+    let err = s
+        .create(&ctx("alice"), "prod", offer("a"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 403);
+    assert!(matches!(
+        s.get("prod", "a").await,
+        Err(ApiError::NotFound { .. })
+    ));
+}

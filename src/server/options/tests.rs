@@ -360,3 +360,21 @@ fn flow_control_limits_that_contradict_each_other_are_an_error_naming_the_flag()
     ])
     .is_ok());
 }
+
+#[test]
+fn max_objects_per_namespace_defaults_to_a_thousand_and_zero_means_no_limit() {
+    assert_eq!(completed(&[]).unwrap().max_objects_per_namespace, 1000);
+    assert_eq!(
+        completed(&["--max-objects-per-namespace=0"])
+            .unwrap()
+            .max_objects_per_namespace,
+        0
+    );
+    for bad in ["-1", "many"] {
+        let err =
+            Options::try_parse_from(["x".to_owned(), format!("--max-objects-per-namespace={bad}")])
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("--max-objects-per-namespace"), "{err}");
+    }
+}
