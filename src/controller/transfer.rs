@@ -1993,10 +1993,13 @@ fn standing_view(s: &NamespaceTransfer, d: &NamespaceTransfer) -> NamespaceTrans
 /// The destination's words for a completed transfer `s`: the volume is its
 /// own now; the claim it came from (in Clone mode, the clone) is not.
 fn completed_for_destination(s: &NamespaceTransfer, volume: &str, to: &str) -> String {
-    format!(
-        "{} was handed over to {to} (volume {volume})",
-        received_from(s)
-    )
+    let origin = format!("{}/{}", s.source_namespace(), s.spec.source.name);
+    match s.mode() {
+        TransferMode::Move => format!("volume {volume} moved from {origin} to {to}"),
+        TransferMode::Clone => {
+            format!("volume {volume}, a clone of {origin}, was handed over to {to}")
+        }
+    }
 }
 
 /// What the destination receives from the transfer `s`, in words it may
