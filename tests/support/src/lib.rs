@@ -830,8 +830,8 @@ impl ControlPlane {
     }
 
     /// Every flag our server runs with, in one place for the first start,
-    /// restarts and replicas: the standard set for port `port`, then
-    /// [`Options::server_args`], then `extra`.
+    /// restarts and replicas: the standard set for port `port` (less any
+    /// flag the next two set), then [`Options::server_args`], then `extra`.
     fn server_command_line(&self, port: u16, extra: &[String]) -> Vec<String> {
         let mut args = vec![
             "--bind-address=127.0.0.1".to_owned(),
@@ -849,6 +849,9 @@ impl ControlPlane {
             "--shutdown-grace-period=5s".to_owned(),
             // A clone the driver refuses fails the transfer in seconds.
             "--clone-timeout=5s".to_owned(),
+            // tests/fairness.rs files 2,000 waiting transfers in one
+            // namespace, past the default backstop of 1,000.
+            "--max-objects-per-namespace=2500".to_owned(),
         ];
         if self.server.audit {
             args.push(format!(
@@ -860,6 +863,17 @@ impl ControlPlane {
                 self.server_audit_log(port).display()
             ));
         }
+        // A flag the caller sets replaces the standard one of that name
+        // (the server, as clap parses it, refuses a flag given twice).
+        let name = |arg: &str| arg.split('=').next().unwrap_or_default().to_owned();
+        let set: Vec<String> = self
+            .server
+            .args
+            .iter()
+            .chain(extra)
+            .map(|a| name(a))
+            .collect();
+        args.retain(|a| !set.contains(&name(a)));
         args.extend(self.server.args.iter().cloned());
         args.extend(extra.iter().cloned());
         args
