@@ -476,11 +476,24 @@ fn editor(ns: &str, user: &str) -> HttpClient {
 
 /// The peak resident set of process `pid` so far (`VmHWM`), in bytes.
 fn peak_rss(pid: u32) -> u64 {
+    memory_of(pid, "VmHWM")
+}
+
+/// The resident set of process `pid` now (`VmRSS`), in bytes.
+fn rss(pid: u32) -> u64 {
+    memory_of(pid, "VmRSS")
+}
+
+/// The figure `field` of `/proc/<pid>/status`, in bytes.
+fn memory_of(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = status
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status"));
+        .find(|l| {
+            l.strip_prefix(field)
+                .is_some_and(|rest| rest.starts_with(':'))
+        })
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
     let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     kib * 1024
 }
@@ -730,17 +743,6 @@ fn bad_applies_are_refused_with_a_reason_and_change_nothing() {
         before["metadata"]["resourceVersion"],
         after["metadata"]["resourceVersion"]
     );
-}
-
-/// The resident set of process `pid` now (`VmRSS`), in bytes.
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"));
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib * 1024
 }
 
 #[test]

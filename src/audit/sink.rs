@@ -336,15 +336,7 @@ impl Sink {
             return Err(self.stats.lose(Lost::WriterStopped));
         };
         // From here on nothing waits: the line is queued whole, or not.
-        room.forget();
-        self.stats
-            .queued_bytes
-            .fetch_add(line.len(), Ordering::Relaxed);
-        place.send(Message::Line {
-            line,
-            permits,
-            written,
-        });
+        self.queue(place, room, line, permits, written);
         Ok(())
     }
 
@@ -366,6 +358,20 @@ impl Sink {
         let Ok(room) = self.room.try_acquire_many(permits) else {
             return Err(NoRoom::Full(line));
         };
+        self.queue(place, room, line, permits, written);
+        Ok(())
+    }
+
+    /// Queues `line` in the `place` and `room` taken for it; the room is
+    /// given back when the writer has written it.
+    fn queue(
+        &self,
+        place: mpsc::Permit<'_, Message>,
+        room: tokio::sync::SemaphorePermit<'_>,
+        line: Vec<u8>,
+        permits: u32,
+        written: Option<oneshot::Sender<bool>>,
+    ) {
         room.forget();
         self.stats
             .queued_bytes
@@ -375,7 +381,6 @@ impl Sink {
             permits,
             written,
         });
-        Ok(())
     }
 
     /// Waits, at most `timeout`, until every event recorded so far is

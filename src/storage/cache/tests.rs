@@ -5,10 +5,19 @@ use bytes::Bytes;
 const PREFIX: &str = "/registry/g/things";
 
 async fn ready_cache(storage: Arc<MemoryStorage>, capacity: usize) -> WatchCache {
-    let cache = WatchCache::start(
+    ready_bounded_cache(storage, capacity, DEFAULT_MAX_BYTES).await
+}
+
+async fn ready_bounded_cache(
+    storage: Arc<MemoryStorage>,
+    capacity: usize,
+    max_bytes: usize,
+) -> WatchCache {
+    let cache = WatchCache::start_bounded(
         storage,
         PREFIX.to_owned(),
         capacity,
+        max_bytes,
         Arc::new(Notify::new()),
     );
     for _ in 0..100 {
@@ -356,16 +365,7 @@ async fn large_values_written_again_and_again_are_kept_by_bytes_not_by_count() {
     };
     // Room for three revisions with their previous values, not four.
     let max_bytes = event_cost(&one) * 2 * 3 + 1;
-    let cache = WatchCache::start_bounded(
-        storage.clone(),
-        PREFIX.to_owned(),
-        10_000,
-        max_bytes,
-        Arc::new(Notify::new()),
-    );
-    while !cache.is_ready() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let cache = ready_bounded_cache(storage.clone(), 10_000, max_bytes).await;
     let mut kv = storage.create(&key("a", "fat"), big.clone()).await.unwrap();
     let first = kv.mod_revision;
     for _ in 0..10 {
@@ -398,16 +398,7 @@ async fn large_values_written_again_and_again_are_kept_by_bytes_not_by_count() {
 #[tokio::test]
 async fn the_newest_event_stays_even_when_it_alone_is_over_the_bytes() {
     let storage = Arc::new(MemoryStorage::default());
-    let cache = WatchCache::start_bounded(
-        storage.clone(),
-        PREFIX.to_owned(),
-        10_000,
-        1,
-        Arc::new(Notify::new()),
-    );
-    while !cache.is_ready() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let cache = ready_bounded_cache(storage.clone(), 10_000, 1).await;
     let kv = storage
         .create(&key("a", "x"), Bytes::from_static(b"1"))
         .await
