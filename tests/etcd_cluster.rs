@@ -40,8 +40,18 @@ fn scratch(name: &str) -> PathBuf {
 fn start(dir: &Path) -> (EtcdCluster, Replica) {
     let pki = Pki::generate(&dir.join("pki"), SERVER_NAME).unwrap();
     let etcd = EtcdCluster::start(&dir.join("etcd"), 3).unwrap_or_else(|e| panic!("{e}"));
-    let server = Replica::start(Path::new(BIN), dir, "server", &pki, &etcd.urls(), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
+    // The writes go on through the failures: more than the default 1,000
+    // transfers in one namespace.
+    let unbounded = ["--max-objects-per-namespace=0".to_owned()];
+    let server = Replica::start(
+        Path::new(BIN),
+        dir,
+        "server",
+        &pki,
+        &etcd.urls(),
+        &unbounded,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     (etcd, server)
 }
 
