@@ -113,7 +113,8 @@ pub trait Object:
     /// Cuts the status's free texts (messages and reasons, which may quote
     /// another component's answer) to [`MAX_STATUS_TEXT_BYTES`] each, so
     /// that a status always fits in the room the store keeps for the
-    /// controllers' writes. Called on every write.
+    /// controllers' writes. Called on every update (a create starts from
+    /// the status [`Object::reset_status`] gives it).
     fn bound_status(&mut self);
     /// status.phase as a string, for the status.phase field selector; None when unset.
     fn phase(&self) -> Option<&str>;

@@ -350,16 +350,15 @@ impl<S: Strategy> Store<S> {
     }
 
     /// As [`Store::encode`], within what `writer` may take (see
-    /// [`CLIENT_OBJECT_BYTES`]), with the status's texts bounded; a write
-    /// that only records its fields (not an apply) drops the entries when
-    /// they would make the object too large, as kube does, rather than fail.
+    /// [`CLIENT_OBJECT_BYTES`]); a write that only records its fields (not
+    /// an apply) drops the entries when they would make the object too
+    /// large, as kube does, rather than fail.
     fn encode_tracked(
         &self,
         writer: Writer,
         obj: &mut S::Object,
         fields: Fields,
     ) -> Result<Bytes, ApiError> {
-        obj.bound_status();
         match self.encode_for(writer, obj) {
             Err(ApiError::TooLarge(_))
                 if fields == Fields::Track && obj.metadata().managed_fields.is_some() =>
