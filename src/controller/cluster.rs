@@ -15,7 +15,6 @@
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -342,20 +341,11 @@ impl Cluster {
         Ok(self.volumes().list(&params).await?.items)
     }
 
-    /// A StorageClass's metadata (its annotations carry the transfer policy).
-    pub async fn storage_class(&self, name: &str) -> Result<Option<ObjectMeta>, ClusterError> {
+    /// A StorageClass (its annotations carry the transfer policy, its
+    /// binding mode whether a clone can bind).
+    pub async fn storage_class(&self, name: &str) -> Result<Option<StorageClass>, ClusterError> {
         let classes: Api<StorageClass> = Api::all(self.client.clone());
-        Ok(found(classes.get_metadata(name).await)?.map(|m| m.metadata))
-    }
-
-    /// A StorageClass's `volumeBindingMode` (`Immediate` when unset, as
-    /// kube defaults it); `None` when there is no such class.
-    pub async fn binding_mode(&self, class: &str) -> Result<Option<String>, ClusterError> {
-        let classes: Api<StorageClass> = Api::all(self.client.clone());
-        Ok(found(classes.get(class).await)?.map(|c| {
-            c.volume_binding_mode
-                .unwrap_or_else(|| "Immediate".to_owned())
-        }))
+        found(classes.get(name).await)
     }
 
     /// A JSON merge patch; put `metadata.resourceVersion` in it to make it

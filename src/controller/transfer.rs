@@ -53,7 +53,6 @@ use std::time::Duration;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store as Reflector};
 use serde_json::json;
 
@@ -159,7 +158,7 @@ pub struct TransferOptions {
 pub struct TransferController {
     store: Arc<Store<NamespaceTransferStrategy>>,
     cluster: Cluster,
-    classes: Reflector<PartialObjectMeta<StorageClass>>,
+    classes: Reflector<StorageClass>,
     authorizer: Arc<dyn Authorizer>,
     events: Events,
     leadership: Leadership,
@@ -177,7 +176,7 @@ impl TransferController {
     pub fn new(
         store: Arc<Store<NamespaceTransferStrategy>>,
         cluster: Cluster,
-        classes: Reflector<PartialObjectMeta<StorageClass>>,
+        classes: Reflector<StorageClass>,
         authorizer: Arc<dyn Authorizer>,
         events: Events,
         leadership: Leadership,
@@ -734,10 +733,10 @@ impl TransferController {
             .filter(|_| source_claim.is_none() && !matches!(peer, Peer::Unmatched | Peer::Gone))
             .and_then(|o| o.shape.storage_class_name.as_deref())
         {
-            Some(class) => cluster
-                .binding_mode(class)
+            Some(class) => self
+                .storage_class(class)
                 .await?
-                .filter(|mode| mode == "WaitForFirstConsumer")
+                .filter(|c| c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"))
                 .map(|_| class.to_owned()),
             None => None,
         };
@@ -1489,15 +1488,14 @@ impl TransferController {
                 "{object} has no StorageClass, and this server does not run with --allow-all-storage-classes"
             )));
         };
-        let meta = match self.classes.get(&ObjectRef::new(&class)) {
-            Some(meta) => Some(meta.metadata.clone()),
-            None => self.cluster.storage_class(&class).await?,
-        };
-        let allowed = meta
-            .as_ref()
-            .and_then(|m| m.annotations.as_ref())
-            .and_then(|a| a.get(ANNOTATION_ALLOW_NAMESPACE_TRANSFER))
-            .is_some_and(|v| v == "true");
+        let allowed = self
+            .storage_class(&class)
+            .await?
+            .and_then(|c| c.metadata.annotations)
+            .is_some_and(|a| {
+                a.get(ANNOTATION_ALLOW_NAMESPACE_TRANSFER)
+                    .is_some_and(|v| v == "true")
+            });
         Ok(if allowed {
             ClassPolicy::Allowed
         } else {
@@ -1505,6 +1503,15 @@ impl TransferController {
                 "StorageClass {class:?} of {object} does not allow namespace transfers: it lacks the annotation {ANNOTATION_ALLOW_NAMESPACE_TRANSFER}: \"true\""
             ))
         })
+    }
+
+    /// The StorageClass `name`, from the watch copy, or read live when the
+    /// copy does not have it (yet).
+    async fn storage_class(&self, name: &str) -> Result<Option<StorageClass>, Error> {
+        match self.classes.get(&ObjectRef::new(name)) {
+            Some(class) => Ok(Some(class.as_ref().clone())),
+            None => Ok(self.cluster.storage_class(name).await?),
+        }
     }
 
     /// Whether the transfer with uid `holder` exists and is active.

@@ -45,7 +45,7 @@ pub(super) type Known<O> = Arc<RwLock<HashMap<String, O>>>;
 #[derive(Debug)]
 pub struct Triggers {
     tasks: Vec<JoinHandle<()>>,
-    classes: Reflector<PartialObjectMeta<StorageClass>>,
+    classes: Reflector<StorageClass>,
     claims: Reflector<PersistentVolumeClaim>,
     volumes: Reflector<PersistentVolume>,
 }
@@ -108,12 +108,9 @@ impl Triggers {
         })));
 
         let (classes, writer) = reflector::store();
-        let class_events = watcher(
-            Api::<PartialObjectMeta<StorageClass>>::all(client),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer);
+        let class_events = watcher(Api::<StorageClass>::all(client), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer);
         tasks.push(tokio::spawn(async move {
             futures::pin_mut!(class_events);
             while class_events.next().await.is_some() {}
@@ -126,8 +123,10 @@ impl Triggers {
         }
     }
 
-    /// The StorageClasses' metadata, as the reflector last saw it.
-    pub fn storage_classes(&self) -> Reflector<PartialObjectMeta<StorageClass>> {
+    /// The StorageClasses (a few small objects: their annotations carry the
+    /// transfer policy, their binding mode whether a clone can bind), as
+    /// the reflector last saw them.
+    pub fn storage_classes(&self) -> Reflector<StorageClass> {
         self.classes.clone()
     }
 
