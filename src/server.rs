@@ -8,6 +8,7 @@
 pub mod connection;
 pub mod flowcontrol;
 pub mod health;
+pub mod intake;
 pub mod metrics;
 pub mod options;
 pub mod tls;
@@ -51,6 +52,7 @@ use flowcontrol::{FlowControl, RequestKind};
 use futures::FutureExt;
 use health::Health;
 use http_body_util::{BodyExt, Full};
+use intake::Intake;
 use metrics::{Metrics, RequestLabels};
 pub use options::{AuthMode, CompletedConfig, ConfigError, Options};
 use std::time::Instant;
@@ -269,6 +271,8 @@ struct State {
     /// In-flight seats, per-user queues and the watch cap, for everything
     /// under `/apis` and `/openapi`.
     flow_control: FlowControl,
+    /// The request bodies' budget and `--request-timeout`.
+    intake: Intake,
     /// The open client connections, for the gauge.
     open: Arc<OpenConnections>,
 }
@@ -436,6 +440,7 @@ pub async fn serve(
         authz: auth.authz,
         audit: auditor.clone(),
         flow_control: FlowControl::new(config.flow_control),
+        intake: Intake::new(intake::BODY_BYTES_IN_FLIGHT, config.request_timeout),
         open: open.clone(),
     });
 
@@ -527,13 +532,21 @@ async fn probe_etcd(storage: Arc<dyn Storage>, ok: Arc<AtomicBool>, stop: Arc<No
     }
 }
 
-/// The filter chain: health, then authentication, authorization, flow
-/// control (for the API only: see [`flowcontrol`]) and the API (or
-/// `/metrics`); every request is counted, and audited as the policy says
-/// (crate::audit), refusals with 429 included. Every response carries its
-/// `Audit-ID`.
+/// The filter chain, in kube-apiserver's order: health, then
+/// authentication, then (for the API: see [`flowcontrol`]) the body read
+/// whole ([`intake`]) and flow control, then authorization, then the API
+/// within `--request-timeout` (or `/metrics`). Every request is counted, and
+/// audited as the policy says (crate::audit), refusals with 429 included.
+/// Every response carries its `Audit-ID`.
+///
+/// Flow control comes after authentication, so that a seat is charged to
+/// who the caller is, and before authorization, so that what an
+/// authenticated caller makes the server ask kube-apiserver is throttled
+/// with the rest of what it does. A request holds no seat while its body
+/// arrives, nor while it is refused as unauthenticated.
 async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
+    let arrived = tokio::time::Instant::now();
     let received = audit::now();
     let audit_id = audit::audit_id(req.headers());
     let method = req.method().clone();
@@ -541,111 +554,114 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
     if let Some(resp) = state.health.serve(&path, req.uri().query()) {
         return audit::with_audit_id(resp, &audit_id);
     }
-    let (mut verdict, resource) = authorize(state, peer, &req).await;
+    let resource = match request::parse(&method, &path, &Query::parse(req.uri().query())) {
+        Ok(Some(r)) => Some(r),
+        // Malformed resource paths are answered by the router with the right
+        // error; authorize them as the non-resource path they are.
+        _ => None,
+    };
+    let caller = authenticate(state, peer, &req, resource.as_ref()).await;
     let mut record = state.audit.as_ref().and_then(|auditor| {
         auditor.begin(
             &req,
-            &verdict.attributes,
+            &caller.attributes,
             audit::Origin {
-                authenticated: verdict.authenticated,
+                authenticated: caller.user.is_ok(),
                 peer: peer.ip(),
-                front_proxy: verdict.by_front_proxy,
+                front_proxy: caller.by_front_proxy,
             },
             &audit_id,
             received,
         )
     });
+    let mut user = caller.user;
     if let Some(record) = &mut record {
         // As kube: RequestReceived is written before authorization speaks;
         // in blocking-strict mode a request whose event cannot be written
         // fails, with nothing more written for it.
         if let Err(lost) = record.request_received().await {
             tracing::warn!(error = %lost, %path, "refusing a request whose audit event cannot be written");
-            verdict.outcome = Err(ApiError::Internal("failed to store audit event".to_owned()));
-        }
-        for (key, value) in &verdict.annotations {
-            record.annotate(*key, value.clone());
+            user = Err(ApiError::Internal("failed to store audit event".to_owned()));
         }
     }
+    let attributes = caller.attributes;
     let notes = Notes::default();
     let mut held = None;
     let seats = &mut held;
     let handled = async {
-        match verdict.outcome {
-            Err(err) => endpoints::error_response(&err),
-            Ok(user)
-                if path == "/apis"
-                    || path.starts_with("/apis/")
-                    || path.starts_with("/openapi/") =>
-            {
-                // Before the body is read (audit capture, the handler): a
-                // request that streams its body slowly holds its seat.
-                let kind = RequestKind::of(resource.as_ref(), &method);
-                let width = match &resource {
-                    Some(r) if r.verb == Verb::List => {
-                        flowcontrol::list_width(state.api.list_objects(
-                            r,
-                            &Query::parse(req.uri().query()),
-                            flowcontrol::MAX_WEIGHED_OBJECTS,
-                        ))
-                    }
-                    _ => 1,
-                };
-                let permit = match state.flow_control.admit_wide(&user, kind, width).await {
-                    Ok(permit) => permit,
-                    Err(rejected) => return endpoints::error_response(&rejected.into()),
-                };
-                let ctx = Context {
-                    user,
-                    dry_run: false,
-                    writer: crate::registry::Writer::Client,
-                    manager: String::new(),
-                    notes: notes.clone(),
-                    fence: None,
-                };
-                let req = match &mut record {
-                    Some(record) => record.capture_request(req, endpoints::MAX_BODY_BYTES).await,
-                    None => audit::Replayed::passthrough(req),
-                };
-                let resp = endpoints::serve_api(&state.api, req, ctx).await;
-                // Held on through the writing of the response, which starts
-                // after the audit record has taken its copy.
-                *seats = Some(permit);
-                resp
+        let user = match user {
+            Ok(user) => user,
+            Err(err) => return endpoints::error_response(&err),
+        };
+        if !(path == "/apis" || path.starts_with("/apis/") || path.starts_with("/openapi/")) {
+            if let Err(err) = authorize(state, &attributes, &mut record).await {
+                return endpoints::error_response(&err);
             }
-            Ok(_) if path == "/metrics" && method == http::Method::GET => {
-                let mut text = state.metrics.render();
-                if let Some(reviewer) = &state.reviewer {
-                    let stats = reviewer.stats();
-                    text.push_str(&format!(
-                        "# HELP storage_transfer_authorization_cache_total SubjectAccessReview answers by where they came from.\n# TYPE storage_transfer_authorization_cache_total counter\nstorage_transfer_authorization_cache_total{{result=\"hit\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"miss\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"refused\"}} {}\n",
-                        stats.hits, stats.misses, stats.refused
-                    ));
-                }
-                text.push_str(&transfers_by_phase(&state.transfers).await);
-                if let Some(leader) = &state.leader {
-                    text.push_str(&format!(
-                        "# HELP storage_transfer_leader Whether this replica leads the controllers (1) or not (0).\n# TYPE storage_transfer_leader gauge\nstorage_transfer_leader {}\n",
-                        u8::from(leader.is_leader())
-                    ));
-                }
-                if let Some(auditor) = &state.audit {
-                    text.push_str(&auditor.sink().metrics());
-                }
-                text.push_str(&state.flow_control.metrics());
-                text.push_str(&format!(
-                    "# HELP storage_transfer_open_connections Client connections open now.\n# TYPE storage_transfer_open_connections gauge\nstorage_transfer_open_connections {}\n",
-                    state.open.len()
-                ));
-                let mut resp = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
-                resp.headers_mut().insert(
-                    http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-                );
-                resp
-            }
-            Ok(_) => endpoints::error_response(&ApiError::PathNotFound),
+            return if path == "/metrics" && method == http::Method::GET {
+                render_metrics(state).await
+            } else {
+                endpoints::error_response(&ApiError::PathNotFound)
+            };
         }
+        // The body first, whole, within the request's deadline: a client
+        // that sends it slowly holds no seat meanwhile.
+        let deadline = state.intake.deadline(arrived);
+        let (parts, body) = req.into_parts();
+        let taken = match state
+            .intake
+            .take(body, endpoints::MAX_BODY_BYTES, deadline)
+            .await
+        {
+            Ok(taken) => taken,
+            Err(err) => return endpoints::error_response(&err),
+        };
+        let req = Request::from_parts(parts, Full::new(taken.body.clone()));
+        let kind = RequestKind::of(resource.as_ref(), &method);
+        let width = match &resource {
+            Some(r) if r.verb == Verb::List => flowcontrol::list_width(state.api.list_objects(
+                r,
+                &Query::parse(req.uri().query()),
+                flowcontrol::MAX_WEIGHED_OBJECTS,
+            )),
+            _ => 1,
+        };
+        let permit = match state.flow_control.admit_wide(&user, kind, width).await {
+            Ok(permit) => permit,
+            Err(rejected) => return endpoints::error_response(&rejected.into()),
+        };
+        if let Err(err) = authorize(state, &attributes, &mut record).await {
+            return endpoints::error_response(&err);
+        }
+        let ctx = Context {
+            user,
+            dry_run: false,
+            writer: crate::registry::Writer::Client,
+            manager: String::new(),
+            notes: notes.clone(),
+            fence: None,
+        };
+        let req = match &mut record {
+            Some(record) => record.capture_request(req, endpoints::MAX_BODY_BYTES).await,
+            None => audit::Replayed::passthrough(req),
+        };
+        let serving = endpoints::serve_api(&state.api, req, ctx);
+        let resp = if kind == RequestKind::Watch {
+            // Long-running: a watch ends when its client or its timeoutSeconds
+            // says so.
+            serving.await
+        } else {
+            match tokio::time::timeout_at(deadline, serving).await {
+                Ok(resp) => resp,
+                Err(_) => endpoints::error_response(&ApiError::Timeout(
+                    intake::TIMEOUT_MESSAGE.to_owned(),
+                )),
+            }
+        };
+        drop(taken);
+        // Held on through the writing of the response, which starts
+        // after the audit record has taken its copy.
+        *seats = Some(permit);
+        resp
     };
     let resp = match std::panic::AssertUnwindSafe(handled).catch_unwind().await {
         Ok(resp) => resp,
@@ -694,6 +710,39 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
         Some(permit) => permit.hold_through(resp),
         None => resp,
     }
+}
+
+/// `/metrics`: the request metrics, and what each part of the server counts.
+async fn render_metrics(state: &State) -> Response<Body> {
+    let mut text = state.metrics.render();
+    if let Some(reviewer) = &state.reviewer {
+        let stats = reviewer.stats();
+        text.push_str(&format!(
+                "# HELP storage_transfer_authorization_cache_total SubjectAccessReview answers by where they came from.\n# TYPE storage_transfer_authorization_cache_total counter\nstorage_transfer_authorization_cache_total{{result=\"hit\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"miss\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"refused\"}} {}\n",
+                stats.hits, stats.misses, stats.refused
+            ));
+    }
+    text.push_str(&transfers_by_phase(&state.transfers).await);
+    if let Some(leader) = &state.leader {
+        text.push_str(&format!(
+                "# HELP storage_transfer_leader Whether this replica leads the controllers (1) or not (0).\n# TYPE storage_transfer_leader gauge\nstorage_transfer_leader {}\n",
+                u8::from(leader.is_leader())
+            ));
+    }
+    if let Some(auditor) = &state.audit {
+        text.push_str(&auditor.sink().metrics());
+    }
+    text.push_str(&state.flow_control.metrics());
+    text.push_str(&format!(
+            "# HELP storage_transfer_open_connections Client connections open now.\n# TYPE storage_transfer_open_connections gauge\nstorage_transfer_open_connections {}\n",
+            state.open.len()
+        ));
+    let mut resp = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    resp
 }
 
 /// What a panic said, for the audit event of its request.
@@ -756,52 +805,43 @@ async fn transfers_by_phase(store: &Store<NamespaceTransferStrategy>) -> String 
     text
 }
 
-/// What authentication and authorization made of a request.
-struct Verdict {
-    /// What the request was authorized on (or would have been: the user is
-    /// empty when authentication failed); the audit policy reads them too.
+/// What authentication made of a request.
+struct Caller {
+    /// What the request would be authorized on (the user is empty when
+    /// authentication failed); the audit policy reads them too.
     attributes: Attributes,
-    authenticated: bool,
     /// The front proxy authenticated the request (see
     /// [`authn::Authenticated`]).
     by_front_proxy: bool,
-    outcome: Result<UserInfo, ApiError>,
-    /// `authorization.k8s.io/decision` and `/reason`, as kube's
-    /// authorization filter annotates its audit event.
-    annotations: Vec<(&'static str, String)>,
+    user: Result<UserInfo, ApiError>,
 }
 
-/// Authenticates the caller and asks the authorizer about the request.
-/// Returns the parsed resource request too, for metrics.
-async fn authorize(
-    state: &State,
-    peer: &Peer,
-    req: &Request<Incoming>,
-) -> (Verdict, Option<ResourceRequest>) {
-    let query = Query::parse(req.uri().query());
-    let resource = match request::parse(req.method(), req.uri().path(), &query) {
-        Ok(Some(r)) => Some(r),
-        // Malformed resource paths are answered by the router with the right
-        // error; authorize them as the non-resource path they are.
-        _ => None,
-    };
-    let verdict = authorize_request(state, peer, req, resource.as_ref()).await;
-    (verdict, resource)
-}
-
-async fn authorize_request(
+/// Authenticates the caller of `req`, and names what it asks for.
+async fn authenticate(
     state: &State,
     peer: &Peer,
     req: &Request<Incoming>,
     resource: Option<&ResourceRequest>,
-) -> Verdict {
+) -> Caller {
     let authenticated = state.authn.authenticate(req.headers(), peer).await;
     let by_front_proxy = authenticated.as_ref().is_ok_and(|a| a.by_front_proxy);
-    let authenticated = authenticated.map(|a| a.user);
-    let user = authenticated.as_ref().cloned().unwrap_or_default();
-    let attributes = match resource {
+    let user = authenticated.map(|a| a.user);
+    let attributes = Attributes {
+        user: user.as_ref().cloned().unwrap_or_default(),
+        ..request_attributes(req, resource)
+    };
+    Caller {
+        attributes,
+        by_front_proxy,
+        user,
+    }
+}
+
+/// What `req` asks to do, for the authorizer, by no one yet.
+fn request_attributes(req: &Request<Incoming>, resource: Option<&ResourceRequest>) -> Attributes {
+    match resource {
         Some(r) => Attributes {
-            user,
+            user: UserInfo::default(),
             verb: r.verb.as_str().to_owned(),
             resource: Some(ResourceAttributes {
                 group: crate::api::GROUP.to_owned(),
@@ -818,34 +858,32 @@ async fn authorize_request(
             path: req.uri().path().to_owned(),
         },
         None => Attributes {
-            user,
+            user: UserInfo::default(),
             verb: req.method().as_str().to_ascii_lowercase(),
             resource: None,
             path: req.uri().path().to_owned(),
         },
-    };
-    let user = match authenticated {
-        Ok(user) => user,
-        Err(err) => {
-            return Verdict {
-                attributes,
-                authenticated: false,
-                by_front_proxy,
-                outcome: Err(err),
-                annotations: Vec::new(),
-            }
-        }
-    };
-    let (outcome, annotations) = match state.authz.authorize(&attributes).await {
+    }
+}
+
+/// Asks the authorizer about an authenticated request, and annotates its
+/// audit event with the answer (`authorization.k8s.io/decision` and
+/// `/reason`, as kube's authorization filter does).
+async fn authorize(
+    state: &State,
+    attributes: &Attributes,
+    record: &mut Option<audit::RequestAudit>,
+) -> Result<(), ApiError> {
+    let (outcome, annotations) = match state.authz.authorize(attributes).await {
         Ok(Decision::Allow) => (
-            Ok(user),
+            Ok(()),
             vec![
                 (audit::ANNOTATION_DECISION, "allow".to_owned()),
                 (audit::ANNOTATION_REASON, String::new()),
             ],
         ),
         Ok(Decision::Deny { reason }) => (
-            Err(authz::forbidden(&attributes, &reason)),
+            Err(authz::forbidden(attributes, &reason)),
             vec![
                 (audit::ANNOTATION_DECISION, "forbid".to_owned()),
                 (audit::ANNOTATION_REASON, reason),
@@ -856,13 +894,12 @@ async fn authorize_request(
             vec![(audit::ANNOTATION_REASON, "internal error".to_owned())],
         ),
     };
-    Verdict {
-        attributes,
-        authenticated: true,
-        by_front_proxy,
-        outcome,
-        annotations,
+    if let Some(record) = record {
+        for (key, value) in annotations {
+            record.annotate(key, value);
+        }
     }
+    outcome
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).

@@ -5,9 +5,10 @@
 //! another's; bad limits stop it at start-up.
 //!
 //! Deterministic by construction: a replica of our server with one mutating
-//! seat and no queue, whose seat a POST holds by sending half of its body
-//! (the seat is taken before the body is read), and which only this test
-//! binary talks to. Users reach it as the aggregator does, through the
+//! seat and no queue, whose seat a create holds while a validating webhook
+//! the test controls keeps it waiting (a body sent slowly holds none: it is
+//! read before the seat is taken), and which only this test binary talks
+//! to. Users reach it as the aggregator does, through the
 //! front-proxy certificate and `X-Remote-*` headers; they are in a group
 //! bound to `cluster-admin`, but not in `system:masters`, who are exempt.
 
@@ -15,12 +16,14 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::{json, Value};
 use sta_testenv::http::{HttpClient, HttpResponse};
+use sta_testenv::webhook::{Reply, WebhookServer};
 use sta_testenv::{shared, ControlPlane, Replica, SERVICE_NAME, SERVICE_NAMESPACE};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
@@ -159,7 +162,7 @@ fn assert_too_many_requests(resp: &HttpResponse, flag: &str) {
 }
 
 /// A request whose response is read only when the test says so: a POST
-/// with half its body sent, or a watch.
+/// whose body is sent bit by bit, or a watch.
 struct Open {
     tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
 }
@@ -207,19 +210,9 @@ impl Open {
         Self { tls }
     }
 
-    /// Sends the rest of the body and reads the whole response: its status
-    /// code and body.
-    fn finish(mut self, rest: &[u8]) -> (u16, String) {
-        self.tls.write_all(rest).unwrap();
-        self.tls.flush().unwrap();
-        let mut raw = Vec::new();
-        match self.tls.read_to_end(&mut raw) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
-            Err(e) => panic!("reading the response: {e}"),
-        }
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        (status_code(&text), text)
+    /// Sends `more` of the body; false once the server has closed.
+    fn send(&mut self, more: &[u8]) -> bool {
+        self.tls.write_all(more).is_ok() && self.tls.flush().is_ok()
     }
 
     /// Reads up to the end of the response's headers; its status code.
@@ -249,34 +242,124 @@ fn the_mutating_seat() -> std::sync::MutexGuard<'static, ()> {
     SEAT.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A POST as `user` that holds the replica's one mutating seat: half its
-/// body sent, the handler waiting for the rest.
+/// The label of a transfer whose create the [`Holder`] webhook keeps
+/// waiting until the test lets it go; the webhook sees only objects with it.
+const HOLD_LABEL: &str = "overload-hold";
+
+/// A validating webhook that keeps a create labelled [`HOLD_LABEL`]`: wait`
+/// waiting while the gate is shut, and allows everything else at once.
+struct Holder {
+    _webhook: WebhookServer,
+    /// Whether held creates may go on.
+    gate: Arc<(Mutex<bool>, Condvar)>,
+}
+
+/// The holder, installed once (for this binary's control plane only) and
+/// seen in effect by the replica.
+fn holder() -> &'static Holder {
+    static HOLDER: OnceLock<Holder> = OnceLock::new();
+    HOLDER.get_or_init(|| {
+        let gate = Arc::new((Mutex::new(true), Condvar::new()));
+        let waits = gate.clone();
+        let webhook = WebhookServer::start(move |review| {
+            if review["object"]["metadata"]["labels"][HOLD_LABEL] == "wait" {
+                let (open, opened) = &*waits;
+                let open = open.lock().unwrap();
+                let _ = opened
+                    .wait_timeout_while(open, Duration::from_secs(25), |open| !*open)
+                    .unwrap();
+            }
+            Reply::allow()
+        })
+        .unwrap();
+        let hook = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "overload-holder"},
+            "webhooks": [{
+                "name": "holder.overload.test",
+                "clientConfig": {
+                    "url": webhook.url("/hold"),
+                    "caBundle": sta_testenv::base64(webhook.ca_bundle_pem().as_bytes()),
+                },
+                "rules": [{
+                    "apiGroups": ["storage.transfer.k8s.io"],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE"],
+                    "resources": ["namespacetransfers"],
+                    "scope": "Namespaced",
+                }],
+                "objectSelector": {"matchExpressions": [{"key": HOLD_LABEL, "operator": "Exists"}]},
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 30,
+            }],
+        });
+        cp().kubectl().apply(&hook.to_string()).unwrap();
+        let ns = cp().namespace("overload-probe").unwrap();
+        let mut probe = serde_json::from_slice::<Value>(&transfer("probe")).unwrap();
+        probe["metadata"]["labels"] = json!({HOLD_LABEL: "probe"});
+        eventually("the replica to call the holding webhook", || {
+            let before = webhook.requests().len();
+            let resp = front_proxy()
+                .request(
+                    "POST",
+                    &format!("{}?dryRun=All", list_path(&ns.name)),
+                    &as_user("prober"),
+                    probe.to_string().as_bytes(),
+                )
+                .unwrap();
+            assert_eq!(resp.status, 201, "{}", resp.text());
+            webhook.requests().len() > before
+        });
+        Holder {
+            _webhook: webhook,
+            gate,
+        }
+    })
+}
+
+impl Holder {
+    fn shut(&self, shut: bool) {
+        let (open, opened) = &*self.gate;
+        *open.lock().unwrap() = !shut;
+        opened.notify_all();
+    }
+}
+
+/// A create as `user` that holds the replica's one mutating seat: its
+/// admission webhook keeps it waiting.
 struct HeldSeat {
-    open: Open,
-    rest: Vec<u8>,
+    create: std::thread::JoinHandle<HttpResponse>,
 }
 
 fn hold_the_mutating_seat(path: &str, user: &str) -> HeldSeat {
-    let body = transfer(&format!("held-by-{user}"));
-    let (first, rest) = body.split_at(body.len() / 2);
-    let open = Open::start("POST", path, user, body.len(), first);
-    eventually("the held POST to take the one mutating seat", || {
+    let holder = holder();
+    holder.shut(true);
+    let mut held = serde_json::from_slice::<Value>(&transfer(&format!("held-by-{user}"))).unwrap();
+    held["metadata"]["labels"] = json!({HOLD_LABEL: "wait"});
+    let (path, user) = (path.to_owned(), user.to_owned());
+    let create = std::thread::spawn(move || {
+        front_proxy()
+            .request("POST", &path, &as_user(&user), held.to_string().as_bytes())
+            .unwrap()
+    });
+    eventually("the held create to take the one mutating seat", || {
         has_line(
             &metrics(),
             "apiserver_current_inflight_requests{request_kind=\"mutating\"} 1",
         )
     });
-    HeldSeat {
-        open,
-        rest: rest.to_vec(),
-    }
+    HeldSeat { create }
 }
 
 impl HeldSeat {
-    /// Sends the rest of the body; the POST succeeds.
+    /// Lets the webhook answer; the create succeeds.
     fn release(self) {
-        let (code, response) = self.open.finish(&self.rest);
-        assert_eq!(code, 201, "{response}");
+        holder().shut(false);
+        let resp = self.create.join().unwrap();
+        assert_eq!(resp.status, 201, "{}", resp.text());
     }
 }
 
@@ -332,6 +415,79 @@ fn the_in_flight_limit_answers_429_with_retry_after_and_serves_again_once_the_se
                 && l.contains("resource=\"namespacetransfers\"")
                 && l.contains("code=\"429\"")),
         "the refusal is counted as a response: {text}"
+    );
+}
+
+#[test]
+fn four_hundred_bodies_sent_at_ten_bytes_a_second_hold_no_seat_and_another_tenants_delete_is_answered_within_two_seconds(
+) {
+    let _seat = the_mutating_seat();
+    let ns = cp().namespace("overload-slow").unwrap();
+    let path = list_path(&ns.name);
+    let made = limited()
+        .http()
+        .unwrap()
+        .request(
+            "POST",
+            &path,
+            &[("Content-Type", "application/json")],
+            &transfer("doomed"),
+        )
+        .unwrap();
+    assert_eq!(made.status, 201, "{}", made.text());
+
+    // Two tenants start 200 creates each and send their bodies ten bytes
+    // a second.
+    const CHUNK: usize = 10;
+    let slow: Vec<(Open, Vec<u8>)> = (0..400)
+        .map(|i| {
+            let user = ["dawdler-1", "dawdler-2"][i % 2];
+            let body = transfer(&format!("slow-{i}"));
+            let open = Open::start("POST", &path, user, body.len(), &body[..CHUNK]);
+            (open, body[CHUNK..].to_vec())
+        })
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dripper = std::thread::spawn({
+        let stop = stop.clone();
+        move || {
+            let mut slow = slow;
+            let mut sent = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_secs(1));
+                for (open, rest) in &mut slow {
+                    if let Some(more) = rest.get(sent..(sent + CHUNK).min(rest.len())) {
+                        assert!(open.send(more), "the server hung up on a slow body");
+                    }
+                }
+                sent += CHUNK;
+            }
+            slow.len()
+        }
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let started = Instant::now();
+    let deleted = front_proxy()
+        .request(
+            "DELETE",
+            &format!("{path}/doomed"),
+            &as_user("deleter"),
+            b"",
+        )
+        .unwrap();
+    let took = started.elapsed();
+    let inflight = metrics();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(dripper.join().unwrap(), 400);
+    assert_eq!(deleted.status, 200, "{}", deleted.text());
+    assert!(took < Duration::from_secs(2), "the delete took {took:?}");
+    assert!(
+        has_line(
+            &inflight,
+            "apiserver_current_inflight_requests{request_kind=\"mutating\"} 0"
+        ),
+        "no slow body holds the mutating seat:\n{inflight}"
     );
 }
 

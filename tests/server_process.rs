@@ -731,3 +731,50 @@ fn idle_http2_connections_are_closed_after_the_idle_timeout() {
         }
     });
 }
+
+#[test]
+fn a_body_that_does_not_arrive_within_the_request_timeout_is_answered_504_timeout() {
+    let server = start_with("slow-body", true, &["--request-timeout=2s"]);
+    let body = br#"{"apiVersion":"storage.transfer.k8s.io/v1alpha1","kind":"NamespaceTransfer","metadata":{"name":"slow"},"spec":{"source":{"name":"slow"},"destination":{"namespace":"dev"}}}"#;
+    let mut tls = tls_connect(&server, &[b"http/1.1"]);
+    write!(
+        tls,
+        "POST {TRANSFERS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    tls.write_all(&body[..body.len() / 2]).unwrap();
+    tls.flush().unwrap();
+    // Never sends the rest: the answer comes at the deadline, not never.
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&raw).contains("\"code\":504") {
+        match tls.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) => panic!(
+                "no answer within {CLOSED_WITHIN:?}: {e}\n{}",
+                server.process.log_tail()
+            ),
+        }
+    }
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 504"), "{text}");
+    assert!(text.contains("\"reason\":\"Timeout\""), "{text}");
+    assert!(
+        text.contains("request did not complete within requested timeout"),
+        "{text}"
+    );
+    // Nothing was stored.
+    let http = sta_testenv::http::HttpClient::new(
+        server.port,
+        &server.pki.serving_ca.cert,
+        SERVER_NAME,
+        None,
+    )
+    .unwrap();
+    let got = http
+        .request("GET", &format!("{TRANSFERS}/slow"), &[], b"")
+        .unwrap();
+    assert_eq!(got.status, 404, "{}", got.text());
+}

@@ -304,6 +304,13 @@ pub struct Options {
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub request_queue_timeout: Duration,
 
+    /// How long a request may take, as kube-apiserver's flag of the same
+    /// name: from its headers to its answer, its body's arrival and its
+    /// wait for a seat included. Past it the answer is 504 `Timeout`.
+    /// Watches are long-running and not bounded by it.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
     /// How many watches one user may hold open at once; past it a watch is
     /// refused with 429. 0: no limit. Members of system:masters are not
     /// counted.
@@ -330,6 +337,8 @@ pub struct CompletedConfig {
     pub connections: ConnectionLimits,
     /// In-flight seats, the per-user queues and the watch cap.
     pub flow_control: FlowControlLimits,
+    /// `--request-timeout`.
+    pub request_timeout: Duration,
     pub etcd: EtcdConfig,
     pub etcd_prefix: String,
     pub auth: AuthMode,
@@ -442,6 +451,7 @@ impl Options {
             shutdown_grace: self.shutdown_grace_period,
             connections,
             flow_control,
+            request_timeout: self.request_timeout,
             etcd: EtcdConfig {
                 endpoints: self.etcd_servers.clone(),
                 ca_file: self.etcd_cafile.clone(),
@@ -550,6 +560,7 @@ impl Options {
             ("http2-read-idle-timeout", self.http2_read_idle_timeout),
             ("http2-ping-timeout", self.http2_ping_timeout),
             ("idle-connection-timeout", self.idle_connection_timeout),
+            ("request-timeout", self.request_timeout),
         ];
         for (flag, timeout) in timeouts {
             if timeout.is_zero() {
