@@ -9,21 +9,13 @@ use clap::Parser;
 use storage_transfer_apiserver::server::{self, Options};
 use tracing_subscriber::EnvFilter;
 
-/// Each runtime worker's stack.
-const WORKER_STACK_BYTES: usize = 8 * 1024 * 1024;
-
 fn main() -> ExitCode {
     let options = Options::parse();
     init_logging(&options.log_format);
 
-    // A write is polled through hyper, the audit, admission, the store and
-    // etcd-client's tower stack on one worker's stack; unoptimised builds
-    // (every test) spend far more stack per frame than release ones, and
-    // 2 MiB (tokio's default) once ran out on a finalizing PATCH. The stack
-    // is reserved, not resident, until used.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_stack_size(WORKER_STACK_BYTES)
+        .thread_stack_size(server::WORKER_STACK_BYTES)
         .build()
     {
         Ok(rt) => rt,

@@ -16,6 +16,13 @@
 //! identity, whose flow control in kube-apiserver the controllers share.
 //! Answers already cached are served meanwhile.
 //!
+//! A cache may also bound how many new reviews it starts a second
+//! ([`Rate`], a token bucket), as k8s.io/apiserver bounds its delegated
+//! clients' QPS: the reviews a flood causes then cost the cluster a bounded
+//! rate, not just a bounded concurrency (a fast cluster answers 64 at once
+//! many times a second). Past it a new review is refused with 429, as past
+//! the flights.
+//!
 //! Owns when to ask again; never what a review means.
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,7 +43,8 @@ pub struct CacheStats {
     pub hits: u64,
     /// Reviews started.
     pub misses: u64,
-    /// Refused because [`MAX_FLIGHTS`] reviews were under way.
+    /// Refused because [`MAX_FLIGHTS`] reviews were under way, or (with a
+    /// [`Rate`]) the rate of new reviews was spent.
     pub refused: u64,
 }
 
@@ -60,11 +68,36 @@ impl<K, V> Clone for ReviewCache<K, V> {
 /// The most reviews under way at once, per cache.
 pub const MAX_FLIGHTS: usize = 64;
 
+/// How many new reviews a cache may start: `per_second` on average, and up
+/// to `burst` at once after a quiet spell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    pub per_second: f64,
+    pub burst: f64,
+}
+
+/// The rate of new reviews the caches of callers' requests (TokenReview,
+/// SubjectAccessReview) may start: a quarter of what k8s.io/apiserver's
+/// delegated clients may send (200 a second, bursts of 400), for each of
+/// the two.
+pub const REQUEST_REVIEW_RATE: Rate = Rate {
+    per_second: 50.0,
+    burst: 100.0,
+};
+
+/// The tokens of a [`Rate`]'s bucket, and when it was last filled.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    filled: Instant,
+}
+
 #[derive(Debug)]
 struct Inner<K, V> {
     ttl: Duration,
     capacity: usize,
     max_flights: usize,
+    rate: Option<Rate>,
     state: Mutex<State<K, V>>,
 }
 
@@ -74,6 +107,8 @@ struct State<K, V> {
     recency: BTreeMap<u64, K>,
     clock: u64,
     flights: HashMap<K, Flight<V>>,
+    /// `Some` when [`Inner::rate`] is.
+    bucket: Option<Bucket>,
     stats: CacheStats,
 }
 
@@ -107,16 +142,36 @@ where
     /// [`Self::new`], with at most `max_flights` (at least one) reviews
     /// under way at once.
     pub fn with_max_flights(ttl: Duration, capacity: usize, max_flights: usize) -> Self {
+        Self::with_limits(ttl, capacity, max_flights, None)
+    }
+
+    /// [`Self::with_max_flights`], starting new reviews at most at `rate`
+    /// (`None`: as fast as they are asked for).
+    pub fn with_limits(
+        ttl: Duration,
+        capacity: usize,
+        max_flights: usize,
+        rate: Option<Rate>,
+    ) -> Self {
+        let rate = rate.map(|r| Rate {
+            per_second: r.per_second.max(f64::MIN_POSITIVE),
+            burst: r.burst.max(1.0),
+        });
         Self {
             inner: Arc::new(Inner {
                 ttl,
                 capacity: capacity.max(1),
                 max_flights: max_flights.max(1),
+                rate,
                 state: Mutex::new(State {
                     entries: HashMap::new(),
                     recency: BTreeMap::new(),
                     clock: 0,
                     flights: HashMap::new(),
+                    bucket: rate.map(|r| Bucket {
+                        tokens: r.burst,
+                        filled: Instant::now(),
+                    }),
                     stats: CacheStats::default(),
                 }),
             }),
@@ -149,6 +204,16 @@ where
                         message: format!(
                             "too many requests: {} reviews of credentials or rights are already under way; try again",
                             self.inner.max_flights
+                        ),
+                        retry_after_seconds: 1,
+                    });
+                }
+                None if !self.inner.take_token(&mut state) => {
+                    state.stats.refused += 1;
+                    let per_second = self.inner.rate.map_or(0.0, |r| r.per_second);
+                    return Err(ApiError::TooManyRequests {
+                        message: format!(
+                            "too many requests: more than {per_second} new reviews of credentials or rights a second; try again"
                         ),
                         retry_after_seconds: 1,
                     });
@@ -225,6 +290,23 @@ where
 {
     fn lock(&self) -> std::sync::MutexGuard<'_, State<K, V>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes a token from the bucket for a new review; false when it is
+    /// empty. Always true without a rate.
+    fn take_token(&self, state: &mut State<K, V>) -> bool {
+        let (Some(rate), Some(bucket)) = (self.rate, state.bucket.as_mut()) else {
+            return true;
+        };
+        let now = Instant::now();
+        let refill = now.duration_since(bucket.filled).as_secs_f64() * rate.per_second;
+        bucket.tokens = (bucket.tokens + refill).min(rate.burst);
+        bucket.filled = now;
+        if bucket.tokens < 1.0 {
+            return false;
+        }
+        bucket.tokens -= 1.0;
+        true
     }
 
     fn fresh(&self, state: &mut State<K, V>, key: &K) -> Option<V> {

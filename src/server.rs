@@ -57,6 +57,13 @@ use metrics::{Metrics, RequestLabels};
 pub use options::{AuthMode, CompletedConfig, ConfigError, Options};
 use std::time::Instant;
 
+/// The stack of every runtime worker thread. A write is polled through
+/// hyper, the audit, admission, the store and etcd-client's tower stack on
+/// one worker's stack; unoptimised builds (every test) spend far more stack
+/// per frame than release ones, and 2 MiB (tokio's default) once ran out on
+/// a finalizing PATCH. The stack is reserved, not resident, until used.
+pub const WORKER_STACK_BYTES: usize = 8 * 1024 * 1024;
+
 /// Errors that stop the server from starting or running.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -184,6 +191,10 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Clien
 pub struct Auth {
     authn: Arc<dyn Authenticator>,
     authz: Arc<dyn Authorizer>,
+    /// The controllers' own authorizer: the rights they check again before
+    /// acting are reviews of their own, never refused because callers'
+    /// requests (a flood of unique paths) hold every review in flight.
+    controller_authz: Arc<dyn Authorizer>,
     /// The SubjectAccessReview client, for its cache statistics.
     reviewer: Option<Arc<SubjectAccessReviewer>>,
     /// `Some(problem)` while the delegated configuration is not usable.
@@ -199,6 +210,7 @@ impl Auth {
         Self {
             authn: Arc::new(Anonymous),
             authz: Arc::new(AllowAll),
+            controller_authz: Arc::new(AllowAll),
             reviewer: None,
             problem: None,
         }
@@ -212,12 +224,13 @@ impl Auth {
         let tokens = authn::token::TokenAuthenticator::new(client.clone(), Vec::new());
         let accounts =
             authn::jwt::ServiceAccountVerifier::start(client.clone()).with_audiences(api_audiences);
-        let reviewer = Arc::new(SubjectAccessReviewer::new(client));
+        let reviewer = Arc::new(SubjectAccessReviewer::new(client.clone()));
         Self {
             authn: Arc::new(
                 authn::Delegating::new(config, Some(tokens)).with_service_accounts(accounts),
             ),
             authz: reviewer.clone(),
+            controller_authz: Arc::new(SubjectAccessReviewer::for_controllers(client)),
             reviewer: Some(reviewer),
             problem: Some(problem),
         }
@@ -371,6 +384,24 @@ pub async fn serve(
     // The controllers stop (and a leader hands over) as soon as shutdown
     // begins; the API keeps serving while connections drain.
     let controllers_stop = Arc::new(Notify::new());
+    // The controllers run on a runtime of their own, so that however many
+    // requests the API is serving, the controllers' work never queues
+    // behind them for a worker thread: the operating system shares the
+    // cores between the two, as between kube-apiserver and
+    // kube-controller-manager.
+    let controller_runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("controllers")
+        .thread_stack_size(WORKER_STACK_BYTES)
+        .enable_all()
+        .build();
+    let controller_runtime = match controller_runtime {
+        Ok(runtime) => Some(runtime),
+        Err(e) => {
+            tracing::warn!(error = %e, "the controllers share the API's runtime: no runtime of their own");
+            None
+        }
+    };
+    let entered = controller_runtime.as_ref().map(|r| r.enter());
     let controllers = match cluster {
         Some(_) if !config.controllers.enabled.any() => {
             tracing::info!("--controllers enables none: this replica only serves the API");
@@ -414,7 +445,7 @@ pub async fn serve(
                     claims: claims.clone(),
                     client,
                     etcd: cluster.etcd,
-                    authorizer: auth.authz.clone(),
+                    authorizer: auth.controller_authz.clone(),
                 },
                 controllers_stop.clone(),
             ))
@@ -424,6 +455,7 @@ pub async fn serve(
             None
         }
     };
+    drop(entered);
     let (leader, election) = match controllers {
         Some(running) => (Some(running.status), Some(running.task)),
         None => (None, None),
@@ -495,6 +527,9 @@ pub async fn serve(
         {
             tracing::warn!("the controllers did not stop within 3s");
         }
+    }
+    if let Some(runtime) = controller_runtime {
+        runtime.shutdown_background();
     }
     tracing::info!(
         grace = ?config.shutdown_grace,

@@ -731,3 +731,258 @@ fn a_standing_offers_request_learns_only_the_peer_the_phase_and_a_reason() {
         }
     }
 }
+
+/// What one flooding thread got back: answers by status code, and
+/// requests that got no answer at all.
+#[derive(Debug, Default)]
+struct Flooded {
+    by_code: std::collections::BTreeMap<u16, usize>,
+    unanswered: usize,
+}
+
+/// One kept-alive HTTP/1.1 connection straight to our server, presenting
+/// `client` (certificate, key) if given: a flood that pays for no TLS
+/// handshakes, only for what each request costs the server.
+struct KeepAlive {
+    config: std::sync::Arc<rustls::ClientConfig>,
+    tls: Option<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>>,
+}
+
+impl KeepAlive {
+    fn new(client: Option<(&std::path::Path, &std::path::Path)>) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let pki = &cp().pki;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(&pki.serving_ca.cert).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+        let config = match client {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    CertificateDer::pem_file_iter(cert)
+                        .unwrap()
+                        .collect::<Result<Vec<_>, _>>()
+                        .unwrap(),
+                    PrivateKeyDer::from_pem_file(key).unwrap(),
+                )
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        Self {
+            config: std::sync::Arc::new(config),
+            tls: None,
+        }
+    }
+
+    /// Sends `GET path` with `headers` and reads the answer's status code.
+    fn get(&mut self, path: &str, headers: &[(String, String)]) -> std::io::Result<u16> {
+        use std::io::{Read, Write};
+        if self.tls.is_none() {
+            let tcp = std::net::TcpStream::connect(("127.0.0.1", cp().server_port))?;
+            tcp.set_read_timeout(Some(WAIT))?;
+            let name = rustls::pki_types::ServerName::try_from(format!(
+                "{}.{}.svc",
+                sta_testenv::SERVICE_NAME,
+                sta_testenv::SERVICE_NAMESPACE
+            ))
+            .unwrap();
+            let conn = rustls::ClientConnection::new(self.config.clone(), name).unwrap();
+            self.tls = Some(rustls::StreamOwned::new(conn, tcp));
+        }
+        let tls = self.tls.as_mut().unwrap();
+        let mut head = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        let answer = (|| {
+            tls.write_all(head.as_bytes())?;
+            tls.flush()?;
+            let mut raw = Vec::new();
+            let mut byte = [0u8; 1];
+            while !raw.ends_with(b"\r\n\r\n") {
+                if tls.read(&mut byte)? == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                raw.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+            let code: u16 = head
+                .split(' ')
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            let mut body = vec![0u8; length];
+            tls.read_exact(&mut body)?;
+            Ok(code)
+        })();
+        if answer.is_err() {
+            self.tls = None;
+        }
+        answer
+    }
+}
+
+/// `threads` clients on kept-alive connections sending `request(thread, n)`
+/// straight to our server, each `per_second` times a second, until `stop`.
+fn flood(
+    threads: usize,
+    per_second: u32,
+    client: impl Fn() -> KeepAlive + Send + Sync + 'static,
+    request: impl Fn(usize, usize) -> (String, Vec<(String, String)>) + Send + Sync + 'static,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Flooded>> {
+    let client = std::sync::Arc::new(client);
+    let request = std::sync::Arc::new(request);
+    (0..threads)
+        .map(|thread| {
+            let (client, request, stop) = (client.clone(), request.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut http = client();
+                let mut got = Flooded::default();
+                let started = std::time::Instant::now();
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let due = started + Duration::from_secs(n as u64) / per_second;
+                    std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+                    let (path, headers) = request(thread, n);
+                    match http.get(&path, &headers) {
+                        Ok(code) => *got.by_code.entry(code).or_default() += 1,
+                        Err(_) => got.unanswered += 1,
+                    }
+                    n += 1;
+                }
+                got
+            })
+        })
+        .collect()
+}
+
+/// The flood: on each of [`FLOOD_THREADS`] connections, [`FLOOD_PER_SECOND`]
+/// requests a second with a random bearer token (each a TokenReview unless
+/// refused), and as many more from a tenant with no rights asking for paths
+/// nobody asked for before (each a SubjectAccessReview unless refused):
+/// 640 a second, about six times the reviews the server sends.
+const FLOOD_THREADS: usize = 8;
+const FLOOD_PER_SECOND: u32 = 40;
+
+/// The TokenReviews and SubjectAccessReviews kube-apiserver has answered.
+fn reviews_answered() -> u64 {
+    let text = admin().ok(&["get", "--raw", "/metrics"]);
+    text.lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{")
+                && (l.contains("resource=\"tokenreviews\"")
+                    || l.contains("resource=\"subjectaccessreviews\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[test]
+fn a_flood_of_random_tokens_and_unique_paths_does_not_slow_the_controllers_writes() {
+    let source = cp().namespace("flood-src").unwrap();
+    let destination = cp().namespace("flood-dst").unwrap();
+    let volume = provisioned_volume(admin(), ALLOWED_CLASS, &source.name, "db", "1Gi");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let reviews_before = reviews_answered();
+    let flooding = std::time::Instant::now();
+    let mut floods = flood(
+        FLOOD_THREADS,
+        FLOOD_PER_SECOND,
+        || KeepAlive::new(None),
+        move |thread, n| {
+            (
+                format!("/apis/storage.transfer.k8s.io/v1alpha1/namespaces/t{thread}/namespacetransfers"),
+                vec![(
+                    "Authorization".to_owned(),
+                    format!("Bearer flood-{nonce:x}-{thread}-{n}"),
+                )],
+            )
+        },
+        &stop,
+    );
+    floods.extend(flood(
+        FLOOD_THREADS,
+        FLOOD_PER_SECOND,
+        || {
+            let pki = &cp().pki;
+            KeepAlive::new(Some((
+                pki.front_proxy_client.cert.as_path(),
+                pki.front_proxy_client.key.as_path(),
+            )))
+        },
+        |thread, n| {
+            (
+                format!("/apis/storage.transfer.k8s.io/v1alpha1/namespaces/p{thread}-{n}/namespacetransfers/x"),
+                vec![
+                    ("X-Remote-User".to_owned(), "flooder".to_owned()),
+                    ("X-Remote-Group".to_owned(), "flooders".to_owned()),
+                ],
+            )
+        },
+        &stop,
+    ));
+    std::thread::sleep(Duration::from_secs(3));
+
+    offer(admin(), &source.name, "give", "db", &destination.name);
+    request(admin(), &destination.name, "take", &source.name, "db");
+    let started = std::time::Instant::now();
+    let done = wait_phase(admin(), &destination.name, "take", "Completed", WAIT);
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = Flooded::default();
+    for f in floods {
+        let got = f.join().unwrap();
+        for (code, n) in got.by_code {
+            *total.by_code.entry(code).or_default() += n;
+        }
+        total.unanswered += got.unanswered;
+    }
+    let flooded = flooding.elapsed().as_secs_f64();
+    let reviews = reviews_answered() - reviews_before;
+    eprintln!(
+        "the flood got {total:?} in {flooded:.1}s; the cluster answered {reviews} reviews; the transfer took {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "the transfer took {took:?} during the flood {total:?}: {}",
+        done["status"]
+    );
+    assert!(
+        total.by_code.keys().all(|c| [401, 403, 429].contains(c)),
+        "every flooding request is refused as unauthenticated, forbidden or too many: {total:?}"
+    );
+    // Each of the two caches starts at most 50 reviews a second, after a
+    // burst of 100; the controllers' own checks (this test's and those of
+    // the tests running beside it) are a few more.
+    let bound = 2.0 * (50.0 * flooded + 100.0) + 200.0;
+    assert!(
+        (reviews as f64) <= bound,
+        "the flood cost the cluster {reviews} reviews in {flooded:.1}s, more than {bound}: {total:?}"
+    );
+    assert_moved(
+        admin(),
+        &volume.pv,
+        &volume.pv_uid,
+        &source.name,
+        &destination.name,
+        "db",
+    );
+}

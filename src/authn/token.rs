@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use super::UserInfo;
 use crate::api::errors::ApiError;
-use crate::review_cache::ReviewCache;
+use crate::review_cache::{ReviewCache, MAX_FLIGHTS, REQUEST_REVIEW_RATE};
 
 /// How long a TokenReview answer is reused.
 pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(10);
@@ -102,9 +102,18 @@ pub struct TokenAuthenticator {
 }
 
 impl TokenAuthenticator {
-    /// Reviews tokens with the cluster behind `client`.
+    /// Reviews tokens with the cluster behind `client`: at most
+    /// [`REQUEST_REVIEW_RATE`] new reviews a second.
     pub fn new(client: kube::Client, audiences: Vec<String>) -> Self {
-        Self::with_reviewer(Arc::new(KubeTokenReviews::new(client)), audiences)
+        let mut authenticator =
+            Self::with_reviewer(Arc::new(KubeTokenReviews::new(client)), audiences);
+        authenticator.cache = ReviewCache::with_limits(
+            TOKEN_CACHE_TTL,
+            MAX_ENTRIES,
+            MAX_FLIGHTS,
+            Some(REQUEST_REVIEW_RATE),
+        );
+        authenticator
     }
 
     /// Reviews tokens with `reviewer`.

@@ -18,7 +18,7 @@ use super::{Attributes, Authorizer, Decision};
 use crate::api::errors::ApiError;
 
 pub use crate::review_cache::CacheStats;
-use crate::review_cache::ReviewCache;
+use crate::review_cache::{ReviewCache, MAX_FLIGHTS, REQUEST_REVIEW_RATE};
 
 /// How long an answer is reused.
 pub const SAR_CACHE_TTL: Duration = Duration::from_secs(10);
@@ -82,8 +82,23 @@ pub struct SubjectAccessReviewer {
 }
 
 impl SubjectAccessReviewer {
-    /// Reviews with the cluster behind `client`.
+    /// Reviews callers' requests with the cluster behind `client`: at most
+    /// [`REQUEST_REVIEW_RATE`] new reviews a second.
     pub fn new(client: kube::Client) -> Self {
+        let mut reviewer = Self::with_reviews(Arc::new(KubeAccessReviews::new(client)));
+        reviewer.cache = ReviewCache::with_limits(
+            SAR_CACHE_TTL,
+            MAX_ENTRIES,
+            MAX_FLIGHTS,
+            Some(REQUEST_REVIEW_RATE),
+        );
+        reviewer
+    }
+
+    /// Reviews the controllers' rights checks with the cluster behind
+    /// `client`, bounded in flight only: no flood of callers' requests
+    /// spends their rate.
+    pub fn for_controllers(client: kube::Client) -> Self {
         Self::with_reviews(Arc::new(KubeAccessReviews::new(client)))
     }
 

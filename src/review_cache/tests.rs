@@ -119,3 +119,34 @@ async fn past_the_most_reviews_under_way_a_new_key_is_refused_429_and_cached_ans
         "room again"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn past_its_rate_a_cache_refuses_new_reviews_429_serves_cached_answers_and_refills_with_time()
+{
+    let rate = Rate {
+        per_second: 10.0,
+        burst: 5.0,
+    };
+    let cache: ReviewCache<u32, u32> =
+        ReviewCache::with_limits(Duration::from_secs(60), 1000, 64, Some(rate));
+    for key in 0..5 {
+        assert_eq!(
+            cache
+                .get_or_review(key, move || async move { Ok(key) })
+                .await
+                .unwrap(),
+            key
+        );
+    }
+    let refused = cache.get_or_review(5, || async { Ok(5) }).await;
+    assert!(
+        matches!(&refused, Err(ApiError::TooManyRequests { message, retry_after_seconds: 1 }) if message.contains("10 new reviews")),
+        "{refused:?}"
+    );
+    assert_eq!(cache.get_or_review(3, || async { Ok(0) }).await.unwrap(), 3);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(cache.get_or_review(5, || async { Ok(5) }).await.unwrap(), 5);
+    assert!(cache.get_or_review(6, || async { Ok(6) }).await.is_err());
+    let stats = cache.stats();
+    assert_eq!((stats.misses, stats.refused), (6, 2));
+}
