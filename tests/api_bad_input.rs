@@ -792,3 +792,74 @@ fn a_hundred_label_patches_of_a_fat_object_do_not_grow_the_server_by_a_hundred_m
         grown / (1024 * 1024)
     );
 }
+
+/// `[{"a":0},…]` to fill a body to just under the body limit: about 90
+/// times its size once parsed into a JSON tree.
+fn dense_junk(room: usize) -> Value {
+    Value::Array(vec![json!({"a": 0}); room.saturating_sub(4 * 1024) / 8])
+}
+
+#[test]
+fn a_body_dense_enough_to_cost_gigabytes_at_two_hundred_at_once_is_refused_by_every_verb() {
+    let ns = cp().namespace("dense-body").unwrap();
+    let admin = cp().server_http().unwrap();
+    let before = annotated_transfer(&admin, &ns.name);
+    let http = editor(&ns.name, "dense-sender");
+    let url = base(&ns.name);
+    let one = format!("{url}/a");
+    let mut create = transfer("b");
+    create["junk"] = dense_junk(BODY_LIMIT);
+    let mut update = before.clone();
+    update["junk"] = dense_junk(BODY_LIMIT);
+    let merge = json!({"metadata": {"labels": {"x": "y"}}, "junk": dense_junk(BODY_LIMIT)});
+    let patch =
+        json!([{"op": "add", "path": "/metadata/annotations/x", "value": dense_junk(BODY_LIMIT)}]);
+    let delete =
+        json!({"kind": "DeleteOptions", "apiVersion": "v1", "junk": dense_junk(BODY_LIMIT)});
+    let cases: Vec<(&str, &str, &str, Value)> = vec![
+        ("create", "POST", &url, create),
+        ("update", "PUT", &one, update),
+        ("merge patch", "PATCH", &one, merge),
+        ("JSON patch", "PATCH", &one, patch),
+        ("delete", "DELETE", &one, delete),
+    ];
+    let pid = cp().server_pid().expect("the server runs");
+    let _quiet = MEMORY.lock().unwrap_or_else(|p| p.into_inner());
+    for (what, method, path, body) in cases {
+        let content_type = match what {
+            "merge patch" => "application/merge-patch+json",
+            "JSON patch" => "application/json-patch+json",
+            _ => "application/json",
+        };
+        let body = serde_json::to_vec(&body).unwrap();
+        assert!(body.len() <= BODY_LIMIT, "{what}: {} bytes", body.len());
+        let peak_before = peak_rss(pid);
+        let resp = send(
+            &http,
+            method,
+            path,
+            &[("Content-Type", content_type)],
+            &body,
+        );
+        let grown = peak_rss(pid).saturating_sub(peak_before);
+        eprintln!(
+            "{what}: {} bytes of dense JSON grew the server's peak RSS by {} KiB",
+            body.len(),
+            grown / 1024
+        );
+        assert_status(&resp, 413, "RequestEntityTooLarge", "JSON values");
+        assert!(
+            grown < 50 * 1024 * 1024,
+            "{what}: the server's peak RSS grew by {} MiB",
+            grown / (1024 * 1024)
+        );
+    }
+    let after = send(&admin, "GET", &one, &[], b"").json();
+    assert_eq!(after["metadata"], before["metadata"], "nothing was written");
+    let list = send(&admin, "GET", &url, &[], b"").json();
+    assert_eq!(
+        list["items"].as_array().map(Vec::len),
+        Some(1),
+        "nothing was created"
+    );
+}
