@@ -161,14 +161,14 @@ pub fn estimate_json_patch(body: &[u8]) -> Result<Cost, serde_json::Error> {
 /// Parses `body` into a tree, unless the tree would cost more than
 /// [`budget`] allows for a body of its size.
 pub fn parse(body: &[u8]) -> Result<Value, ParseError> {
-    within_budget(estimate(body)?, body)?;
+    within_budget(estimate(body)?, body.len())?;
     Ok(serde_json::from_slice(body)?)
 }
 
 /// Parses a JSON Patch body into its operations, unless they would cost
 /// more than [`budget`] allows for a body of its size.
 pub fn parse_json_patch(body: &[u8]) -> Result<json_patch::Patch, ParseError> {
-    within_budget(estimate_json_patch(body)?, body)?;
+    within_budget(estimate_json_patch(body)?, body.len())?;
     Ok(serde_json::from_slice(body)?)
 }
 
@@ -180,15 +180,7 @@ pub fn check_tree(tree: &Value, body_len: usize) -> Result<(), ParseError> {
         values: count_values(tree),
         bytes: VALUE_BYTES.saturating_add(cost_of(tree)),
     };
-    let max = budget(body_len);
-    if cost.bytes > max {
-        return Err(ParseError::TooCostly {
-            cost,
-            body: body_len,
-            max,
-        });
-    }
-    Ok(())
+    within_budget(cost, body_len)
 }
 
 fn count_values(value: &Value) -> usize {
@@ -199,12 +191,12 @@ fn count_values(value: &Value) -> usize {
     }
 }
 
-fn within_budget(cost: Cost, body: &[u8]) -> Result<(), ParseError> {
-    let max = budget(body.len());
+fn within_budget(cost: Cost, body_len: usize) -> Result<(), ParseError> {
+    let max = budget(body_len);
     if cost.bytes > max {
         return Err(ParseError::TooCostly {
             cost,
-            body: body.len(),
+            body: body_len,
             max,
         });
     }
