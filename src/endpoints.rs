@@ -9,6 +9,7 @@
 pub mod bounded_patch;
 pub mod codec;
 pub mod handler;
+pub mod json_cost;
 pub mod negotiate;
 pub mod request;
 pub mod yaml;

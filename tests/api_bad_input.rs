@@ -792,3 +792,138 @@ fn a_hundred_label_patches_of_a_fat_object_do_not_grow_the_server_by_a_hundred_m
         grown / (1024 * 1024)
     );
 }
+
+/// `[{"a":0},…]` to fill a body to just under the body limit: about 90
+/// times its size once parsed into a JSON tree.
+fn dense_junk(room: usize) -> Value {
+    Value::Array(vec![json!({"a": 0}); room.saturating_sub(4 * 1024) / 8])
+}
+
+#[test]
+fn a_body_dense_enough_to_cost_gigabytes_at_two_hundred_at_once_is_refused_by_every_verb() {
+    let ns = cp().namespace("dense-body").unwrap();
+    let admin = cp().server_http().unwrap();
+    let before = annotated_transfer(&admin, &ns.name);
+    let http = editor(&ns.name, "dense-sender");
+    let url = base(&ns.name);
+    let one = format!("{url}/a");
+    let mut create = transfer("b");
+    create["junk"] = dense_junk(BODY_LIMIT);
+    let mut update = before.clone();
+    update["junk"] = dense_junk(BODY_LIMIT);
+    let merge = json!({"metadata": {"labels": {"x": "y"}}, "junk": dense_junk(BODY_LIMIT)});
+    let patch =
+        json!([{"op": "add", "path": "/metadata/annotations/x", "value": dense_junk(BODY_LIMIT)}]);
+    let delete =
+        json!({"kind": "DeleteOptions", "apiVersion": "v1", "junk": dense_junk(BODY_LIMIT)});
+    let cases: Vec<(&str, &str, &str, Value)> = vec![
+        ("create", "POST", &url, create),
+        ("update", "PUT", &one, update),
+        ("merge patch", "PATCH", &one, merge),
+        ("JSON patch", "PATCH", &one, patch),
+        ("delete", "DELETE", &one, delete),
+    ];
+    let pid = cp().server_pid().expect("the server runs");
+    let _quiet = MEMORY.lock().unwrap_or_else(|p| p.into_inner());
+    for (what, method, path, body) in cases {
+        let content_type = match what {
+            "merge patch" => "application/merge-patch+json",
+            "JSON patch" => "application/json-patch+json",
+            _ => "application/json",
+        };
+        let body = serde_json::to_vec(&body).unwrap();
+        assert!(body.len() <= BODY_LIMIT, "{what}: {} bytes", body.len());
+        let peak_before = peak_rss(pid);
+        let resp = send(
+            &http,
+            method,
+            path,
+            &[("Content-Type", content_type)],
+            &body,
+        );
+        let grown = peak_rss(pid).saturating_sub(peak_before);
+        eprintln!(
+            "{what}: {} bytes of dense JSON grew the server's peak RSS by {} KiB",
+            body.len(),
+            grown / 1024
+        );
+        assert_status(&resp, 413, "RequestEntityTooLarge", "JSON values");
+        assert!(
+            grown < 50 * 1024 * 1024,
+            "{what}: the server's peak RSS grew by {} MiB",
+            grown / (1024 * 1024)
+        );
+    }
+    let after = send(&admin, "GET", &one, &[], b"").json();
+    assert_eq!(after["metadata"], before["metadata"], "nothing was written");
+    let list = send(&admin, "GET", &url, &[], b"").json();
+    assert_eq!(
+        list["items"].as_array().map(Vec::len),
+        Some(1),
+        "nothing was created"
+    );
+}
+
+/// Creates `count` transfers named `{prefix}-{i}` in `ns` from `body`, then
+/// lists them all (which encodes each, as every reader then shares it), and
+/// returns the server's resident set after, in bytes.
+fn fill(http: &HttpClient, ns: &str, prefix: &str, count: usize, body: &Value) -> u64 {
+    for i in 0..count {
+        let mut obj = body.clone();
+        obj["metadata"]["name"] = json!(format!("{prefix}-{i}"));
+        // One active transfer per source claim.
+        obj["spec"]["source"]["name"] = json!(format!("db-{i}"));
+        let resp = send(
+            http,
+            "POST",
+            &base(ns),
+            &[JSON],
+            &serde_json::to_vec(&obj).unwrap(),
+        );
+        assert_eq!(resp.status, 201, "{}", resp.text());
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    let list = send(http, "GET", &base(ns), &[], b"");
+    assert_eq!(list.status, 200);
+    rss(cp().server_pid().expect("the server runs"))
+}
+
+/// The figures of "Sizing memory" in docs/operations.md: what one object
+/// costs the server, of a typical size and of the largest size a client
+/// may write. Run it alone, by name, with `--ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check: run by name"]
+fn the_memory_one_object_costs_is_measured_for_the_sizing_table() {
+    let admin = cp().server_http().unwrap();
+    let pid = cp().server_pid().expect("the server runs");
+    let _quiet = MEMORY.lock().unwrap_or_else(|p| p.into_inner());
+    std::thread::sleep(Duration::from_secs(5));
+    let start = rss(pid);
+    let mut typical = transfer("t");
+    typical["metadata"]["labels"] = json!({"app": "db", "team": "payments", "tier": "data"});
+    typical["metadata"]["annotations"] = json!({"example.com/note": "n".repeat(500)});
+    let ns = cp().namespace("sizing-typical").unwrap();
+    let count = 1_000;
+    let after_typical = fill(&admin, &ns.name, "t", count, &typical);
+    let per_typical = after_typical.saturating_sub(start) / count as u64;
+    let mut largest = transfer("l");
+    let labels: serde_json::Map<String, Value> = (0..9_000)
+        .map(|i| (format!("l{i:06}{}", "x".repeat(56)), json!("v".repeat(63))))
+        .collect();
+    largest["metadata"]["labels"] = Value::Object(labels);
+    let size = serde_json::to_vec(&largest).unwrap().len();
+    let ns = cp().namespace("sizing-largest").unwrap();
+    let large = 100;
+    let after_largest = fill(&admin, &ns.name, "l", large, &largest);
+    let per_largest = after_largest.saturating_sub(after_typical) / large as u64;
+    eprintln!(
+        "server RSS: {} MiB at the start; {} MiB after {count} typical transfers ({} KiB each); \
+         {} MiB after {large} of {size} bytes ({} KiB each); peak {} MiB",
+        start >> 20,
+        after_typical >> 20,
+        per_typical >> 10,
+        after_largest >> 20,
+        per_largest >> 10,
+        peak_rss(pid) >> 20,
+    );
+}

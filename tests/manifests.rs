@@ -234,6 +234,21 @@ fn server_deployment_probes_readiness_and_liveness_over_https() {
 }
 
 #[test]
+fn server_deployment_memory_is_what_the_sizing_table_documents() {
+    let c = server_container(&server_deployment());
+    let request = c["resources"]["requests"]["memory"].as_str().unwrap();
+    let limit = c["resources"]["limits"]["memory"].as_str().unwrap();
+    let docs = std::fs::read_to_string(path("docs/operations.md")).unwrap();
+    let documented = format!(
+        "`deploy/deployment.yaml` requests `memory: {request}` and is limited to\n`memory: {limit}`"
+    );
+    assert!(
+        docs.contains(&documented),
+        "docs/operations.md does not say {documented:?}"
+    );
+}
+
+#[test]
 fn server_deployment_drains_before_it_is_killed_and_names_itself_for_leader_election() {
     let d = server_deployment();
     let c = server_container(&d);

@@ -5,6 +5,7 @@
 //! Owns the event's shape and the small rules about its content
 //! (managed fields left out, a long User-Agent cut short). It does no I/O.
 
+use crate::endpoints::json_cost::ParseError;
 use crate::endpoints::yaml::YamlError;
 use std::collections::BTreeMap;
 
@@ -271,6 +272,9 @@ pub const ANNOTATION_REQUEST_OBJECT: &str = "audit.k8s.io/request-object";
 /// [`parse_body`], saying why YAML was left out: `Err` holds the value of
 /// [`ANNOTATION_REQUEST_OBJECT`].
 ///
+/// JSON is read only if its tree would cost no more than the handler lets
+/// it (`endpoints::json_cost`).
+///
 /// YAML is read only if the apply handler's own guard would let it through
 /// (its nesting and its number of elements), and is never expanded beyond
 /// its size: an alias (`*name`) repeats its anchor's whole value, so a few
@@ -282,8 +286,10 @@ pub fn read_body(bytes: &[u8], content_type: Option<&str>) -> Result<Option<Valu
     if bytes.is_empty() {
         return Ok(None);
     }
-    if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
-        return Ok(Some(v));
+    match crate::endpoints::json_cost::parse(bytes) {
+        Ok(v) => return Ok(Some(v)),
+        Err(ParseError::TooCostly { .. }) => return Err("omitted (json too costly to decode)"),
+        Err(ParseError::Invalid(_)) => {}
     }
     let yaml = content_type.is_some_and(|ct| ct.to_ascii_lowercase().contains("yaml"));
     if !yaml {

@@ -11,6 +11,9 @@
 //! - the values all `copy` operations clone add up to at most
 //!   [`Limits::max_bytes`] (kube's accumulated copy limit), so that copying
 //!   and removing again cannot keep the server busy either;
+//! - what those cloned values take to hold as trees, by the model of
+//!   `json_cost`, adds up to at most [`Limits::max_copied_cost`], since a
+//!   few bytes of JSON may take a hundred times as many to hold;
 //! - no operation may nest the document deeper than [`MAX_DEPTH`] levels,
 //!   because cloning, comparing, encoding and dropping a JSON value recurse,
 //!   and a patch can build depth that no JSON parser would have let in.
@@ -25,6 +28,8 @@
 use json_patch::jsonptr::Pointer;
 use json_patch::PatchOperation;
 use serde_json::Value;
+
+use super::json_cost;
 
 /// kube-apiserver's `maxJSONPatchOperations`.
 pub const MAX_OPERATIONS: usize = 10_000;
@@ -44,15 +49,20 @@ pub struct Limits {
     pub max_bytes: usize,
     /// The deepest the document may nest.
     pub max_depth: usize,
+    /// The most memory all `copy` operations together may clone, as
+    /// `json_cost` estimates it.
+    pub max_copied_cost: usize,
 }
 
 impl Limits {
-    /// kube's operation limit and depth limit, and `max_bytes`.
+    /// kube's operation limit and depth limit, `max_bytes`, and the memory
+    /// a body of `max_bytes` may take to decode.
     pub fn new(max_bytes: usize) -> Self {
         Self {
             max_operations: MAX_OPERATIONS,
             max_bytes,
             max_depth: MAX_DEPTH,
+            max_copied_cost: json_cost::budget(max_bytes),
         }
     }
 }
@@ -77,6 +87,14 @@ pub enum PatchError {
         copied: usize,
         max: usize,
     },
+    #[error(
+        "{at} would bring the memory this patch's copies take to about {cost} bytes, more than the limit of {max} bytes"
+    )]
+    CopiesCostTooMuch {
+        at: Operation,
+        cost: usize,
+        max: usize,
+    },
     #[error("{at} would nest the object more than {max} levels deep")]
     TooDeep { at: Operation, max: usize },
     /// The operation does not apply to the document (RFC 6902 errors).
@@ -93,6 +111,7 @@ impl PatchError {
             PatchError::TooManyOperations { .. }
                 | PatchError::TooLarge { .. }
                 | PatchError::CopiesTooMuch { .. }
+                | PatchError::CopiesCostTooMuch { .. }
         )
     }
 }
@@ -144,6 +163,7 @@ pub fn apply(doc: &mut Value, ops: &[PatchOperation], limits: &Limits) -> Result
         size: whole.bytes,
         depth: whole.depth,
         copied: 0,
+        copied_cost: 0,
     };
     for (index, op) in ops.iter().enumerate() {
         budget.apply(doc, op).map_err(|refusal| {
@@ -174,6 +194,7 @@ fn op_name(op: &PatchOperation) -> &'static str {
 enum Refusal {
     TooLarge(usize),
     CopiesTooMuch(usize),
+    CopiesCostTooMuch(usize),
     TooDeep,
     Failed(Failure),
 }
@@ -190,6 +211,11 @@ impl Refusal {
                 at,
                 copied,
                 max: limits.max_bytes,
+            },
+            Refusal::CopiesCostTooMuch(cost) => PatchError::CopiesCostTooMuch {
+                at,
+                cost,
+                max: limits.max_copied_cost,
             },
             Refusal::TooDeep => PatchError::TooDeep {
                 at,
@@ -217,6 +243,8 @@ struct Budget<'l> {
     depth: usize,
     /// The bytes `copy` operations have cloned so far.
     copied: usize,
+    /// What the values `copy` operations have cloned so far take to hold.
+    copied_cost: usize,
 }
 
 impl Budget<'_> {
@@ -263,6 +291,7 @@ impl Budget<'_> {
                 let value = measure(source);
                 self.make_room(doc, &op.path, Some(value), value.depth)?;
                 self.charge(value.bytes)?;
+                self.charge_cost(json_cost::cost_of(source))?;
                 let copy = doc
                     .pointer(op.from.as_str())
                     .cloned()
@@ -334,6 +363,16 @@ impl Budget<'_> {
             return Err(Refusal::CopiesTooMuch(copied));
         }
         self.copied = copied;
+        Ok(())
+    }
+
+    /// Counts `cost` more as held by copies.
+    fn charge_cost(&mut self, cost: usize) -> Result<(), Refusal> {
+        let copied_cost = self.copied_cost.saturating_add(cost);
+        if copied_cost > self.limits.max_copied_cost {
+            return Err(Refusal::CopiesCostTooMuch(copied_cost));
+        }
+        self.copied_cost = copied_cost;
         Ok(())
     }
 

@@ -11,6 +11,7 @@ use crate::api::{self};
 use crate::registry::table::{Table, TableRow};
 use crate::registry::{ObjectList, Shared, Strategy};
 
+use super::json_cost;
 use super::negotiate::{IncludeObject, Output};
 
 /// `?fieldValidation=`: what to do with fields the schema does not know.
@@ -40,12 +41,36 @@ pub fn decode<T: Object>(
     body: &[u8],
     validation: FieldValidation,
 ) -> Result<(T, Vec<String>), ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::BadRequest(format!(
-            "the body of the request could not be decoded as JSON: {e}"
-        ))
-    })?;
+    let value = parse_json(body, "the body of the request could not be decoded as JSON")?;
     decode_value(value, validation)
+}
+
+/// Parses a client's JSON body into a tree, within the bound of
+/// [`json_cost`]: a body whose tree would cost too much is too large
+/// (413); one that is not JSON is a bad request that begins `not_json`.
+pub fn parse_json(body: &[u8], not_json: &str) -> Result<Value, ApiError> {
+    json_cost::parse(body).map_err(|e| parse_error(e, not_json))
+}
+
+/// Parses a JSON Patch body into its operations, within the bound of
+/// [`json_cost`]; one that is JSON but not a list of operations is a bad
+/// request that says it is malformed.
+pub fn parse_json_patch(body: &[u8], not_json: &str) -> Result<json_patch::Patch, ApiError> {
+    json_cost::parse_json_patch(body).map_err(|e| match e {
+        json_cost::ParseError::Invalid(e) if e.is_data() => {
+            ApiError::BadRequest(format!("the JSON patch is malformed: {e}"))
+        }
+        other => parse_error(other, not_json),
+    })
+}
+
+fn parse_error(err: json_cost::ParseError, not_json: &str) -> ApiError {
+    match err {
+        json_cost::ParseError::Invalid(e) => ApiError::BadRequest(format!("{not_json}: {e}")),
+        too_costly @ json_cost::ParseError::TooCostly { .. } => {
+            ApiError::TooLarge(too_costly.to_string())
+        }
+    }
 }
 
 /// Decodes an already-parsed JSON value (a patched object).

@@ -203,22 +203,20 @@ impl<S: Strategy> Handler<S> {
         if patch_type == PatchType::Apply {
             return self.apply(call, validation).await;
         }
-        let patch: Value = serde_json::from_slice(&call.body).map_err(|e| {
-            ApiError::BadRequest(format!("the patch could not be decoded as JSON: {e}"))
-        })?;
-        let patch =
-            match patch_type {
-                PatchType::Json => Patch::Json(serde_json::from_value(patch).map_err(|e| {
-                    ApiError::BadRequest(format!("the JSON patch is malformed: {e}"))
-                })?),
-                PatchType::Merge if !patch.is_object() => {
+        const NOT_JSON: &str = "the patch could not be decoded as JSON";
+        let patch = match patch_type {
+            PatchType::Json => Patch::Json(codec::parse_json_patch(&call.body, NOT_JSON)?),
+            PatchType::Merge => {
+                let patch = codec::parse_json(&call.body, NOT_JSON)?;
+                if !patch.is_object() {
                     return Err(ApiError::BadRequest(
                         "a merge patch must be a JSON object".to_owned(),
-                    ))
+                    ));
                 }
-                PatchType::Merge => Patch::Merge(patch),
-                PatchType::Apply => unreachable_apply()?,
-            };
+                Patch::Merge(patch)
+            }
+            PatchType::Apply => unreachable_apply()?,
+        };
         // No patch may grow the object past what a client could send whole.
         let limits = bounded_patch::Limits::new(MAX_BODY_BYTES);
         let warnings = std::sync::Mutex::new(Vec::new());
@@ -312,9 +310,8 @@ impl<S: Strategy> Handler<S> {
         let mut opts = DeleteOptions::default();
         let mut dry_run = false;
         if !call.body.is_empty() {
-            let body: Value = serde_json::from_slice(&call.body).map_err(|e| {
-                ApiError::BadRequest(format!("the DeleteOptions body could not be decoded: {e}"))
-            })?;
+            let body =
+                codec::parse_json(&call.body, "the DeleteOptions body could not be decoded")?;
             if !body.is_object() {
                 return Err(ApiError::BadRequest(
                     "DeleteOptions must be a JSON object".to_owned(),
@@ -546,8 +543,14 @@ pub(super) fn decode_apply_body(body: &[u8]) -> Result<(Value, Option<String>), 
         ))
     };
     // Aliases first, within a budget: the parses below expand them whole.
-    if super::yaml::to_json_bounded(body) == Err(super::yaml::YamlError::Expands) {
-        return Err(converting(&"yaml: document contains excessive aliasing"));
+    // Then what the tree costs, since the parses below build it twice more.
+    match super::yaml::to_json_bounded(body) {
+        Err(super::yaml::YamlError::Expands) => {
+            return Err(converting(&"yaml: document contains excessive aliasing"))
+        }
+        Err(super::yaml::YamlError::Invalid(_)) => {}
+        Ok(tree) => super::json_cost::check_tree(&tree, body.len())
+            .map_err(|e| ApiError::TooLarge(e.to_string()))?,
     }
     // One parse, into YAML's own tree, which refuses a key given twice;
     // only then a second, where the last of them wins, as kube reads it.

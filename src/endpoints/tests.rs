@@ -286,3 +286,14 @@ fn an_apply_body_whose_aliases_expand_past_its_size_is_a_bad_request() {
     assert_eq!(err.code(), 400, "{err}");
     assert!(err.to_string().contains("excessive aliasing"), "{err}");
 }
+
+#[test]
+fn an_apply_body_whose_tree_would_cost_many_times_its_size_is_too_large() {
+    use super::handler::decode_apply_body;
+    // Within the token bound: 20,000 one-member mappings in 160 KB,
+    // about 15 MB as a JSON tree.
+    let dense = format!("a: [{}]\n", vec!["{b: 0}"; 20_000].join(", "));
+    let err = decode_apply_body(dense.as_bytes()).unwrap_err();
+    assert_eq!(err.code(), 413, "{err}");
+    assert!(err.to_string().contains("JSON values"), "{err}");
+}

@@ -48,6 +48,7 @@ fn apply_checking_the_books(
         size: whole.bytes,
         depth: whole.depth,
         copied: 0,
+        copied_cost: 0,
     };
     for op in patch {
         budget.apply(doc, op)?;
@@ -528,4 +529,27 @@ fn moving_scalars_deeper_never_raises_the_depth_bound() {
         patch.push(json!({"op": "move", "from": "/a/b/c/v", "path": "/v"}));
     }
     apply_checking_the_books(&mut doc, &ops(Value::Array(patch)), &limits()).unwrap();
+}
+
+#[test]
+fn copying_a_dense_value_is_bounded_by_what_its_copies_take_to_hold_not_only_by_their_bytes() {
+    // 10,000 one-member objects: 80 KB of JSON, about 8 MB of tree. Thirty
+    // copies stay under the byte limits, and would hold 240 MB.
+    let dense = Value::Array(vec![json!({"a": 0}); 10_000]);
+    assert!(compact_len(&dense) * 31 < 3 * MIB);
+    let patch: Vec<Value> = (0..30)
+        .map(|i| json!({"op": "copy", "from": "/dense", "path": format!("/copy{i}")}))
+        .collect();
+    let mut doc = json!({ "dense": dense });
+    let err = apply(&mut doc, &ops(Value::Array(patch)), &limits()).unwrap_err();
+    match &err {
+        PatchError::CopiesCostTooMuch { at, cost, max } => {
+            assert_eq!(at.op, "copy", "{err}");
+            assert!(at.index < 2, "{err}");
+            assert!(cost > max, "{err}");
+            assert_eq!(*max, limits().max_copied_cost);
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.is_too_large());
 }

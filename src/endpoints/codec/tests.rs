@@ -148,3 +148,87 @@ fn a_plain_watch_keeps_its_bookmarks_in_our_kind() {
     assert_eq!(b["kind"], "NamespaceTransfer", "{b}");
     assert_eq!(b["apiVersion"], crate::api::GROUP_VERSION);
 }
+
+/// A body of `GOOD` with `junk` spliced in at `at` (`"spec":{` or
+/// `"metadata":{`), padded with `item`s to just under the 3 MiB body limit.
+fn padded(at: &str, open: &str, item: impl Fn(usize) -> String, close: &str) -> Vec<u8> {
+    let room = crate::endpoints::MAX_BODY_BYTES - GOOD.len() - 64;
+    let mut junk = String::from(open);
+    for i in 0.. {
+        let next = item(i);
+        if junk.len() + next.len() + 1 + close.len() > room {
+            break;
+        }
+        if i > 0 {
+            junk.push(',');
+        }
+        junk.push_str(&next);
+    }
+    junk.push_str(close);
+    GOOD.replacen(at, &format!("{at}{junk},"), 1).into_bytes()
+}
+
+#[test]
+fn a_body_whose_tree_would_cost_many_times_its_size_is_too_large_wherever_the_values_sit() {
+    let cases = [
+        (
+            "zeros in an unknown field",
+            padded(r#""spec":{"#, r#""junk":["#, |_| "0".to_owned(), "]"),
+        ),
+        (
+            "one-member objects in managedFields' fieldsV1",
+            padded(
+                r#""metadata":{"#,
+                r#""managedFields":[{"manager":"m","operation":"Update","fieldsType":"FieldsV1","fieldsV1":["#,
+                |_| r#"{"a":0}"#.to_owned(),
+                "]}]",
+            ),
+        ),
+        (
+            "short labels",
+            padded(
+                r#""metadata":{"#,
+                r#""labels":{"#,
+                |i| format!(r#""{i:x}":"""#),
+                "}",
+            ),
+        ),
+    ];
+    for (what, body) in cases {
+        for validation in [
+            FieldValidation::Ignore,
+            FieldValidation::Warn,
+            FieldValidation::Strict,
+        ] {
+            let err = decode::<NamespaceTransfer>(&body, validation).unwrap_err();
+            assert_eq!(err.code(), 413, "{what}: {err}");
+            let message = err.to_string();
+            assert!(
+                message.contains(&body.len().to_string()) && message.contains("JSON values"),
+                "{what}: the message names the figures: {message}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_large_body_of_ordinary_values_still_decodes() {
+    let long_labels = padded(
+        r#""metadata":{"#,
+        r#""labels":{"#,
+        |i| format!(r#""l{i:06}{}":"{}""#, "x".repeat(56), "v".repeat(63)),
+        "}",
+    );
+    let one_annotation = GOOD.replacen(
+        r#""metadata":{"#,
+        &format!(
+            r#""metadata":{{"annotations":{{"a":"{}"}},"#,
+            "n".repeat(1024 * 1024)
+        ),
+        1,
+    );
+    for body in [long_labels, one_annotation.into_bytes()] {
+        let (obj, _) = decode::<NamespaceTransfer>(&body, FieldValidation::Strict).unwrap();
+        assert_eq!(obj.spec.source.name, "db");
+    }
+}
