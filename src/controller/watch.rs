@@ -200,21 +200,29 @@ pub(super) async fn forward<K, O: Object>(
 ) {
     futures::pin_mut!(events);
     while let Some(event) = events.next().await {
-        let obj = match event {
-            Ok(obj) => obj,
+        match event {
+            Ok(obj) => queue_concerned(&known, &queue, &concerns, &obj),
             Err(err) => {
                 tracing::debug!(error = %err, "watch of a core resource failed; retrying");
-                continue;
             }
-        };
-        let keys: Vec<String> = read(&known)
-            .values()
-            .filter(|o| concerns(o, &obj))
-            .map(object_key)
-            .collect();
-        for key in keys {
-            queue.add(&key);
         }
+    }
+}
+
+/// Queues every known object that `concerns` `obj`.
+pub(super) fn queue_concerned<K, O: Object>(
+    known: &Known<O>,
+    queue: &WorkQueue,
+    concerns: &impl Fn(&O, &K) -> bool,
+    obj: &K,
+) {
+    let keys: Vec<String> = read(known)
+        .values()
+        .filter(|o| concerns(o, obj))
+        .map(object_key)
+        .collect();
+    for key in keys {
+        queue.add(&key);
     }
 }
 
@@ -226,51 +234,22 @@ pub(super) async fn watch_objects<S: Strategy>(
     queue: WorkQueue,
     related: impl Fn(&S::Object, &HashMap<String, S::Object>) -> Vec<String>,
 ) {
-    let kind = <S::Object as Object>::resource().kind;
-    loop {
-        let list = match store.list(None, &ListOptions::default()).await {
-            Ok(list) => list,
-            Err(err) => {
-                tracing::warn!(kind, error = %err, "listing failed; retrying");
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
-        };
-        {
-            let mut map = write(&known);
-            map.clear();
-            for o in list.items {
-                map.insert(object_key(&*o), o.into_owned());
-            }
-        }
-        let keys: Vec<String> = read(&known).keys().cloned().collect();
-        for key in keys {
-            queue.add(&key);
-        }
-        let opts = WatchOptions {
-            resource_version: Some(list.resource_version.clone()),
-            allow_bookmarks: true,
-            ..WatchOptions::default()
-        };
-        let mut watch = match store.watch(None, opts).await {
-            Ok(w) => w,
-            Err(err) => {
-                tracing::warn!(kind, error = %err, "watching failed; relisting");
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
-        };
-        while let Some(event) = watch.next().await {
-            let (o, deleted) = match event {
-                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => (o, false),
-                Ok(WatchEvent::Deleted(o)) => (o, true),
-                Ok(WatchEvent::Bookmark { .. }) => continue,
-                Err(err) => {
-                    tracing::info!(kind, error = %err, "watch ended; relisting");
-                    break;
+    follow_objects(
+        store,
+        |objects| {
+            {
+                let mut map = write(&known);
+                map.clear();
+                for o in objects {
+                    map.insert(object_key(&o), o);
                 }
-            };
-            let o = o.into_owned();
+            }
+            let keys: Vec<String> = read(&known).keys().cloned().collect();
+            for key in keys {
+                queue.add(&key);
+            }
+        },
+        |o, deleted| {
             let key = object_key(&o);
             let others = related(&o, &read(&known));
             {
@@ -284,6 +263,56 @@ pub(super) async fn watch_objects<S: Strategy>(
             queue.add(&key);
             for other in others {
                 queue.add(&other);
+            }
+        },
+    )
+    .await
+}
+
+/// Follows our objects of one kind through the registry's watch, for ever:
+/// `listed` gets every object at each (re)list, which may follow missed
+/// events; then `changed` gets each object added, changed or deleted (and
+/// whether it was deleted), in order.
+pub(super) async fn follow_objects<S: Strategy>(
+    store: Arc<Store<S>>,
+    mut listed: impl FnMut(Vec<S::Object>),
+    mut changed: impl FnMut(S::Object, bool),
+) {
+    let kind = <S::Object as Object>::resource().kind;
+    loop {
+        let list = match store.list(None, &ListOptions::default()).await {
+            Ok(list) => list,
+            Err(err) => {
+                tracing::warn!(kind, error = %err, "listing failed; retrying");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        let opts = WatchOptions {
+            resource_version: Some(list.resource_version.clone()),
+            allow_bookmarks: true,
+            ..WatchOptions::default()
+        };
+        listed(list.items.into_iter().map(|o| o.into_owned()).collect());
+        let mut watch = match store.watch(None, opts).await {
+            Ok(w) => w,
+            Err(err) => {
+                tracing::warn!(kind, error = %err, "watching failed; relisting");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        while let Some(event) = watch.next().await {
+            match event {
+                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => {
+                    changed(o.into_owned(), false)
+                }
+                Ok(WatchEvent::Deleted(o)) => changed(o.into_owned(), true),
+                Ok(WatchEvent::Bookmark { .. }) => continue,
+                Err(err) => {
+                    tracing::info!(kind, error = %err, "watch ended; relisting");
+                    break;
+                }
             }
         }
         tokio::time::sleep(RETRY).await;

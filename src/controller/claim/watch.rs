@@ -1,13 +1,15 @@
 //! The EphemeralClaim controller's triggers: which EphemeralClaim to look at,
 //! and when. Our objects come from the registry's watch (the watch cache);
-//! PVCs and pods from metadata-only kube-rs watches, since an event only has to
-//! say *which* EphemeralClaim to look at: the reconciler reads what it decides
-//! on live.
+//! PVCs from a metadata-only kube-rs watch, since an event only has to say
+//! *which* EphemeralClaim to look at: the reconciler reads what it decides
+//! on live. Pods too, metadata only.
 //!
 //! Owns a local copy of every EphemeralClaim, kept from the watch, to map a
-//! claim or pod event to the EphemeralClaims it concerns, and a resync that
-//! queues every EphemeralClaim now and then, so that a lost event costs
-//! latency, never correctness.
+//! claim, pod or NamespaceTransfer event to the EphemeralClaims it concerns
+//! ([`transfer_concerns`]), and a resync that queues every
+//! EphemeralClaim now and then, so that a lost event costs latency, never
+//! correctness. A waiting EphemeralClaim is looked at again only on such an
+//! event or that resync: it keeps no timer of its own.
 
 use std::sync::Arc;
 
@@ -16,10 +18,15 @@ use tokio::task::JoinHandle;
 
 use super::super::queue::WorkQueue;
 use super::super::watch::{
-    forward, metadata_events, name, namespace, resync, watch_objects, Known,
+    follow_objects, forward, metadata_events, name, namespace, queue_concerned, resync,
+    watch_objects, Known,
 };
-use crate::api::ephemeral_claim::EphemeralClaim;
+use super::across::REASON_CLONING;
+use crate::api::ephemeral_claim::{EphemeralClaim, EphemeralClaimPhase, CONDITION_CLAIM_CREATED};
+use crate::api::meta::is_condition_true;
+use crate::api::namespace_transfer::NamespaceTransfer;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
+use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::Store;
 
 /// The running triggers; dropping this stops them.
@@ -40,10 +47,16 @@ impl Triggers {
     /// Starts watching and queueing keys on `queue`.
     pub fn start(
         claims: Arc<Store<EphemeralClaimStrategy>>,
+        transfers: Arc<Store<NamespaceTransferStrategy>>,
         client: kube::Client,
         queue: WorkQueue,
     ) -> Self {
         let known: Known<EphemeralClaim> = Arc::default();
+        let wake = {
+            let (known, queue) = (known.clone(), queue.clone());
+            move |t: &NamespaceTransfer| queue_concerned(&known, &queue, &transfer_concerns, t)
+        };
+        let wake_all = wake.clone();
         let tasks = vec![
             tokio::spawn(watch_objects(
                 claims,
@@ -52,6 +65,14 @@ impl Triggers {
                 |_, _| Vec::new(),
             )),
             tokio::spawn(resync(known.clone(), queue.clone(), |_| true)),
+            // A transfer changed: the EphemeralClaim whose request it is, or
+            // those waiting for the offer it may be. A relist may follow
+            // missed events: every transfer it finds wakes its claims.
+            tokio::spawn(follow_objects(
+                transfers,
+                move |all| all.iter().for_each(&wake_all),
+                move |t, _| wake(&t),
+            )),
             // A claim changed: the EphemeralClaim that names it.
             tokio::spawn(forward(
                 metadata_events::<PersistentVolumeClaim>(&client),
@@ -70,6 +91,38 @@ impl Triggers {
         ];
         Self { tasks }
     }
+}
+
+/// Whether a change to the NamespaceTransfer `t` concerns `ec`, which clones
+/// a claim of another namespace: `t` is under `ec`'s own name (its request,
+/// or a look-alike in its way), or it is a standing offer of `ec`'s source
+/// to `ec`'s namespace (made, changed or gone) while `ec` may be waiting for
+/// one.
+pub fn transfer_concerns(ec: &EphemeralClaim, t: &NamespaceTransfer) -> bool {
+    let Some((source_namespace, source)) = ec.cross_namespace_source() else {
+        return false;
+    };
+    let own_name =
+        t.metadata.namespace == ec.metadata.namespace && t.metadata.name == ec.metadata.name;
+    let offers = t.is_standing_offer()
+        && t.source_namespace() == source_namespace
+        && t.spec.source.name == source
+        && t.destination_namespace() == namespace_of(ec);
+    own_name || (offers && may_wait_for_consent(ec))
+}
+
+/// Whether `ec` may still need an offer: Pending and not being deleted, no
+/// claim recorded, and not following a request of its own (whose events
+/// wake it by name).
+fn may_wait_for_consent(ec: &EphemeralClaim) -> bool {
+    let status = ec.status.as_ref();
+    let pending = status
+        .and_then(|st| st.phase)
+        .is_none_or(|p| p == EphemeralClaimPhase::Pending);
+    let claim_created =
+        status.is_some_and(|st| is_condition_true(&st.conditions, CONDITION_CLAIM_CREATED));
+    let cloning = status.and_then(|st| st.reason.as_deref()) == Some(REASON_CLONING);
+    pending && ec.metadata.deletion_timestamp.is_none() && !claim_created && !cloning
 }
 
 fn namespace_of(ec: &EphemeralClaim) -> &str {
