@@ -191,6 +191,26 @@ where
     .touched_objects()
 }
 
+/// The objects of kind `K` that were added, changed or deleted, whole but
+/// kept nowhere: for a trigger that needs a field metadata does not carry
+/// (a pod's volumes). The EphemeralClaim triggers use it.
+pub(super) fn object_events<K>(
+    client: &kube::Client,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+}
+
 /// Queues every known object that `concerns` an object of the stream.
 pub(super) async fn forward<K, O: Object>(
     events: impl Stream<Item = Result<K, watcher::Error>>,

@@ -668,3 +668,54 @@ fn a_transfer_wakes_the_claim_whose_request_it_is_and_those_waiting_for_its_offe
         assert_eq!(watch::transfer_concerns(ec, &t), wakes, "{case}");
     }
 }
+
+#[test]
+fn a_pod_wakes_only_the_claims_it_owns_or_uses() {
+    let ec = cross_namespace(json!({"phase": "Pending", "reason": "WaitingForConsent"}));
+    let deleted_ec = cross_namespace(json!({"phase": "Deleted"}));
+    let mut deleting = deleted_ec.clone();
+    deleting.metadata.deletion_timestamp = Some(now());
+    let pod_named = |ns: &str, name: &str, claim: &str| {
+        pod(json!({
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"containers": [], "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": claim}},
+            ]},
+        }))
+    };
+    for (case, ec, p, wakes) in [
+        ("its owner", &ec, pod_named("ci", "runner", "other"), true),
+        (
+            "a user of its claim",
+            &ec,
+            pod_named("ci", "helper", "runner-scratch"),
+            true,
+        ),
+        (
+            "another pod of its namespace",
+            &ec,
+            pod_named("ci", "helper", "other"),
+            false,
+        ),
+        (
+            "a pod of that name elsewhere",
+            &ec,
+            pod_named("qa", "runner", "runner-scratch"),
+            false,
+        ),
+        (
+            "its owner, once it is finished",
+            &deleted_ec,
+            pod_named("ci", "runner", "x"),
+            false,
+        ),
+        (
+            "its owner, while it is deleted",
+            &deleting,
+            pod_named("ci", "runner", "x"),
+            true,
+        ),
+    ] {
+        assert_eq!(watch::pod_concerns(ec, &p), wakes, "{case}");
+    }
+}

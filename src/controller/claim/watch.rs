@@ -2,11 +2,12 @@
 //! and when. Our objects come from the registry's watch (the watch cache);
 //! PVCs from a metadata-only kube-rs watch, since an event only has to say
 //! *which* EphemeralClaim to look at: the reconciler reads what it decides
-//! on live. Pods too, metadata only.
+//! on live. Pods come whole but are kept nowhere: only their volumes say
+//! which claims they use.
 //!
 //! Owns a local copy of every EphemeralClaim, kept from the watch, to map a
 //! claim, pod or NamespaceTransfer event to the EphemeralClaims it concerns
-//! ([`transfer_concerns`]), and a resync that queues every
+//! ([`pod_concerns`], [`transfer_concerns`]), and a resync that queues every
 //! EphemeralClaim now and then, so that a lost event costs latency, never
 //! correctness. A waiting EphemeralClaim is looked at again only on such an
 //! event or that resync: it keeps no timer of its own.
@@ -18,10 +19,11 @@ use tokio::task::JoinHandle;
 
 use super::super::queue::WorkQueue;
 use super::super::watch::{
-    follow_objects, forward, metadata_events, name, namespace, queue_concerned, resync,
-    watch_objects, Known,
+    follow_objects, forward, metadata_events, name, namespace, object_events, queue_concerned,
+    resync, watch_objects, Known,
 };
 use super::across::REASON_CLONING;
+use super::lifecycle::references;
 use crate::api::ephemeral_claim::{EphemeralClaim, EphemeralClaimPhase, CONDITION_CLAIM_CREATED};
 use crate::api::meta::is_condition_true;
 use crate::api::namespace_transfer::NamespaceTransfer;
@@ -80,17 +82,27 @@ impl Triggers {
                 queue.clone(),
                 |ec, claim| namespace_of(ec) == namespace(claim) && ec.claim_name() == name(claim),
             )),
-            // A pod changed: any open EphemeralClaim of its namespace, since
-            // the pod may be the owner or a user (metadata does not say).
+            // A pod changed: the EphemeralClaims it owns or uses.
             tokio::spawn(forward(
-                metadata_events::<Pod>(&client),
+                object_events::<Pod>(&client),
                 known,
                 queue,
-                |ec, pod| namespace_of(ec) == namespace(pod) && is_open(ec),
+                pod_concerns,
             )),
         ];
         Self { tasks }
     }
+}
+
+/// Whether a change to `pod` concerns `ec`: pods still matter to it, and
+/// the pod is its owner (by name: the uid is the reconciler's to check) or
+/// names its claim in a volume. A pod of the namespace that is neither
+/// changes none of its facts.
+pub fn pod_concerns(ec: &EphemeralClaim, pod: &Pod) -> bool {
+    let owner = ec.spec.owner.as_ref().map(|o| o.name.as_str());
+    is_open(ec)
+        && namespace_of(ec) == namespace(pod)
+        && (owner == Some(name(pod)) || references(pod, &ec.claim_name()))
 }
 
 /// Whether a change to the NamespaceTransfer `t` concerns `ec`, which clones
