@@ -32,8 +32,9 @@ use crate::api::namespace_transfer::{NamespaceTransfer, Role};
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{ListOptions, Store, Strategy, WatchEvent, WatchOptions};
 
-/// How often every transfer is queued even without an event.
-const RESYNC: Duration = Duration::from_secs(30);
+/// How often every transfer is queued even without an event (and every
+/// EphemeralClaim but those that wait for an offer).
+pub(super) const RESYNC: Duration = Duration::from_secs(30);
 /// The pause before a failed watch is started again.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -73,7 +74,12 @@ impl Triggers {
                 queue.clone(),
                 related,
             )),
-            tokio::spawn(resync(known.clone(), queue.clone(), may_need_resync)),
+            tokio::spawn(resync(
+                known.clone(),
+                queue.clone(),
+                RESYNC,
+                may_need_resync,
+            )),
         ];
 
         let (claim_copy, claims) = reflected::<PersistentVolumeClaim>(&client);
@@ -358,19 +364,24 @@ fn related(t: &NamespaceTransfer, known: &HashMap<String, NamespaceTransfer>) ->
     keys
 }
 
-/// Every known object that `wanted` keeps, every [`RESYNC`], paced by the
+/// Every known object that `wanted` keeps, `every` so often, paced by the
 /// queue's bucket and skipping keys already scheduled (so a resync of many
 /// waiting objects is spread out, never a burst of requests).
-pub(super) async fn resync<O>(known: Known<O>, queue: WorkQueue, wanted: fn(&O) -> bool) {
+pub(super) async fn resync<O>(
+    known: Known<O>,
+    queue: WorkQueue,
+    every: Duration,
+    wanted: fn(&O) -> bool,
+) {
     loop {
-        tokio::time::sleep(RESYNC).await;
+        tokio::time::sleep(every).await;
         let keys: Vec<String> = read(&known)
             .iter()
             .filter(|(_, o)| wanted(o))
             .map(|(k, _)| k.clone())
             .collect();
         for key in keys {
-            queue.add_resync(&key, RESYNC);
+            queue.add_resync(&key, every);
         }
     }
 }

@@ -719,3 +719,30 @@ fn a_pod_wakes_only_the_claims_it_owns_or_uses() {
         assert_eq!(watch::pod_concerns(ec, &p), wakes, "{case}");
     }
 }
+
+#[test]
+fn only_a_claim_known_to_wait_for_an_offer_is_resynced_slowly() {
+    let mut deleting = cross_namespace(json!({"phase": "Pending", "reason": "WaitingForConsent"}));
+    deleting.metadata.deletion_timestamp = Some(now());
+    for (case, ec, slowly) in [
+        (
+            "waiting for consent",
+            cross_namespace(json!({"phase": "Pending", "reason": "WaitingForConsent"})),
+            true,
+        ),
+        ("never looked at", cross_namespace(json!(null)), false),
+        (
+            "cloning",
+            cross_namespace(json!({"phase": "Pending", "reason": "Cloning"})),
+            false,
+        ),
+        ("being deleted", deleting, false),
+        (
+            "failed",
+            cross_namespace(json!({"phase": "Failed", "reason": "WaitingForConsent"})),
+            false,
+        ),
+    ] {
+        assert_eq!(watch::waits_for_consent(&ec), slowly, "{case}");
+    }
+}

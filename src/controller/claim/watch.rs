@@ -10,9 +10,13 @@
 //! ([`pod_concerns`], [`transfer_concerns`]), and a resync that queues every
 //! EphemeralClaim now and then, so that a lost event costs latency, never
 //! correctness. A waiting EphemeralClaim is looked at again only on such an
-//! event or that resync: it keeps no timer of its own.
+//! event or that resync: it keeps no timer of its own. One that waits for an
+//! offer is resynced far less often ([`WAITING_RESYNC`]): everything it
+//! waits for reaches it as an event, or in its watch's relist, so thousands
+//! of them do not keep the controller busy looking at nothing.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use tokio::task::JoinHandle;
@@ -20,9 +24,9 @@ use tokio::task::JoinHandle;
 use super::super::queue::WorkQueue;
 use super::super::watch::{
     follow_objects, forward, metadata_events, name, namespace, object_events, queue_concerned,
-    resync, watch_objects, Known,
+    resync, watch_objects, Known, RESYNC,
 };
-use super::across::REASON_CLONING;
+use super::across::{REASON_CLONING, REASON_WAITING_FOR_CONSENT};
 use super::lifecycle::references;
 use crate::api::ephemeral_claim::{EphemeralClaim, EphemeralClaimPhase, CONDITION_CLAIM_CREATED};
 use crate::api::meta::is_condition_true;
@@ -30,6 +34,10 @@ use crate::api::namespace_transfer::NamespaceTransfer;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::Store;
+
+/// How often an EphemeralClaim that waits for an offer is looked at without
+/// an event.
+const WAITING_RESYNC: Duration = Duration::from_secs(600);
 
 /// The running triggers; dropping this stops them.
 #[derive(Debug)]
@@ -66,7 +74,15 @@ impl Triggers {
                 queue.clone(),
                 |_, _| Vec::new(),
             )),
-            tokio::spawn(resync(known.clone(), queue.clone(), |_| true)),
+            tokio::spawn(resync(known.clone(), queue.clone(), RESYNC, |ec| {
+                !waits_for_consent(ec)
+            })),
+            tokio::spawn(resync(
+                known.clone(),
+                queue.clone(),
+                WAITING_RESYNC,
+                waits_for_consent,
+            )),
             // A transfer changed: the EphemeralClaim whose request it is, or
             // those waiting for the offer it may be. A relist may follow
             // missed events: every transfer it finds wakes its claims.
@@ -121,6 +137,15 @@ pub fn transfer_concerns(ec: &EphemeralClaim, t: &NamespaceTransfer) -> bool {
         && t.spec.source.name == source
         && t.destination_namespace() == namespace_of(ec);
     own_name || (offers && may_wait_for_consent(ec))
+}
+
+/// Whether `ec` is known to wait for an offer: it said so, and nothing since
+/// says otherwise.
+pub fn waits_for_consent(ec: &EphemeralClaim) -> bool {
+    let reason = ec.status.as_ref().and_then(|st| st.reason.as_deref());
+    ec.cross_namespace_source().is_some()
+        && reason == Some(REASON_WAITING_FOR_CONSENT)
+        && may_wait_for_consent(ec)
 }
 
 /// Whether `ec` may still need an offer: Pending and not being deleted, no
