@@ -291,6 +291,7 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
     let claim_queue = WorkQueue::new();
     let claim_triggers = claim::watch::Triggers::start(
         deps.claims.clone(),
+        deps.transfers.clone(),
         deps.client.clone(),
         claim_queue.clone(),
     );

@@ -40,7 +40,8 @@ pub mod across;
 pub mod lifecycle;
 pub mod watch;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
@@ -49,7 +50,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::cluster::{Cluster, ClusterError};
 use super::events::{claim_reference, reference_to, Events, Severity};
 use super::leader::Leadership;
-use super::{Error, Next};
+use super::{object_key, Error, Next};
 use crate::admission::{claim_rights, first_missing};
 use crate::api::ephemeral_claim::{
     EphemeralClaim, EphemeralClaimPhase as Phase, EphemeralClaimStatus, CONDITION_CLAIM_CREATED,
@@ -97,6 +98,10 @@ pub struct ClaimController {
     events: Events,
     leadership: Leadership,
     ctx: Context,
+    /// Per `namespace/name`, what the last review of a waiting
+    /// cross-namespace claim's requester allowed (`across`); this term's
+    /// memory only: a new term reviews each claim again.
+    reviewed: Arc<Mutex<HashMap<String, across::Reviewed>>>,
 }
 
 /// What one reconcile read, and the facts the decision is made on.
@@ -128,12 +133,14 @@ impl ClaimController {
             events,
             leadership,
             ctx,
+            reviewed: Arc::default(),
         }
     }
 
     /// Takes the next step for the EphemeralClaim `namespace/name`.
     pub async fn reconcile(&self, key: &str) -> Result<Next, Error> {
         let Some(ec) = super::keyed(&self.leadership, &self.store, key).await? else {
+            self.reviews().remove(key);
             return Ok(Next::Done);
         };
         if ec.cross_namespace_source().is_some() {
@@ -464,6 +471,19 @@ impl ClaimController {
                 right.because
             )
         }))
+    }
+
+    fn reviews(&self) -> std::sync::MutexGuard<'_, HashMap<String, across::Reviewed>> {
+        self.reviewed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the last review of the claim `key`'s requester allowed.
+    fn last_review(&self, key: &str) -> Option<across::Reviewed> {
+        self.reviews().get(key).cloned()
+    }
+
+    fn remember_review(&self, key: String, reviewed: across::Reviewed) {
+        self.reviews().insert(key, reviewed);
     }
 
     // ----- writing our objects --------------------------------------------------------

@@ -32,8 +32,9 @@ use crate::api::namespace_transfer::{NamespaceTransfer, Role};
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{ListOptions, Store, Strategy, WatchEvent, WatchOptions};
 
-/// How often every transfer is queued even without an event.
-const RESYNC: Duration = Duration::from_secs(30);
+/// How often every transfer is queued even without an event (and every
+/// EphemeralClaim but those that wait for an offer).
+pub(super) const RESYNC: Duration = Duration::from_secs(30);
 /// The pause before a failed watch is started again.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -73,7 +74,12 @@ impl Triggers {
                 queue.clone(),
                 related,
             )),
-            tokio::spawn(resync(known.clone(), queue.clone(), may_need_resync)),
+            tokio::spawn(resync(
+                known.clone(),
+                queue.clone(),
+                RESYNC,
+                may_need_resync,
+            )),
         ];
 
         let (claim_copy, claims) = reflected::<PersistentVolumeClaim>(&client);
@@ -191,6 +197,26 @@ where
     .touched_objects()
 }
 
+/// The objects of kind `K` that were added, changed or deleted, whole but
+/// kept nowhere: for a trigger that needs a field metadata does not carry
+/// (a pod's volumes). The EphemeralClaim triggers use it.
+pub(super) fn object_events<K>(
+    client: &kube::Client,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+}
+
 /// Queues every known object that `concerns` an object of the stream.
 pub(super) async fn forward<K, O: Object>(
     events: impl Stream<Item = Result<K, watcher::Error>>,
@@ -200,21 +226,29 @@ pub(super) async fn forward<K, O: Object>(
 ) {
     futures::pin_mut!(events);
     while let Some(event) = events.next().await {
-        let obj = match event {
-            Ok(obj) => obj,
+        match event {
+            Ok(obj) => queue_concerned(&known, &queue, &concerns, &obj),
             Err(err) => {
                 tracing::debug!(error = %err, "watch of a core resource failed; retrying");
-                continue;
             }
-        };
-        let keys: Vec<String> = read(&known)
-            .values()
-            .filter(|o| concerns(o, &obj))
-            .map(object_key)
-            .collect();
-        for key in keys {
-            queue.add(&key);
         }
+    }
+}
+
+/// Queues every known object that `concerns` `obj`.
+pub(super) fn queue_concerned<K, O: Object>(
+    known: &Known<O>,
+    queue: &WorkQueue,
+    concerns: &impl Fn(&O, &K) -> bool,
+    obj: &K,
+) {
+    let keys: Vec<String> = read(known)
+        .values()
+        .filter(|o| concerns(o, obj))
+        .map(object_key)
+        .collect();
+    for key in keys {
+        queue.add(&key);
     }
 }
 
@@ -226,51 +260,22 @@ pub(super) async fn watch_objects<S: Strategy>(
     queue: WorkQueue,
     related: impl Fn(&S::Object, &HashMap<String, S::Object>) -> Vec<String>,
 ) {
-    let kind = <S::Object as Object>::resource().kind;
-    loop {
-        let list = match store.list(None, &ListOptions::default()).await {
-            Ok(list) => list,
-            Err(err) => {
-                tracing::warn!(kind, error = %err, "listing failed; retrying");
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
-        };
-        {
-            let mut map = write(&known);
-            map.clear();
-            for o in list.items {
-                map.insert(object_key(&*o), o.into_owned());
-            }
-        }
-        let keys: Vec<String> = read(&known).keys().cloned().collect();
-        for key in keys {
-            queue.add(&key);
-        }
-        let opts = WatchOptions {
-            resource_version: Some(list.resource_version.clone()),
-            allow_bookmarks: true,
-            ..WatchOptions::default()
-        };
-        let mut watch = match store.watch(None, opts).await {
-            Ok(w) => w,
-            Err(err) => {
-                tracing::warn!(kind, error = %err, "watching failed; relisting");
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
-        };
-        while let Some(event) = watch.next().await {
-            let (o, deleted) = match event {
-                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => (o, false),
-                Ok(WatchEvent::Deleted(o)) => (o, true),
-                Ok(WatchEvent::Bookmark { .. }) => continue,
-                Err(err) => {
-                    tracing::info!(kind, error = %err, "watch ended; relisting");
-                    break;
+    follow_objects(
+        store,
+        |objects| {
+            {
+                let mut map = write(&known);
+                map.clear();
+                for o in objects {
+                    map.insert(object_key(&o), o);
                 }
-            };
-            let o = o.into_owned();
+            }
+            let keys: Vec<String> = read(&known).keys().cloned().collect();
+            for key in keys {
+                queue.add(&key);
+            }
+        },
+        |o, deleted| {
             let key = object_key(&o);
             let others = related(&o, &read(&known));
             {
@@ -284,6 +289,56 @@ pub(super) async fn watch_objects<S: Strategy>(
             queue.add(&key);
             for other in others {
                 queue.add(&other);
+            }
+        },
+    )
+    .await
+}
+
+/// Follows our objects of one kind through the registry's watch, for ever:
+/// `listed` gets every object at each (re)list, which may follow missed
+/// events; then `changed` gets each object added, changed or deleted (and
+/// whether it was deleted), in order.
+pub(super) async fn follow_objects<S: Strategy>(
+    store: Arc<Store<S>>,
+    mut listed: impl FnMut(Vec<S::Object>),
+    mut changed: impl FnMut(S::Object, bool),
+) {
+    let kind = <S::Object as Object>::resource().kind;
+    loop {
+        let list = match store.list(None, &ListOptions::default()).await {
+            Ok(list) => list,
+            Err(err) => {
+                tracing::warn!(kind, error = %err, "listing failed; retrying");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        let opts = WatchOptions {
+            resource_version: Some(list.resource_version.clone()),
+            allow_bookmarks: true,
+            ..WatchOptions::default()
+        };
+        listed(list.items.into_iter().map(|o| o.into_owned()).collect());
+        let mut watch = match store.watch(None, opts).await {
+            Ok(w) => w,
+            Err(err) => {
+                tracing::warn!(kind, error = %err, "watching failed; relisting");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        while let Some(event) = watch.next().await {
+            match event {
+                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => {
+                    changed(o.into_owned(), false)
+                }
+                Ok(WatchEvent::Deleted(o)) => changed(o.into_owned(), true),
+                Ok(WatchEvent::Bookmark { .. }) => continue,
+                Err(err) => {
+                    tracing::info!(kind, error = %err, "watch ended; relisting");
+                    break;
+                }
             }
         }
         tokio::time::sleep(RETRY).await;
@@ -309,19 +364,24 @@ fn related(t: &NamespaceTransfer, known: &HashMap<String, NamespaceTransfer>) ->
     keys
 }
 
-/// Every known object that `wanted` keeps, every [`RESYNC`], paced by the
+/// Every known object that `wanted` keeps, `every` so often, paced by the
 /// queue's bucket and skipping keys already scheduled (so a resync of many
 /// waiting objects is spread out, never a burst of requests).
-pub(super) async fn resync<O>(known: Known<O>, queue: WorkQueue, wanted: fn(&O) -> bool) {
+pub(super) async fn resync<O>(
+    known: Known<O>,
+    queue: WorkQueue,
+    every: Duration,
+    wanted: fn(&O) -> bool,
+) {
     loop {
-        tokio::time::sleep(RESYNC).await;
+        tokio::time::sleep(every).await;
         let keys: Vec<String> = read(&known)
             .iter()
             .filter(|(_, o)| wanted(o))
             .map(|(k, _)| k.clone())
             .collect();
         for key in keys {
-            queue.add_resync(&key, RESYNC);
+            queue.add_resync(&key, every);
         }
     }
 }

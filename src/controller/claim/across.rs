@@ -7,11 +7,18 @@
 //! Owns the EphemeralClaim's side of that exchange:
 //! - without an open standing offer for this namespace the claim waits, with
 //!   condition `SourceConsented=False` and an Event naming what the other
-//!   namespace must create;
+//!   namespace must create; it keeps no timer: the offer's events wake it
+//!   (`watch::transfer_concerns`), as its request's do later;
 //! - with one, it makes a Clone request, a NamespaceTransfer of the
 //!   EphemeralClaim's own name in its namespace, controlled by it, made for
 //!   its requester (whose right to create claims here the request re-checks);
 //!   the offer's pair moves the clone here as `<owner>-<name>`;
+//! - the requester's right to create claims here is reviewed uncached just
+//!   before the request is made, and while the claim waits only when the
+//!   object or its spec is new to this controller ([`rights_review_due`]):
+//!   a waiting claim's looks (a resync, an unrelated event) cost no review,
+//!   and a right revoked while it waits fails it once an offer comes, before
+//!   anything is made for it;
 //! - once the request has Completed, it adopts the claim the request
 //!   recorded (uid and all) by putting the EphemeralClaim's and the owner
 //!   pod's ownerReferences on it; from then on the claim lives exactly as any
@@ -41,9 +48,34 @@ pub const REASON_OFFERED: &str = "Offered";
 /// Reason: the handed-over clone's claim went before it was adopted.
 pub const REASON_CLAIM_LOST: &str = "ClaimLost";
 
-/// How often a waiting cross-namespace clone looks again: transfers and
-/// offers do not wake EphemeralClaims.
-const POLL: std::time::Duration = std::time::Duration::from_secs(2);
+/// The object and spec whose requester's rights a review last allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reviewed {
+    uid: String,
+    generation: Option<i64>,
+}
+
+impl Reviewed {
+    /// `ec` as it is now: its uid, and its spec's generation (which the
+    /// requester is part of).
+    pub fn of(ec: &EphemeralClaim) -> Self {
+        Self {
+            uid: uid_of(ec).to_owned(),
+            generation: ec.metadata.generation,
+        }
+    }
+}
+
+/// Whether a look at a claim without a request reviews its requester's
+/// rights, uncached: always just before the request is made (`offered`),
+/// since the server then acts for the tenant; otherwise only when the
+/// object or its spec is not the one `last` allowed (the first look in this
+/// term, a changed spec), so that a waiting claim fails early for a tenant
+/// who never had the right, and costs no review while nothing the review
+/// depends on changes.
+pub fn rights_review_due(last: Option<&Reviewed>, ec: &EphemeralClaim, offered: bool) -> bool {
+    offered || last != Some(&Reviewed::of(ec))
+}
 
 impl ClaimController {
     /// Steps of a cross-namespace clone that come before the claim's own
@@ -96,7 +128,8 @@ impl ClaimController {
                     Err(e) => return Err(e.into()),
                 }
             }
-            return Ok(Some(Next::After(POLL)));
+            // The request's going, or its arrival, wakes this claim.
+            return Ok(Some(Next::Done));
         }
         if is_active(&request) && ec.metadata.deletion_timestamp.is_none() {
             // The claim of our name is the request's until it is handed
@@ -123,13 +156,11 @@ impl ClaimController {
         if let Some(request) = self.own_request(ec).await? {
             return self.follow(ec, &request).await;
         }
-        if let Some(refusal) = self.recheck_rights(ec).await? {
-            self.record(ec, None, Phase::Failed, REASON_FORBIDDEN, &refusal, |_| {})
-                .await?;
-            return Ok(Next::Now);
-        }
-        let transfers = self.transfers.list(None, &ListOptions::default()).await?;
-        let offer = transfers.items.iter().find(|t| {
+        let offers = self
+            .transfers
+            .list(Some(source_namespace), &ListOptions::default())
+            .await?;
+        let offer = offers.items.iter().find(|t| {
             t.is_standing_offer()
                 && is_active(t)
                 && t.metadata.deletion_timestamp.is_none()
@@ -137,6 +168,15 @@ impl ClaimController {
                 && t.spec.source.name == source_name
                 && t.destination_namespace() == namespace
         });
+        let key = object_key(ec);
+        if rights_review_due(self.last_review(&key).as_ref(), ec, offer.is_some()) {
+            if let Some(refusal) = self.recheck_rights(ec).await? {
+                self.record(ec, None, Phase::Failed, REASON_FORBIDDEN, &refusal, |_| {})
+                    .await?;
+                return Ok(Next::Now);
+            }
+            self.remember_review(key, Reviewed::of(ec));
+        }
         let Some(offer) = offer else {
             let message = format!(
                 "waiting for namespace {source_namespace:?} to offer clones of PersistentVolumeClaim {source_name:?} to this namespace: a NamespaceTransfer there with mode: Clone, source.name: {source_name}, destination.namespace: {namespace} and no destination.name"
@@ -162,7 +202,8 @@ impl ClaimController {
                     )
                     .await;
             }
-            return Ok(Next::After(POLL));
+            // An offer's event wakes it.
+            return Ok(Next::Done);
         };
         let request = clone_request(ec, source_namespace, source_name);
         let Some(requester) = ec.spec.requester.clone() else {
@@ -267,7 +308,8 @@ impl ClaimController {
                     consented(st, true, REASON_OFFERED, "a standing clone offer consents")
                 })
                 .await?;
-                Ok(Next::After(POLL))
+                // Each change of the request's wakes it.
+                Ok(Next::Done)
             }
         }
     }

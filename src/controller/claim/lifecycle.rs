@@ -325,7 +325,7 @@ pub fn users(pods: &[Pod], claim: &str) -> (Users, Vec<String>) {
 }
 
 /// Whether `pod` names `claim` in a `persistentVolumeClaim` volume.
-fn references(pod: &Pod, claim: &str) -> bool {
+pub fn references(pod: &Pod, claim: &str) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.volumes.as_ref())

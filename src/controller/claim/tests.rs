@@ -529,3 +529,220 @@ fn no_claim_is_made_from_an_unsafe_template_stored_before_validation_refused_it(
         "{why}"
     );
 }
+
+/// `ci/scratch`, owned by pod `runner`, cloning `prod/db`, with `status`.
+fn cross_namespace(status: Value) -> EphemeralClaim {
+    serde_json::from_value(json!({
+        "metadata": {"name": "scratch", "namespace": "ci", "uid": "ec-uid", "generation": 1},
+        "spec": {
+            "owner": {"apiVersion": "v1", "kind": "Pod", "name": "runner"},
+            "claimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "dataSourceRef": {"kind": "PersistentVolumeClaim", "namespace": "prod", "name": "db"},
+            }},
+            "requester": {"username": "alice"},
+        },
+        "status": status,
+    }))
+    .unwrap()
+}
+
+fn transfer(value: Value) -> crate::api::namespace_transfer::NamespaceTransfer {
+    serde_json::from_value(value).unwrap()
+}
+
+#[test]
+fn a_waiting_claims_rights_are_reviewed_when_new_or_changed_and_always_before_its_request() {
+    let ec = cross_namespace(json!({}));
+    let same = across::Reviewed::of(&ec);
+    let mut respecified = ec.clone();
+    respecified.metadata.generation = Some(2);
+    let mut recreated = ec.clone();
+    recreated.metadata.uid = Some("new-uid".to_owned());
+    for (case, last, offered, due) in [
+        ("first look, no offer", None, false, true),
+        ("unchanged, no offer", Some(same.clone()), false, false),
+        ("unchanged, an offer", Some(same.clone()), true, true),
+        (
+            "spec changed",
+            Some(across::Reviewed::of(&respecified)),
+            false,
+            true,
+        ),
+        (
+            "a new object of the name",
+            Some(across::Reviewed::of(&recreated)),
+            false,
+            true,
+        ),
+    ] {
+        assert_eq!(
+            across::rights_review_due(last.as_ref(), &ec, offered),
+            due,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn a_transfer_wakes_the_claim_whose_request_it_is_and_those_waiting_for_its_offer() {
+    let offer = |ns: &str, source: &str, to: &str, name: &str| {
+        transfer(json!({
+            "metadata": {"name": "fixtures", "namespace": ns},
+            "spec": {"mode": "Clone", "source": {"name": source},
+                     "destination": {"namespace": to, "name": name}},
+        }))
+    };
+    let request = transfer(json!({
+        "metadata": {"name": "scratch", "namespace": "ci"},
+        "spec": {"mode": "Clone", "source": {"namespace": "prod", "name": "db"},
+                 "destination": {"name": "runner-scratch"}},
+    }));
+    let waiting = cross_namespace(json!({"phase": "Pending", "reason": "WaitingForConsent"}));
+    let cloning = cross_namespace(json!({"phase": "Pending", "reason": "Cloning"}));
+    let bound = cross_namespace(json!({"phase": "Bound"}));
+    let same_namespace: EphemeralClaim = serde_json::from_value(json!({
+        "metadata": {"name": "scratch", "namespace": "ci"},
+        "spec": {"owner": {"apiVersion": "v1", "kind": "Pod", "name": "runner"},
+                 "claimTemplate": {"spec": {}}},
+    }))
+    .unwrap();
+    for (case, ec, t, wakes) in [
+        (
+            "its offer, waiting",
+            &waiting,
+            offer("prod", "db", "ci", ""),
+            true,
+        ),
+        (
+            "its offer, never looked at",
+            &cross_namespace(json!(null)),
+            offer("prod", "db", "ci", ""),
+            true,
+        ),
+        (
+            "its offer, already cloning",
+            &cloning,
+            offer("prod", "db", "ci", ""),
+            false,
+        ),
+        (
+            "its offer, bound",
+            &bound,
+            offer("prod", "db", "ci", ""),
+            false,
+        ),
+        (
+            "an offer of another claim",
+            &waiting,
+            offer("prod", "cache", "ci", ""),
+            false,
+        ),
+        (
+            "an offer from another namespace",
+            &waiting,
+            offer("staging", "db", "ci", ""),
+            false,
+        ),
+        (
+            "an offer to another namespace",
+            &waiting,
+            offer("prod", "db", "qa", ""),
+            false,
+        ),
+        (
+            "a one-shot offer",
+            &waiting,
+            offer("prod", "db", "ci", "runner-scratch"),
+            false,
+        ),
+        ("its request", &cloning, request.clone(), true),
+        ("its request, bound", &bound, request.clone(), true),
+        (
+            "a claim of its own namespace",
+            &same_namespace,
+            request.clone(),
+            false,
+        ),
+    ] {
+        assert_eq!(watch::transfer_concerns(ec, &t), wakes, "{case}");
+    }
+}
+
+#[test]
+fn a_pod_wakes_only_the_claims_it_owns_or_uses() {
+    let ec = cross_namespace(json!({"phase": "Pending", "reason": "WaitingForConsent"}));
+    let deleted_ec = cross_namespace(json!({"phase": "Deleted"}));
+    let mut deleting = deleted_ec.clone();
+    deleting.metadata.deletion_timestamp = Some(now());
+    let pod_named = |ns: &str, name: &str, claim: &str| {
+        pod(json!({
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"containers": [], "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": claim}},
+            ]},
+        }))
+    };
+    for (case, ec, p, wakes) in [
+        ("its owner", &ec, pod_named("ci", "runner", "other"), true),
+        (
+            "a user of its claim",
+            &ec,
+            pod_named("ci", "helper", "runner-scratch"),
+            true,
+        ),
+        (
+            "another pod of its namespace",
+            &ec,
+            pod_named("ci", "helper", "other"),
+            false,
+        ),
+        (
+            "a pod of that name elsewhere",
+            &ec,
+            pod_named("qa", "runner", "runner-scratch"),
+            false,
+        ),
+        (
+            "its owner, once it is finished",
+            &deleted_ec,
+            pod_named("ci", "runner", "x"),
+            false,
+        ),
+        (
+            "its owner, while it is deleted",
+            &deleting,
+            pod_named("ci", "runner", "x"),
+            true,
+        ),
+    ] {
+        assert_eq!(watch::pod_concerns(ec, &p), wakes, "{case}");
+    }
+}
+
+#[test]
+fn only_a_claim_known_to_wait_for_an_offer_is_resynced_slowly() {
+    let mut deleting = cross_namespace(json!({"phase": "Pending", "reason": "WaitingForConsent"}));
+    deleting.metadata.deletion_timestamp = Some(now());
+    for (case, ec, slowly) in [
+        (
+            "waiting for consent",
+            cross_namespace(json!({"phase": "Pending", "reason": "WaitingForConsent"})),
+            true,
+        ),
+        ("never looked at", cross_namespace(json!(null)), false),
+        (
+            "cloning",
+            cross_namespace(json!({"phase": "Pending", "reason": "Cloning"})),
+            false,
+        ),
+        ("being deleted", deleting, false),
+        (
+            "failed",
+            cross_namespace(json!({"phase": "Failed", "reason": "WaitingForConsent"})),
+            false,
+        ),
+    ] {
+        assert_eq!(watch::waits_for_consent(&ec), slowly, "{case}");
+    }
+}
