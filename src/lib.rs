@@ -23,6 +23,7 @@ pub mod controller;
 pub mod discovery;
 pub mod endpoints;
 pub mod plugin;
+pub mod reflect;
 pub mod registry;
 pub mod review_cache;
 pub mod server;

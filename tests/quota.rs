@@ -143,6 +143,45 @@ fn a_quota_of_five_transfers_refuses_the_sixth_and_the_quota_controller_counts_f
     });
 }
 
+/// The LISTs of ResourceQuotas kube-apiserver has answered.
+fn quota_lists() -> u64 {
+    admin()
+        .ok(&["get", "--raw", "/metrics"])
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{")
+                && l.contains("resource=\"resourcequotas\"")
+                && l.contains("verb=\"LIST\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[test]
+fn creates_read_the_quotas_from_a_watch_not_with_a_list_each() {
+    let ns = cp().namespace("quota-watch").unwrap();
+    let bare = cp().namespace("quota-none").unwrap();
+    quota(&ns.name, 50);
+    // The first create in each may look its namespace up live (the watch
+    // may not have the new quota yet, and has none in `bare`).
+    for namespace in [&ns.name, &bare.name] {
+        let run = create(admin(), namespace, "t0", false);
+        assert!(run.success, "{}", run.stderr);
+    }
+    let before = quota_lists();
+    for i in 1..=10 {
+        for namespace in [&ns.name, &bare.name] {
+            let run = create(admin(), namespace, &format!("t{i}"), false);
+            assert!(run.success, "create {i} in {namespace}: {}", run.stderr);
+        }
+    }
+    let lists = quota_lists() - before;
+    // 20 creates; the other tests of this binary, running beside this one,
+    // may list a few namespaces of their own.
+    assert!(lists <= 8, "20 creates listed the quotas {lists} times");
+    assert_eq!(used(&ns.name), "11", "each create was charged once");
+}
+
 #[test]
 fn a_dry_run_past_the_quota_is_refused_and_one_within_it_charges_nothing() {
     let ns = cp().namespace("quota-dry").unwrap();

@@ -23,22 +23,46 @@
 //! write) leaves the quota charged one too many, as in kube, until the
 //! quota controller next recounts.
 //!
+//! Where the quotas are read, as kube's quota admission reads them: from a
+//! watch of the cluster's ResourceQuotas, each replaced by the copy this
+//! server last wrote when that one is newer (by resourceVersion), so that
+//! back-to-back creates do not each conflict on a copy the watch has not
+//! caught up with; a namespace the watch has no quota for is looked up
+//! live, and that answer kept for [`LIVE_LOOKUP_TTL`] (a quota made just
+//! before may not have reached the watch yet). Every charge is guarded on
+//! the resourceVersion it was decided on, so a stale copy can only cost a
+//! conflict, after which the quotas are read live. So a create in a
+//! namespace with no quota costs kube-apiserver nothing most of the time,
+//! and never a read of its own.
+//!
 //! Owns the decision ([`check_create`], pure) and the charge; the store
 //! decides when it runs (last, after validating admission, once per create).
 //! It must not touch anything but ResourceQuotas.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
+use tokio::time::Instant;
 
 use crate::api::errors::{ApiError, GroupResource};
+use crate::reflect::Watched;
 use crate::registry::admission::QuotaControl;
 use crate::registry::Context;
 
 /// How often the charge is redone after a quota changed under it.
 const RETRIES: usize = 8;
+
+/// How long a live lookup of a namespace the watch had no quota for is
+/// trusted: kube's quota admission keeps its live lookups as long.
+pub const LIVE_LOOKUP_TTL: Duration = Duration::from_secs(30);
+
+/// The most namespaces whose live lookups, and quotas this server last
+/// wrote, are kept at once.
+const KEPT: usize = 4096;
 
 /// `count/<resource>.<group>`: the quota resource name of the object count.
 pub fn count_name(resource: &GroupResource) -> String {
@@ -238,11 +262,25 @@ fn forbidden(resource: &GroupResource, name: &str, refusal: &Refusal) -> ApiErro
     ApiError::Forbidden { message }
 }
 
-/// The plugin: reads the namespace's quotas from kube-apiserver on every
-/// create (so no replica admits on a stale count) and charges them there.
+/// The plugin: reads the quotas from its watch (see the module's doc) and
+/// charges them in kube-apiserver.
 #[derive(Clone)]
 pub struct ResourceQuotas {
     client: kube::Client,
+    /// The cluster's quotas, as the watch last saw them.
+    watched: Arc<Watched<ResourceQuota>>,
+    /// What the watch has not caught up with yet.
+    recent: Arc<Mutex<Recent>>,
+}
+
+/// Live lookups of namespaces the watch had no quota for, and the copies
+/// of quotas this server last wrote.
+#[derive(Default)]
+struct Recent {
+    /// By namespace: when it was looked up, and what was found.
+    looked_up: HashMap<String, (Instant, Vec<ResourceQuota>)>,
+    /// By uid.
+    written: HashMap<String, ResourceQuota>,
 }
 
 impl std::fmt::Debug for ResourceQuotas {
@@ -252,9 +290,107 @@ impl std::fmt::Debug for ResourceQuotas {
 }
 
 impl ResourceQuotas {
+    /// Starts the watch of the cluster's quotas.
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        let watched = Arc::new(Watched::start(client.clone()));
+        Self {
+            client,
+            watched,
+            recent: Arc::default(),
+        }
     }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The quotas of `namespace`: from the watch (each replaced by the copy
+    /// this server last wrote when that is newer), or else from a live
+    /// lookup younger than [`LIVE_LOOKUP_TTL`]; `None` when they must be
+    /// read live.
+    fn known(&self, namespace: &str) -> Option<Vec<ResourceQuota>> {
+        if !self.watched.ready() {
+            return None;
+        }
+        let watched: Vec<ResourceQuota> = self
+            .watched
+            .store
+            .state()
+            .iter()
+            .filter(|q| q.metadata.namespace.as_deref() == Some(namespace))
+            .map(|q| q.as_ref().clone())
+            .collect();
+        let recent = self.recent();
+        if watched.is_empty() {
+            let (at, found) = recent.looked_up.get(namespace)?;
+            return (at.elapsed() < LIVE_LOOKUP_TTL).then(|| found.clone());
+        }
+        Some(
+            watched
+                .into_iter()
+                .map(|q| {
+                    let written = q.metadata.uid.as_ref().and_then(|u| recent.written.get(u));
+                    match written {
+                        Some(w) if newer(w, &q) => w.clone(),
+                        _ => q,
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// Reads the quotas of `namespace` live, and keeps what was found when
+    /// the watch has none there.
+    async fn look_up(&self, namespace: &str) -> Result<Vec<ResourceQuota>, ApiError> {
+        let api: kube::Api<ResourceQuota> = kube::Api::namespaced(self.client.clone(), namespace);
+        let found = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| {
+                ApiError::ServiceUnavailable(format!(
+                    "reading the resource quotas of namespace \"{namespace}\": {e}"
+                ))
+            })?
+            .items;
+        let mut recent = self.recent();
+        if recent.looked_up.len() >= KEPT {
+            recent
+                .looked_up
+                .retain(|_, (at, _)| at.elapsed() < LIVE_LOOKUP_TTL);
+            if recent.looked_up.len() >= KEPT {
+                recent.looked_up.clear();
+            }
+        }
+        recent
+            .looked_up
+            .insert(namespace.to_owned(), (Instant::now(), found.clone()));
+        Ok(found)
+    }
+
+    /// Keeps `quota`, as this server just wrote it.
+    fn wrote(&self, quota: ResourceQuota) {
+        let Some(uid) = quota.metadata.uid.clone() else {
+            return;
+        };
+        let mut recent = self.recent();
+        if recent.written.len() >= KEPT {
+            recent.written.clear();
+        }
+        recent.written.insert(uid, quota);
+    }
+}
+
+/// Whether `a` is a later version of the same quota than `b`: etcd's
+/// resourceVersions are revisions, which only grow (kube's quota admission
+/// compares them so too).
+fn newer(a: &ResourceQuota, b: &ResourceQuota) -> bool {
+    let revision = |q: &ResourceQuota| {
+        q.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    matches!((revision(a), revision(b)), (Some(a), Some(b)) if a > b)
 }
 
 #[async_trait::async_trait]
@@ -271,16 +407,19 @@ impl QuotaControl for ResourceQuotas {
         // Quotas already charged for this create, by uid: a retry after a
         // conflict on another must not charge them twice.
         let mut charged = BTreeSet::new();
-        for _ in 0..RETRIES {
-            let quotas: Vec<ResourceQuota> = api
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| {
-                    ApiError::ServiceUnavailable(format!(
-                        "reading the resource quotas of namespace \"{namespace}\": {e}"
-                    ))
-                })?
-                .items
+        for attempt in 0..RETRIES {
+            // The first look trusts the watch; after a conflict, only a live
+            // read will do.
+            let known = if attempt == 0 {
+                self.known(namespace)
+            } else {
+                None
+            };
+            let quotas = match known {
+                Some(quotas) => quotas,
+                None => self.look_up(namespace).await?,
+            };
+            let quotas: Vec<ResourceQuota> = quotas
                 .into_iter()
                 .filter(|q| !charged.contains(&q.metadata.uid))
                 .collect();
@@ -303,8 +442,9 @@ impl QuotaControl for ResourceQuotas {
                     .patch_status(&quota_name, &PatchParams::default(), &Patch::Merge(patch))
                     .await
                 {
-                    Ok(_) => {
+                    Ok(written) => {
                         charged.insert(quota.metadata.uid.clone());
+                        self.wrote(written);
                     }
                     Err(kube::Error::Api(status)) if status.code == 409 => conflicted = true,
                     // Deleted since it was read: it limits nothing any more.

@@ -23,16 +23,15 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use base64::Engine;
-use futures::StreamExt;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::ObjectRef;
 use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::UserInfo;
+use crate::reflect::Watched;
 
 /// The shortest time between two fetches of the keys (for unknown key ids,
 /// or because they are old).
@@ -158,54 +157,23 @@ impl KeySource for ClusterKeys {
 }
 
 /// Every ServiceAccount of the cluster, kept by a watch.
-pub struct WatchedAccounts {
-    store: Store<ServiceAccount>,
-    ready: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl std::fmt::Debug for WatchedAccounts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WatchedAccounts").finish_non_exhaustive()
-    }
-}
+#[derive(Debug)]
+pub struct WatchedAccounts(Watched<ServiceAccount>);
 
 impl WatchedAccounts {
     /// Starts the watch.
     pub fn start(client: kube::Client) -> Self {
-        let (reader, writer) = reflector::store();
-        let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let api: kube::Api<ServiceAccount> = kube::Api::all(client.clone());
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-        let flag = ready.clone();
-        let waiter = reader.clone();
-        tokio::spawn(async move {
-            if waiter.wait_until_ready().await.is_ok() {
-                flag.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        });
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                if let Err(e) = event {
-                    tracing::debug!(error = %e, "watching ServiceAccounts");
-                }
-            }
-        });
-        Self {
-            store: reader,
-            ready,
-        }
+        Self(Watched::start(client))
     }
 }
 
 impl Accounts for WatchedAccounts {
     fn lookup(&self, namespace: &str, name: &str) -> Account {
-        if !self.ready.load(std::sync::atomic::Ordering::Relaxed) {
+        if !self.0.ready() {
             return Account::Unknown;
         }
         match self
+            .0
             .store
             .get(&ObjectRef::new(name).within(namespace))
             .and_then(|a| a.metadata.uid.clone())
