@@ -778,3 +778,45 @@ fn a_body_that_does_not_arrive_within_the_request_timeout_is_answered_504_timeou
         .unwrap();
     assert_eq!(got.status, 404, "{}", got.text());
 }
+
+#[test]
+fn in_blocking_strict_mode_a_request_whose_audit_event_cannot_be_written_fails_and_in_blocking_mode_it_goes_on(
+) {
+    let dir = scratch("audit-policy");
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .unwrap();
+    let policy_flag = format!("--audit-policy-file={}", policy.display());
+    // Every write to /dev/full fails, as on a full disk.
+    for (mode, want) in [("blocking-strict", 500), ("blocking", 200), ("batch", 200)] {
+        let mode_flag = format!("--audit-log-mode={mode}");
+        let server = start_with(
+            &format!("audit-{mode}"),
+            true,
+            &[&policy_flag, "--audit-log-path=/dev/full", &mode_flag],
+        );
+        let http = sta_testenv::http::HttpClient::new(
+            server.port,
+            &server.pki.serving_ca.cert,
+            SERVER_NAME,
+            None,
+        )
+        .unwrap();
+        let got = http.request("GET", TRANSFERS, &[], b"").unwrap();
+        assert_eq!(got.status, want, "{mode}: {}", got.text());
+        if want == 500 {
+            let status = got.json();
+            assert_eq!(status["kind"], "Status", "{status}");
+            assert_eq!(status["reason"], "InternalError", "{status}");
+            assert!(
+                status["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("failed to store audit event")),
+                "{status}"
+            );
+        }
+    }
+}
