@@ -28,7 +28,7 @@ sample="${STA_TEST_SAMPLE:-}"
 features=(--workspace --locked --features fault-injection)
 # The slowest binaries by name, longest first: started first, they do not
 # leave one job running alone at the end.
-heaviest=(transfer_crash client_go chaos transfer_scale storage_transfer_apiserver transfer fairness ephemeral_claim etcd_cluster testenv)
+heaviest=(fairness transfer_crash client_go storage_transfer_apiserver transfer_scale transfer chaos etcd_cluster ephemeral_claim hostile testenv)
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
