@@ -287,6 +287,40 @@ fn the_destination_never_learns_the_sources_pods_requester_or_volume() {
             "the destination learned {secret:?}: {seen_by_destination}"
         );
     }
+    // No object of the other namespace is named by uid, on either side.
+    let offer_uid = source_side["metadata"]["uid"].as_str().unwrap();
+    let pv_uid = volume_uid(&victim.volume.pv);
+    for t in [&waiting, &failed] {
+        assert_no_uid_of(
+            t,
+            &[offer_uid, victim.volume.claim_uid.as_str(), pv_uid.as_str()],
+        );
+    }
+    assert_no_uid_of(&source_side, &[failed["metadata"]["uid"].as_str().unwrap()]);
+}
+
+/// The uid of the PersistentVolume `name`.
+fn volume_uid(name: &str) -> String {
+    volume_json(admin(), name).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Asserts that none of `uids` (the uids of the other namespace's objects)
+/// appears anywhere in `transfer`, a transfer as its own namespace reads it:
+/// a uid is an object's identity, and DESIGN §2.1.3 lets a namespace learn
+/// only that its peer exists, by namespace and name.
+#[track_caller]
+fn assert_no_uid_of(transfer: &Value, uids: &[&str]) {
+    let text = serde_json::to_string(transfer).unwrap();
+    for uid in uids {
+        assert!(!uid.is_empty());
+        assert!(
+            !text.contains(uid),
+            "the transfer names {uid:?} of the other namespace: {text}"
+        );
+    }
 }
 
 #[test]
@@ -611,7 +645,8 @@ fn assert_only_what_the_destination_may_learn(status: &Value, own_namespace: &st
         keys
     });
     if let Some(keys) = peer {
-        // The uid only tells a peer from a namesake created after it.
+        // The uid only tells a peer from a namesake created after it, and is
+        // not the peer's own (see `assert_no_uid_of`).
         assert!(
             keys.iter()
                 .all(|k| ["name", "namespace", "uid"].contains(k)),
@@ -677,6 +712,16 @@ fn a_standing_offers_request_learns_only_the_peer_the_phase_and_a_reason() {
         .as_str()
         .unwrap()
         .to_owned();
+    let offer_uid = transfer_json(admin(), &victim.ns.name, "fixtures").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let request_uid = done["metadata"]["uid"].as_str().unwrap().to_owned();
+    let pv_uid = volume_uid(&victim.volume.pv);
+    // The offer's records name the request, but not by its uid.
+    for r in &records {
+        assert_no_uid_of(r, &[request_uid.as_str()]);
+    }
 
     // What the source side knows and the destination must not: the clone
     // (its name and uid), the source's own claim and volume.
@@ -693,6 +738,14 @@ fn a_standing_offers_request_learns_only_the_peer_the_phase_and_a_reason() {
         victim.volume.claim_uid.as_str(),
     ];
     for version in seen.iter().chain([&done]) {
+        assert_no_uid_of(
+            version,
+            &[
+                offer_uid.as_str(),
+                victim.volume.claim_uid.as_str(),
+                pv_uid.as_str(),
+            ],
+        );
         let status = &version["status"];
         assert_only_what_the_destination_may_learn(status, &dst.name);
         let text = serde_json::to_string(status).unwrap();

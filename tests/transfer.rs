@@ -562,7 +562,7 @@ fn clone_consent(s: &Setup) {
 }
 
 fn clone_name(s: &Setup) -> String {
-    clone_claim_name(admin(), &s.dst.name)
+    clone_claim_name(admin(), &s.src.name, &s.dst.name)
 }
 
 #[test]

@@ -257,7 +257,7 @@ fn a_clone_pair_crashed_right_after_c1_c2_or_any_of_r1_to_r6_completes_with_one_
         clone_consent(cp.direct(), &s.src.name, "db", &s.dst.name);
         assert_crashed_after(cp, step);
         restart(cp, &[]);
-        let clone = clone_claim_name(cp.direct(), &s.dst.name);
+        let clone = clone_claim_name(cp.direct(), &s.src.name, &s.dst.name);
         assert_clone_completed(cp, &s, &clone, recorder);
         println!("clone, crash after {step}: completed with one clone");
     }
@@ -373,7 +373,7 @@ fn cancelling_a_clone_pair_before_the_commit_deletes_the_clone_and_its_volume_on
     let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
     clone_consent(cp.direct(), &s.src.name, "db", &s.dst.name);
     wait_for_r3(cp, &s);
-    let clone = clone_claim_name(cp.kubectl(), &s.dst.name);
+    let clone = clone_claim_name(cp.kubectl(), &s.src.name, &s.dst.name);
     let clone_pv = claim_json(cp.kubectl(), &s.src.name, &clone).unwrap()["spec"]["volumeName"]
         .as_str()
         .unwrap()

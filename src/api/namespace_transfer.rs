@@ -61,9 +61,10 @@ pub const MAX_MAX_CLONES: i32 = 100;
 /// Clone-claim annotation naming the claim it was cloned from,
 /// `<namespace>/<name>` (C1).
 pub const ANNOTATION_CLONE_OF: &str = "storage.transfer.k8s.io/clone-of";
-/// Clone-claim annotation naming the uid of the receiving transfer it was
-/// made for (C1): the pairs of one standing offer share its lock, and a
-/// clone's five-character name suffix may repeat.
+/// Clone-claim annotation naming the receiving transfer it was made for
+/// (C1), by the uid the giving transfer records for it (never the receiver's
+/// own, which the source namespace may not learn): the pairs of one standing
+/// offer share its lock, and a clone's five-character name suffix may repeat.
 pub const ANNOTATION_CLONE_FOR: &str = "storage.transfer.k8s.io/clone-for";
 
 /// Label on a clone's PersistentVolume naming the uid of the offer it was
@@ -466,21 +467,12 @@ pub struct CloneCounts {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PairRecord {
-    /// The request in the destination namespace, uid and all.
+    /// The request in the destination namespace, as the offer records it
+    /// (the uid is derived from the request's, never the request's own).
     pub request: PeerReference,
     /// What the pair's R1 took of its clone: what `status.sourceClaim` is on a
     /// one-shot transfer's source side.
     pub source_claim: SourceClaimSnapshot,
-}
-
-impl NamespaceTransferStatus {
-    /// The record of the pair whose request has uid `request`, on a
-    /// standing offer.
-    pub fn pair(&self, request: &str) -> Option<&PairRecord> {
-        self.pairs
-            .iter()
-            .find(|p| p.request.uid.as_deref() == Some(request))
-    }
 }
 
 /// Names the peer transfer in the other namespace.
@@ -491,8 +483,11 @@ pub struct PeerReference {
     pub namespace: String,
     /// The peer's name.
     pub name: String,
-    /// The peer's uid, so that a peer deleted and created again under the same name
-    /// is never taken for the one that was matched.
+    /// So that a peer deleted and created again under the same name is never
+    /// taken for the one that was matched: not the peer's uid, which this
+    /// namespace may not learn, but a UUIDv5 of it in this object's uid as
+    /// namespace, which the controller can check and this namespace cannot
+    /// invert. (Records an older server wrote hold the peer's own uid.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
 }
@@ -592,8 +587,9 @@ impl NamespaceTransfer {
     }
 
     /// The claim a Clone-mode transfer makes in the source namespace and hands
-    /// over (C1): `<this transfer's name>-clone-<the first 5 characters of the
-    /// receiving transfer's uid>`, the name cut so that the whole stays a
+    /// over (C1): `<this transfer's name>-clone-<the first 5 characters of
+    /// `receiver_uid`>`, the uid this transfer records for the receiving
+    /// transfer (never the receiver's own), the name cut so that the whole stays a
     /// valid object name. One clone per receiving transfer.
     pub fn clone_claim_name(&self, receiver_uid: &str) -> String {
         let suffix: String = receiver_uid

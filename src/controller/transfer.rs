@@ -84,7 +84,7 @@ use decide::{
     REASON_WAITING_FOR_PEER,
 };
 use facts::{Admission, Claim, ClassPolicy, Facts, Peer, Volume, VOLUME_MARKER};
-use matching::{is_active, is_named, reference, role_of, DestinationView};
+use matching::{is_active, is_named, receiver_uid, reference, rerecord, role_of, DestinationView};
 
 /// The steps of the rebind protocol (§2.1.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -254,7 +254,7 @@ impl TransferController {
             Some(p) => self
                 .get(&p.namespace, &p.name)
                 .await?
-                .filter(|s| is_named(s, p)),
+                .filter(|s| is_named(s, p, &d)),
             None => None,
         };
         if let Some(s) = source.as_ref().filter(|s| s.is_standing_offer()) {
@@ -502,22 +502,24 @@ impl TransferController {
             .map_or(0, |c| usize::try_from(c.made).unwrap_or(0));
         let made = pairs
             .iter()
-            .filter(|d| standing_record(&s, uid_of(d)).is_some())
+            .filter(|d| standing_record(&s, d).is_some())
             .count()
             .max(made_before);
         // A pair's record is kept while the pair may still need it: until
         // it has finished and let go of its finalizer, or its request is
         // gone.
-        let needed: HashSet<&str> = pairs
+        let needed: Vec<&NamespaceTransfer> = pairs
             .iter()
             .filter(|d| is_active(d) || has_finalizer(d))
-            .map(|d| uid_of(d))
+            .copied()
             .collect();
-        let stale_records = s.status.as_ref().is_some_and(|st| {
-            st.pairs
-                .iter()
-                .any(|p| !needed.contains(p.request.uid.as_deref().unwrap_or_default()))
-        });
+        let is_needed = |p: &crate::api::namespace_transfer::PairRecord| {
+            needed.iter().any(|d| is_record_of(p, d, &s))
+        };
+        let stale_records = s
+            .status
+            .as_ref()
+            .is_some_and(|st| st.pairs.iter().any(|p| !is_needed(p)));
         let alive = self.clones_alive(&s, &pairs, None).await?;
         let held = pairs.iter().any(|d| has_finalizer(d));
         let deleting = s.metadata.deletion_timestamp.is_some();
@@ -561,9 +563,7 @@ impl TransferController {
                     || stale_records;
                 if changed {
                     self.update_status(&s, |st| {
-                        st.pairs.retain(|p| {
-                            needed.contains(p.request.uid.as_deref().unwrap_or_default())
-                        });
+                        st.pairs.retain(|p| is_needed(p));
                         st.phase = Some(Phase::WaitingForPeer);
                         st.reason = Some(REASON_OFFERING.to_owned());
                         st.message = Some(message.clone());
@@ -621,7 +621,7 @@ impl TransferController {
         // Before R2: the pairs with a clone claim made.
         let mut early = 0;
         for d in pairs {
-            let volume = standing_record(s, uid_of(d)).map(|c| c.volume_name.as_str());
+            let volume = standing_record(s, d).map(|c| c.volume_name.as_str());
             if except.is_some_and(|uid| d.metadata.uid.as_deref() == Some(uid)) {
                 if let Some(volume) = volume {
                     labelled.remove(volume);
@@ -644,7 +644,10 @@ impl TransferController {
             let made = (!finished && volume.is_some())
                 || self
                     .cluster
-                    .claim(s.source_namespace(), &s.clone_claim_name(uid_of(d)))
+                    .claim(
+                        s.source_namespace(),
+                        &s.clone_claim_name(&receiver_uid(s, d)),
+                    )
                     .await?
                     .is_some();
             early += usize::from(made);
@@ -671,7 +674,7 @@ impl TransferController {
             Peer::Itself
         } else if let Some(p) = &recorded {
             match self.get(&p.namespace, &p.name).await? {
-                Some(d) if is_named(&d, p) => Peer::Found(Box::new(d)),
+                Some(d) if is_named(&d, p, &s) => Peer::Found(Box::new(d)),
                 _ => Peer::Gone,
             }
         } else {
@@ -998,11 +1001,11 @@ impl TransferController {
                     // once, in one write, under its lock; the request learns
                     // only that the claim is locked.
                     let record = crate::api::namespace_transfer::PairRecord {
-                        request: reference(d),
+                        request: reference(d, s),
                         source_claim: snapshot.clone(),
                     };
                     self.update_status(s, |st| {
-                        if st.pair(uid_of(d)).is_none() {
+                        if !st.pairs.iter().any(|p| is_record_of(p, d, s)) {
                             st.pairs.push(record.clone());
                             let counts = st.clones.get_or_insert_with(CloneCounts::default);
                             counts.made = counts.made.saturating_add(1);
@@ -1450,7 +1453,8 @@ impl TransferController {
                     d.filter(|d| d.metadata.uid != s.metadata.uid && !is_standing_pair(s))
                 {
                     let status = s.status.clone().unwrap_or_default();
-                    self.update_status(d, |st| mirror(st, &status, s)).await?;
+                    self.update_status(d, |st| mirror(st, &status, s, d))
+                        .await?;
                 }
                 Ok(Next::Now)
             }
@@ -1794,7 +1798,6 @@ impl TransferController {
             // The pair's state is the request's alone; the offer is shared
             // (its record is the offer's, written at R1).
             let Some(d) = d else { return Ok(()) };
-            let s_ref = reference(s);
             let offer_phase = self
                 .get(s.own_namespace(), name_of(s))
                 .await?
@@ -1803,24 +1806,22 @@ impl TransferController {
                 st.reason = Some(report.reason.to_owned());
                 st.message = Some(report.destination.clone());
                 change(st, false);
-                st.peer = Some(s_ref.clone());
+                st.peer = Some(rerecord(st.peer.as_ref(), s, d));
                 st.peer_phase = offer_phase;
             })
             .await?;
             return Ok(());
         }
-        let d_ref = d.map(reference);
         let itself = role_of(s) == Some(Role::Both);
-        let s_ref = reference(s);
         let new_s = self
             .update_status(s, |st| {
                 st.reason = Some(report.reason.to_owned());
                 st.message = Some(report.source.clone());
                 change(st, true);
-                if let Some(r) = &d_ref {
-                    st.peer = Some(r.clone());
+                if let Some(d) = d {
+                    st.peer = Some(rerecord(st.peer.as_ref(), d, s));
                 } else if itself {
-                    st.peer = Some(s_ref.clone());
+                    st.peer = Some(rerecord(st.peer.as_ref(), s, s));
                 }
                 st.peer_phase = st.phase;
             })
@@ -1831,7 +1832,7 @@ impl TransferController {
                 st.reason = Some(report.reason.to_owned());
                 st.message = Some(report.destination.clone());
                 change(st, false);
-                st.peer = Some(s_ref.clone());
+                st.peer = Some(rerecord(st.peer.as_ref(), s, d));
                 st.peer_phase = phase;
             })
             .await?;
@@ -1983,8 +1984,17 @@ const OFFER_RECOUNT: Duration = Duration::from_secs(10);
 fn standing_view(s: &NamespaceTransfer, d: &NamespaceTransfer) -> NamespaceTransfer {
     let mut view = s.clone();
     let mut status = d.status.clone().unwrap_or_default();
-    status.source_claim = standing_record(s, uid_of(d)).cloned();
-    status.peer = Some(reference(d));
+    status.source_claim = standing_record(s, d).cloned();
+    // The offer's record of the request, in the form the request records
+    // the offer (see [`rerecord`]): the pair's clone is named after it.
+    status.peer = Some(if matching::records_raw(d, s) {
+        crate::api::namespace_transfer::PeerReference {
+            uid: d.metadata.uid.clone(),
+            ..reference(d, s)
+        }
+    } else {
+        reference(d, s)
+    });
     status.clones = None;
     // Every pair's record, as the offer holds them: what its clones alive
     // are counted by.
@@ -2019,15 +2029,25 @@ fn received_from(s: &NamespaceTransfer) -> String {
     }
 }
 
-/// The R1 record the standing offer `s` keeps for its request `request`.
+/// The R1 record the standing offer `s` keeps for its request `d`.
 fn standing_record<'a>(
     s: &'a NamespaceTransfer,
-    request: &str,
+    d: &NamespaceTransfer,
 ) -> Option<&'a crate::api::namespace_transfer::SourceClaimSnapshot> {
     s.status
         .as_ref()
-        .and_then(|st| st.pair(request))
+        .and_then(|st| st.pairs.iter().find(|p| is_record_of(p, d, s)))
         .map(|p| &p.source_claim)
+}
+
+/// Whether `record`, kept by standing offer `s`, is the record of request
+/// `d`: it names `d`, uid and all.
+fn is_record_of(
+    record: &crate::api::namespace_transfer::PairRecord,
+    d: &NamespaceTransfer,
+    s: &NamespaceTransfer,
+) -> bool {
+    record.request.uid.is_some() && is_named(d, &record.request, s)
 }
 
 /// Whether `t` is a standing offer's pair view (see [`standing_view`]): an
@@ -2094,6 +2114,7 @@ fn mirror(
     st: &mut NamespaceTransferStatus,
     source: &NamespaceTransferStatus,
     s: &NamespaceTransfer,
+    d: &NamespaceTransfer,
 ) {
     st.phase = source.phase;
     st.reason = source.reason.clone();
@@ -2115,7 +2136,7 @@ fn mirror(
         let ok = ready.status == CONDITION_TRUE;
         set(st, CONDITION_READY, ok, &ready.reason, &message);
     }
-    st.peer = Some(reference(s));
+    st.peer = Some(rerecord(st.peer.as_ref(), s, d));
     st.peer_phase = source.phase;
 }
 

@@ -214,12 +214,18 @@ pub(crate) fn clone_consent(k: &Kubectl, source: &str, claim: &str, destination:
 }
 
 /// The clone C1 makes for `source/give` and `destination/take`: `give-clone-`
-/// and the first five characters of the request's uid.
-pub(crate) fn clone_claim_name(k: &Kubectl, destination: &str) -> String {
-    let take = transfer_json(k, destination, "take").expect("the request exists");
-    let uid: String = take["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
+/// and the first five characters of the uid the offer records for the
+/// request, a UUIDv5 of the request's uid in the offer's (the source
+/// namespace never learns the request's own).
+pub(crate) fn clone_claim_name(k: &Kubectl, source: &str, destination: &str) -> String {
+    let uid_of = |namespace: &str, name: &str| {
+        let t = transfer_json(k, namespace, name).expect("the transfer exists");
+        t["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
+    };
+    let give = uuid::Uuid::parse_str(&uid_of(source, "give")).expect("a uid");
+    let receiver = uuid::Uuid::new_v5(&give, uid_of(destination, "take").as_bytes());
+    let uid: String = receiver
+        .to_string()
         .chars()
         .filter(char::is_ascii_alphanumeric)
         .take(5)

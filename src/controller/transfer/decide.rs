@@ -13,7 +13,7 @@
 //!   R3. After it, the protocol only goes forward, whatever any status says
 //!   and whether or not the destination claim still exists.
 //! - **Status is memory, never authority.** What the source object recorded
-//!   (its peer's uid, the source snapshot, the destination's uid) is checked
+//!   (the uid it records for its peer, the source snapshot, the destination's uid) is checked
 //!   against the live objects before anything is done with it; roles come
 //!   from the spec.
 //! - **Ownership is proven, not claimed.** A destination claim is ours when
@@ -47,7 +47,7 @@ use super::facts::{
     larger_quantity, quantity_bytes, Admission, Claim, ClaimShape, ClassPolicy, Facts, Peer, Volume,
 };
 pub use super::facts::{Refusal, Side};
-use super::matching::is_named;
+use super::matching::{is_named, receiver_uid};
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, Role, SourceClaimSnapshot,
     TransferMode, ANNOTATION_CLONE_FOR, ANNOTATION_CLONE_OF, ANNOTATION_TRANSFERRED_FROM,
@@ -144,7 +144,8 @@ pub enum Action {
         in_use: bool,
         after: Option<Duration>,
     },
-    /// Record the match on both objects, each naming the other by uid.
+    /// Record the match on both objects, each naming the other by the uid it
+    /// records for it (derived from the other's, which it may not learn).
     RecordMatch,
     /// Record the end before the commit: Failed or Cancelled, on both. The
     /// rollback is decided afterwards, from the recorded phase.
@@ -395,7 +396,7 @@ fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
         }
         return Some(Action::CreateClone(Box::new(clone_claim(s, d, origin))));
     };
-    if !is_our_clone(s, uid_of(d), clone) {
+    if !is_our_clone(s, &receiver_uid(s, d), clone) {
         return Some(finish_failed(Report::new(
             REASON_CLONE_FAILED,
             format!(
@@ -447,13 +448,14 @@ fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
 pub fn moved_claim_name(s: &NamespaceTransfer, d: &NamespaceTransfer) -> String {
     match s.mode() {
         TransferMode::Move => s.spec.source.name.clone(),
-        TransferMode::Clone => s.clone_claim_name(uid_of(d)),
+        TransferMode::Clone => s.clone_claim_name(&receiver_uid(s, d)),
     }
 }
 
 /// [`moved_claim_name`] from what is known of the peer: the live one, or
-/// the uid recorded at the match once it is gone; `None` for a clone whose
-/// receiver is not known yet.
+/// the uid recorded at the match once it is gone (the clone is named after
+/// that, see [`receiver_uid`]); `None` for a clone whose receiver is not
+/// known yet.
 pub fn moved_claim_name_of(s: &NamespaceTransfer, peer: &Peer) -> Option<String> {
     match (s.mode(), peer) {
         (TransferMode::Move, _) => Some(s.spec.source.name.clone()),
@@ -492,7 +494,7 @@ pub fn clone_claim(
             format!("{source_ns}/{}", origin.name),
         ),
         (ANNOTATION_TRANSFER_LOCK.to_owned(), uid_of(s).to_owned()),
-        (ANNOTATION_CLONE_FOR.to_owned(), uid_of(d).to_owned()),
+        (ANNOTATION_CLONE_FOR.to_owned(), receiver_uid(s, d)),
     ];
     let shape = &origin.shape;
     PersistentVolumeClaim {
@@ -969,15 +971,15 @@ fn roll_back(f: &Facts) -> Action {
     if let Some(claim) = &f.source_claim {
         if s.mode() == TransferMode::Clone {
             let receiver = match &f.peer {
-                Peer::Itself => Some(uid_of(s)),
-                Peer::Found(d) => Some(uid_of(d)),
+                Peer::Itself => Some(receiver_uid(s, s)),
+                Peer::Found(d) => Some(receiver_uid(s, d)),
                 Peer::Gone | Peer::Unmatched => s
                     .status
                     .as_ref()
                     .and_then(|st| st.peer.as_ref())
-                    .and_then(|p| p.uid.as_deref()),
+                    .and_then(|p| p.uid.clone()),
             };
-            let ours = receiver.is_some_and(|r| is_our_clone(s, r, claim));
+            let ours = receiver.is_some_and(|r| is_our_clone(s, &r, claim));
             if ours && !claim.deleting {
                 return Action::DeleteClone {
                     name: claim.name.clone(),
@@ -1020,7 +1022,7 @@ fn match_recorded(s: &NamespaceTransfer, d: &NamespaceTransfer) -> bool {
         t.status
             .as_ref()
             .and_then(|st| st.peer.as_ref())
-            .is_some_and(|p| is_named(other, p) && p.uid.is_some())
+            .is_some_and(|p| is_named(other, p, t) && p.uid.is_some())
     };
     named(s, d) && named(d, s)
 }

@@ -12,7 +12,9 @@
 //!   writes (the registry refuses clients' status writes), and which the
 //!   decision still checks against the live objects below.
 //! - [`Facts::peer`] is the Destination-role object, found by the uid the
-//!   source recorded, or by matching before anything was recorded.
+//!   source recorded for it (derived from its uid, see
+//!   [`super::matching::peer_uid`]), or by matching before anything was
+//!   recorded.
 //! - [`Facts::source_claim`], [`Facts::destination_claim`] and
 //!   [`Facts::volume`] are live reads (GET) from kube-apiserver.
 //! - [`Facts::users`], [`Facts::rights`] and [`Facts::admission`] are only

@@ -4,8 +4,17 @@
 //!
 //! Once a Source has recorded its peer in `status.peer`, that record wins over
 //! a fresh computation: a match is never moved to another Destination.
+//!
+//! A record names the other object by namespace and name, and by a uid
+//! derived from its uid ([`peer_uid`]), never by the uid itself: a namespace
+//! may learn that its peer exists, not the identity of an object it cannot
+//! read (DESIGN §2.1.3). The same goes for a standing offer's records of its
+//! requests, and for a clone's name and `clone-for` annotation
+//! ([`receiver_uid`]).
 
 use std::cmp::Ordering;
+
+use uuid::Uuid;
 
 use crate::api::namespace_transfer::{NamespaceTransfer, PeerReference, Role};
 
@@ -23,25 +32,101 @@ pub fn is_active(t: &NamespaceTransfer) -> bool {
         .is_some_and(|p| p.is_finished())
 }
 
-/// A reference to `t`, as a peer sees it.
-pub fn reference(t: &NamespaceTransfer) -> PeerReference {
+/// The uid `holder` records for its peer whose uid is `peer`: the UUIDv5 of
+/// the peer's uid in the holder's uid as namespace. The controller, which
+/// reads both objects, can check it; the holder's namespace, which cannot
+/// read the peer, cannot invert it (the peer's uid is a random UUIDv4, 122
+/// bits behind SHA-1), so it learns the peer's namespace and name only, as
+/// DESIGN §2.1.3 allows. Deterministic, so every replica records the same.
+pub fn peer_uid(holder: &str, peer: &str) -> String {
+    // Our uids are UUIDs; anything else (an object made before the server
+    // set one, a test's) still gets a namespace of its own.
+    let namespace = Uuid::parse_str(holder)
+        .unwrap_or_else(|_| Uuid::new_v5(&Uuid::NAMESPACE_OID, holder.as_bytes()));
+    Uuid::new_v5(&namespace, peer.as_bytes()).to_string()
+}
+
+/// A reference to `t`, as `holder` records it: `t`'s namespace and name, and
+/// [`peer_uid`] rather than `t`'s own uid.
+pub fn reference(t: &NamespaceTransfer, holder: &NamespaceTransfer) -> PeerReference {
     PeerReference {
         namespace: t.own_namespace().to_owned(),
         name: t.metadata.name.clone().unwrap_or_default(),
-        uid: t.metadata.uid.clone(),
+        uid: t
+            .metadata
+            .uid
+            .as_deref()
+            .map(|uid| peer_uid(uid_of(holder), uid)),
     }
 }
 
-/// Whether `d` is the object `peer` names: namespace, name and, when the
-/// reference records one, uid (a peer recreated under the same name is another
-/// object).
-pub fn is_named(d: &NamespaceTransfer, peer: &PeerReference) -> bool {
+/// The reference `holder` is to record for `t`, given the one it holds now:
+/// a fresh [`reference`], except that a record an older server wrote, with
+/// `t`'s own uid, is kept while it names `t`. A clone is named after the
+/// recorded uid (see [`receiver_uid`]), so the record keeps its form until
+/// the pair ends.
+pub fn rerecord(
+    current: Option<&PeerReference>,
+    t: &NamespaceTransfer,
+    holder: &NamespaceTransfer,
+) -> PeerReference {
+    match current {
+        Some(p) if is_raw_record(p, t) => p.clone(),
+        _ => reference(t, holder),
+    }
+}
+
+/// Whether `peer` names `t` by `t`'s own uid: a record made before records
+/// held [`peer_uid`].
+fn is_raw_record(peer: &PeerReference, t: &NamespaceTransfer) -> bool {
+    peer.namespace == t.own_namespace()
+        && t.metadata.name.as_deref() == Some(peer.name.as_str())
+        && t.metadata.uid.is_some()
+        && peer.uid == t.metadata.uid
+}
+
+/// Whether `d` is the object that `holder`'s reference `peer` names:
+/// namespace, name and, when the reference records one, uid (a peer
+/// recreated under the same name is another object). The uid is
+/// [`peer_uid`] of `d`'s; `d`'s own uid is accepted too, as records made
+/// before that hold it.
+pub fn is_named(d: &NamespaceTransfer, peer: &PeerReference, holder: &NamespaceTransfer) -> bool {
     d.own_namespace() == peer.namespace
         && d.metadata.name.as_deref() == Some(&peer.name)
-        && peer
-            .uid
-            .as_deref()
-            .is_none_or(|uid| d.metadata.uid.as_deref() == Some(uid))
+        && peer.uid.as_deref().is_none_or(|recorded| {
+            d.metadata
+                .uid
+                .as_deref()
+                .is_some_and(|uid| recorded == peer_uid(uid_of(holder), uid) || recorded == uid)
+        })
+}
+
+/// The uid Clone-mode transfer `s` makes its clone for receiver `d` under
+/// (its name's suffix and its `clone-for` annotation, both in the source
+/// namespace): the uid `s` records for `d` ([`peer_uid`]), so that the clone
+/// names nothing of the destination's and is found again from `s`'s record
+/// once `d` is gone. A pair whose record an older server wrote keeps `d`'s
+/// own uid, under which that server made its clone.
+pub fn receiver_uid(s: &NamespaceTransfer, d: &NamespaceTransfer) -> String {
+    if records_raw(s, d) || records_raw(d, s) {
+        uid_of(d).to_owned()
+    } else {
+        peer_uid(uid_of(s), uid_of(d))
+    }
+}
+
+/// Whether `holder`'s recorded peer is `t`, by `t`'s own uid: a record an
+/// older server wrote.
+pub fn records_raw(holder: &NamespaceTransfer, t: &NamespaceTransfer) -> bool {
+    holder
+        .status
+        .as_ref()
+        .and_then(|st| st.peer.as_ref())
+        .is_some_and(|p| is_raw_record(p, t))
+}
+
+fn uid_of(t: &NamespaceTransfer) -> &str {
+    t.metadata.uid.as_deref().unwrap_or_default()
 }
 
 /// Whether Source-role `s` and Destination-role `d` are peers: the same
@@ -84,7 +169,7 @@ pub fn peer_of<'a>(
     all: &'a [NamespaceTransfer],
 ) -> Option<&'a NamespaceTransfer> {
     if let Some(recorded) = s.status.as_ref().and_then(|st| st.peer.as_ref()) {
-        return all.iter().find(|d| is_named(d, recorded));
+        return all.iter().find(|d| is_named(d, recorded, s));
     }
     all.iter()
         .filter(|d| is_active(d) && are_peers(s, d))
@@ -92,7 +177,7 @@ pub fn peer_of<'a>(
 }
 
 /// The requests a standing offer `s` has matched: every Destination whose
-/// recorded peer is `s`, uid and all.
+/// recorded peer is `s`, uid and all (`s` may read its requests' records).
 pub fn standing_pairs<'a>(
     s: &'a NamespaceTransfer,
     all: &'a [NamespaceTransfer],
@@ -102,7 +187,7 @@ pub fn standing_pairs<'a>(
             && d.status
                 .as_ref()
                 .and_then(|st| st.peer.as_ref())
-                .is_some_and(|p| p.uid.is_some() && is_named(s, p))
+                .is_some_and(|p| p.uid.is_some() && is_named(s, p, d))
     })
 }
 
@@ -143,12 +228,12 @@ pub fn destination_view<'a>(
             s.status
                 .as_ref()
                 .and_then(|st| st.peer.as_ref())
-                .and_then(|p| all.iter().find(|o| is_named(o, p)))
+                .and_then(|p| all.iter().find(|o| is_named(o, p, s)))
         } else {
             None
         };
         match winner {
-            Some(w) if is_named(w, &reference(d)) => return DestinationView::Matched(s),
+            Some(w) if is_itself(w, d) => return DestinationView::Matched(s),
             Some(w) => {
                 taken = Some(DestinationView::Taken {
                     source: s,
@@ -159,6 +244,16 @@ pub fn destination_view<'a>(
         }
     }
     taken.unwrap_or(DestinationView::Unmatched)
+}
+
+/// Whether `a` and `b` are the same object.
+fn is_itself(a: &NamespaceTransfer, b: &NamespaceTransfer) -> bool {
+    a.own_namespace() == b.own_namespace()
+        && a.metadata.name == b.metadata.name
+        && b.metadata
+            .uid
+            .as_ref()
+            .is_none_or(|_| a.metadata.uid == b.metadata.uid)
 }
 
 /// Whether `d` was created no later than finished `s` finished (when its

@@ -39,6 +39,7 @@
 //! destination claim is Bound to it under its original policy.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::LazyLock;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -47,6 +48,7 @@ use super::decide::{decide, Action};
 use super::facts::{
     Admission, Claim, ClaimRef, ClaimShape, ClassPolicy, Facts, Peer, Refusal, Side, Volume,
 };
+use super::matching::peer_uid;
 use crate::api::meta::Requester;
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferSpec,
@@ -57,9 +59,21 @@ use crate::api::namespace_transfer::{
 /// The uid of the source claim; destination claims get fresh ones.
 const SOURCE_UID: u32 = 1;
 const VOLUME: &str = "pv-db";
-/// The clone's name in Clone mode: `give-clone-` and five characters of the
-/// request's uid (`uid-20`); the request is never recreated in Clone runs.
-const CLONE: &str = "give-clone-uid20";
+/// The uid the offer (`uid-10`) records for the request (`uid-20`), under
+/// which C1 makes the clone; neither is recreated in Clone runs.
+static RECEIVER: LazyLock<String> = LazyLock::new(|| peer_uid("uid-10", "uid-20"));
+/// The clone's name in Clone mode: `give-clone-` and five characters of
+/// [`RECEIVER`].
+static CLONE: LazyLock<String> = LazyLock::new(|| {
+    let give = NamespaceTransfer {
+        metadata: ObjectMeta {
+            name: Some("give".to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..NamespaceTransfer::default()
+    };
+    give.clone_claim_name(&RECEIVER)
+});
 
 /// One of our transfer objects.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -262,7 +276,7 @@ impl World {
     /// The name of the claim the protocol moves.
     fn moved_name(&self) -> &'static str {
         if self.clone_mode {
-            CLONE
+            CLONE.as_str()
         } else {
             "db"
         }
@@ -350,10 +364,11 @@ impl World {
                 reason: tx
                     .lost_reported
                     .then(|| super::decide::REASON_DESTINATION_LOST.to_owned()),
+                // As the controller records it: see `matching::reference`.
                 peer: tx.peer.map(|uid| PeerReference {
                     namespace: other.0.to_owned(),
                     name: other.1.to_owned(),
-                    uid: Some(format!("uid-{uid}")),
+                    uid: Some(peer_uid(&format!("uid-{}", tx.uid), &format!("uid-{uid}"))),
                 }),
                 source_claim: tx.snapshot.map(|uid| SourceClaimSnapshot {
                     name: self.moved_name().to_owned(),
@@ -392,7 +407,7 @@ impl World {
                 volume.clone().filter(|_| pvc.as_made)
             },
             lock: pvc.lock.map(|u| format!("uid-{u}")),
-            clone_for: cloned.then(|| "uid-20".to_owned()),
+            clone_for: cloned.then(|| RECEIVER.clone()),
             deleting: pvc.deleting,
             finalizers: if pvc.finalizer {
                 vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]

@@ -235,3 +235,154 @@ fn a_clone_offer_that_names_its_destination_is_one_shot() {
         DestinationView::Taken { .. }
     ));
 }
+
+fn with_uid(mut t: NamespaceTransfer, uid: &str) -> NamespaceTransfer {
+    t.metadata.uid = Some(uid.to_owned());
+    t
+}
+
+fn recording(mut t: NamespaceTransfer, peer: PeerReference) -> NamespaceTransfer {
+    t.status
+        .get_or_insert_with(NamespaceTransferStatus::default)
+        .peer = Some(peer);
+    t
+}
+
+const S_UID: &str = "5b0c1c3e-0b7a-4d52-9a44-6a2f4f0d7e11";
+const D_UID: &str = "c2f1a0d4-8e53-4b1e-b6e7-0f9a7d3c2b45";
+const D2_UID: &str = "0d9e8f7a-6b5c-4d3e-8f1a-2b3c4d5e6f70";
+
+#[test]
+fn the_uid_a_transfer_records_for_its_peer_is_not_the_peers() {
+    let s = with_uid(offer("s", 1), S_UID);
+    let d = with_uid(request("dev", "d", 2), D_UID);
+    let recorded = reference(&d, &s);
+    assert_eq!(
+        (recorded.namespace.as_str(), recorded.name.as_str()),
+        ("dev", "d")
+    );
+    let uid = recorded.uid.unwrap();
+    assert_ne!(uid, D_UID);
+    assert!(!uid.contains(&D_UID[..8]), "{uid}");
+    assert!(uuid::Uuid::parse_str(&uid).is_ok(), "{uid}");
+}
+
+#[test]
+fn the_recorded_uid_is_the_same_on_every_replica_and_differs_by_holder() {
+    assert_eq!(peer_uid(S_UID, D_UID), peer_uid(S_UID, D_UID));
+    assert_ne!(peer_uid(S_UID, D_UID), peer_uid(D_UID, S_UID));
+    assert_ne!(peer_uid(S_UID, D_UID), peer_uid(S_UID, D2_UID));
+    // A holder whose uid is not a UUID still gets a namespace of its own.
+    assert_ne!(peer_uid("uid-1", D_UID), peer_uid("uid-2", D_UID));
+}
+
+#[test]
+fn a_recorded_peer_is_found_by_the_uid_its_holder_records() {
+    let s = with_uid(offer("s", 1), S_UID);
+    let d = with_uid(request("dev", "d", 2), D_UID);
+    assert!(is_named(&d, &reference(&d, &s), &s));
+    assert!(is_named(&s, &reference(&s, &d), &d));
+}
+
+#[test]
+fn a_peer_recreated_under_the_same_name_is_not_the_matched_one() {
+    let s = with_uid(offer("s", 1), S_UID);
+    let d = with_uid(request("dev", "d", 2), D_UID);
+    let again = with_uid(request("dev", "d", 3), D2_UID);
+    let recorded = reference(&d, &s);
+    assert!(!is_named(&again, &recorded, &s));
+    let s = recording(s, recorded);
+    let all = [again.clone()];
+    assert_eq!(peer_of(&s, &all), None);
+    let all = [again, d.clone()];
+    assert_eq!(peer_of(&s, &all), Some(&d));
+}
+
+#[test]
+fn a_reference_recorded_by_another_holder_names_nothing() {
+    let s = with_uid(offer("s", 1), S_UID);
+    let other = with_uid(offer("other", 1), D2_UID);
+    let d = with_uid(request("dev", "d", 2), D_UID);
+    assert!(!is_named(&d, &reference(&d, &other), &s));
+}
+
+#[test]
+fn a_record_made_before_records_were_derived_still_names_its_peer() {
+    // An older server recorded the peer's own uid.
+    let s = with_uid(offer("s", 1), S_UID);
+    let d = with_uid(request("dev", "d", 2), D_UID);
+    let again = with_uid(request("dev", "d", 3), D2_UID);
+    let raw = PeerReference {
+        namespace: "dev".to_owned(),
+        name: "d".to_owned(),
+        uid: Some(D_UID.to_owned()),
+    };
+    assert!(is_named(&d, &raw, &s));
+    assert!(!is_named(&again, &raw, &s));
+}
+
+#[test]
+fn a_record_made_before_records_were_derived_keeps_its_form() {
+    let s = with_uid(offer("s", 1), S_UID);
+    let d = with_uid(request("dev", "d", 2), D_UID);
+    let again = with_uid(request("dev", "d", 3), D2_UID);
+    let raw = PeerReference {
+        namespace: "dev".to_owned(),
+        name: "d".to_owned(),
+        uid: Some(D_UID.to_owned()),
+    };
+    assert_eq!(rerecord(Some(&raw), &d, &s), raw);
+    // Not once it names another object, and never made anew.
+    assert_eq!(rerecord(Some(&raw), &again, &s), reference(&again, &s));
+    assert_eq!(rerecord(None, &d, &s), reference(&d, &s));
+    let derived = reference(&d, &s);
+    assert_eq!(rerecord(Some(&derived), &d, &s), derived);
+}
+
+#[test]
+fn a_clone_is_made_for_the_uid_the_offer_records_and_an_older_pairs_for_the_raw_one() {
+    let s = clone_of(with_uid(offer("s", 1), S_UID));
+    let d = clone_of(with_uid(request("dev", "d", 2), D_UID));
+    assert_eq!(receiver_uid(&s, &d), peer_uid(S_UID, D_UID));
+    let recorded = recording(s.clone(), reference(&d, &s));
+    assert_eq!(receiver_uid(&recorded, &d), peer_uid(S_UID, D_UID));
+    // The clone's name carries nothing of the request's uid.
+    assert!(!s
+        .clone_claim_name(&receiver_uid(&s, &d))
+        .contains(&D_UID[..5]));
+    // A pair an older server matched: either side's record holds a raw uid.
+    let raw_on_s = recording(
+        s.clone(),
+        PeerReference {
+            namespace: "dev".to_owned(),
+            name: "d".to_owned(),
+            uid: Some(D_UID.to_owned()),
+        },
+    );
+    assert_eq!(receiver_uid(&raw_on_s, &d), D_UID);
+    let raw_on_d = recording(
+        d.clone(),
+        PeerReference {
+            namespace: "prod".to_owned(),
+            name: "s".to_owned(),
+            uid: Some(S_UID.to_owned()),
+        },
+    );
+    assert_eq!(receiver_uid(&s, &raw_on_d), D_UID);
+}
+
+#[test]
+fn a_standing_offer_finds_its_requests_by_the_uid_they_record() {
+    let s = clone_of(with_uid(offer("s", 1), S_UID));
+    let d = recording(
+        clone_of(with_uid(request("dev", "d", 2), D_UID)),
+        reference(&s, &clone_of(with_uid(request("dev", "d", 2), D_UID))),
+    );
+    let stranger = recording(
+        clone_of(with_uid(request("dev", "e", 2), D2_UID)),
+        reference(&s, &d),
+    );
+    let all = [d.clone(), stranger];
+    let pairs: Vec<_> = standing_pairs(&s, &all).collect();
+    assert_eq!(pairs, vec![&d]);
+}
