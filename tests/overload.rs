@@ -144,6 +144,22 @@ fn has_line(text: &str, line: &str) -> bool {
     text.lines().any(|l| l == line)
 }
 
+/// Creates transfer `name` at `path` as admin, who is exempt from flow
+/// control: it succeeds whatever seats are held.
+fn create_as_admin(path: &str, name: &str) {
+    let made = limited()
+        .http()
+        .unwrap()
+        .request(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            &transfer(name),
+        )
+        .unwrap();
+    assert_eq!(made.status, 201, "{}", made.text());
+}
+
 /// Asserts `resp` is the 429 Status of a refusal that names `flag`.
 fn assert_too_many_requests(resp: &HttpResponse, flag: &str) {
     assert_eq!(resp.status, 429, "{}", resp.text());
@@ -380,17 +396,7 @@ fn the_in_flight_limit_answers_429_with_retry_after_and_serves_again_once_the_se
         .request("GET", &path, &as_user("writer-2"), b"")
         .unwrap();
     assert_eq!(read.status, 200, "{}", read.text());
-    let admin = limited()
-        .http()
-        .unwrap()
-        .request(
-            "POST",
-            &path,
-            &[("Content-Type", "application/json")],
-            &transfer("by-admin"),
-        )
-        .unwrap();
-    assert_eq!(admin.status, 201, "{}", admin.text());
+    create_as_admin(&path, "by-admin");
 
     held.release();
     let after = front_proxy()
@@ -424,17 +430,7 @@ fn four_hundred_bodies_sent_at_ten_bytes_a_second_hold_no_seat_and_another_tenan
     let _seat = the_mutating_seat();
     let ns = cp().namespace("overload-slow").unwrap();
     let path = list_path(&ns.name);
-    let made = limited()
-        .http()
-        .unwrap()
-        .request(
-            "POST",
-            &path,
-            &[("Content-Type", "application/json")],
-            &transfer("doomed"),
-        )
-        .unwrap();
-    assert_eq!(made.status, 201, "{}", made.text());
+    create_as_admin(&path, "doomed");
 
     // Two tenants start 200 creates each and send their bodies ten bytes
     // a second.
