@@ -8,28 +8,44 @@
 //! objects mean to their reader.
 
 use std::fmt::Debug;
-use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde::de::DeserializeOwned;
 
-/// The cluster's objects of kind `K`, as the watch last saw them.
-pub struct Watched<K: kube::Resource + 'static>
+/// Every `K` of the cluster behind `client`, kept in the returned store,
+/// and the stream of objects the watch touched, which the caller must drive
+/// (nothing is kept until it is polled). The watch is retried with backoff.
+pub fn reflected<K>(
+    client: &kube::Client,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
 where
-    K::DynamicType: Eq + Hash + Clone,
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    let (store, writer) = reflector::store();
+    let events = watcher(
+        kube::Api::<K>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
+    (store, events)
+}
+
+/// The cluster's objects of kind `K`, as the watch last saw them.
+pub struct Watched<K: kube::Resource<DynamicType = ()> + 'static> {
     pub store: Store<K>,
     ready: Arc<AtomicBool>,
 }
 
-impl<K: kube::Resource + 'static> Debug for Watched<K>
-where
-    K::DynamicType: Eq + Hash + Clone,
-{
+impl<K: kube::Resource<DynamicType = ()> + 'static> Debug for Watched<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Watched")
             .field("ready", &self.ready())
@@ -39,17 +55,13 @@ where
 
 impl<K> Watched<K>
 where
-    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    /// Starts watching every `K` of the cluster behind `client`.
+    /// Starts watching every `K` of the cluster behind `client`, driven by
+    /// a task of its own.
     pub fn start(client: kube::Client) -> Self {
-        let (store, writer) = reflector::store();
+        let (store, stream) = reflected::<K>(&client);
         let ready = Arc::new(AtomicBool::new(false));
-        let api: kube::Api<K> = kube::Api::all(client);
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
         let (flag, waiter) = (ready.clone(), store.clone());
         tokio::spawn(async move {
             if waiter.wait_until_ready().await.is_ok() {
@@ -60,7 +72,7 @@ where
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 if let Err(e) = event {
-                    tracing::debug!(error = %e, kind = %K::kind(&Default::default()), "watching");
+                    tracing::debug!(error = %e, kind = %K::kind(&()), "watching");
                 }
             }
         });
@@ -68,10 +80,7 @@ where
     }
 }
 
-impl<K: kube::Resource + 'static> Watched<K>
-where
-    K::DynamicType: Eq + Hash + Clone,
-{
+impl<K: kube::Resource<DynamicType = ()> + 'static> Watched<K> {
     /// Whether the watch has listed every object once: before, an object
     /// missing from the store may still exist.
     pub fn ready(&self) -> bool {

@@ -589,7 +589,8 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
     if let Some(resp) = state.health.serve(&path, req.uri().query()) {
         return audit::with_audit_id(resp, &audit_id);
     }
-    let resource = match request::parse(&method, &path, &Query::parse(req.uri().query())) {
+    let query = Query::parse(req.uri().query());
+    let resource = match request::parse(&method, &path, &query) {
         Ok(Some(r)) => Some(r),
         // Malformed resource paths are answered by the router with the right
         // error; authorize them as the non-resource path they are.
@@ -655,7 +656,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
         let width = match &resource {
             Some(r) if r.verb == Verb::List => flowcontrol::list_width(state.api.list_objects(
                 r,
-                &Query::parse(req.uri().query()),
+                &query,
                 flowcontrol::MAX_WEIGHED_OBJECTS,
             )),
             _ => 1,

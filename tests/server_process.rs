@@ -32,6 +32,14 @@ struct Server {
     dir: PathBuf,
 }
 
+impl Server {
+    /// A client with no credentials, trusting the server's CA.
+    fn http(&self) -> sta_testenv::http::HttpClient {
+        sta_testenv::http::HttpClient::new(self.port, &self.pki.serving_ca.cert, SERVER_NAME, None)
+            .unwrap()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.process.stop(Duration::from_secs(5));
@@ -766,13 +774,7 @@ fn a_body_that_does_not_arrive_within_the_request_timeout_is_answered_504_timeou
         "{text}"
     );
     // Nothing was stored.
-    let http = sta_testenv::http::HttpClient::new(
-        server.port,
-        &server.pki.serving_ca.cert,
-        SERVER_NAME,
-        None,
-    )
-    .unwrap();
+    let http = server.http();
     let got = http
         .request("GET", &format!("{TRANSFERS}/slow"), &[], b"")
         .unwrap();
@@ -798,13 +800,7 @@ fn in_blocking_strict_mode_a_request_whose_audit_event_cannot_be_written_fails_a
             true,
             &[&policy_flag, "--audit-log-path=/dev/full", &mode_flag],
         );
-        let http = sta_testenv::http::HttpClient::new(
-            server.port,
-            &server.pki.serving_ca.cert,
-            SERVER_NAME,
-            None,
-        )
-        .unwrap();
+        let http = server.http();
         let got = http.request("GET", TRANSFERS, &[], b"").unwrap();
         assert_eq!(got.status, want, "{mode}: {}", got.text());
         if want == 500 {

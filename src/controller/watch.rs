@@ -29,6 +29,7 @@ use super::queue::WorkQueue;
 use super::transfer::matching::{are_peers, is_active, role_of};
 use crate::api::meta::Object;
 use crate::api::namespace_transfer::{NamespaceTransfer, Role};
+use crate::reflect::reflected;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{ListOptions, Store, Strategy, WatchEvent, WatchOptions};
 
@@ -153,31 +154,6 @@ pub(super) fn namespace<K: kube::Resource>(obj: &K) -> &str {
 
 pub(super) fn name<K: kube::Resource>(obj: &K) -> &str {
     obj.meta().name.as_deref().unwrap_or_default()
-}
-
-/// Every object of kind `K`, whole, kept in a reflector's copy, and the
-/// objects that were added, changed or deleted (each after the copy has it).
-fn reflected<K>(
-    client: &kube::Client,
-) -> (
-    Reflector<K>,
-    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (copy, writer) = reflector::store();
-    let events = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-    (copy, events)
 }
 
 /// The objects of kind `K` that were added, changed or deleted, metadata only.
