@@ -541,13 +541,23 @@ fn a_destination_that_pads_its_request_to_the_size_limit_cannot_jam_the_transfer
 
 /// Every version of one transfer a user can watch, as `kubectl get -w`
 /// shows it to them, from before it exists.
-struct TransferWatch(std::process::Child);
+struct ObjectWatch(std::process::Child);
 
-impl TransferWatch {
-    fn start(k: &Kubectl, namespace: &str, name: &str) -> Self {
+impl ObjectWatch {
+    /// Every version of the transfer `namespace/name` that `k` can read.
+    fn transfer(k: &Kubectl, namespace: &str, name: &str) -> Self {
+        Self::start(k, "namespacetransfers", namespace, name)
+    }
+
+    /// Every version of the claim `namespace/name` that `k` can read.
+    fn claim(k: &Kubectl, namespace: &str, name: &str) -> Self {
+        Self::start(k, "persistentvolumeclaims", namespace, name)
+    }
+
+    fn start(k: &Kubectl, resource: &str, namespace: &str, name: &str) -> Self {
         let child = std::process::Command::new(k.binary())
             .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
-            .args(["get", "namespacetransfers", "-n", namespace])
+            .args(["get", resource, "-n", namespace])
             .arg(format!("--field-selector=metadata.name={name}"))
             .args(["-w", "--output-watch-events", "-o", "json"])
             .stdout(std::process::Stdio::piped())
@@ -569,7 +579,7 @@ impl TransferWatch {
     }
 }
 
-impl Drop for TransferWatch {
+impl Drop for ObjectWatch {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -680,8 +690,9 @@ fn a_standing_offers_request_learns_only_the_peer_the_phase_and_a_reason() {
             victim.ns.name, dst.name
         ))
         .unwrap();
-    let watch = TransferWatch::start(&bob, &dst.name, "take");
-    let offer_watch = TransferWatch::start(admin(), &victim.ns.name, "fixtures");
+    let watch = ObjectWatch::transfer(&bob, &dst.name, "take");
+    let claim_watch = ObjectWatch::claim(&bob, &dst.name, "copy");
+    let offer_watch = ObjectWatch::transfer(admin(), &victim.ns.name, "fixtures");
     bob.apply(&format!(
         "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: take\n  namespace: {}\nspec:\n  mode: Clone\n  source:\n    namespace: {}\n    name: db\n  destination:\n    name: copy\n",
         dst.name, victim.ns.name
@@ -761,9 +772,24 @@ fn a_standing_offers_request_learns_only_the_peer_the_phase_and_a_reason() {
         }
     }
     assert_eq!(done["status"]["volumeName"], volume.as_str());
-    let text = serde_json::to_string(&copy["metadata"]).unwrap();
-    for secret in secrets {
-        assert!(!text.contains(secret), "the claim shows {secret:?}: {text}");
+    // The claim it received, in every version, from its creation (R3)
+    // through the hand-over: the lock it carried names no object of the
+    // source's either.
+    let claims = claim_watch.finish();
+    assert!(
+        claims.iter().any(|c| c["metadata"]["annotations"]
+            .get("storage.transfer.k8s.io/transfer")
+            .is_some()),
+        "the watch saw the claim while it was locked: {claims:?}"
+    );
+    for version in claims.iter().chain([&copy]) {
+        let text = serde_json::to_string(&version["metadata"]).unwrap();
+        for secret in secrets
+            .iter()
+            .chain([&offer_uid.as_str(), &clone_uid.as_str()])
+        {
+            assert!(!text.contains(secret), "the claim shows {secret:?}: {text}");
+        }
     }
     // Every Event in the destination namespace: on the request and on the
     // claim it received.

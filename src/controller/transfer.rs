@@ -778,8 +778,12 @@ impl TransferController {
             _ => false,
         };
         let mine = uid_of(&s).to_owned();
-        let lock_holder_active = match source_claim.as_ref().and_then(|c| c.lock.clone()) {
-            Some(holder) if holder != mine => self.lock_holder_is_active(&holder).await?,
+        let lock_holder_active = match source_claim.as_ref() {
+            Some(c) if c.lock.as_deref().is_some_and(|holder| holder != mine) => {
+                let holder = c.lock.as_deref().unwrap_or_default();
+                self.lock_holder_is_active(holder, s.source_namespace(), &c.name)
+                    .await?
+            }
             _ => false,
         };
         Ok(Facts {
@@ -1518,13 +1522,19 @@ impl TransferController {
         }
     }
 
-    /// Whether the transfer with uid `holder` exists and is active.
-    async fn lock_holder_is_active(&self, holder: &str) -> Result<bool, Error> {
+    /// Whether an active transfer holds the lock `holder` read on claim
+    /// `namespace/name` ([`matching::holds_claim`]).
+    async fn lock_holder_is_active(
+        &self,
+        holder: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<bool, Error> {
         Ok(self
             .all_transfers()
             .await?
             .iter()
-            .any(|t| t.metadata.uid.as_deref() == Some(holder) && is_active(t)))
+            .any(|t| is_active(t) && matching::holds_claim(t, holder, namespace, name)))
     }
 
     /// The pods that use the claim the protocol moves (the source claim or

@@ -47,7 +47,7 @@ use super::facts::{
     larger_quantity, quantity_bytes, Admission, Claim, ClaimShape, ClassPolicy, Facts, Peer, Volume,
 };
 pub use super::facts::{Refusal, Side};
-use super::matching::{is_named, receiver_uid};
+use super::matching::{destination_lock, holds_claim, is_named, receiver_uid};
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, Role, SourceClaimSnapshot,
     TransferMode, ANNOTATION_CLONE_FOR, ANNOTATION_CLONE_OF, ANNOTATION_TRANSFERRED_FROM,
@@ -721,7 +721,11 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
         None => {
             return match &f.destination_claim {
                 None => Action::CreateDestination(Box::new(expected)),
-                Some(c) if !c.deleting && c.lock.as_deref() == Some(mine) && made_as(c, &expected) => {
+                Some(c)
+                    if !c.deleting
+                        && c.lock.as_deref().is_some_and(|l| holds_claim(s, l, dest_ns, dest_name))
+                        && made_as(c, &expected) =>
+                {
                     Action::RecordDestination(ClaimReference {
                         namespace: dest_ns.to_owned(),
                         name: dest_name.to_owned(),
@@ -867,8 +871,12 @@ fn forward(f: &Facts, dest: &ClaimReference, volume: &Volume) -> Action {
     let _ = source_ns;
     let bound =
         claim.phase == "Bound" && claim.volume_name.as_deref() == Some(volume.name.as_str());
+    let locked = claim
+        .lock
+        .as_deref()
+        .is_some_and(|l| holds_claim(s, l, &dest.namespace, &dest.name));
     if !bound {
-        if claim.lock.as_deref() == Some(mine) {
+        if locked {
             return Action::UnlockDestination;
         }
         return Action::Wait {
@@ -899,7 +907,7 @@ fn forward(f: &Facts, dest: &ClaimReference, volume: &Volume) -> Action {
             after: Some(Duration::from_secs(1)),
         };
     }
-    if claim.lock.as_deref() == Some(mine) {
+    if locked {
         return Action::UnlockDestination;
     }
     Action::Complete
@@ -1170,8 +1178,9 @@ pub fn snapshot_of(claim: &Claim, volume: &Volume) -> SourceClaimSnapshot {
 /// volume's class (named explicitly, even when empty, so that no default
 /// class is chosen for it), requesting the whole volume (so that the
 /// destination's quota counts what it receives), shaped like the source,
-/// marked as ours, held by our finalizer until the transfer is done with
-/// it, with no ownerReferences.
+/// locked as ours (by a [`destination_lock`], which the destination cannot
+/// trace to any object of the source's), held by our finalizer until the
+/// transfer is done with it, with no ownerReferences.
 pub fn destination_claim(
     s: &NamespaceTransfer,
     dest_ns: &str,
@@ -1186,7 +1195,10 @@ pub fn destination_claim(
             ANNOTATION_TRANSFERRED_FROM.to_owned(),
             format!("{}/{}", s.source_namespace(), s.spec.source.name),
         ),
-        (ANNOTATION_TRANSFER_LOCK.to_owned(), uid_of(s).to_owned()),
+        (
+            ANNOTATION_TRANSFER_LOCK.to_owned(),
+            destination_lock(s, dest_ns, dest_name),
+        ),
     ];
     let request = larger_quantity(
         snapshot.storage_request.as_ref().map(|q| q.0.as_str()),

@@ -10,7 +10,8 @@
 //! may learn that its peer exists, not the identity of an object it cannot
 //! read (DESIGN §2.1.3). The same goes for a standing offer's records of its
 //! requests, and for a clone's name and `clone-for` annotation
-//! ([`receiver_uid`]).
+//! ([`receiver_uid`]), and for the lock on the claim the destination
+//! receives ([`destination_lock`]).
 
 use std::cmp::Ordering;
 
@@ -113,6 +114,23 @@ pub fn receiver_uid(s: &NamespaceTransfer, d: &NamespaceTransfer) -> String {
     } else {
         peer_uid(uid_of(s), uid_of(d))
     }
+}
+
+/// The lock that transfer `s` puts on the claim `namespace/name` it makes in
+/// the destination namespace (R3): derived from `s`'s uid and that claim, as
+/// [`peer_uid`] derives a record, so that the destination, which reads the
+/// claim, learns nothing of the source side's objects. Claim names hold no
+/// `/`, so no derived lock is another's.
+pub fn destination_lock(s: &NamespaceTransfer, namespace: &str, name: &str) -> String {
+    peer_uid(uid_of(s), &format!("{namespace}/{name}"))
+}
+
+/// Whether `lock`, read on claim `namespace/name`, is held by `t`: as the
+/// source's lock (`t`'s uid), or as the lock `t` put on a claim it made in
+/// the destination namespace ([`destination_lock`], or `t`'s uid where an
+/// older server made it).
+pub fn holds_claim(t: &NamespaceTransfer, lock: &str, namespace: &str, name: &str) -> bool {
+    !uid_of(t).is_empty() && (lock == uid_of(t) || lock == destination_lock(t, namespace, name))
 }
 
 /// Whether `holder`'s recorded peer is `t`, by `t`'s own uid: a record an

@@ -48,7 +48,7 @@ use super::decide::{decide, Action};
 use super::facts::{
     Admission, Claim, ClaimRef, ClaimShape, ClassPolicy, Facts, Peer, Refusal, Side, Volume,
 };
-use super::matching::peer_uid;
+use super::matching::{destination_lock, peer_uid};
 use crate::api::meta::Requester;
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferSpec,
@@ -453,6 +453,8 @@ impl World {
             Peer::Unmatched
         };
         let dest_known = matches!(peer, Peer::Found(_));
+        // The destination claim's lock, as R3 writes it.
+        let dest_lock = destination_lock(&s, "dev", "db");
         Facts {
             now: 2_000,
             allow_all_storage_classes: false,
@@ -492,9 +494,13 @@ impl World {
             clone_waits_for_consumer: None,
             at_capacity: false,
             destination_claim: if dest_known {
-                self.destination
-                    .as_ref()
-                    .map(|c| Self::claim(c, "db", false))
+                self.destination.as_ref().map(|c| Claim {
+                    lock: c.lock.map(|u| {
+                        assert_eq!(u, self.s.uid, "only S locks the destination claim");
+                        dest_lock.clone()
+                    }),
+                    ..Self::claim(c, "db", false)
+                })
             } else {
                 None
             },

@@ -200,7 +200,7 @@ fn retained() -> Facts {
 fn created() -> Facts {
     let mut f = retained();
     let mut dest = claim("db", DEST_UID, None);
-    dest.lock = Some(S_UID.to_owned());
+    dest.lock = Some(destination_lock(&f.source, "dev", "db"));
     dest.finalizers = vec![FINALIZER_TRANSFER_PROTECTION.to_owned()];
     dest.shape.volume_name = Some("pv-db".to_owned());
     dest.shape.request = Some("2Gi".to_owned());
@@ -486,6 +486,45 @@ fn a_destination_claim_carrying_our_lock_is_adopted_only_when_exactly_as_r3_make
         let mut g = f.clone();
         forge(g.destination_claim.as_mut().unwrap());
         assert_finish(decide(&g), Phase::Failed, REASON_DESTINATION_EXISTS);
+    }
+}
+
+#[test]
+fn the_destination_claim_is_locked_with_nothing_the_destination_could_trace_to_the_source() {
+    let f = retained();
+    let Action::CreateDestination(claim) = decide(&f) else {
+        panic!("{:?}", decide(&f));
+    };
+    let lock = &claim.metadata.annotations.unwrap()[ANNOTATION_TRANSFER_LOCK];
+    assert_eq!(lock, &destination_lock(&f.source, "dev", "db"));
+    for uid in [S_UID, D_UID, CLAIM_UID] {
+        assert!(!lock.contains(uid), "the lock names {uid}");
+    }
+    // Another claim of the same transfer would carry another lock.
+    assert_ne!(lock, &destination_lock(&f.source, "dev", "db2"));
+    assert_ne!(lock, &destination_lock(&f.source, "dev2", "db"));
+}
+
+#[test]
+fn a_destination_claim_an_older_server_locked_with_the_transfers_uid_is_still_ours() {
+    // Made and not yet recorded: adopted.
+    let mut f = created();
+    f.source.status.as_mut().unwrap().destination_claim = None;
+    f.destination_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
+    assert!(matches!(decide(&f), Action::RecordDestination(r) if r.uid == DEST_UID));
+    // Handed over: unlocked.
+    let mut f = committed();
+    f.source_claim = None;
+    f.destination_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
+    assert_eq!(decide(&f), Action::UnlockDestination);
+    // Another transfer's lock, of either form, is not ours.
+    let Peer::Found(d) = &f.peer else {
+        panic!("{:?}", f.peer);
+    };
+    for other in [D_UID.to_owned(), destination_lock(d, "dev", "db")] {
+        let mut g = f.clone();
+        g.destination_claim.as_mut().unwrap().lock = Some(other.clone());
+        assert_ne!(decide(&g), Action::UnlockDestination, "{other}");
     }
 }
 

@@ -386,3 +386,32 @@ fn a_standing_offer_finds_its_requests_by_the_uid_they_record() {
     let pairs: Vec<_> = standing_pairs(&s, &all).collect();
     assert_eq!(pairs, vec![&d]);
 }
+
+#[test]
+fn a_claim_locked_by_a_transfer_is_held_by_it_under_either_form_of_its_lock() {
+    let s = with_uid(offer("give", 1), S_UID);
+    let d = with_uid(request("dev", "take", 2), D_UID);
+    let lock = destination_lock(&s, "dev", "db");
+    assert!(
+        holds_claim(&s, &lock, "dev", "db"),
+        "the lock R3 puts on it"
+    );
+    assert!(
+        holds_claim(&s, S_UID, "dev", "db"),
+        "an older server's lock"
+    );
+    assert!(holds_claim(&s, S_UID, "prod", "db"), "the source's lock");
+    // Read on another claim, or held by another transfer, it is not.
+    assert!(!holds_claim(&s, &lock, "dev", "db2"));
+    assert!(!holds_claim(&d, &lock, "dev", "db"));
+    assert!(!holds_claim(&d, S_UID, "dev", "db"));
+    // A transfer with no uid yet holds nothing.
+    let unsaved = offer("new", 3);
+    assert!(!holds_claim(&unsaved, "", "dev", "db"));
+    assert!(!holds_claim(
+        &unsaved,
+        &destination_lock(&unsaved, "dev", "db"),
+        "dev",
+        "db"
+    ));
+}
