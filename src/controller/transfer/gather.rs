@@ -1,0 +1,334 @@
+//! Gathering the facts a decision rests on: our objects live from etcd;
+//! claims and volumes from the watch copies, or live where a copy may be
+//! behind the controller's own writes; classes; and, when the decision
+//! asks, pods, both parties' rights and admission dry runs, always live.
+
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::admission::{first_missing, transfer_rights};
+use crate::api::namespace_transfer::{
+    NamespaceTransfer, Role, TransferMode, ANNOTATION_ALLOW_NAMESPACE_TRANSFER,
+};
+use crate::controller::cluster::{Cluster, ClusterError};
+use crate::controller::{object_key, Error};
+
+use super::decide::{
+    destination_claim, destination_of, moved_claim_name_of, peer_or_self, recorded_source, uid_of,
+    Refusal, Side,
+};
+use super::facts::{Admission, Claim, ClassPolicy, Facts, Peer, Volume};
+use super::matching::{is_active, is_named, role_of};
+use super::{matching, TransferController};
+
+impl TransferController {
+    /// Reads every fact the decision needs: our objects live from etcd,
+    /// claims and volumes from the watch copies where they can be trusted
+    /// (cluster::ReadCache), pods and rights live when the decision asks.
+    pub(super) async fn gather(&self, s: NamespaceTransfer) -> Result<Facts, Error> {
+        self.gather_from(&self.cluster, s).await
+    }
+
+    /// The facts with every claim and volume read live: what a step that no
+    /// precondition fences is decided on (see [`needs_live_facts`]).
+    pub(super) async fn gather_live(&self, s: NamespaceTransfer) -> Result<Facts, Error> {
+        self.gather_from(&self.cluster.uncached(), s).await
+    }
+
+    pub(super) async fn gather_from(
+        &self,
+        cluster: &Cluster,
+        s: NamespaceTransfer,
+    ) -> Result<Facts, Error> {
+        let recorded = s.status.as_ref().and_then(|st| st.peer.clone());
+        let peer = if role_of(&s) == Some(Role::Both) {
+            Peer::Itself
+        } else if let Some(p) = &recorded {
+            match self.get(&p.namespace, &p.name).await? {
+                Some(d) if is_named(&d, p, &s) => Peer::Found(Box::new(d)),
+                _ => Peer::Gone,
+            }
+        } else {
+            let all = self.pair_transfers(&s).await?;
+            match matching::peer_of(&s, &all) {
+                Some(d) => Peer::Found(Box::new(d.clone())),
+                None => Peer::Unmatched,
+            }
+        };
+        let source_ns = s.source_namespace().to_owned();
+        let clone_mode = s.mode() == TransferMode::Clone;
+        // The claim the protocol moves: the source claim, or its clone.
+        let moved = moved_claim_name_of(&s, &peer);
+        let destination = match &peer {
+            Peer::Itself => Some(destination_of(&s, &s)),
+            Peer::Found(d) => Some(destination_of(&s, d)),
+            _ => None,
+        }
+        .map(|(ns, name)| (ns.to_owned(), name.to_owned()));
+        // The three claims are independent reads: asked side by side.
+        let claim = |namespace: &str, name: Option<&str>| {
+            let namespace = namespace.to_owned();
+            let name = name.filter(|n| !n.is_empty()).map(str::to_owned);
+            async move {
+                match name {
+                    Some(name) => Ok::<_, Error>(
+                        cluster
+                            .claim(&namespace, &name)
+                            .await?
+                            .as_ref()
+                            .map(Claim::from),
+                    ),
+                    None => Ok(None),
+                }
+            }
+        };
+        let (source_claim, origin, destination_claim) = tokio::try_join!(
+            claim(&source_ns, moved.as_deref()),
+            claim(
+                &source_ns,
+                clone_mode.then_some(s.spec.source.name.as_str())
+            ),
+            claim(
+                destination.as_ref().map_or("", |(ns, _)| ns.as_str()),
+                destination.as_ref().map(|(_, name)| name.as_str()),
+            ),
+        )?;
+        let clone_failure = match source_claim
+            .as_ref()
+            .filter(|c| clone_mode && c.phase != "Bound")
+        {
+            Some(clone) => cluster.provisioning_failure(&source_ns, &clone.uid).await?,
+            None => None,
+        };
+        // Before C1 only, once there is a pair to clone for: a clone is
+        // made in its origin's class.
+        let clone_waits_for_consumer = match origin
+            .as_ref()
+            .filter(|_| source_claim.is_none() && !matches!(peer, Peer::Unmatched | Peer::Gone))
+            .and_then(|o| o.shape.storage_class_name.as_deref())
+        {
+            Some(class) => self
+                .storage_class(class)
+                .await?
+                .filter(|c| c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"))
+                .map(|_| class.to_owned()),
+            None => None,
+        };
+        let volume_name = recorded_source(&s)
+            .map(|snap| snap.volume_name.clone())
+            .or_else(|| source_claim.as_ref().and_then(|c| c.volume_name.clone()));
+        let volume = match &volume_name {
+            Some(name) => cluster.volume(name).await?.as_ref().map(Volume::from),
+            None => None,
+        };
+        let class = match (&volume, &origin) {
+            (Some(v), _) => {
+                let object = format!("PersistentVolume {}", v.name);
+                self.class_policy(&object, v.storage_class_name.as_deref())
+                    .await?
+            }
+            // A clone is made in the source claim's class.
+            (None, Some(o)) => {
+                let object = format!("PersistentVolumeClaim {source_ns}/{}", o.name);
+                self.class_policy(&object, o.shape.storage_class_name.as_deref())
+                    .await?
+            }
+            (None, None) => ClassPolicy::Unknown,
+        };
+        let at_capacity = match (s.max_clones(), &peer) {
+            (Some(max), Peer::Found(d))
+                if recorded_source(&s).is_none() && source_claim.is_none() =>
+            {
+                let all = self.all_transfers().await?;
+                let pairs: Vec<&NamespaceTransfer> = matching::standing_pairs(&s, &all).collect();
+                let alive = self
+                    .clones_alive(&s, &pairs, d.metadata.uid.as_deref())
+                    .await?;
+                alive >= usize::try_from(max).unwrap_or(0)
+            }
+            _ => false,
+        };
+        let mine = uid_of(&s).to_owned();
+        let lock_holder_active = match source_claim.as_ref() {
+            Some(c) if c.lock.as_deref().is_some_and(|holder| holder != mine) => {
+                let holder = c.lock.as_deref().unwrap_or_default();
+                self.lock_holder_is_active(holder, s.source_namespace(), &c.name)
+                    .await?
+            }
+            _ => false,
+        };
+        Ok(Facts {
+            now: Timestamp::now().as_second(),
+            allow_all_storage_classes: self.options.allow_all_storage_classes,
+            source: s,
+            peer,
+            source_claim,
+            origin,
+            clone_failure,
+            clone_timeout: i64::try_from(self.options.clone_timeout.as_secs()).unwrap_or(i64::MAX),
+            clone_waits_for_consumer,
+            at_capacity,
+            destination_claim,
+            volume,
+            class,
+            users: None,
+            lock_holder_active,
+            rights: None,
+            admission: None,
+        })
+    }
+
+    /// Whether the volume's StorageClass allows transfers.
+    /// Whether the class of `object` (a volume, or the claim a clone is
+    /// made from) allows transfers.
+    pub(super) async fn class_policy(
+        &self,
+        object: &str,
+        class: Option<&str>,
+    ) -> Result<ClassPolicy, Error> {
+        if self.options.allow_all_storage_classes {
+            return Ok(ClassPolicy::Allowed);
+        }
+        let Some(class) = class.filter(|c| !c.is_empty()).map(str::to_owned) else {
+            return Ok(ClassPolicy::Refused(format!(
+                "{object} has no StorageClass, and this server does not run with --allow-all-storage-classes"
+            )));
+        };
+        let allowed = self
+            .storage_class(&class)
+            .await?
+            .and_then(|c| c.metadata.annotations)
+            .is_some_and(|a| {
+                a.get(ANNOTATION_ALLOW_NAMESPACE_TRANSFER)
+                    .is_some_and(|v| v == "true")
+            });
+        Ok(if allowed {
+            ClassPolicy::Allowed
+        } else {
+            ClassPolicy::Refused(format!(
+                "StorageClass {class:?} of {object} does not allow namespace transfers: it lacks the annotation {ANNOTATION_ALLOW_NAMESPACE_TRANSFER}: \"true\""
+            ))
+        })
+    }
+
+    /// The StorageClass `name`, from the watch copy, or read live when the
+    /// copy does not have it (yet).
+    pub(super) async fn storage_class(&self, name: &str) -> Result<Option<StorageClass>, Error> {
+        match self.classes.get(&ObjectRef::new(name)) {
+            Some(class) => Ok(Some(class.as_ref().clone())),
+            None => Ok(self.cluster.storage_class(name).await?),
+        }
+    }
+
+    /// Whether an active transfer holds the lock `holder` read on claim
+    /// `namespace/name` ([`matching::holds_claim`]).
+    pub(super) async fn lock_holder_is_active(
+        &self,
+        holder: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<bool, Error> {
+        Ok(self
+            .all_transfers()
+            .await?
+            .iter()
+            .any(|t| is_active(t) && matching::holds_claim(t, holder, namespace, name)))
+    }
+
+    /// The pods that use the claim the protocol moves (the source claim or
+    /// its clone), live.
+    pub(super) async fn users_of(&self, f: &Facts) -> Result<Vec<String>, Error> {
+        let Some(name) = moved_claim_name_of(&f.source, &f.peer) else {
+            // The decision asks only once the claim is known; never answer
+            // "nobody" for a claim that is not.
+            return Err(ClusterError::NotFound {
+                message: "the claim to check for users is not known yet".to_owned(),
+            }
+            .into());
+        };
+        Ok(self
+            .cluster
+            .pods_using_for_transfer(f.source.source_namespace(), &name)
+            .await?)
+    }
+
+    /// Re-runs the create-time SubjectAccessReviews for both stored
+    /// requesters, never from a cache.
+    pub(super) async fn check_rights(&self, f: &Facts) -> Result<Result<(), Refusal>, Error> {
+        let s = &f.source;
+        let mut parties = vec![(s, Side::Source)];
+        if let Some(d) = peer_or_self(f).filter(|d| d.metadata.uid != s.metadata.uid) {
+            parties.push((d, Side::Destination));
+        }
+        // Both parties are asked side by side; the answer is read in order.
+        let missing = futures::future::join_all(parties.iter().map(|(t, _)| async move {
+            match &t.spec.requester {
+                Some(requester) => {
+                    first_missing(
+                        self.authorizer.as_ref(),
+                        requester,
+                        transfer_rights(t),
+                        true,
+                    )
+                    .await
+                }
+                None => Ok(None),
+            }
+        }))
+        .await;
+        for ((t, side), missing) in parties.into_iter().zip(missing) {
+            let Some(requester) = &t.spec.requester else {
+                return Ok(Err(Refusal {
+                    side,
+                    message: format!("NamespaceTransfer {} records no requester", object_key(t)),
+                }));
+            };
+            if let Some(right) = missing? {
+                return Ok(Err(Refusal {
+                    side,
+                    message: format!(
+                        "User {:?}, who created NamespaceTransfer {}, can no longer {}, which {} requires",
+                        requester.username,
+                        object_key(t),
+                        right.describe(),
+                        right.because
+                    ),
+                }));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Asks kube-apiserver, with `dryRun=All`, whether it would admit the R3
+    /// create and the R5 delete, so that a policy that would refuse them
+    /// after the commit refuses them before anything is touched.
+    pub(super) async fn check_admission(&self, f: &Facts) -> Result<Admission, Error> {
+        let s = &f.source;
+        let (Some(d), Some(snapshot), Some(volume)) =
+            (peer_or_self(f), recorded_source(s), &f.volume)
+        else {
+            return Ok(Admission::Admitted);
+        };
+        let (dest_ns, dest_name) = destination_of(s, d);
+        let claim = destination_claim(s, dest_ns, dest_name, snapshot, volume);
+        match self.cluster.create_claim_dry_run(dest_ns, &claim).await {
+            Ok(()) | Err(ClusterError::AlreadyExists { .. }) => {}
+            Err(ClusterError::Refused { message, .. }) => {
+                return Ok(Admission::DestinationRefused(message))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        match self
+            .cluster
+            .delete_claim_dry_run(s.source_namespace(), &snapshot.name, &snapshot.uid)
+            .await
+        {
+            Ok(()) | Err(ClusterError::NotFound { .. }) => Ok(Admission::Admitted),
+            Err(ClusterError::Refused { message, .. }) => {
+                Ok(Admission::SourceReleaseRefused(message))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
