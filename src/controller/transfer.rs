@@ -94,7 +94,7 @@ pub enum Step {
     /// R2: record the volume's reclaim policy, set it to Retain.
     Retain,
     /// R3: create the destination claim, pre-bound to the volume.
-    CreateTarget,
+    CreateDestination,
     /// R4: point the volume's claimRef at the destination claim. The commit point.
     Commit,
     /// R5: delete the source claim.
@@ -108,7 +108,7 @@ impl Step {
         Step::Clone,
         Step::Lock,
         Step::Retain,
-        Step::CreateTarget,
+        Step::CreateDestination,
         Step::Commit,
         Step::ReleaseSource,
         Step::Settle,
@@ -120,7 +120,7 @@ impl Step {
             Step::Clone => "C1",
             Step::Lock => "R1",
             Step::Retain => "R2",
-            Step::CreateTarget => "R3",
+            Step::CreateDestination => "R3",
             Step::Commit => "R4",
             Step::ReleaseSource => "R5",
             Step::Settle => "R6",
@@ -133,7 +133,8 @@ impl Step {
             Step::Clone => "Clone",
             Step::Lock => "Lock",
             Step::Retain => "Retain",
-            Step::CreateTarget => "CreateTarget",
+            // The Event's action keeps the name users have seen.
+            Step::CreateDestination => "CreateTarget",
             Step::Commit => "Commit",
             Step::ReleaseSource => "ReleaseSource",
             Step::Settle => "Settle",
@@ -274,11 +275,13 @@ impl TransferController {
                     facts.admission = Some(self.check_admission(&facts).await?);
                 }
                 Action::Commit { .. } | Action::ReleaseSource { .. }
-                    if !paused && fault::pauses_before(step_of(&action)) =>
+                    if !paused && step_of(&action).is_some_and(fault::pauses_before) =>
                 {
                     // The tests change the world here; decide again on what
                     // is then true, as a slow reconcile would.
-                    fault::before(step_of(&action)).await;
+                    if let Some(step) = step_of(&action) {
+                        fault::before(step).await;
+                    }
                     paused = true;
                     let Some(fresh) = self.refresh(&facts).await? else {
                         return Ok(Next::Now);
@@ -359,16 +362,38 @@ fn needs_live_facts(action: &Action) -> bool {
     )
 }
 
-/// The protocol step an action carries out, for the fault hooks.
-fn step_of(action: &Action) -> Step {
+/// The protocol step an action carries out, for the fault hooks; `None`
+/// for an action that is no step of R1–R6 (or C1). Every action is named,
+/// so a new one must be placed here.
+fn step_of(action: &Action) -> Option<Step> {
     match action {
-        Action::CreateClone(_) => Step::Clone,
-        Action::Lock { .. } | Action::RecordSource(_) => Step::Lock,
-        Action::Retain { .. } => Step::Retain,
-        Action::CreateDestination(_) | Action::RecordDestination(_) => Step::CreateTarget,
-        Action::Commit { .. } => Step::Commit,
-        Action::ReleaseSource { .. } => Step::ReleaseSource,
-        _ => Step::Settle,
+        Action::CreateClone(_) => Some(Step::Clone),
+        Action::Lock { .. } | Action::RecordSource(_) => Some(Step::Lock),
+        Action::Retain { .. } => Some(Step::Retain),
+        Action::CreateDestination(_)
+        | Action::RecordDestination(_)
+        | Action::ProtectDestination { .. } => Some(Step::CreateDestination),
+        Action::Commit { .. } => Some(Step::Commit),
+        Action::ReleaseSource { .. } => Some(Step::ReleaseSource),
+        Action::UnlockDestination | Action::Settle { .. } | Action::Complete => Some(Step::Settle),
+        Action::Nothing { .. }
+        | Action::Wait { .. }
+        | Action::RecordMatch
+        | Action::Finish { .. }
+        | Action::CheckUsers
+        | Action::CheckRights
+        | Action::CheckAdmission
+        | Action::Protect
+        | Action::DeleteClone { .. }
+        | Action::UnprotectDestination { .. }
+        | Action::Rehold { .. }
+        | Action::DestinationLost { .. }
+        | Action::Unmark { .. }
+        | Action::DeleteDestination { .. }
+        | Action::Unlock { .. }
+        | Action::Mirror
+        | Action::DropFinalizers
+        | Action::Expire => None,
     }
 }
 

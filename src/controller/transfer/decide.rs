@@ -192,7 +192,7 @@ pub enum Action {
     },
     /// Take the transfer-protection finalizer off the destination claim, at
     /// the version seen: the transfer is done with it.
-    ReleaseDestination {
+    UnprotectDestination {
         resource_version: String,
         finalizers: Vec<String>,
     },
@@ -227,8 +227,9 @@ pub enum Action {
     Unlock { resource_version: String },
     /// Make the peer show the source side's outcome.
     Mirror,
-    /// Take the transfer-protection finalizer off both objects.
-    Release,
+    /// Take the transfer-protection finalizer off both objects (the
+    /// protocol's "release" is R5's, of the source claim).
+    DropFinalizers,
     /// Delete the finished source object once its TTL has passed.
     Expire,
 }
@@ -340,7 +341,7 @@ fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
     let s = &f.source;
     let source_ns = s.source_namespace();
     let origin_name = s.spec.source.name.as_str();
-    let Some(origin) = &f.origin else {
+    let Some(origin) = &f.clone_source else {
         return Some(finish_failed(Report::new(
             REASON_SOURCE_NOT_FOUND,
             format!("PersistentVolumeClaim {source_ns}/{origin_name} does not exist"),
@@ -362,7 +363,7 @@ fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
         )));
     }
     let clone_name = moved_claim_name(s, d);
-    let Some(clone) = &f.source_claim else {
+    let Some(clone) = &f.moved_claim else {
         if let Some(class) = &f.clone_waits_for_consumer {
             return Some(finish_failed(Report::new(
                 REASON_CLONE_NEEDS_CONSUMER,
@@ -544,7 +545,7 @@ fn before_lock(f: &Facts, d: &NamespaceTransfer) -> Action {
     let s = &f.source;
     let moved = moved_claim_name(s, d);
     let (source_ns, source_name) = (s.source_namespace(), moved.as_str());
-    let Some(claim) = &f.source_claim else {
+    let Some(claim) = &f.moved_claim else {
         return finish_failed(Report::new(
             REASON_SOURCE_NOT_FOUND,
             format!("PersistentVolumeClaim {source_ns}/{source_name} does not exist"),
@@ -659,7 +660,7 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
             ),
         ));
     }
-    if let Some(claim) = &f.source_claim {
+    if let Some(claim) = &f.moved_claim {
         if claim.uid != snapshot.uid {
             return finish_failed(Report::new(
                 REASON_VOLUME_CHANGED,
@@ -823,7 +824,7 @@ fn forward(f: &Facts, dest: &ClaimReference, volume: &Volume) -> Action {
     let mine = uid_of(s);
     // R5: the source claim no longer holds the volume.
     if let Some(snapshot) = recorded_source(s) {
-        if let Some(claim) = &f.source_claim {
+        if let Some(claim) = &f.moved_claim {
             if claim.uid == snapshot.uid && !claim.deleting {
                 return Action::ReleaseSource {
                     uid: claim.uid.clone(),
@@ -846,7 +847,7 @@ fn forward(f: &Facts, dest: &ClaimReference, volume: &Volume) -> Action {
             };
         }
         if claim.protected() {
-            return release_destination(claim);
+            return unprotect_destination(claim);
         }
     }
     let live = ours.filter(|c| !c.deleting);
@@ -864,7 +865,7 @@ fn forward(f: &Facts, dest: &ClaimReference, volume: &Volume) -> Action {
             };
         }
         if finalizers_held(f) {
-            return Action::Release;
+            return Action::DropFinalizers;
         }
         return Action::Nothing { after: None };
     };
@@ -922,7 +923,7 @@ fn tidy(f: &Facts) -> Action {
             .as_ref()
             .filter(|c| c.uid == dest.uid && c.protected())
         {
-            return release_destination(claim);
+            return unprotect_destination(claim);
         }
     }
     if let Peer::Found(d) = &f.peer {
@@ -933,7 +934,7 @@ fn tidy(f: &Facts) -> Action {
         }
     }
     if finalizers_held(f) {
-        return Action::Release;
+        return Action::DropFinalizers;
     }
     Action::Expire
 }
@@ -949,7 +950,7 @@ fn roll_back(f: &Facts) -> Action {
         .as_ref()
         .filter(|v| v.marker.as_deref() == Some(mine))
     {
-        let source_bound = f.source_claim.as_ref().is_some_and(|c| {
+        let source_bound = f.moved_claim.as_ref().is_some_and(|c| {
             c.phase == "Bound" && !c.deleting && volume.names(source_ns, &c.name, &c.uid)
         });
         let restore = (volume.phase == "Bound" && source_bound)
@@ -972,11 +973,11 @@ fn roll_back(f: &Facts) -> Action {
                 };
             }
             if claim.deleting && claim.protected() {
-                return release_destination(claim);
+                return unprotect_destination(claim);
             }
         }
     }
-    if let Some(claim) = &f.source_claim {
+    if let Some(claim) = &f.moved_claim {
         if s.mode() == TransferMode::Clone {
             let receiver = match &f.peer {
                 Peer::Itself => Some(receiver_uid(s, s)),
@@ -1036,8 +1037,8 @@ fn match_recorded(s: &NamespaceTransfer, d: &NamespaceTransfer) -> bool {
 }
 
 /// Takes our finalizer off `claim`, keeping everyone else's.
-fn release_destination(claim: &Claim) -> Action {
-    Action::ReleaseDestination {
+fn unprotect_destination(claim: &Claim) -> Action {
+    Action::UnprotectDestination {
         resource_version: claim.resource_version.clone(),
         finalizers: claim
             .finalizers

@@ -97,7 +97,7 @@ impl TransferController {
             }
             Action::Finish { phase, report } => {
                 self.write_finish(s, d, phase, &report).await?;
-                if let Some(claim) = &f.source_claim {
+                if let Some(claim) = &f.moved_claim {
                     self.events
                         .publish(
                             &claim_reference(source_ns, &claim.name, Some(&claim.uid)),
@@ -257,7 +257,7 @@ impl TransferController {
                 })
                 .await?;
                 fault::after(Step::Lock);
-                if let Some(claim) = &f.source_claim {
+                if let Some(claim) = &f.moved_claim {
                     let (dest_ns, dest_name) = d.map_or((source_ns, ""), |d| destination_of(s, d));
                     self.events
                         .publish(
@@ -324,7 +324,7 @@ impl TransferController {
                 self.leadership.check()?;
                 match self.cluster.create_claim(dest_ns, &claim).await {
                     Ok(created) => {
-                        fault::after(Step::CreateTarget);
+                        fault::after(Step::CreateDestination);
                         let uid = created.metadata.uid.clone().unwrap_or_default();
                         self.record_destination(s, Some(d), dest_ns, dest_name, &uid)
                             .await?;
@@ -342,7 +342,7 @@ impl TransferController {
                                 &claim_reference(dest_ns, dest_name, Some(&uid)),
                                 Severity::Normal,
                                 "Created",
-                                Step::CreateTarget.action(),
+                                Step::CreateDestination.action(),
                                 &format!("created to receive {}", received_from(s)),
                             )
                             .await;
@@ -439,7 +439,7 @@ impl TransferController {
                 resource_version,
                 finalizers,
             }
-            | Action::ReleaseDestination {
+            | Action::UnprotectDestination {
                 resource_version,
                 finalizers,
             } => {
@@ -683,7 +683,7 @@ impl TransferController {
                 }
                 Ok(Next::Now)
             }
-            Action::Release if is_standing_pair(s) => {
+            Action::DropFinalizers if is_standing_pair(s) => {
                 // The offer's finalizer is its own to let go (tend_offer).
                 if let Some(d) = d {
                     self.set_finalizer(d, false).await?;
@@ -691,8 +691,8 @@ impl TransferController {
                 self.queue.add(&object_key(s));
                 Ok(Next::Now)
             }
-            Action::Release => {
-                self.release_finalizers(s, d).await?;
+            Action::DropFinalizers => {
+                self.drop_finalizers(s, d).await?;
                 Ok(Next::Now)
             }
             Action::Expire if is_standing_pair(s) => match d {

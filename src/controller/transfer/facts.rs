@@ -15,8 +15,11 @@
 //!   source recorded for it (derived from its uid, see
 //!   [`super::matching::peer_uid`]), or by matching before anything was
 //!   recorded.
-//! - [`Facts::source_claim`], [`Facts::destination_claim`] and
-//!   [`Facts::volume`] are live reads (GET) from kube-apiserver.
+//! - [`Facts::moved_claim`] (the claim whose volume is handed over: the
+//!   source claim in Move mode, the clone in Clone mode),
+//!   [`Facts::clone_source`] (in Clone mode, the source claim the clone is
+//!   made from), [`Facts::destination_claim`] and [`Facts::volume`] are
+//!   reads of kube-apiserver.
 //! - [`Facts::users`], [`Facts::rights`] and [`Facts::admission`] are only
 //!   gathered when the decision asks for them, right before the write they
 //!   guard: the users are a live LIST of pods, which kube-apiserver answers
@@ -44,10 +47,10 @@ pub struct Facts {
     /// The claim the protocol moves, live: in Move mode the claim
     /// `spec.source.name`; in Clone mode the clone C1 makes beside it
     /// (`None` until a peer is known and the clone exists).
-    pub source_claim: Option<Claim>,
+    pub moved_claim: Option<Claim>,
     /// Clone mode only: the claim `spec.source.name` the clone is made from,
     /// live. Never locked, annotated or waited on.
-    pub origin: Option<Claim>,
+    pub clone_source: Option<Claim>,
     /// Clone mode only, while the clone is Pending: the message of the
     /// latest `ProvisioningFailed` Event on it.
     pub clone_failure: Option<String>,

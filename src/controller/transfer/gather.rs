@@ -83,7 +83,7 @@ impl TransferController {
                 }
             }
         };
-        let (source_claim, origin, destination_claim) = tokio::try_join!(
+        let (moved_claim, clone_source, destination_claim) = tokio::try_join!(
             claim(&source_ns, moved.as_deref()),
             claim(
                 &source_ns,
@@ -94,7 +94,7 @@ impl TransferController {
                 destination.as_ref().map(|(_, name)| name.as_str()),
             ),
         )?;
-        let clone_failure = match source_claim
+        let clone_failure = match moved_claim
             .as_ref()
             .filter(|c| clone_mode && c.phase != "Bound")
         {
@@ -103,9 +103,9 @@ impl TransferController {
         };
         // Before C1 only, once there is a pair to clone for: a clone is
         // made in its origin's class.
-        let clone_waits_for_consumer = match origin
+        let clone_waits_for_consumer = match clone_source
             .as_ref()
-            .filter(|_| source_claim.is_none() && !matches!(peer, Peer::Unmatched | Peer::Gone))
+            .filter(|_| moved_claim.is_none() && !matches!(peer, Peer::Unmatched | Peer::Gone))
             .and_then(|o| o.shape.storage_class_name.as_deref())
         {
             Some(class) => self
@@ -117,12 +117,12 @@ impl TransferController {
         };
         let volume_name = recorded_source(&s)
             .map(|snap| snap.volume_name.clone())
-            .or_else(|| source_claim.as_ref().and_then(|c| c.volume_name.clone()));
+            .or_else(|| moved_claim.as_ref().and_then(|c| c.volume_name.clone()));
         let volume = match &volume_name {
             Some(name) => cluster.volume(name).await?.as_ref().map(Volume::from),
             None => None,
         };
-        let class = match (&volume, &origin) {
+        let class = match (&volume, &clone_source) {
             (Some(v), _) => {
                 let object = format!("PersistentVolume {}", v.name);
                 self.class_policy(&object, v.storage_class_name.as_deref())
@@ -138,7 +138,7 @@ impl TransferController {
         };
         let at_capacity = match (s.max_clones(), &peer) {
             (Some(max), Peer::Found(d))
-                if recorded_source(&s).is_none() && source_claim.is_none() =>
+                if recorded_source(&s).is_none() && moved_claim.is_none() =>
             {
                 let all = self.all_transfers().await?;
                 let pairs: Vec<&NamespaceTransfer> = matching::standing_pairs(&s, &all).collect();
@@ -150,7 +150,7 @@ impl TransferController {
             _ => false,
         };
         let mine = uid_of(&s).to_owned();
-        let lock_holder_active = match source_claim.as_ref() {
+        let lock_holder_active = match moved_claim.as_ref() {
             Some(c) if c.lock.as_deref().is_some_and(|holder| holder != mine) => {
                 let holder = c.lock.as_deref().unwrap_or_default();
                 self.lock_holder_is_active(holder, s.source_namespace(), &c.name)
@@ -163,8 +163,8 @@ impl TransferController {
             allow_all_storage_classes: self.options.allow_all_storage_classes,
             source: s,
             peer,
-            source_claim,
-            origin,
+            moved_claim,
+            clone_source,
             clone_failure,
             clone_timeout: i64::try_from(self.options.clone_timeout.as_secs()).unwrap_or(i64::MAX),
             clone_waits_for_consumer,

@@ -460,11 +460,11 @@ impl World {
             allow_all_storage_classes: false,
             source: s,
             peer,
-            source_claim: self
+            moved_claim: self
                 .source
                 .as_ref()
                 .map(|c| Self::claim(c, self.moved_name(), self.clone_mode)),
-            origin: self.clone_mode.then(|| {
+            clone_source: self.clone_mode.then(|| {
                 let mut origin = Self::claim(
                     &Pvc {
                         uid: SOURCE_UID,
@@ -766,7 +766,7 @@ impl World {
             Action::ProtectDestination {
                 resource_version, ..
             }
-            | Action::ReleaseDestination {
+            | Action::UnprotectDestination {
                 resource_version, ..
             } => {
                 let protect = matches!(action, Action::ProtectDestination { .. });
@@ -852,7 +852,7 @@ impl World {
                 }
                 vec![w]
             }
-            Action::Release => {
+            Action::DropFinalizers => {
                 let mut first = w.clone();
                 if d_matches && peer_found {
                     first.d.finalizer = false;

@@ -91,7 +91,7 @@ impl TransferController {
 
     /// Removes the protection finalizer from the destination side, then the
     /// source side (so that a Destination never waits on a vanished Source).
-    pub(super) async fn release_finalizers(
+    pub(super) async fn drop_finalizers(
         &self,
         s: &NamespaceTransfer,
         d: Option<&NamespaceTransfer>,

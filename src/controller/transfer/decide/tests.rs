@@ -151,8 +151,8 @@ fn fresh() -> Facts {
         allow_all_storage_classes: false,
         source: s,
         peer: Peer::Found(Box::new(d)),
-        source_claim: Some(claim("db", CLAIM_UID, Some("pv-db"))),
-        origin: None,
+        moved_claim: Some(claim("db", CLAIM_UID, Some("pv-db"))),
+        clone_source: None,
         clone_failure: None,
         clone_timeout: 300,
         clone_waits_for_consumer: None,
@@ -179,8 +179,8 @@ fn protect(f: &mut Facts) {
 fn locked() -> Facts {
     let mut f = fresh();
     protect(&mut f);
-    f.source_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
-    let snapshot = snapshot_of(f.source_claim.as_ref().unwrap(), f.volume.as_ref().unwrap());
+    f.moved_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
+    let snapshot = snapshot_of(f.moved_claim.as_ref().unwrap(), f.volume.as_ref().unwrap());
     f.source.status.as_mut().unwrap().source_claim = Some(snapshot);
     f.source.status.as_mut().unwrap().phase = Some(Phase::Rebinding);
     f
@@ -293,7 +293,7 @@ fn a_match_is_recorded_on_both_sides_before_anything_else() {
 #[test]
 fn the_preconditions_are_checked_in_order_before_the_lock() {
     let mut f = fresh();
-    f.source_claim = None;
+    f.moved_claim = None;
     assert_finish(decide(&f), Phase::Failed, REASON_SOURCE_NOT_FOUND);
 
     let mut f = fresh();
@@ -305,7 +305,7 @@ fn the_preconditions_are_checked_in_order_before_the_lock() {
     assert_finish(decide(&f), Phase::Failed, REASON_DESTINATION_EXISTS);
 
     let mut f = fresh();
-    f.source_claim.as_mut().unwrap().lock = Some("uid-other".to_owned());
+    f.moved_claim.as_mut().unwrap().lock = Some("uid-other".to_owned());
     f.lock_holder_active = true;
     assert!(
         matches!(decide(&f), Action::Wait { report, .. } if report.reason == REASON_SOURCE_LOCKED)
@@ -321,7 +321,7 @@ fn the_preconditions_are_checked_in_order_before_the_lock() {
             resource_version: "10".to_owned()
         }
     );
-    f.source_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
+    f.moved_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
     assert!(
         matches!(decide(&f), Action::RecordSource(snap) if snap.uid == CLAIM_UID && snap.volume_name == "pv-db")
     );
@@ -354,7 +354,7 @@ fn the_pods_are_listed_before_the_lock_r2_and_the_commit_and_for_no_other_step()
     // R1's record of the claim it has locked needs no list of its own.
     let mut record = fresh();
     protect(&mut record);
-    record.source_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
+    record.moved_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
     record.users = None;
     assert!(
         matches!(decide(&record), Action::RecordSource(_)),
@@ -514,7 +514,7 @@ fn a_destination_claim_an_older_server_locked_with_the_transfers_uid_is_still_ou
     assert!(matches!(decide(&f), Action::RecordDestination(r) if r.uid == DEST_UID));
     // Handed over: unlocked.
     let mut f = committed();
-    f.source_claim = None;
+    f.moved_claim = None;
     f.destination_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
     assert_eq!(decide(&f), Action::UnlockDestination);
     // Another transfer's lock, of either form, is not ours.
@@ -577,7 +577,7 @@ fn after_the_commit_only_forward_whatever_the_recorded_phase() {
 #[test]
 fn a_destination_claim_deleted_after_the_commit_keeps_the_volume_retained() {
     let mut f = committed();
-    f.source_claim = None;
+    f.moved_claim = None;
     f.destination_claim = None;
     let volume = f.volume.as_mut().unwrap();
     volume.phase = "Released".to_owned();
@@ -586,7 +586,7 @@ fn a_destination_claim_deleted_after_the_commit_keeps_the_volume_retained() {
         other => panic!("{other:?}"),
     }
     f.source.status.as_mut().unwrap().reason = Some(REASON_DESTINATION_LOST.to_owned());
-    assert_eq!(decide(&f), Action::Release);
+    assert_eq!(decide(&f), Action::DropFinalizers);
     f.source.metadata.finalizers = None;
     if let Peer::Found(d) = &mut f.peer {
         d.metadata.finalizers = None;
@@ -597,7 +597,7 @@ fn a_destination_claim_deleted_after_the_commit_keeps_the_volume_retained() {
 #[test]
 fn r6_restores_the_policy_once_the_destination_is_bound_then_completes() {
     let mut f = committed();
-    f.source_claim = None;
+    f.moved_claim = None;
     assert_eq!(
         decide(&f),
         Action::UnlockDestination,
@@ -624,7 +624,7 @@ fn r6_restores_the_policy_once_the_destination_is_bound_then_completes() {
     assert_eq!(decide(&f), Action::Complete);
     finished(&mut f, Phase::Completed);
     assert!(
-        matches!(decide(&f), Action::ReleaseDestination { .. }),
+        matches!(decide(&f), Action::UnprotectDestination { .. }),
         "then the claim is the destination's alone"
     );
 }
@@ -634,7 +634,7 @@ fn a_destination_claim_deleted_between_the_restore_and_the_completion_gets_retai
     // Settle restored Delete; then the claim was deleted, held by our
     // finalizer.
     let mut f = committed();
-    f.source_claim = None;
+    f.moved_claim = None;
     let dest = f.destination_claim.as_mut().unwrap();
     dest.lock = None;
     dest.phase = "Bound".to_owned();
@@ -658,7 +658,7 @@ fn a_destination_claim_deleted_between_the_restore_and_the_completion_gets_retai
         "the hold names the lost claim, which fences stale decisions"
     );
     f.volume.as_mut().unwrap().destination_lost = Some(DEST_UID.to_owned());
-    assert!(matches!(decide(&f), Action::ReleaseDestination { .. }));
+    assert!(matches!(decide(&f), Action::UnprotectDestination { .. }));
     f.destination_claim = None;
     assert!(matches!(decide(&f), Action::DestinationLost { .. }));
 }
@@ -676,7 +676,7 @@ fn a_rollback_fences_the_volume_first_and_restores_delete_only_on_a_bound_source
     );
     // The source claim deleted meanwhile: the volume keeps Retain.
     let mut g = f.clone();
-    g.source_claim = None;
+    g.moved_claim = None;
     assert_eq!(
         decide(&g),
         Action::Unmark {
@@ -700,7 +700,7 @@ fn a_rollback_fences_the_volume_first_and_restores_delete_only_on_a_bound_source
     );
     f.destination_claim.as_mut().unwrap().deleting = true;
     assert!(
-        matches!(decide(&f), Action::ReleaseDestination { finalizers, .. } if finalizers.is_empty())
+        matches!(decide(&f), Action::UnprotectDestination { finalizers, .. } if finalizers.is_empty())
     );
     f.destination_claim = None;
     assert_eq!(
@@ -709,12 +709,12 @@ fn a_rollback_fences_the_volume_first_and_restores_delete_only_on_a_bound_source
             resource_version: "10".to_owned()
         }
     );
-    f.source_claim.as_mut().unwrap().lock = None;
+    f.moved_claim.as_mut().unwrap().lock = None;
     assert_eq!(decide(&f), Action::Mirror);
     if let Peer::Found(d) = &mut f.peer {
         d.status.as_mut().unwrap().phase = Some(Phase::Failed);
     }
-    assert_eq!(decide(&f), Action::Release);
+    assert_eq!(decide(&f), Action::DropFinalizers);
 }
 
 #[test]
@@ -780,7 +780,7 @@ fn clone_fresh() -> Facts {
     if let Peer::Found(d) = &mut f.peer {
         d.spec.mode = Some(TransferMode::Clone);
     }
-    f.origin = f.source_claim.take();
+    f.clone_source = f.moved_claim.take();
     f.volume = None;
     f.users = Some(Vec::new());
     f
@@ -869,7 +869,7 @@ fn c1_makes_the_clone_beside_the_source_after_fresh_rights_and_never_touches_the
 #[test]
 fn c2_waits_for_the_clone_and_fails_it_only_once_provisioning_has_failed_past_the_timeout() {
     let mut f = clone_fresh();
-    f.source_claim = Some(made_clone(&f));
+    f.moved_claim = Some(made_clone(&f));
     match decide(&f) {
         Action::Wait { report, .. } => assert_eq!(report.reason, REASON_CLONING),
         other => panic!("{other:?}"),
@@ -905,7 +905,7 @@ fn a_clone_still_unbound_past_the_timeout_fails_and_is_deleted_whatever_the_reas
     let mut f = clone_fresh();
     let clone = made_clone(&f);
     f.now = clone.created + f.clone_timeout - 1;
-    f.source_claim = Some(clone);
+    f.moved_claim = Some(clone);
     match decide(&f) {
         Action::Wait { report, .. } => assert_eq!(report.reason, REASON_CLONING),
         other => panic!("{other:?}"),
@@ -935,7 +935,7 @@ fn a_bound_clone_is_moved_by_r1_to_r6_and_the_source_is_never_locked() {
     clone.shape.volume_name = Some("pv-clone".to_owned());
     let mut v = volume(Some(("prod", &clone_name(), "uid-clone")));
     v.name = "pv-clone".to_owned();
-    f.source_claim = Some(clone);
+    f.moved_claim = Some(clone);
     f.volume = Some(v);
     match decide(&f) {
         Action::RecordSource(snapshot) => {
@@ -952,7 +952,7 @@ fn a_claim_under_the_clones_name_without_our_lock_is_neither_adopted_nor_deleted
     let mut f = clone_fresh();
     let mut look_alike = made_clone(&f);
     look_alike.lock = None;
-    f.source_claim = Some(look_alike.clone());
+    f.moved_claim = Some(look_alike.clone());
     assert_finish(decide(&f), Phase::Failed, REASON_CLONE_FAILED);
     finished(&mut f, Phase::Failed);
     assert!(
@@ -965,7 +965,7 @@ fn a_claim_under_the_clones_name_without_our_lock_is_neither_adopted_nor_deleted
     let mut f = clone_fresh();
     let mut other_pair = made_clone(&f);
     other_pair.clone_for = Some("uid-takeover".to_owned());
-    f.source_claim = Some(other_pair);
+    f.moved_claim = Some(other_pair);
     assert_finish(decide(&f), Phase::Failed, REASON_CLONE_FAILED);
     finished(&mut f, Phase::Failed);
     assert!(
@@ -977,14 +977,14 @@ fn a_claim_under_the_clones_name_without_our_lock_is_neither_adopted_nor_deleted
     let mut f = clone_fresh();
     let mut other = made_clone(&f);
     other.shape.data_source_claim = Some("other".to_owned());
-    f.source_claim = Some(other);
+    f.moved_claim = Some(other);
     assert_finish(decide(&f), Phase::Failed, REASON_CLONE_FAILED);
 }
 
 #[test]
 fn a_clone_pair_ended_before_the_commit_deletes_its_clone_and_leaves_the_source_alone() {
     let mut f = clone_fresh();
-    f.source_claim = Some(made_clone(&f));
+    f.moved_claim = Some(made_clone(&f));
     finished(&mut f, Phase::Cancelled);
     assert_eq!(
         decide(&f),
@@ -998,6 +998,6 @@ fn a_clone_pair_ended_before_the_commit_deletes_its_clone_and_leaves_the_source_
     f.peer = Peer::Gone;
     assert!(matches!(decide(&f), Action::DeleteClone { .. }));
     // Once it is being deleted, the rest of the rollback goes on.
-    f.source_claim.as_mut().unwrap().deleting = true;
+    f.moved_claim.as_mut().unwrap().deleting = true;
     assert!(!matches!(decide(&f), Action::DeleteClone { .. }));
 }
