@@ -209,6 +209,19 @@ pub const CONDITION_FALSE: &str = "False";
 /// `metav1.ConditionUnknown`.
 pub const CONDITION_UNKNOWN: &str = "Unknown";
 
+/// Puts `finalizer` on `meta` once (`present`), or takes it off, keeping
+/// the others in order; an empty list becomes none, as kube stores it.
+pub fn set_finalizer(meta: &mut ObjectMeta, finalizer: &str, present: bool) {
+    let finalizers = meta.finalizers.get_or_insert_with(Vec::new);
+    finalizers.retain(|f| f != finalizer);
+    if present {
+        finalizers.push(finalizer.to_owned());
+    }
+    if finalizers.is_empty() {
+        meta.finalizers = None;
+    }
+}
+
 /// The condition of type `type_`, if present.
 pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)

@@ -649,14 +649,11 @@ impl ClaimController {
                 }
                 let mut next = current.clone();
                 next.metadata.resource_version = None;
-                let finalizers = next.metadata.finalizers.get_or_insert_with(Vec::new);
-                finalizers.retain(|f| f != FINALIZER_CLAIM_PROTECTION);
-                if present {
-                    finalizers.push(FINALIZER_CLAIM_PROTECTION.to_owned());
-                }
-                if finalizers.is_empty() {
-                    next.metadata.finalizers = None;
-                }
+                crate::api::meta::set_finalizer(
+                    &mut next.metadata,
+                    FINALIZER_CLAIM_PROTECTION,
+                    present,
+                );
                 Ok(next)
             })
             .await;

@@ -304,14 +304,11 @@ impl TransferController {
             .guaranteed_update(&self.ctx, t.own_namespace(), name_of(t), false, |current| {
                 let mut next = current.clone();
                 next.metadata.resource_version = None;
-                let finalizers = next.metadata.finalizers.get_or_insert_with(Vec::new);
-                finalizers.retain(|f| f != FINALIZER_TRANSFER_PROTECTION);
-                if present {
-                    finalizers.push(FINALIZER_TRANSFER_PROTECTION.to_owned());
-                }
-                if finalizers.is_empty() {
-                    next.metadata.finalizers = None;
-                }
+                crate::api::meta::set_finalizer(
+                    &mut next.metadata,
+                    FINALIZER_TRANSFER_PROTECTION,
+                    present,
+                );
                 Ok(next)
             })
             .await;
