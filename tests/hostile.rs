@@ -1039,8 +1039,12 @@ fn a_flood_of_random_tokens_and_unique_paths_does_not_slow_the_controllers_write
     eprintln!(
         "the flood got {total:?} in {flooded:.1}s; the cluster answered {reviews} reviews; the transfer took {took:?}"
     );
+    // The flood lasts until the transfer completes, so controllers starved
+    // by it would never finish (WAIT). A second or so on a quiet machine;
+    // the bound is loose because the machine is shared (9 s with two builds
+    // running beside the suite).
     assert!(
-        took < Duration::from_secs(5),
+        took < Duration::from_secs(30),
         "the transfer took {took:?} during the flood {total:?}: {}",
         done["status"]
     );

@@ -56,6 +56,7 @@ pub mod matching;
 mod destination;
 mod execute;
 mod gather;
+mod plan;
 mod standing;
 mod status;
 

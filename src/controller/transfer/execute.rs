@@ -4,13 +4,10 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
 use crate::api::namespace_transfer::{
-    CloneCounts, NamespaceTransferPhase as Phase, TransferMode, TransferStepName as StepName,
-    ANNOTATION_DESTINATION_LOST, ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK,
+    CloneCounts, NamespaceTransferPhase as Phase, TransferStepName as StepName,
     CONDITION_AUTHORIZED, CONDITION_PEER_MATCHED, CONDITION_READY, CONDITION_REBOUND,
-    CONDITION_SOURCE_RELEASED, LABEL_CLONED_UNDER, REASON_CLONE_FAILED,
+    CONDITION_SOURCE_RELEASED, REASON_CLONE_FAILED,
 };
 use crate::controller::cluster::ClusterError;
 use crate::controller::events::{claim_reference, reference_to, Severity};
@@ -18,11 +15,12 @@ use crate::controller::{fault, object_key, Error, Next};
 
 use super::decide::{
     destination_of, moved_claim_name_of, peer_or_self, recorded_destination, recorded_source,
-    uid_of, Action, Report, REASON_COMPLETED, REASON_DESTINATION_LOST, REASON_DESTINATION_REFUSED,
+    Action, Report, REASON_COMPLETED, REASON_DESTINATION_LOST, REASON_DESTINATION_REFUSED,
     REASON_SOURCE_IN_USE, REASON_SOURCE_RELEASE_REFUSED,
 };
-use super::facts::{Facts, Volume, VOLUME_MARKER};
+use super::facts::Facts;
 use super::matching::reference;
+use super::plan::{cluster_writes, ClusterWrite};
 use super::standing::{is_record_of, is_standing_pair, R1_COUNT};
 use super::status::{completed_for_destination, mirror, now, received_from, set};
 use super::{decide, Step, TransferController};
@@ -34,7 +32,6 @@ impl TransferController {
         let s = &f.source;
         let d = peer_or_self(f);
         let source_ns = s.source_namespace();
-        let mine = uid_of(s);
         match action {
             Action::Nothing { after } => Ok(after.map_or(Next::Done, Next::After)),
             Action::Wait {
@@ -175,9 +172,10 @@ impl TransferController {
                     Err(e) => Err(e.into()),
                 }
             }
-            Action::DeleteClone { name, uid } => {
-                self.leadership.check()?;
-                self.cluster.delete_claim(source_ns, &name, &uid).await?;
+            Action::DeleteClone { ref name, .. } => {
+                if self.perform(&cluster_writes(f, &action), None).await? == Performed::Stopped {
+                    return Ok(Next::Now);
+                }
                 self.events
                     .publish(
                         &reference_to(s),
@@ -191,20 +189,8 @@ impl TransferController {
                     .await;
                 Ok(Next::Now)
             }
-            Action::Lock { resource_version } => {
-                self.leadership.check()?;
-                let lock = json!({"metadata": {
-                    "resourceVersion": resource_version,
-                    "annotations": {ANNOTATION_TRANSFER_LOCK: mine},
-                }});
-                let name = moved_claim_name_of(s, &f.peer).unwrap_or_default();
-                match self.cluster.patch_claim(source_ns, &name, &lock).await {
-                    Ok(_) => {}
-                    Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => {
-                        return Ok(Next::Now)
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+            Action::Lock { .. } => {
+                self.perform(&cluster_writes(f, &action), None).await?;
                 Ok(Next::Now)
             }
             Action::RecordSource(snapshot) => {
@@ -274,10 +260,7 @@ impl TransferController {
                 }
                 Ok(Next::Now)
             }
-            Action::Retain {
-                resource_version,
-                policy,
-            } => {
+            Action::Retain { .. } => {
                 let authorized = "both parties still hold the rights the transfer needs";
                 self.update_pair(s, d, &Report::shared("Authorized", authorized), |st, _| {
                     set(
@@ -290,31 +273,11 @@ impl TransferController {
                     st.reason = None;
                 })
                 .await?;
-                self.leadership.check()?;
-                let mut retain = json!({
-                    "metadata": {
-                        "resourceVersion": resource_version,
-                        "annotations": {
-                            ANNOTATION_ORIGINAL_RECLAIM_POLICY: policy,
-                            VOLUME_MARKER: mine,
-                        },
-                    },
-                    "spec": {"persistentVolumeReclaimPolicy": "Retain"},
-                });
-                if s.mode() == TransferMode::Clone {
-                    // For good: what maxClones counts (clones_alive).
-                    retain["metadata"]["labels"] = json!({ LABEL_CLONED_UNDER: mine });
-                }
-                let Some(volume) = &f.volume else {
-                    return Ok(Next::Now);
-                };
-                match self.cluster.patch_volume(&volume.name, &retain).await {
-                    Ok(_) => {
-                        fault::after(Step::Retain);
-                        self.mark_step(s, d, StepName::Retained).await?;
-                    }
-                    Err(ClusterError::Conflict { .. }) => {}
-                    Err(e) => return Err(e.into()),
+                let writes = cluster_writes(f, &action);
+                if !writes.is_empty()
+                    && self.perform(&writes, Some(Step::Retain)).await? == Performed::All
+                {
+                    self.mark_step(s, d, StepName::Retained).await?;
                 }
                 Ok(Next::Now)
             }
@@ -375,36 +338,15 @@ impl TransferController {
                 Ok(Next::Now)
             }
             Action::Commit {
-                resource_version,
-                destination,
+                ref destination, ..
             } => {
                 let Some(volume) = &f.volume else {
                     return Ok(Next::Now);
                 };
-                self.leadership.check()?;
-                let commit = json!({
-                    "metadata": {"resourceVersion": resource_version},
-                    "spec": {"claimRef": {
-                        "kind": "PersistentVolumeClaim",
-                        "apiVersion": "v1",
-                        "namespace": destination.namespace,
-                        "name": destination.name,
-                        "uid": destination.uid,
-                        "resourceVersion": null,
-                        "fieldPath": null,
-                    }},
-                });
-                match self.cluster.patch_volume(&volume.name, &commit).await {
-                    Ok(_) => {}
-                    Err(ClusterError::Conflict { .. }) => return Ok(Next::Now),
-                    Err(e) => return Err(e.into()),
+                let writes = cluster_writes(f, &action);
+                if self.perform(&writes, Some(Step::Commit)).await? == Performed::Stopped {
+                    return Ok(Next::Now);
                 }
-                fault::after(Step::Commit);
-                // The lock has done its work on the destination claim. Taking
-                // it off also changes the claim, which makes the cluster's PV
-                // controller bind it now rather than at its next resync.
-                self.unlock_destination(&destination.namespace, &destination.name)
-                    .await?;
                 let committed = now();
                 let rebound = format!(
                     "the volume now names {}/{}",
@@ -435,70 +377,17 @@ impl TransferController {
                     .await;
                 Ok(Next::Now)
             }
-            Action::ProtectDestination {
-                resource_version,
-                finalizers,
-            }
-            | Action::UnprotectDestination {
-                resource_version,
-                finalizers,
-            } => {
-                let Some(dest) = recorded_destination(s) else {
-                    return Ok(Next::Now);
-                };
-                self.leadership.check()?;
-                let patch = json!({"metadata": {
-                    "resourceVersion": resource_version,
-                    "finalizers": finalizers,
-                }});
-                match self
-                    .cluster
-                    .patch_claim(&dest.namespace, &dest.name, &patch)
-                    .await
-                {
-                    Ok(_) | Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => {
-                        Ok(Next::Now)
-                    }
-                    Err(e) => Err(e.into()),
-                }
-            }
-            Action::Rehold { resource_version } => {
-                let Some(volume) = &f.volume else {
-                    return Ok(Next::Now);
-                };
-                self.leadership.check()?;
-                let original = volume
-                    .original_policy
-                    .clone()
-                    .unwrap_or_else(|| volume.reclaim_policy.clone());
-                let lost = recorded_destination(s)
-                    .map(|d| d.uid.clone())
-                    .unwrap_or_default();
-                let rehold = json!({
-                    "metadata": {
-                        "resourceVersion": resource_version,
-                        "annotations": {
-                            ANNOTATION_ORIGINAL_RECLAIM_POLICY: original,
-                            VOLUME_MARKER: mine,
-                            ANNOTATION_DESTINATION_LOST: lost,
-                        },
-                    },
-                    "spec": {"persistentVolumeReclaimPolicy": "Retain"},
-                });
-                match self.cluster.patch_volume(&volume.name, &rehold).await {
-                    Ok(_) | Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => {
-                        Ok(Next::Now)
-                    }
-                    Err(e) => Err(e.into()),
-                }
-            }
-            Action::UnlockDestination => {
-                if let Some(dest) = recorded_destination(s) {
-                    self.unlock_destination(&dest.namespace, &dest.name).await?;
-                }
+            Action::ProtectDestination { .. }
+            | Action::UnprotectDestination { .. }
+            | Action::Rehold { .. }
+            | Action::UnlockDestination
+            | Action::Unmark { .. }
+            | Action::DeleteDestination { .. }
+            | Action::Unlock { .. } => {
+                self.perform(&cluster_writes(f, &action), None).await?;
                 Ok(Next::Now)
             }
-            Action::ReleaseSource { uid } => {
+            Action::ReleaseSource { ref uid } => {
                 let name = recorded_source(s)
                     .map(|snap| snap.name.clone())
                     .unwrap_or_else(|| s.spec.source.name.clone());
@@ -520,7 +409,7 @@ impl TransferController {
                     );
                     for regarding in [
                         reference_to(s),
-                        claim_reference(source_ns, &name, Some(&uid)),
+                        claim_reference(source_ns, &name, Some(uid)),
                     ] {
                         self.events
                             .publish(
@@ -533,14 +422,14 @@ impl TransferController {
                             .await;
                     }
                 }
-                self.leadership.check()?;
-                match self.cluster.delete_claim(source_ns, &name, &uid).await {
-                    Ok(()) => {
-                        fault::after(Step::ReleaseSource);
+                let writes = cluster_writes(f, &action);
+                match self.perform(&writes, Some(Step::ReleaseSource)).await {
+                    Ok(Performed::All) => {
                         self.mark_step(s, d, StepName::Released).await?;
                         Ok(Next::Now)
                     }
-                    Err(ClusterError::Refused { message, .. }) => {
+                    Ok(Performed::Stopped) => Ok(Next::Now),
+                    Err(Error::Cluster(ClusterError::Refused { message, .. })) => {
                         // Admission said yes to the dry run before R2, and no
                         // now: the volume is the destination's already, so
                         // wait, saying why, and try again.
@@ -563,20 +452,12 @@ impl TransferController {
                             .await;
                         Ok(Next::After(Duration::from_secs(30)))
                     }
-                    Err(ClusterError::Conflict { .. }) => Ok(Next::Now),
-                    Err(e) => Err(e.into()),
+                    Err(e) => Err(e),
                 }
             }
-            Action::Settle {
-                resource_version,
-                policy,
-            } => {
-                let Some(volume) = &f.volume else {
-                    return Ok(Next::Now);
-                };
-                self.restore_volume(volume, &resource_version, Some(&policy))
+            Action::Settle { .. } => {
+                self.perform(&cluster_writes(f, &action), Some(Step::Settle))
                     .await?;
-                fault::after(Step::Settle);
                 Ok(Next::Now)
             }
             Action::Complete => {
@@ -637,42 +518,6 @@ impl TransferController {
                     .await;
                 Ok(Next::Now)
             }
-            Action::Unmark {
-                resource_version,
-                restore,
-            } => {
-                let Some(volume) = &f.volume else {
-                    return Ok(Next::Now);
-                };
-                self.restore_volume(volume, &resource_version, restore.as_deref())
-                    .await?;
-                Ok(Next::Now)
-            }
-            Action::DeleteDestination { uid } => {
-                if let Some(dest) = recorded_destination(s) {
-                    self.leadership.check()?;
-                    self.cluster
-                        .delete_claim(&dest.namespace, &dest.name, &uid)
-                        .await?;
-                }
-                Ok(Next::Now)
-            }
-            Action::Unlock { resource_version } => {
-                self.leadership.check()?;
-                let name = recorded_source(s)
-                    .map(|snap| snap.name.clone())
-                    .unwrap_or_else(|| s.spec.source.name.clone());
-                let unlock = json!({"metadata": {
-                    "resourceVersion": resource_version,
-                    "annotations": {ANNOTATION_TRANSFER_LOCK: null},
-                }});
-                match self.cluster.patch_claim(source_ns, &name, &unlock).await {
-                    Ok(_) | Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => {
-                        Ok(Next::Now)
-                    }
-                    Err(e) => Err(e.into()),
-                }
-            }
             Action::Mirror => {
                 if let Some(d) =
                     d.filter(|d| d.metadata.uid != s.metadata.uid && !is_standing_pair(s))
@@ -703,44 +548,63 @@ impl TransferController {
         }
     }
 
-    /// Takes our lock annotation off the destination claim.
-    pub(super) async fn unlock_destination(
+    /// Makes `writes` in order ([`cluster_writes`]), each after checking
+    /// the leadership lease; `after_first` names the fault point right
+    /// after the first. A conditional write refused because the object
+    /// changed or is gone (Conflict, NotFound) ends the list:
+    /// [`Performed::Stopped`], and the next reconcile decides again. An
+    /// unconditional one whose object is gone is skipped.
+    pub(super) async fn perform(
         &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<(), Error> {
-        self.leadership.check()?;
-        let unlock = json!({"metadata": {"annotations": {ANNOTATION_TRANSFER_LOCK: null}}});
-        match self.cluster.patch_claim(namespace, name, &unlock).await {
-            Ok(_) | Err(ClusterError::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
+        writes: &[ClusterWrite],
+        after_first: Option<Step>,
+    ) -> Result<Performed, Error> {
+        for (i, write) in writes.iter().enumerate() {
+            self.leadership.check()?;
+            let result = match write {
+                ClusterWrite::Volume { name, .. } => self
+                    .cluster
+                    .patch_volume(name, &write.patch())
+                    .await
+                    .map(drop),
+                ClusterWrite::Claim {
+                    namespace, name, ..
+                } => self
+                    .cluster
+                    .patch_claim(namespace, name, &write.patch())
+                    .await
+                    .map(drop),
+                ClusterWrite::DeleteClaim {
+                    namespace,
+                    name,
+                    uid,
+                } => self.cluster.delete_claim(namespace, name, uid).await,
+            };
+            match result {
+                Ok(()) => {}
+                Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. })
+                    if write.is_conditional() =>
+                {
+                    return Ok(Performed::Stopped)
+                }
+                Err(ClusterError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if i == 0 {
+                if let Some(step) = after_first {
+                    fault::after(step);
+                }
+            }
         }
+        Ok(Performed::All)
     }
+}
 
-    /// Removes our marks from the volume, at the version decided on, and
-    /// sets its reclaim policy to `policy` if given (else leaves it).
-    pub(super) async fn restore_volume(
-        &self,
-        volume: &Volume,
-        resource_version: &str,
-        policy: Option<&str>,
-    ) -> Result<(), Error> {
-        self.leadership.check()?;
-        let mut patch = json!({
-            "metadata": {
-                "resourceVersion": resource_version,
-                "annotations": {
-                    ANNOTATION_ORIGINAL_RECLAIM_POLICY: null,
-                    VOLUME_MARKER: null,
-                },
-            },
-        });
-        if let Some(policy) = policy {
-            patch["spec"] = json!({"persistentVolumeReclaimPolicy": policy});
-        }
-        match self.cluster.patch_volume(&volume.name, &patch).await {
-            Ok(_) | Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
+/// How far [`TransferController::perform`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Performed {
+    /// Every write was made (or its object was gone, for an unconditional one).
+    All,
+    /// A conditional write was refused; the writes after it were not made.
+    Stopped,
 }

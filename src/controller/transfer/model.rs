@@ -49,6 +49,7 @@ use super::facts::{
     Admission, Claim, ClaimRef, ClaimShape, ClassPolicy, Facts, Peer, Refusal, Side, Volume,
 };
 use super::matching::{destination_lock, peer_uid};
+use super::plan::{cluster_writes, ClaimChange, ClusterWrite, VolumeChange};
 use crate::api::meta::Requester;
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferSpec,
@@ -594,6 +595,123 @@ impl World {
         change(tx);
     }
 
+    /// The worlds after each of `writes` (the plan the executor performs,
+    /// [`cluster_writes`]): a crash may come after any of them. A refused
+    /// conditional write ends the list, as in the executor.
+    fn perform(&self, writes: &[ClusterWrite]) -> Vec<World> {
+        let mut w = self.clone();
+        let mut out = Vec::new();
+        for write in writes {
+            let made = w.make(write);
+            out.push(w.clone());
+            if !made && write.is_conditional() {
+                break;
+            }
+        }
+        if out.is_empty() {
+            out.push(w);
+        }
+        out
+    }
+
+    /// Makes one write of a plan on this world, as kube-apiserver would:
+    /// whether it was made (its object there, its precondition held).
+    fn make(&mut self, write: &ClusterWrite) -> bool {
+        match write {
+            ClusterWrite::Volume {
+                resource_version,
+                change,
+                ..
+            } => {
+                let made = self.patch_volume(resource_version, |v| match change {
+                    VolumeChange::Retain {
+                        original_policy,
+                        marker,
+                        ..
+                    } => {
+                        v.original_delete = Some(original_policy == "Delete");
+                        v.marker = Some(Self::uid(marker));
+                        v.delete_policy = false;
+                    }
+                    VolumeChange::Commit { to } => {
+                        v.claim = (to.namespace == "dev", Self::uid(&to.uid));
+                    }
+                    VolumeChange::Rehold {
+                        original_policy,
+                        marker,
+                        lost,
+                    } => {
+                        v.original_delete = Some(original_policy == "Delete");
+                        v.marker = Some(Self::uid(marker));
+                        v.lost = (!lost.is_empty()).then(|| Self::uid(lost));
+                        v.delete_policy = false;
+                    }
+                    VolumeChange::Unmark { policy } => {
+                        if let Some(policy) = policy {
+                            v.delete_policy = policy == "Delete";
+                        }
+                        v.marker = None;
+                        v.original_delete = None;
+                    }
+                });
+                if made && matches!(change, VolumeChange::Commit { .. }) {
+                    self.committed = true;
+                }
+                made
+            }
+            ClusterWrite::Claim {
+                namespace,
+                name,
+                resource_version,
+                change,
+            } => {
+                let rv = self.rv + 1;
+                let Some(c) = self.claim_named(namespace, name) else {
+                    return false;
+                };
+                if resource_version
+                    .as_ref()
+                    .is_some_and(|want| *want != c.rv.to_string())
+                {
+                    return false;
+                }
+                match change {
+                    ClaimChange::Lock(lock) => c.lock = Some(Self::uid(lock)),
+                    ClaimChange::Unlock => c.lock = None,
+                    ClaimChange::Finalizers(finalizers) => {
+                        c.finalizer = finalizers
+                            .iter()
+                            .any(|f| f == FINALIZER_TRANSFER_PROTECTION);
+                    }
+                }
+                c.rv = rv;
+                self.rv = rv;
+                true
+            }
+            ClusterWrite::DeleteClaim {
+                namespace,
+                name,
+                uid,
+            } => match self.claim_named(namespace, name) {
+                Some(c) if c.uid == Self::uid(uid) => {
+                    c.deleting = true;
+                    true
+                }
+                _ => false,
+            },
+        }
+    }
+
+    /// The claim `namespace/name` of this world, if it exists: the moved
+    /// claim in `prod`, the destination claim `dev/db`.
+    fn claim_named(&mut self, namespace: &str, name: &str) -> Option<&mut Pvc> {
+        match namespace {
+            "prod" if name == self.moved_name() => self.source.as_mut(),
+            "dev" if name == "db" => self.destination.as_mut(),
+            _ => None,
+        }
+    }
+
     /// The worlds after the controller applies `action`, decided on
     /// `seen` (the present, or a stale leader's past): every crash point of
     /// a multi-write action included.
@@ -626,6 +744,20 @@ impl World {
             | Action::CheckAdmission => {
                 vec![w]
             }
+            // The writes to claims and volumes: the executor's own list.
+            Action::Lock { .. }
+            | Action::Retain { .. }
+            | Action::Commit { .. }
+            | Action::Rehold { .. }
+            | Action::Settle { .. }
+            | Action::Unmark { .. }
+            | Action::UnlockDestination
+            | Action::ProtectDestination { .. }
+            | Action::UnprotectDestination { .. }
+            | Action::Unlock { .. }
+            | Action::ReleaseSource { .. }
+            | Action::DeleteClone { .. }
+            | Action::DeleteDestination { .. } => w.perform(&cluster_writes(&seen.facts(), action)),
             Action::Wait { phase, .. } => {
                 let phase = *phase;
                 pair(&w, &|t, _| t.phase = Some(phase))
@@ -650,13 +782,6 @@ impl World {
                 w.clones.push(uid);
                 vec![w]
             }
-            Action::DeleteClone { uid, .. } => {
-                let uid = Self::uid(uid);
-                if let Some(c) = w.source.as_mut().filter(|c| c.uid == uid) {
-                    c.deleting = true;
-                }
-                vec![w]
-            }
             Action::RecordMatch => {
                 let (su, du) = (seen.s.uid, d_uid);
                 pair(&w, &|t, is_s| {
@@ -679,16 +804,6 @@ impl World {
                 }
                 vec![first, both]
             }
-            Action::Lock { resource_version } => {
-                if let Some(c) = w.source.as_mut() {
-                    if c.rv.to_string() == *resource_version {
-                        c.lock = Some(seen.s.uid);
-                        c.rv = w.rv + 1;
-                        w.rv += 1;
-                    }
-                }
-                vec![w]
-            }
             Action::RecordSource(snap) => {
                 let uid = Self::uid(&snap.uid);
                 pair(&w, &|t, is_s| {
@@ -697,18 +812,6 @@ impl World {
                     }
                     t.phase = Some(Phase::Rebinding);
                 })
-            }
-            Action::Retain {
-                resource_version,
-                policy,
-            } => {
-                let marker = seen.s.uid;
-                w.patch_volume(resource_version, |v| {
-                    v.original_delete = Some(policy == "Delete");
-                    v.marker = Some(marker);
-                    v.delete_policy = false;
-                });
-                vec![w]
             }
             Action::CreateDestination(_) => {
                 if w.destination.is_some() {
@@ -740,104 +843,6 @@ impl World {
                 if s_matches {
                     Self::write_status(&mut w.s, s_active, |t| t.destination = Some(uid));
                 }
-                vec![w]
-            }
-            Action::Commit {
-                resource_version,
-                destination,
-            } => {
-                let uid = Self::uid(&destination.uid);
-                let done = w.patch_volume(resource_version, |v| v.claim = (true, uid));
-                w.committed |= done;
-                let crashed = w.clone();
-                if done {
-                    if let Some(c) = w.destination.as_mut().filter(|c| c.uid == uid) {
-                        c.lock = None;
-                    }
-                }
-                vec![crashed, w]
-            }
-            Action::UnlockDestination => {
-                if let Some(c) = w.destination.as_mut() {
-                    c.lock = None;
-                }
-                vec![w]
-            }
-            Action::ProtectDestination {
-                resource_version, ..
-            }
-            | Action::UnprotectDestination {
-                resource_version, ..
-            } => {
-                let protect = matches!(action, Action::ProtectDestination { .. });
-                let rv = w.rv + 1;
-                if let Some(c) = w.destination.as_mut() {
-                    if c.rv.to_string() == *resource_version {
-                        c.finalizer = protect;
-                        c.rv = rv;
-                    }
-                }
-                w.rv = rv;
-                vec![w]
-            }
-            Action::Rehold { resource_version } => {
-                let marker = seen.s.uid;
-                let lost = seen.s.destination;
-                w.patch_volume(resource_version, |v| {
-                    if v.original_delete.is_none() {
-                        v.original_delete = Some(v.delete_policy);
-                    }
-                    v.lost = lost;
-                    v.marker = Some(marker);
-                    v.delete_policy = false;
-                });
-                vec![w]
-            }
-            Action::ReleaseSource { uid } | Action::DeleteDestination { uid } => {
-                let uid = Self::uid(uid);
-                for c in [w.source.as_mut(), w.destination.as_mut()]
-                    .into_iter()
-                    .flatten()
-                {
-                    if c.uid == uid {
-                        c.deleting = true;
-                    }
-                }
-                vec![w]
-            }
-            Action::Settle {
-                resource_version,
-                policy,
-            } => {
-                w.patch_volume(resource_version, |v| {
-                    v.delete_policy = policy == "Delete";
-                    v.marker = None;
-                    v.original_delete = None;
-                });
-                vec![w]
-            }
-            Action::Unmark {
-                resource_version,
-                restore,
-            } => {
-                w.patch_volume(resource_version, |v| {
-                    if let Some(policy) = restore {
-                        v.delete_policy = policy == "Delete";
-                    }
-                    v.marker = None;
-                    v.original_delete = None;
-                });
-                vec![w]
-            }
-            Action::Unlock { resource_version } => {
-                let rv = w.rv + 1;
-                if let Some(c) = w.source.as_mut() {
-                    if c.rv.to_string() == *resource_version {
-                        c.lock = None;
-                        c.rv = rv;
-                    }
-                }
-                w.rv = rv;
                 vec![w]
             }
             Action::Complete => pair(&w, &|t, _| t.phase = Some(Phase::Completed)),

@@ -1,0 +1,150 @@
+use serde_json::json;
+
+use super::*;
+
+fn volume(change: VolumeChange) -> ClusterWrite {
+    ClusterWrite::Volume {
+        name: "pv-db".to_owned(),
+        resource_version: "7".to_owned(),
+        change,
+    }
+}
+
+#[test]
+fn r2_remembers_the_policy_marks_the_volume_and_retains_it_at_the_version_decided_on() {
+    let retain = volume(VolumeChange::Retain {
+        original_policy: "Delete".to_owned(),
+        marker: "uid-give".to_owned(),
+        cloned_under: None,
+    });
+    assert_eq!(
+        retain.patch(),
+        json!({
+            "metadata": {
+                "resourceVersion": "7",
+                "annotations": {
+                    "storage.transfer.k8s.io/original-reclaim-policy": "Delete",
+                    "storage.transfer.k8s.io/transfer": "uid-give",
+                },
+            },
+            "spec": {"persistentVolumeReclaimPolicy": "Retain"},
+        })
+    );
+    // Clone mode labels the volume with the offer, for good.
+    let retain = volume(VolumeChange::Retain {
+        original_policy: "Delete".to_owned(),
+        marker: "uid-give".to_owned(),
+        cloned_under: Some("uid-give".to_owned()),
+    });
+    assert_eq!(
+        retain.patch()["metadata"]["labels"],
+        json!({ LABEL_CLONED_UNDER: "uid-give" })
+    );
+}
+
+#[test]
+fn r4_points_the_claim_ref_at_the_destination_claim_and_clears_the_old_claims_version() {
+    let commit = volume(VolumeChange::Commit {
+        to: ClaimReference {
+            namespace: "dev".to_owned(),
+            name: "db".to_owned(),
+            uid: "uid-dest".to_owned(),
+        },
+    });
+    assert_eq!(
+        commit.patch(),
+        json!({
+            "metadata": {"resourceVersion": "7"},
+            "spec": {"claimRef": {
+                "kind": "PersistentVolumeClaim",
+                "apiVersion": "v1",
+                "namespace": "dev",
+                "name": "db",
+                "uid": "uid-dest",
+                "resourceVersion": null,
+                "fieldPath": null,
+            }},
+        })
+    );
+}
+
+#[test]
+fn unmarking_takes_our_annotations_off_and_sets_the_policy_only_when_told() {
+    let keep = volume(VolumeChange::Unmark { policy: None }).patch();
+    assert_eq!(
+        keep,
+        json!({"metadata": {
+            "resourceVersion": "7",
+            "annotations": {
+                "storage.transfer.k8s.io/original-reclaim-policy": null,
+                "storage.transfer.k8s.io/transfer": null,
+            },
+        }})
+    );
+    let restore = volume(VolumeChange::Unmark {
+        policy: Some("Delete".to_owned()),
+    })
+    .patch();
+    assert_eq!(restore["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+}
+
+#[test]
+fn a_rehold_retains_the_volume_again_naming_the_lost_claim() {
+    let rehold = volume(VolumeChange::Rehold {
+        original_policy: "Delete".to_owned(),
+        marker: "uid-give".to_owned(),
+        lost: "uid-dest".to_owned(),
+    })
+    .patch();
+    let annotations = &rehold["metadata"]["annotations"];
+    assert_eq!(annotations[ANNOTATION_DESTINATION_LOST], "uid-dest");
+    assert_eq!(annotations[VOLUME_MARKER], "uid-give");
+    assert_eq!(annotations[ANNOTATION_ORIGINAL_RECLAIM_POLICY], "Delete");
+    assert_eq!(rehold["spec"]["persistentVolumeReclaimPolicy"], "Retain");
+}
+
+#[test]
+fn claim_writes_carry_a_version_only_when_they_are_conditional() {
+    let claim = |resource_version: Option<&str>, change| ClusterWrite::Claim {
+        namespace: "prod".to_owned(),
+        name: "db".to_owned(),
+        resource_version: resource_version.map(str::to_owned),
+        change,
+    };
+    let lock = claim(Some("3"), ClaimChange::Lock("uid-give".to_owned()));
+    assert!(lock.is_conditional());
+    assert_eq!(
+        lock.patch(),
+        json!({"metadata": {
+            "resourceVersion": "3",
+            "annotations": {"storage.transfer.k8s.io/transfer": "uid-give"},
+        }})
+    );
+    let unlock = claim(None, ClaimChange::Unlock);
+    assert!(!unlock.is_conditional());
+    assert_eq!(
+        unlock.patch(),
+        json!({"metadata": {"annotations": {"storage.transfer.k8s.io/transfer": null}}})
+    );
+    let finalizers = claim(
+        Some("4"),
+        ClaimChange::Finalizers(vec!["kubernetes.io/pvc-protection".to_owned()]),
+    );
+    assert_eq!(
+        finalizers.patch(),
+        json!({"metadata": {
+            "resourceVersion": "4",
+            "finalizers": ["kubernetes.io/pvc-protection"],
+        }})
+    );
+    let delete = ClusterWrite::DeleteClaim {
+        namespace: "prod".to_owned(),
+        name: "db".to_owned(),
+        uid: "uid-db".to_owned(),
+    };
+    assert!(
+        delete.is_conditional(),
+        "a delete is conditional on the uid"
+    );
+    assert!(volume(VolumeChange::Unmark { policy: None }).is_conditional());
+}
