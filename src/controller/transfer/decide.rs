@@ -33,27 +33,36 @@
 //!   write therefore still exists; the next decision sees it deleting, puts
 //!   the volume back under Retain, and only then lets the claim go. (The
 //!   model check found this race.)
+//!
+//! Where each part is: this module holds the entry ([`decide`]), the
+//! actions, and the steps before the commit (the preconditions, R1 to R4);
+//! `clone` holds Clone mode's C1 and C2 and which claim is moved; `finish`
+//! holds what comes after the commit (R5, R6, a lost destination), the
+//! tidying of a finished pair and the rollback; `made` holds the objects
+//! the protocol makes (R1's snapshot, R3's claim) and how it knows them
+//! again.
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, TypedLocalObjectReference,
-    VolumeResourceRequirements,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
-use super::facts::{
-    larger_quantity, quantity_bytes, Admission, Claim, ClaimShape, ClassPolicy, Facts, Peer, Volume,
-};
+use super::facts::{Admission, ClassPolicy, Facts, Peer};
 pub use super::facts::{Refusal, Side};
-use super::matching::{destination_lock, holds_claim, is_named, receiver_uid};
+use super::matching::{holds_claim, is_named};
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, Role, SourceClaimSnapshot,
-    TransferMode, ANNOTATION_CLONE_FOR, ANNOTATION_CLONE_OF, ANNOTATION_TRANSFERRED_FROM,
-    ANNOTATION_TRANSFER_LOCK, FINALIZER_TRANSFER_PROTECTION, REASON_CLONE_FAILED,
-    REASON_DEADLINE_EXCEEDED, REASON_DESTINATION_EXISTS, REASON_FORBIDDEN,
+    TransferMode, FINALIZER_TRANSFER_PROTECTION, REASON_CLONE_FAILED, REASON_DEADLINE_EXCEEDED,
+    REASON_DESTINATION_EXISTS, REASON_FORBIDDEN,
 };
+
+mod clone;
+mod finish;
+mod made;
+
+use clone::{before_clone_bound, is_our_clone};
+pub use clone::{clone_claim, moved_claim_name, moved_claim_name_of};
+use finish::{forward, roll_back, tidy};
+pub use made::{destination_claim, made_as, snapshot_of};
 
 /// Reason: no transfer in the other namespace matches yet.
 pub const REASON_WAITING_FOR_PEER: &str = "WaitingForPeer";
@@ -334,143 +343,6 @@ fn active(f: &Facts) -> Action {
     }
 }
 
-/// C1 and C2 (Clone mode): make the clone beside the source claim, and wait
-/// until it is Bound; `None` once it is, and R1–R6 move it. The source claim
-/// itself is only read.
-fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
-    let s = &f.source;
-    let source_ns = s.source_namespace();
-    let origin_name = s.spec.source.name.as_str();
-    let Some(origin) = &f.clone_source else {
-        return Some(finish_failed(Report::new(
-            REASON_SOURCE_NOT_FOUND,
-            format!("PersistentVolumeClaim {source_ns}/{origin_name} does not exist"),
-        )));
-    };
-    let (dest_ns, dest_name) = destination_of(s, d);
-    if f.destination_claim.is_some() {
-        return Some(finish_failed(Report::shared(
-            REASON_DESTINATION_EXISTS,
-            format!(
-                "PersistentVolumeClaim {dest_ns}/{dest_name} already exists and was not created by this transfer"
-            ),
-        )));
-    }
-    if let ClassPolicy::Refused(why) = &f.class {
-        return Some(finish_failed(Report::new(
-            REASON_STORAGE_CLASS_NOT_ALLOWED,
-            why.clone(),
-        )));
-    }
-    let clone_name = moved_claim_name(s, d);
-    let Some(clone) = &f.moved_claim else {
-        if let Some(class) = &f.clone_waits_for_consumer {
-            return Some(finish_failed(Report::new(
-                REASON_CLONE_NEEDS_CONSUMER,
-                format!(
-                    "StorageClass {class:?} of {source_ns}/{origin_name} binds volumes \
-                     WaitForFirstConsumer: a clone no pod uses would never be provisioned; \
-                     clone a claim of a class with volumeBindingMode Immediate"
-                ),
-            )));
-        }
-        if !has_finalizer(s) || !has_finalizer(d) {
-            return Some(Action::Protect);
-        }
-        if f.at_capacity {
-            return Some(wait(
-                Phase::WaitingForRelease,
-                Report::new(
-                    REASON_WAITING_FOR_CAPACITY,
-                    format!(
-                        "the offer's clones alive reach its maxClones ({}); waiting until one is deleted",
-                        s.max_clones().unwrap_or_default()
-                    ),
-                ),
-                false,
-            ));
-        }
-        // C1 is a write under the server's identity: the parties' rights
-        // first, as before R2 and R4.
-        if let Some(action) = rights_and_admission(f, false) {
-            return Some(action);
-        }
-        return Some(Action::CreateClone(Box::new(clone_claim(s, d, origin))));
-    };
-    if !is_our_clone(s, &receiver_uid(s, d), clone) {
-        return Some(finish_failed(Report::new(
-            REASON_CLONE_FAILED,
-            format!(
-                "PersistentVolumeClaim {source_ns}/{clone_name} already exists and was not made by this transfer"
-            ),
-        )));
-    }
-    if clone.deleting {
-        return Some(finish_failed(Report::new(
-            REASON_CLONE_FAILED,
-            format!("the clone {source_ns}/{clone_name} was deleted before it was handed over"),
-        )));
-    }
-    if clone.phase == "Bound" {
-        return None;
-    }
-    // Unbound past the timeout, whatever the reason (a provisioner that
-    // fails, or none that ever answers): the clone is given up, and with it
-    // the quota and storage it holds in the source namespace.
-    if f.now.saturating_sub(clone.created) >= f.clone_timeout {
-        let why = match &f.clone_failure {
-            Some(failure) => format!("could not be provisioned: {failure}"),
-            None => format!("was not bound within {}s", f.clone_timeout),
-        };
-        return Some(finish_failed(Report::new(
-            REASON_CLONE_FAILED,
-            format!("the clone {source_ns}/{clone_name} of {source_ns}/{origin_name} {why}"),
-        )));
-    }
-    let why = f
-        .clone_failure
-        .as_deref()
-        .map(|m| format!("; the provisioner says: {m}"))
-        .unwrap_or_default();
-    Some(wait(
-        Phase::WaitingForRelease,
-        Report::new(
-            REASON_CLONING,
-            format!(
-                "waiting for the clone {source_ns}/{clone_name} of {source_ns}/{origin_name} to be provisioned{why}"
-            ),
-        ),
-        false,
-    ))
-}
-
-/// The claim the protocol moves: the source claim in Move mode, its clone
-/// in Clone mode.
-pub fn moved_claim_name(s: &NamespaceTransfer, d: &NamespaceTransfer) -> String {
-    match s.mode() {
-        TransferMode::Move => s.spec.source.name.clone(),
-        TransferMode::Clone => s.clone_claim_name(&receiver_uid(s, d)),
-    }
-}
-
-/// [`moved_claim_name`] from what is known of the peer: the live one, or
-/// the uid recorded at the match once it is gone (the clone is named after
-/// that, see [`receiver_uid`]); `None` for a clone whose receiver is not
-/// known yet.
-pub fn moved_claim_name_of(s: &NamespaceTransfer, peer: &Peer) -> Option<String> {
-    match (s.mode(), peer) {
-        (TransferMode::Move, _) => Some(s.spec.source.name.clone()),
-        (TransferMode::Clone, Peer::Itself) => Some(moved_claim_name(s, s)),
-        (TransferMode::Clone, Peer::Found(d)) => Some(moved_claim_name(s, d)),
-        (TransferMode::Clone, Peer::Gone | Peer::Unmatched) => s
-            .status
-            .as_ref()
-            .and_then(|st| st.peer.as_ref())
-            .and_then(|p| p.uid.as_deref())
-            .map(|uid| s.clone_claim_name(uid)),
-    }
-}
-
 /// The peer object of the facts, if there is one to write to.
 pub fn peer_or_self(f: &Facts) -> Option<&NamespaceTransfer> {
     match &f.peer {
@@ -478,66 +350,6 @@ pub fn peer_or_self(f: &Facts) -> Option<&NamespaceTransfer> {
         Peer::Found(d) => Some(d.as_ref()),
         Peer::Gone | Peer::Unmatched => None,
     }
-}
-
-/// The clone C1 makes: in the source namespace, cloned from the source
-/// claim (`dataSource`), in its class, with its modes and request, born
-/// with our lock so that R1 has nothing left to take.
-pub fn clone_claim(
-    s: &NamespaceTransfer,
-    d: &NamespaceTransfer,
-    origin: &Claim,
-) -> PersistentVolumeClaim {
-    let source_ns = s.source_namespace();
-    let annotations = [
-        (
-            ANNOTATION_CLONE_OF.to_owned(),
-            format!("{source_ns}/{}", origin.name),
-        ),
-        (ANNOTATION_TRANSFER_LOCK.to_owned(), uid_of(s).to_owned()),
-        (ANNOTATION_CLONE_FOR.to_owned(), receiver_uid(s, d)),
-    ];
-    let shape = &origin.shape;
-    PersistentVolumeClaim {
-        metadata: ObjectMeta {
-            name: Some(moved_claim_name(s, d)),
-            namespace: Some(source_ns.to_owned()),
-            annotations: Some(annotations.into_iter().collect()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PersistentVolumeClaimSpec {
-            data_source: Some(TypedLocalObjectReference {
-                api_group: None,
-                kind: "PersistentVolumeClaim".to_owned(),
-                name: origin.name.clone(),
-            }),
-            storage_class_name: shape.storage_class_name.clone(),
-            access_modes: (!shape.access_modes.is_empty()).then(|| shape.access_modes.clone()),
-            volume_mode: shape.volume_mode.clone(),
-            resources: shape.request.clone().map(|q| VolumeResourceRequirements {
-                requests: Some([("storage".to_owned(), Quantity(q))].into_iter().collect()),
-                ..VolumeResourceRequirements::default()
-            }),
-            ..PersistentVolumeClaimSpec::default()
-        }),
-        status: None,
-    }
-}
-
-/// Whether `clone` (found under the clone's name) is the one C1 made for
-/// this pair: our lock, made for this receiver (`clone-for`: a standing
-/// offer's pairs share its lock, and five characters of a uid may repeat),
-/// cloned from the source claim and from nothing else, and once R1 recorded
-/// it, that very claim. A claim without our lock is
-/// never adopted, and so never deleted by a rollback. (Only the source
-/// namespace, which consented to the clone, can make a look-alike with our
-/// lock; adopting it hands over nothing it did not offer.)
-fn is_our_clone(s: &NamespaceTransfer, receiver: &str, clone: &Claim) -> bool {
-    clone.lock.as_deref() == Some(uid_of(s))
-        && clone.clone_for.as_deref() == Some(receiver)
-        && !clone.shape.extras
-        && clone.shape.data_source_claim.as_deref() == Some(s.spec.source.name.as_str())
-        && recorded_source(s).is_none_or(|snapshot| snapshot.uid == clone.uid)
 }
 
 /// Before R1 nothing has been touched: check every precondition, then lock.
@@ -816,198 +628,6 @@ fn rights_and_admission(f: &Facts, with_admission: bool) -> Option<Action> {
     }
 }
 
-// ----- after the commit: only forward ----------------------------------------------
-
-fn forward(f: &Facts, dest: &ClaimReference, volume: &Volume) -> Action {
-    let s = &f.source;
-    let source_ns = s.source_namespace();
-    let mine = uid_of(s);
-    // R5: the source claim no longer holds the volume.
-    if let Some(snapshot) = recorded_source(s) {
-        if let Some(claim) = &f.moved_claim {
-            if claim.uid == snapshot.uid && !claim.deleting {
-                return Action::ReleaseSource {
-                    uid: claim.uid.clone(),
-                };
-            }
-        }
-    }
-    let ours = f.destination_claim.as_ref().filter(|c| c.uid == dest.uid);
-    if let Some(claim) = ours.filter(|c| c.deleting) {
-        // Deleted before the transfer completed: keep the volume, then let
-        // the claim go. The hold is a write to the volume that records the
-        // claim, so that it also fences: any decision made before it on the
-        // volume (a stale leader's R6) fails its resourceVersion.
-        if volume.marker.as_deref() != Some(mine)
-            || volume.reclaim_policy != "Retain"
-            || volume.destination_lost.as_deref() != Some(dest.uid.as_str())
-        {
-            return Action::Rehold {
-                resource_version: volume.resource_version.clone(),
-            };
-        }
-        if claim.protected() {
-            return unprotect_destination(claim);
-        }
-    }
-    let live = ours.filter(|c| !c.deleting);
-    let Some(claim) = live else {
-        let reason = s.status.as_ref().and_then(|st| st.reason.as_deref());
-        if reason != Some(REASON_DESTINATION_LOST) {
-            return Action::DestinationLost {
-                report: Report::new(
-                    REASON_DESTINATION_LOST,
-                    format!(
-                        "PersistentVolumeClaim {}/{} was deleted after volume {} was handed to it; the volume is kept (reclaim policy Retain) for an administrator",
-                        dest.namespace, dest.name, volume.name
-                    ),
-                ),
-            };
-        }
-        if finalizers_held(f) {
-            return Action::DropFinalizers;
-        }
-        return Action::Nothing { after: None };
-    };
-    let _ = source_ns;
-    let bound =
-        claim.phase == "Bound" && claim.volume_name.as_deref() == Some(volume.name.as_str());
-    let locked = claim
-        .lock
-        .as_deref()
-        .is_some_and(|l| holds_claim(s, l, &dest.namespace, &dest.name));
-    if !bound {
-        if locked {
-            return Action::UnlockDestination;
-        }
-        return Action::Wait {
-            phase: Phase::Rebinding,
-            report: Report::shared(
-                REASON_WAITING_FOR_BINDING,
-                format!(
-                    "waiting for PersistentVolumeClaim {}/{} to be bound to its volume",
-                    dest.namespace, dest.name
-                ),
-            ),
-            in_use: false,
-            after: Some(Duration::from_secs(1)),
-        };
-    }
-    // R6: Bound to a live claim it names, so Delete may come back.
-    if volume.marker.as_deref() == Some(mine) {
-        if volume.phase == "Bound" {
-            return Action::Settle {
-                resource_version: volume.resource_version.clone(),
-                policy: volume
-                    .original_policy
-                    .clone()
-                    .unwrap_or_else(|| volume.reclaim_policy.clone()),
-            };
-        }
-        return Action::Nothing {
-            after: Some(Duration::from_secs(1)),
-        };
-    }
-    if locked {
-        return Action::UnlockDestination;
-    }
-    Action::Complete
-}
-
-/// Completed: let the destination claim go, make the peer say so, let
-/// both objects go, mind the TTL.
-fn tidy(f: &Facts) -> Action {
-    if let Some(dest) = recorded_destination(&f.source) {
-        if let Some(claim) = f
-            .destination_claim
-            .as_ref()
-            .filter(|c| c.uid == dest.uid && c.protected())
-        {
-            return unprotect_destination(claim);
-        }
-    }
-    if let Peer::Found(d) = &f.peer {
-        let peer_phase = d.status.as_ref().and_then(|st| st.phase);
-        let source_phase = f.source.status.as_ref().and_then(|st| st.phase);
-        if peer_phase != source_phase {
-            return Action::Mirror;
-        }
-    }
-    if finalizers_held(f) {
-        return Action::DropFinalizers;
-    }
-    Action::Expire
-}
-
-/// Failed or Cancelled before the commit: undo in the order that fences a
-/// stale leader first, then let go.
-fn roll_back(f: &Facts) -> Action {
-    let s = &f.source;
-    let mine = uid_of(s);
-    let source_ns = s.source_namespace();
-    if let Some(volume) = f
-        .volume
-        .as_ref()
-        .filter(|v| v.marker.as_deref() == Some(mine))
-    {
-        let source_bound = f.moved_claim.as_ref().is_some_and(|c| {
-            c.phase == "Bound" && !c.deleting && volume.names(source_ns, &c.name, &c.uid)
-        });
-        let restore = (volume.phase == "Bound" && source_bound)
-            .then(|| volume.original_policy.clone())
-            .flatten();
-        return Action::Unmark {
-            resource_version: volume.resource_version.clone(),
-            restore,
-        };
-    }
-    if let Some(dest) = recorded_destination(s) {
-        let committed = f
-            .volume
-            .as_ref()
-            .is_some_and(|v| v.names(&dest.namespace, &dest.name, &dest.uid));
-        if let Some(claim) = f.destination_claim.as_ref().filter(|c| c.uid == dest.uid) {
-            if !claim.deleting && !committed {
-                return Action::DeleteDestination {
-                    uid: claim.uid.clone(),
-                };
-            }
-            if claim.deleting && claim.protected() {
-                return unprotect_destination(claim);
-            }
-        }
-    }
-    if let Some(claim) = &f.moved_claim {
-        if s.mode() == TransferMode::Clone {
-            let receiver = match &f.peer {
-                Peer::Itself => Some(receiver_uid(s, s)),
-                Peer::Found(d) => Some(receiver_uid(s, d)),
-                Peer::Gone | Peer::Unmatched => s
-                    .status
-                    .as_ref()
-                    .and_then(|st| st.peer.as_ref())
-                    .and_then(|p| p.uid.clone()),
-            };
-            let ours = receiver.is_some_and(|r| is_our_clone(s, &r, claim));
-            if ours && !claim.deleting {
-                return Action::DeleteClone {
-                    name: claim.name.clone(),
-                    uid: claim.uid.clone(),
-                };
-            }
-            return tidy(f);
-        }
-        let snapshot_uid = recorded_source(s).map(|snap| snap.uid.as_str());
-        let ours = snapshot_uid.is_none_or(|uid| uid == claim.uid);
-        if ours && claim.lock.as_deref() == Some(mine) {
-            return Action::Unlock {
-                resource_version: claim.resource_version.clone(),
-            };
-        }
-    }
-    tidy(f)
-}
-
 // ----- facts about our objects -------------------------------------------------------
 
 /// The snapshot of R1, if recorded.
@@ -1034,29 +654,6 @@ fn match_recorded(s: &NamespaceTransfer, d: &NamespaceTransfer) -> bool {
             .is_some_and(|p| is_named(other, p, t) && p.uid.is_some())
     };
     named(s, d) && named(d, s)
-}
-
-/// Takes our finalizer off `claim`, keeping everyone else's.
-fn unprotect_destination(claim: &Claim) -> Action {
-    Action::UnprotectDestination {
-        resource_version: claim.resource_version.clone(),
-        finalizers: claim
-            .finalizers
-            .iter()
-            .filter(|f| *f != FINALIZER_TRANSFER_PROTECTION)
-            .cloned()
-            .collect(),
-    }
-}
-
-/// Whether the pair still holds a finalizer it must let go. A standing
-/// offer's own finalizer is shared by all its pairs: the offer lets it go.
-fn finalizers_held(f: &Facts) -> bool {
-    (has_finalizer(&f.source) && !f.source.is_standing_offer())
-        || match &f.peer {
-            Peer::Found(d) => has_finalizer(d),
-            _ => false,
-        }
 }
 
 pub fn has_finalizer(t: &NamespaceTransfer) -> bool {
@@ -1159,106 +756,6 @@ pub fn destination_text(reason: &str) -> &'static str {
         "Locked" => "the source claim is locked for the transfer; its volume is being handed over",
         _ => "see the transfer in the other namespace",
     }
-}
-
-/// What R3 and R4 need of the source claim, taken at R1.
-pub fn snapshot_of(claim: &Claim, volume: &Volume) -> SourceClaimSnapshot {
-    SourceClaimSnapshot {
-        name: claim.name.clone(),
-        uid: claim.uid.clone(),
-        volume_name: volume.name.clone(),
-        storage_request: claim.shape.request.clone().map(Quantity),
-        storage_class_name: claim.shape.storage_class_name.clone(),
-        access_modes: claim.shape.access_modes.clone(),
-        volume_mode: claim.shape.volume_mode.clone(),
-        volume_attributes_class_name: claim.shape.volume_attributes_class_name.clone(),
-    }
-}
-
-/// The destination claim R3 makes: pre-bound to the volume, in the
-/// volume's class (named explicitly, even when empty, so that no default
-/// class is chosen for it), requesting the whole volume (so that the
-/// destination's quota counts what it receives), shaped like the source,
-/// locked as ours (by a [`destination_lock`], which the destination cannot
-/// trace to any object of the source's), held by our finalizer until the
-/// transfer is done with it, with no ownerReferences.
-pub fn destination_claim(
-    s: &NamespaceTransfer,
-    dest_ns: &str,
-    dest_name: &str,
-    snapshot: &SourceClaimSnapshot,
-    volume: &Volume,
-) -> PersistentVolumeClaim {
-    // The claim the destination asked for, never the clone that carries it
-    // (in Move mode they are the same).
-    let annotations = [
-        (
-            ANNOTATION_TRANSFERRED_FROM.to_owned(),
-            format!("{}/{}", s.source_namespace(), s.spec.source.name),
-        ),
-        (
-            ANNOTATION_TRANSFER_LOCK.to_owned(),
-            destination_lock(s, dest_ns, dest_name),
-        ),
-    ];
-    let request = larger_quantity(
-        snapshot.storage_request.as_ref().map(|q| q.0.as_str()),
-        volume.capacity.as_deref(),
-    );
-    PersistentVolumeClaim {
-        metadata: ObjectMeta {
-            name: Some(dest_name.to_owned()),
-            namespace: Some(dest_ns.to_owned()),
-            annotations: Some(annotations.into_iter().collect()),
-            finalizers: Some(vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PersistentVolumeClaimSpec {
-            volume_name: Some(volume.name.clone()),
-            storage_class_name: Some(volume.storage_class_name.clone().unwrap_or_default()),
-            access_modes: (!snapshot.access_modes.is_empty())
-                .then(|| snapshot.access_modes.clone()),
-            volume_mode: snapshot.volume_mode.clone(),
-            volume_attributes_class_name: snapshot.volume_attributes_class_name.clone(),
-            resources: request.map(|q| VolumeResourceRequirements {
-                requests: Some([("storage".to_owned(), Quantity(q))].into_iter().collect()),
-                ..VolumeResourceRequirements::default()
-            }),
-            ..PersistentVolumeClaimSpec::default()
-        }),
-        status: None,
-    }
-}
-
-/// Whether `claim` is exactly what R3 makes as `expected`: adopting such a
-/// claim after a crash right after R3 gives nobody anything R3 would not
-/// have given (a tenant's look-alike with a smaller request, another class,
-/// a data source or an owner is refused).
-pub fn made_as(claim: &Claim, expected: &PersistentVolumeClaim) -> bool {
-    same_shape(&claim.shape, &Claim::from(expected).shape)
-}
-
-/// Whether a claim's shape is `want`'s, request compared as a quantity.
-fn same_shape(have: &ClaimShape, want: &ClaimShape) -> bool {
-    let mode = |m: &Option<String>| m.clone().unwrap_or_else(|| "Filesystem".to_owned());
-    let mut want_modes = want.access_modes.clone();
-    let mut have_modes = have.access_modes.clone();
-    want_modes.sort();
-    have_modes.sort();
-    let same_request = match (&want.request, &have.request) {
-        (Some(a), Some(b)) => quantity_bytes(a).is_some() && quantity_bytes(a) == quantity_bytes(b),
-        (None, None) => true,
-        _ => false,
-    };
-    !have.extras
-        && have.volume_name == want.volume_name
-        && have.data_source_claim == want.data_source_claim
-        && have.storage_class_name.clone().unwrap_or_default()
-            == want.storage_class_name.clone().unwrap_or_default()
-        && want_modes == have_modes
-        && mode(&have.volume_mode) == mode(&want.volume_mode)
-        && have.volume_attributes_class_name == want.volume_attributes_class_name
-        && same_request
 }
 
 #[cfg(test)]

@@ -6,12 +6,15 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::*;
 use crate::api::meta::Requester;
+use crate::api::namespace_transfer::ANNOTATION_TRANSFER_LOCK;
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransferSpec, NamespaceTransferStatus, PeerReference,
     TransferDestination, TransferSource,
 };
 use crate::api::namespace_transfer::{ANNOTATION_CLONE_OF, REASON_CLONE_FAILED};
+use crate::controller::transfer::facts::{Claim, Volume};
 use crate::controller::transfer::facts::{ClaimRef, ClaimShape};
+use crate::controller::transfer::matching::destination_lock;
 
 const S_UID: &str = "uid-give";
 const D_UID: &str = "uid-take";

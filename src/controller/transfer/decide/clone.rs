@@ -1,0 +1,220 @@
+//! Clone mode before the hand-over: C1 makes the clone beside the source
+//! claim, C2 waits for it to be bound, and which claim the protocol moves
+//! (the source claim, or that clone) and under what name.
+
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, TypedLocalObjectReference,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::controller::transfer::facts::{Claim, ClassPolicy, Facts, Peer};
+
+use super::{
+    destination_of, finish_failed, has_finalizer, recorded_source, rights_and_admission, uid_of,
+    wait, Action, Report, REASON_CLONE_NEEDS_CONSUMER, REASON_CLONING, REASON_SOURCE_NOT_FOUND,
+    REASON_STORAGE_CLASS_NOT_ALLOWED, REASON_WAITING_FOR_CAPACITY,
+};
+use crate::api::namespace_transfer::{
+    NamespaceTransfer, NamespaceTransferPhase as Phase, TransferMode, ANNOTATION_CLONE_FOR,
+    ANNOTATION_CLONE_OF, ANNOTATION_TRANSFER_LOCK, REASON_CLONE_FAILED, REASON_DESTINATION_EXISTS,
+};
+use crate::controller::transfer::matching::receiver_uid;
+
+/// C1 and C2 (Clone mode): make the clone beside the source claim, and wait
+/// until it is Bound; `None` once it is, and R1–R6 move it. The source claim
+/// itself is only read.
+pub(super) fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Action> {
+    let s = &f.source;
+    let source_ns = s.source_namespace();
+    let origin_name = s.spec.source.name.as_str();
+    let Some(origin) = &f.clone_source else {
+        return Some(finish_failed(Report::new(
+            REASON_SOURCE_NOT_FOUND,
+            format!("PersistentVolumeClaim {source_ns}/{origin_name} does not exist"),
+        )));
+    };
+    let (dest_ns, dest_name) = destination_of(s, d);
+    if f.destination_claim.is_some() {
+        return Some(finish_failed(Report::shared(
+            REASON_DESTINATION_EXISTS,
+            format!(
+                "PersistentVolumeClaim {dest_ns}/{dest_name} already exists and was not created by this transfer"
+            ),
+        )));
+    }
+    if let ClassPolicy::Refused(why) = &f.class {
+        return Some(finish_failed(Report::new(
+            REASON_STORAGE_CLASS_NOT_ALLOWED,
+            why.clone(),
+        )));
+    }
+    let clone_name = moved_claim_name(s, d);
+    let Some(clone) = &f.moved_claim else {
+        if let Some(class) = &f.clone_waits_for_consumer {
+            return Some(finish_failed(Report::new(
+                REASON_CLONE_NEEDS_CONSUMER,
+                format!(
+                    "StorageClass {class:?} of {source_ns}/{origin_name} binds volumes \
+                     WaitForFirstConsumer: a clone no pod uses would never be provisioned; \
+                     clone a claim of a class with volumeBindingMode Immediate"
+                ),
+            )));
+        }
+        if !has_finalizer(s) || !has_finalizer(d) {
+            return Some(Action::Protect);
+        }
+        if f.at_capacity {
+            return Some(wait(
+                Phase::WaitingForRelease,
+                Report::new(
+                    REASON_WAITING_FOR_CAPACITY,
+                    format!(
+                        "the offer's clones alive reach its maxClones ({}); waiting until one is deleted",
+                        s.max_clones().unwrap_or_default()
+                    ),
+                ),
+                false,
+            ));
+        }
+        // C1 is a write under the server's identity: the parties' rights
+        // first, as before R2 and R4.
+        if let Some(action) = rights_and_admission(f, false) {
+            return Some(action);
+        }
+        return Some(Action::CreateClone(Box::new(clone_claim(s, d, origin))));
+    };
+    if !is_our_clone(s, &receiver_uid(s, d), clone) {
+        return Some(finish_failed(Report::new(
+            REASON_CLONE_FAILED,
+            format!(
+                "PersistentVolumeClaim {source_ns}/{clone_name} already exists and was not made by this transfer"
+            ),
+        )));
+    }
+    if clone.deleting {
+        return Some(finish_failed(Report::new(
+            REASON_CLONE_FAILED,
+            format!("the clone {source_ns}/{clone_name} was deleted before it was handed over"),
+        )));
+    }
+    if clone.phase == "Bound" {
+        return None;
+    }
+    // Unbound past the timeout, whatever the reason (a provisioner that
+    // fails, or none that ever answers): the clone is given up, and with it
+    // the quota and storage it holds in the source namespace.
+    if f.now.saturating_sub(clone.created) >= f.clone_timeout {
+        let why = match &f.clone_failure {
+            Some(failure) => format!("could not be provisioned: {failure}"),
+            None => format!("was not bound within {}s", f.clone_timeout),
+        };
+        return Some(finish_failed(Report::new(
+            REASON_CLONE_FAILED,
+            format!("the clone {source_ns}/{clone_name} of {source_ns}/{origin_name} {why}"),
+        )));
+    }
+    let why = f
+        .clone_failure
+        .as_deref()
+        .map(|m| format!("; the provisioner says: {m}"))
+        .unwrap_or_default();
+    Some(wait(
+        Phase::WaitingForRelease,
+        Report::new(
+            REASON_CLONING,
+            format!(
+                "waiting for the clone {source_ns}/{clone_name} of {source_ns}/{origin_name} to be provisioned{why}"
+            ),
+        ),
+        false,
+    ))
+}
+
+/// The claim the protocol moves: the source claim in Move mode, its clone
+/// in Clone mode.
+pub fn moved_claim_name(s: &NamespaceTransfer, d: &NamespaceTransfer) -> String {
+    match s.mode() {
+        TransferMode::Move => s.spec.source.name.clone(),
+        TransferMode::Clone => s.clone_claim_name(&receiver_uid(s, d)),
+    }
+}
+
+/// [`moved_claim_name`] from what is known of the peer: the live one, or
+/// the uid recorded at the match once it is gone (the clone is named after
+/// that, see [`receiver_uid`]); `None` for a clone whose receiver is not
+/// known yet.
+pub fn moved_claim_name_of(s: &NamespaceTransfer, peer: &Peer) -> Option<String> {
+    match (s.mode(), peer) {
+        (TransferMode::Move, _) => Some(s.spec.source.name.clone()),
+        (TransferMode::Clone, Peer::Itself) => Some(moved_claim_name(s, s)),
+        (TransferMode::Clone, Peer::Found(d)) => Some(moved_claim_name(s, d)),
+        (TransferMode::Clone, Peer::Gone | Peer::Unmatched) => s
+            .status
+            .as_ref()
+            .and_then(|st| st.peer.as_ref())
+            .and_then(|p| p.uid.as_deref())
+            .map(|uid| s.clone_claim_name(uid)),
+    }
+}
+
+/// The clone C1 makes: in the source namespace, cloned from the source
+/// claim (`dataSource`), in its class, with its modes and request, born
+/// with our lock so that R1 has nothing left to take.
+pub fn clone_claim(
+    s: &NamespaceTransfer,
+    d: &NamespaceTransfer,
+    origin: &Claim,
+) -> PersistentVolumeClaim {
+    let source_ns = s.source_namespace();
+    let annotations = [
+        (
+            ANNOTATION_CLONE_OF.to_owned(),
+            format!("{source_ns}/{}", origin.name),
+        ),
+        (ANNOTATION_TRANSFER_LOCK.to_owned(), uid_of(s).to_owned()),
+        (ANNOTATION_CLONE_FOR.to_owned(), receiver_uid(s, d)),
+    ];
+    let shape = &origin.shape;
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(moved_claim_name(s, d)),
+            namespace: Some(source_ns.to_owned()),
+            annotations: Some(annotations.into_iter().collect()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            data_source: Some(TypedLocalObjectReference {
+                api_group: None,
+                kind: "PersistentVolumeClaim".to_owned(),
+                name: origin.name.clone(),
+            }),
+            storage_class_name: shape.storage_class_name.clone(),
+            access_modes: (!shape.access_modes.is_empty()).then(|| shape.access_modes.clone()),
+            volume_mode: shape.volume_mode.clone(),
+            resources: shape.request.clone().map(|q| VolumeResourceRequirements {
+                requests: Some([("storage".to_owned(), Quantity(q))].into_iter().collect()),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Whether `clone` (found under the clone's name) is the one C1 made for
+/// this pair: our lock, made for this receiver (`clone-for`: a standing
+/// offer's pairs share its lock, and five characters of a uid may repeat),
+/// cloned from the source claim and from nothing else, and once R1 recorded
+/// it, that very claim. A claim without our lock is
+/// never adopted, and so never deleted by a rollback. (Only the source
+/// namespace, which consented to the clone, can make a look-alike with our
+/// lock; adopting it hands over nothing it did not offer.)
+pub(super) fn is_our_clone(s: &NamespaceTransfer, receiver: &str, clone: &Claim) -> bool {
+    clone.lock.as_deref() == Some(uid_of(s))
+        && clone.clone_for.as_deref() == Some(receiver)
+        && !clone.shape.extras
+        && clone.shape.data_source_claim.as_deref() == Some(s.spec.source.name.as_str())
+        && recorded_source(s).is_none_or(|snapshot| snapshot.uid == clone.uid)
+}

@@ -1,0 +1,229 @@
+//! After the commit, only forward (R5, R6, a lost destination), and the
+//! end of a pair: tidying a finished one, and the rollback of one that
+//! failed or was cancelled before the commit.
+
+use std::time::Duration;
+
+use crate::controller::transfer::facts::{Claim, Facts, Peer, Volume};
+
+use super::{
+    has_finalizer, is_our_clone, recorded_destination, recorded_source, uid_of, Action, Report,
+    REASON_DESTINATION_LOST, REASON_WAITING_FOR_BINDING,
+};
+use crate::api::namespace_transfer::{
+    ClaimReference, NamespaceTransferPhase as Phase, TransferMode, FINALIZER_TRANSFER_PROTECTION,
+};
+use crate::controller::transfer::matching::{holds_claim, receiver_uid};
+
+pub(super) fn forward(f: &Facts, dest: &ClaimReference, volume: &Volume) -> Action {
+    let s = &f.source;
+    let source_ns = s.source_namespace();
+    let mine = uid_of(s);
+    // R5: the source claim no longer holds the volume.
+    if let Some(snapshot) = recorded_source(s) {
+        if let Some(claim) = &f.moved_claim {
+            if claim.uid == snapshot.uid && !claim.deleting {
+                return Action::ReleaseSource {
+                    uid: claim.uid.clone(),
+                };
+            }
+        }
+    }
+    let ours = f.destination_claim.as_ref().filter(|c| c.uid == dest.uid);
+    if let Some(claim) = ours.filter(|c| c.deleting) {
+        // Deleted before the transfer completed: keep the volume, then let
+        // the claim go. The hold is a write to the volume that records the
+        // claim, so that it also fences: any decision made before it on the
+        // volume (a stale leader's R6) fails its resourceVersion.
+        if volume.marker.as_deref() != Some(mine)
+            || volume.reclaim_policy != "Retain"
+            || volume.destination_lost.as_deref() != Some(dest.uid.as_str())
+        {
+            return Action::Rehold {
+                resource_version: volume.resource_version.clone(),
+            };
+        }
+        if claim.protected() {
+            return unprotect_destination(claim);
+        }
+    }
+    let live = ours.filter(|c| !c.deleting);
+    let Some(claim) = live else {
+        let reason = s.status.as_ref().and_then(|st| st.reason.as_deref());
+        if reason != Some(REASON_DESTINATION_LOST) {
+            return Action::DestinationLost {
+                report: Report::new(
+                    REASON_DESTINATION_LOST,
+                    format!(
+                        "PersistentVolumeClaim {}/{} was deleted after volume {} was handed to it; the volume is kept (reclaim policy Retain) for an administrator",
+                        dest.namespace, dest.name, volume.name
+                    ),
+                ),
+            };
+        }
+        if finalizers_held(f) {
+            return Action::DropFinalizers;
+        }
+        return Action::Nothing { after: None };
+    };
+    let _ = source_ns;
+    let bound =
+        claim.phase == "Bound" && claim.volume_name.as_deref() == Some(volume.name.as_str());
+    let locked = claim
+        .lock
+        .as_deref()
+        .is_some_and(|l| holds_claim(s, l, &dest.namespace, &dest.name));
+    if !bound {
+        if locked {
+            return Action::UnlockDestination;
+        }
+        return Action::Wait {
+            phase: Phase::Rebinding,
+            report: Report::shared(
+                REASON_WAITING_FOR_BINDING,
+                format!(
+                    "waiting for PersistentVolumeClaim {}/{} to be bound to its volume",
+                    dest.namespace, dest.name
+                ),
+            ),
+            in_use: false,
+            after: Some(Duration::from_secs(1)),
+        };
+    }
+    // R6: Bound to a live claim it names, so Delete may come back.
+    if volume.marker.as_deref() == Some(mine) {
+        if volume.phase == "Bound" {
+            return Action::Settle {
+                resource_version: volume.resource_version.clone(),
+                policy: volume
+                    .original_policy
+                    .clone()
+                    .unwrap_or_else(|| volume.reclaim_policy.clone()),
+            };
+        }
+        return Action::Nothing {
+            after: Some(Duration::from_secs(1)),
+        };
+    }
+    if locked {
+        return Action::UnlockDestination;
+    }
+    Action::Complete
+}
+
+/// Completed: let the destination claim go, make the peer say so, let
+/// both objects go, mind the TTL.
+pub(super) fn tidy(f: &Facts) -> Action {
+    if let Some(dest) = recorded_destination(&f.source) {
+        if let Some(claim) = f
+            .destination_claim
+            .as_ref()
+            .filter(|c| c.uid == dest.uid && c.protected())
+        {
+            return unprotect_destination(claim);
+        }
+    }
+    if let Peer::Found(d) = &f.peer {
+        let peer_phase = d.status.as_ref().and_then(|st| st.phase);
+        let source_phase = f.source.status.as_ref().and_then(|st| st.phase);
+        if peer_phase != source_phase {
+            return Action::Mirror;
+        }
+    }
+    if finalizers_held(f) {
+        return Action::DropFinalizers;
+    }
+    Action::Expire
+}
+
+/// Failed or Cancelled before the commit: undo in the order that fences a
+/// stale leader first, then let go.
+pub(super) fn roll_back(f: &Facts) -> Action {
+    let s = &f.source;
+    let mine = uid_of(s);
+    let source_ns = s.source_namespace();
+    if let Some(volume) = f
+        .volume
+        .as_ref()
+        .filter(|v| v.marker.as_deref() == Some(mine))
+    {
+        let source_bound = f.moved_claim.as_ref().is_some_and(|c| {
+            c.phase == "Bound" && !c.deleting && volume.names(source_ns, &c.name, &c.uid)
+        });
+        let restore = (volume.phase == "Bound" && source_bound)
+            .then(|| volume.original_policy.clone())
+            .flatten();
+        return Action::Unmark {
+            resource_version: volume.resource_version.clone(),
+            restore,
+        };
+    }
+    if let Some(dest) = recorded_destination(s) {
+        let committed = f
+            .volume
+            .as_ref()
+            .is_some_and(|v| v.names(&dest.namespace, &dest.name, &dest.uid));
+        if let Some(claim) = f.destination_claim.as_ref().filter(|c| c.uid == dest.uid) {
+            if !claim.deleting && !committed {
+                return Action::DeleteDestination {
+                    uid: claim.uid.clone(),
+                };
+            }
+            if claim.deleting && claim.protected() {
+                return unprotect_destination(claim);
+            }
+        }
+    }
+    if let Some(claim) = &f.moved_claim {
+        if s.mode() == TransferMode::Clone {
+            let receiver = match &f.peer {
+                Peer::Itself => Some(receiver_uid(s, s)),
+                Peer::Found(d) => Some(receiver_uid(s, d)),
+                Peer::Gone | Peer::Unmatched => s
+                    .status
+                    .as_ref()
+                    .and_then(|st| st.peer.as_ref())
+                    .and_then(|p| p.uid.clone()),
+            };
+            let ours = receiver.is_some_and(|r| is_our_clone(s, &r, claim));
+            if ours && !claim.deleting {
+                return Action::DeleteClone {
+                    name: claim.name.clone(),
+                    uid: claim.uid.clone(),
+                };
+            }
+            return tidy(f);
+        }
+        let snapshot_uid = recorded_source(s).map(|snap| snap.uid.as_str());
+        let ours = snapshot_uid.is_none_or(|uid| uid == claim.uid);
+        if ours && claim.lock.as_deref() == Some(mine) {
+            return Action::Unlock {
+                resource_version: claim.resource_version.clone(),
+            };
+        }
+    }
+    tidy(f)
+}
+
+/// Takes our finalizer off `claim`, keeping everyone else's.
+pub(super) fn unprotect_destination(claim: &Claim) -> Action {
+    Action::UnprotectDestination {
+        resource_version: claim.resource_version.clone(),
+        finalizers: claim
+            .finalizers
+            .iter()
+            .filter(|f| *f != FINALIZER_TRANSFER_PROTECTION)
+            .cloned()
+            .collect(),
+    }
+}
+
+/// Whether the pair still holds a finalizer it must let go. A standing
+/// offer's own finalizer is shared by all its pairs: the offer lets it go.
+pub(super) fn finalizers_held(f: &Facts) -> bool {
+    (has_finalizer(&f.source) && !f.source.is_standing_offer())
+        || match &f.peer {
+            Peer::Found(d) => has_finalizer(d),
+            _ => false,
+        }
+}
