@@ -1,0 +1,261 @@
+//! Everyone but the controller: what kube-controller-manager and the CSI
+//! provisioner do next, and the moves a tenant, a stale leader or the clock
+//! may make, each at most once per run.
+
+use super::{Move, Pv, Pvc, Tx, World, MOVES};
+
+impl World {
+    /// The one thing kube-controller-manager or the provisioner would do
+    /// next, if any (they act on their own, in any order with the rest).
+    pub(super) fn cluster_steps(&self) -> Vec<World> {
+        let mut out = Vec::new();
+        // Clone mode: the provisioner makes the clone's volume, bound to it.
+        if let Some(c) = self
+            .source
+            .as_ref()
+            .filter(|c| self.clone_mode && !c.volume && c.phase == "Pending" && !c.deleting)
+        {
+            if self.volume.is_none() && !self.deleted {
+                let mut w = self.clone();
+                let rv = w.bump();
+                w.volume = Some(Pv {
+                    rv,
+                    claim: (false, c.uid),
+                    delete_policy: true,
+                    original_delete: None,
+                    marker: None,
+                    lost: None,
+                    phase: "Bound",
+                });
+                if let Some(c) = w.source.as_mut() {
+                    c.volume = true;
+                }
+                out.push(w);
+            }
+        }
+        let exists = |w: &World, dest: bool, uid: u32| {
+            let c = if dest { &w.destination } else { &w.source };
+            c.as_ref().is_some_and(|c| c.uid == uid)
+        };
+        if let Some(v) = &self.volume {
+            let (dest, uid) = v.claim;
+            // Bind the claim the volume names.
+            for (is_dest, claim) in [(false, &self.source), (true, &self.destination)] {
+                if let Some(c) = claim {
+                    if is_dest == dest
+                        && c.uid == uid
+                        && c.volume
+                        && c.phase != "Bound"
+                        && !c.deleting
+                    {
+                        let mut w = self.clone();
+                        let (rv1, rv2) = (w.bump(), w.bump());
+                        let target = if is_dest {
+                            &mut w.destination
+                        } else {
+                            &mut w.source
+                        };
+                        if let Some(c) = target.as_mut() {
+                            c.phase = "Bound";
+                            c.rv = rv1;
+                        }
+                        if let Some(v) = w.volume.as_mut() {
+                            if v.phase != "Bound" {
+                                v.phase = "Bound";
+                                v.rv = rv2;
+                            }
+                        }
+                        out.push(w);
+                    }
+                    // A bound claim the volume no longer names is Lost.
+                    if c.phase == "Bound" && (is_dest != dest || c.uid != uid) {
+                        let mut w = self.clone();
+                        let rv = w.bump();
+                        let target = if is_dest {
+                            &mut w.destination
+                        } else {
+                            &mut w.source
+                        };
+                        if let Some(c) = target.as_mut() {
+                            c.phase = "Lost";
+                            c.rv = rv;
+                        }
+                        out.push(w);
+                    }
+                }
+            }
+            // A volume whose claim is gone is Released.
+            if v.phase == "Bound" && !exists(self, dest, uid) {
+                let mut w = self.clone();
+                let rv = w.bump();
+                if let Some(v) = w.volume.as_mut() {
+                    v.phase = "Released";
+                    v.rv = rv;
+                }
+                out.push(w);
+            }
+            // The provisioner deletes a Released volume under Delete.
+            if v.phase == "Released" && v.delete_policy {
+                let mut w = self.clone();
+                w.volume = None;
+                w.deleted = true;
+                out.push(w);
+            }
+        }
+        // pvc-protection lets a deleting claim go once no pod uses it.
+        if self
+            .source
+            .as_ref()
+            .is_some_and(|c| c.deleting && !c.finalizer)
+            && !self.pod
+        {
+            let mut w = self.clone();
+            w.source = None;
+            out.push(w);
+        }
+        if self
+            .destination
+            .as_ref()
+            .is_some_and(|c| c.deleting && !c.finalizer)
+        {
+            let mut w = self.clone();
+            w.destination = None;
+            out.push(w);
+        }
+        // A deleted object without finalizers goes.
+        for source_side in [true, false] {
+            let tx = if source_side { &self.s } else { &self.d };
+            if tx.exists && tx.deleting && !tx.finalizer {
+                let mut w = self.clone();
+                let tx = if source_side { &mut w.s } else { &mut w.d };
+                tx.exists = false;
+                out.push(w);
+            }
+        }
+        out
+    }
+
+    /// The tenants' and the stale leader's moves still allowed.
+    pub(super) fn moves(&self) -> Vec<World> {
+        let mut out = Vec::new();
+        for m in MOVES {
+            if !self.may(m) {
+                continue;
+            }
+            let mut w = self.clone();
+            w.made |= m as u16;
+            let ok = match m {
+                Move::DeleteSourceClaim | Move::DeleteDestinationClaim => {
+                    let dest = m == Move::DeleteDestinationClaim;
+                    // The owner's deletion counts as the owner's when no
+                    // transfer holds the volume: before R2, or once the
+                    // transfer has finished and is only putting things back.
+                    let unheld =
+                        w.volume.as_ref().is_some_and(|v| v.marker.is_none()) || !w.s.active();
+                    let untouched_and_named = |uid: u32| {
+                        unheld
+                            && w.volume.as_ref().is_some_and(|v| {
+                                v.claim == (dest, uid)
+                                    && (v.delete_policy || v.original_delete == Some(true))
+                            })
+                    };
+                    let claim = if dest { &w.destination } else { &w.source };
+                    match claim.as_ref().map(|c| (c.uid, c.deleting)) {
+                        Some((uid, false)) => {
+                            if untouched_and_named(uid) {
+                                w.owner_released = true;
+                            }
+                            let claim = if dest {
+                                &mut w.destination
+                            } else {
+                                &mut w.source
+                            };
+                            if let Some(c) = claim.as_mut() {
+                                c.deleting = true;
+                            }
+                            true
+                        }
+                        _ => false,
+                    }
+                }
+                Move::DeleteSource => {
+                    let ok = w.s.exists && !w.s.deleting;
+                    w.s.deleting = true;
+                    ok
+                }
+                Move::DeleteRequest => {
+                    let ok = w.d.exists && !w.d.deleting;
+                    w.d.deleting = true;
+                    ok
+                }
+                Move::RecreateRequest => {
+                    if w.d.exists {
+                        false
+                    } else {
+                        let uid = w.next_uid;
+                        w.next_uid += 1;
+                        w.d = Tx::new(uid);
+                        true
+                    }
+                }
+                Move::ForgeDestination => {
+                    if w.destination.is_some() {
+                        false
+                    } else {
+                        let uid = w.next_uid;
+                        w.next_uid += 1;
+                        let rv = w.bump();
+                        w.destination = Some(Pvc {
+                            uid,
+                            rv,
+                            phase: "Pending",
+                            volume: true,
+                            lock: Some(w.s.uid),
+                            deleting: false,
+                            finalizer: false,
+                            as_made: false,
+                        });
+                        true
+                    }
+                }
+                Move::StartPod => {
+                    let ok = !w.pod && w.source.is_some();
+                    w.pod = true;
+                    ok
+                }
+                Move::StopPod => {
+                    let ok = w.pod;
+                    w.pod = false;
+                    ok
+                }
+                Move::CloneTimesOut => w.clone_mode,
+                Move::RevokeRight => {
+                    w.rights = false;
+                    true
+                }
+                Move::RefuseAdmission => {
+                    w.admission = false;
+                    true
+                }
+                Move::StaleGather => {
+                    let mut seen = self.clone();
+                    seen.stale = None;
+                    w.stale = Some(Box::new(seen));
+                    true
+                }
+                Move::StaleAct => match w.stale.take() {
+                    Some(seen) => {
+                        let action = seen.decision();
+                        out.extend(w.apply(&action, &seen));
+                        continue;
+                    }
+                    None => false,
+                },
+            };
+            if ok {
+                out.push(w);
+            }
+        }
+        out
+    }
+}
