@@ -290,6 +290,24 @@ impl World {
         }
     }
 
+    /// A claim created now, Pending: a fresh uid and the next revision;
+    /// `volume` when it is pre-bound to the volume, `lock` the transfer
+    /// whose lock it is born with.
+    fn new_claim(&mut self, volume: bool, lock: u32, finalizer: bool, as_made: bool) -> Pvc {
+        let uid = self.next_uid;
+        self.next_uid += 1;
+        Pvc {
+            uid,
+            rv: self.bump(),
+            phase: "Pending",
+            volume,
+            lock: Some(lock),
+            deleting: false,
+            finalizer,
+            as_made,
+        }
+    }
+
     fn bump(&mut self) -> u32 {
         self.rv += 1;
         self.rv

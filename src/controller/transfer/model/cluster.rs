@@ -2,7 +2,7 @@
 //! provisioner do next, and the moves a tenant, a stale leader or the clock
 //! may make, each at most once per run.
 
-use super::{Move, Pv, Pvc, Tx, World, MOVES};
+use super::{Move, Pv, Tx, World, MOVES};
 
 impl World {
     /// The one thing kube-controller-manager or the provisioner would do
@@ -202,19 +202,8 @@ impl World {
                     if w.destination.is_some() {
                         false
                     } else {
-                        let uid = w.next_uid;
-                        w.next_uid += 1;
-                        let rv = w.bump();
-                        w.destination = Some(Pvc {
-                            uid,
-                            rv,
-                            phase: "Pending",
-                            volume: true,
-                            lock: Some(w.s.uid),
-                            deleting: false,
-                            finalizer: false,
-                            as_made: false,
-                        });
+                        let lock = w.s.uid;
+                        w.destination = Some(w.new_claim(true, lock, false, false));
                         true
                     }
                 }

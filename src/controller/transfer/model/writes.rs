@@ -217,20 +217,9 @@ impl World {
                 if w.source.is_some() {
                     return vec![w];
                 }
-                let uid = w.next_uid;
-                w.next_uid += 1;
-                let rv = w.bump();
-                w.source = Some(Pvc {
-                    uid,
-                    rv,
-                    phase: "Pending",
-                    volume: false,
-                    lock: Some(seen.s.uid),
-                    deleting: false,
-                    finalizer: false,
-                    as_made: true,
-                });
-                w.clones.push(uid);
+                let clone = w.new_claim(false, seen.s.uid, false, true);
+                w.clones.push(clone.uid);
+                w.source = Some(clone);
                 vec![w]
             }
             Action::RecordMatch => {
@@ -268,19 +257,9 @@ impl World {
                 if w.destination.is_some() {
                     return vec![w];
                 }
-                let uid = w.next_uid;
-                w.next_uid += 1;
-                let rv = w.bump();
-                w.destination = Some(Pvc {
-                    uid,
-                    rv,
-                    phase: "Pending",
-                    volume: true,
-                    lock: Some(seen.s.uid),
-                    deleting: false,
-                    finalizer: true,
-                    as_made: true,
-                });
+                let claim = w.new_claim(true, seen.s.uid, true, true);
+                let uid = claim.uid;
+                w.destination = Some(claim);
                 w.ours.push(uid);
                 // Crash right after the create, or record its uid too.
                 let crashed = w.clone();
