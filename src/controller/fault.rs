@@ -37,6 +37,28 @@ pub fn after_named(name: &str) {
 #[inline(always)]
 pub fn after_named(_name: &str) {}
 
+/// Called at the boundary after write `n` (from 1) of the plan of the
+/// action `label`; `names` are the points the boundary also is (`R4`,
+/// `R1-count`). Exits or pauses as the environment says.
+#[cfg(feature = "fault-injection")]
+pub async fn at_boundary(label: &str, n: usize, names: impl Iterator<Item = &'static str>) {
+    let boundary = format!("{label}#{n}");
+    let names: Vec<&str> = names.collect();
+    if let Ok(exit) = std::env::var("STA_FAULT_EXIT_AFTER") {
+        if exit == "*" || exit == boundary || names.contains(&exit.as_str()) {
+            eprintln!("fault injection: exiting at {boundary} {names:?}");
+            std::process::exit(FAULT_EXIT_CODE);
+        }
+    }
+    for name in names.iter().copied().chain([boundary.as_str()]) {
+        before_named(name).await;
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub async fn at_boundary(_label: &str, _n: usize, _names: impl Iterator<Item = &'static str>) {}
+
 /// Whether [`before`] pauses before `step`.
 #[cfg(feature = "fault-injection")]
 pub fn pauses_before(step: Step) -> bool {

@@ -13,20 +13,25 @@
 //! - `gather`: the gathering. Our objects live from etcd; claims and
 //!   volumes from the watch copies, live where a copy may be behind this
 //!   controller's own writes, and all live again before a step that no
-//!   precondition fences ([`needs_live_facts`]); pods, rights and admission
+//!   precondition fences ([`decide::needs_live_facts`]); pods, rights and admission
 //!   always live.
-//! - `execute`: the executor, which performs one action, conditional on
-//!   the resourceVersion or uid it was decided on, after checking the
-//!   leadership lease. Then the next reconcile starts from scratch
-//!   (level-triggered): nothing is kept in memory between two writes, so a
-//!   crash between any two loses nothing.
+//! - `plan`: every write an action makes, as data (claims and volumes,
+//!   creates, status edits, finalizers, Events), in order, with the fault
+//!   point after each: what the executor and the model check both run.
+//! - `execute`: the executor, a thin interpreter of a plan: each write
+//!   conditional on the resourceVersion or uid it was decided on, after
+//!   checking the leadership lease. Then the next reconcile starts from
+//!   scratch (level-triggered): nothing is kept in memory between two
+//!   writes, so a crash between any two loses nothing.
 //! - `status`: the writes to our own objects (a pair's status, finalizers,
 //!   the TTL).
 //! - `destination` and `standing`: a Destination-role object's own
 //!   reconcile, and standing clone offers with their pairs.
 //! - this module: the reconcile's entry, and the loop that asks `decide`,
-//!   answers its questions (users, rights, admission, live reads) and hands
-//!   the first action that writes to the executor.
+//!   answers its questions ([`decide::Question`]: users, rights, admission,
+//!   live reads), and hands the first action that writes to the executor;
+//!   a write kube-apiserver refuses comes back as a fact, and is decided
+//!   on again.
 //!
 //! The Source-role (or Both) object of a pair drives it; a Destination-role
 //! object only reports that it waits or was taken, and wakes its Source.
@@ -63,7 +68,7 @@ mod status;
 #[cfg(test)]
 mod model;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,9 +85,11 @@ use crate::authz::Authorizer;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{Context, ListOptions, Shared, Store};
 
-use decide::{decide, name_of, peer_or_self, recorded_source, Action};
+use decide::{decide, name_of, peer_or_self, recorded_source, Action, Question};
+use execute::Outcome;
 use facts::Facts;
 use matching::role_of;
+use plan::step_of;
 use standing::standing_view;
 
 /// The steps of the rebind protocol (§2.1.5).
@@ -142,6 +149,10 @@ impl Step {
         }
     }
 }
+
+/// How many times one reconcile may gather the facts: the first time, once
+/// more with live reads, and once after a fault-injection pause.
+const GATHERINGS: usize = 3;
 
 /// What the transfer controller may be told.
 #[derive(Debug, Clone, Default)]
@@ -257,23 +268,44 @@ impl TransferController {
         acting.scope(self.decide_and_act(facts)).await
     }
 
+    /// Asks [`decide`] what to do, answers its questions, and performs the
+    /// first action that writes.
+    ///
+    /// The loop is bounded by what can happen in one reconcile: a
+    /// gathering of the facts answers each [`Question`] at most once
+    /// (users, rights and admission are `None` until asked, and live reads
+    /// are asked only of watch copies); there are at most [`GATHERINGS`]
+    /// gatherings (the first, the live reads, and a fault-injection pause);
+    /// and a refused write is decided on once, to an action that creates or
+    /// deletes nothing.
     async fn decide_and_act(&self, mut facts: Facts) -> Result<Next, Error> {
+        const ROUNDS: usize = GATHERINGS * (Question::ALL.len() + 1) + 2;
         let mut paused = false;
-        let mut live = false;
-        // At most: users, rights, admission, one pause and its fresh facts,
-        // one live confirmation and its fresh facts (whose users, rights and
-        // admission are asked for again each time).
-        for _ in 0..14 {
+        let mut asked: HashSet<Question> = HashSet::new();
+        for _ in 0..ROUNDS {
             let action = decide(&facts);
             match action {
-                Action::CheckUsers => {
-                    facts.users = Some(self.users_of(&facts).await?);
-                }
-                Action::CheckRights => {
-                    facts.rights = Some(self.check_rights(&facts).await?);
-                }
-                Action::CheckAdmission => {
-                    facts.admission = Some(self.check_admission(&facts).await?);
+                Action::Ask(question) => {
+                    if !asked.insert(question) {
+                        // Asked twice of one gathering: a bug in `decide`;
+                        // never loop on it.
+                        tracing::error!(?question, "the decision asked again what it was told");
+                        return Ok(Next::After(decide::WAIT_POLL));
+                    }
+                    match question {
+                        Question::Users => facts.users = Some(self.users_of(&facts).await?),
+                        Question::Rights => facts.rights = Some(self.check_rights(&facts).await?),
+                        Question::Admission => {
+                            facts.admission = Some(self.check_admission(&facts).await?);
+                        }
+                        Question::LiveReads => {
+                            let Some(fresh) = self.refresh(&facts).await? else {
+                                return Ok(Next::Now);
+                            };
+                            facts = self.gather_live(fresh).await?;
+                            asked.clear();
+                        }
+                    }
                 }
                 Action::Commit { .. } | Action::ReleaseSource { .. }
                     if !paused && step_of(&action).is_some_and(fault::pauses_before) =>
@@ -288,26 +320,21 @@ impl TransferController {
                         return Ok(Next::Now);
                     };
                     facts = self.gather(fresh).await?;
+                    asked.clear();
                 }
-                action if !live && needs_live_facts(&action) => {
-                    // Decided on the watch copies of claims and volumes, and
-                    // not fenced by a precondition on what it rests on: decide
-                    // again on live reads, and do what that says.
-                    live = true;
-                    let Some(fresh) = self.refresh(&facts).await? else {
-                        return Ok(Next::Now);
-                    };
-                    facts = self.gather_live(fresh).await?;
+                action => {
+                    if matches!(action, Action::Lock { .. } | Action::RecordSource(_))
+                        && facts.source.mode() == TransferMode::Clone
+                        && recorded_source(&facts.source).is_none()
+                    {
+                        // C2 writes nothing: it is done once R1 is next.
+                        fault::after_named("C2");
+                    }
+                    match self.execute(&facts, &action).await? {
+                        Outcome::Next(next) => return Ok(next),
+                        Outcome::Refused(refused) => facts.refused = Some(refused),
+                    }
                 }
-                action @ (Action::Lock { .. } | Action::RecordSource(_))
-                    if facts.source.mode() == TransferMode::Clone
-                        && recorded_source(&facts.source).is_none() =>
-                {
-                    // C2 writes nothing: it is done once R1 is next.
-                    fault::after_named("C2");
-                    return self.execute(&facts, action).await;
-                }
-                action => return self.execute(&facts, action).await,
             }
         }
         Ok(Next::Now)
@@ -342,60 +369,6 @@ impl TransferController {
     }
 
     // ----- writes -----------------------------------------------------------------------
-}
-
-// ----- pure helpers ---------------------------------------------------------------------
-
-/// Whether `action` must be decided on live reads of the claims and the
-/// volume rather than the watch copies: the steps that end a transfer or
-/// give the volume back its policy rest on a claim's presence, absence or
-/// state, which no precondition of theirs fences (the others are writes
-/// conditional on the resourceVersion or uid they were decided on, so a
-/// stale copy costs a refused write, never a wrong step).
-fn needs_live_facts(action: &Action) -> bool {
-    matches!(
-        action,
-        Action::Finish { .. }
-            | Action::Settle { .. }
-            | Action::Complete
-            | Action::DestinationLost { .. }
-            | Action::Unmark { .. }
-    )
-}
-
-/// The protocol step an action carries out, for the fault hooks; `None`
-/// for an action that is no step of R1–R6 (or C1). Every action is named,
-/// so a new one must be placed here.
-fn step_of(action: &Action) -> Option<Step> {
-    match action {
-        Action::CreateClone(_) => Some(Step::Clone),
-        Action::Lock { .. } | Action::RecordSource(_) => Some(Step::Lock),
-        Action::Retain { .. } => Some(Step::Retain),
-        Action::CreateDestination(_)
-        | Action::RecordDestination(_)
-        | Action::ProtectDestination { .. } => Some(Step::CreateDestination),
-        Action::Commit { .. } => Some(Step::Commit),
-        Action::ReleaseSource { .. } => Some(Step::ReleaseSource),
-        Action::UnlockDestination | Action::Settle { .. } | Action::Complete => Some(Step::Settle),
-        Action::Nothing { .. }
-        | Action::Wait { .. }
-        | Action::RecordMatch
-        | Action::Finish { .. }
-        | Action::CheckUsers
-        | Action::CheckRights
-        | Action::CheckAdmission
-        | Action::Protect
-        | Action::DeleteClone { .. }
-        | Action::UnprotectDestination { .. }
-        | Action::Rehold { .. }
-        | Action::DestinationLost { .. }
-        | Action::Unmark { .. }
-        | Action::DeleteDestination { .. }
-        | Action::Unlock { .. }
-        | Action::Mirror
-        | Action::DropFinalizers
-        | Action::Expire => None,
-    }
 }
 
 #[cfg(test)]

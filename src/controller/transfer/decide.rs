@@ -47,8 +47,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
 use super::facts::{Admission, ClassPolicy, Facts, Peer};
-pub use super::facts::{Refusal, Side};
+pub use super::facts::{Refusal, Refused, Side};
 use super::matching::{holds_claim, is_named};
+use super::Step;
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, Role, SourceClaimSnapshot,
     TransferMode, FINALIZER_TRANSFER_PROTECTION, REASON_CLONE_FAILED, REASON_DEADLINE_EXCEEDED,
@@ -106,6 +107,10 @@ pub const REASON_COMPLETED: &str = "Completed";
 /// How often a waiting pair looks again even without a triggering event.
 pub const WAIT_POLL: Duration = Duration::from_secs(5);
 
+/// How long a pair whose R5 delete kube-apiserver refused waits before it
+/// tries again (the volume is the destination's already).
+pub const RELEASE_RETRY: Duration = Duration::from_secs(30);
+
 /// What each side is told: a reason from a fixed vocabulary, the whole story
 /// for the side that gives the volume away, and for the receiving side only
 /// what it may know (never the source's pods, requester or volume).
@@ -159,14 +164,9 @@ pub enum Action {
     /// Record the end before the commit: Failed or Cancelled, on both. The
     /// rollback is decided afterwards, from the recorded phase.
     Finish { phase: Phase, report: Report },
-    /// List the pods that use the claim the protocol moves (live) and
-    /// decide again.
-    CheckUsers,
-    /// Re-run both parties' SubjectAccessReviews (uncached) and decide again.
-    CheckRights,
-    /// Ask kube-apiserver with `dryRun=All` whether the R3 create and the R5
-    /// delete would be admitted, and decide again.
-    CheckAdmission,
+    /// Not a write: a fact the decision needs before it can say what to
+    /// do. The controller answers it and decides again.
+    Ask(Question),
     /// Put the transfer-protection finalizer on both objects.
     Protect,
     /// C1 (Clone mode): create the clone of the source claim beside it, born
@@ -243,8 +243,113 @@ pub enum Action {
     Expire,
 }
 
+/// A fact the decision asks for ([`Action::Ask`]), gathered only when a
+/// step needs it, right before the write it guards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Question {
+    /// The pods that use the claim the protocol moves (a live LIST).
+    Users,
+    /// Both parties' rights, re-checked with uncached SubjectAccessReviews.
+    Rights,
+    /// Whether kube-apiserver would admit the R3 create and the R5 delete
+    /// (`dryRun=All`).
+    Admission,
+    /// The claims and the volume read live: the decision was made on watch
+    /// copies, and its step rests on something no precondition fences.
+    LiveReads,
+}
+
+impl Question {
+    /// Every question, in no order.
+    pub const ALL: [Question; 4] = [
+        Question::Users,
+        Question::Rights,
+        Question::Admission,
+        Question::LiveReads,
+    ];
+}
+
 /// The next step for the pair that `f.source` drives.
+///
+/// A write this reconcile had refused ([`Facts::refused`]) is decided on
+/// first; an action that must rest on live reads asks for them
+/// ([`Question::LiveReads`]) when the facts are watch copies.
 pub fn decide(f: &Facts) -> Action {
+    if let Some(refused) = &f.refused {
+        return after_refusal(f, refused);
+    }
+    let action = protocol(f);
+    if !f.live && needs_live_facts(&action) {
+        return Action::Ask(Question::LiveReads);
+    }
+    action
+}
+
+/// Whether `action` must be decided on live reads of the claims and the
+/// volume rather than the watch copies: the steps that end a transfer or
+/// give the volume back its policy rest on a claim's presence, absence or
+/// state, which no precondition of theirs fences (the others are writes
+/// conditional on the resourceVersion or uid they were decided on, so a
+/// stale copy costs a refused write, never a wrong step).
+pub fn needs_live_facts(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::Finish { .. }
+            | Action::Settle { .. }
+            | Action::Complete
+            | Action::DestinationLost { .. }
+            | Action::Unmark { .. }
+    )
+}
+
+/// What a refused create or delete means. Nothing was made, so nothing is
+/// to undo: a refused clone (C1) or destination claim (R3) fails the pair;
+/// a refused release of the source claim (R5) comes after the commit, so
+/// the pair waits, saying why, and tries again.
+fn after_refusal(f: &Facts, refused: &Refused) -> Action {
+    let s = &f.source;
+    let source_ns = s.source_namespace();
+    let message = &refused.message;
+    match refused.step {
+        Step::Clone => {
+            let name = moved_claim_name_of(s, &f.peer).unwrap_or_default();
+            let origin = &s.spec.source.name;
+            finish_failed(Report::new(
+                REASON_CLONE_FAILED,
+                format!(
+                    "creating the clone {source_ns}/{name} of {source_ns}/{origin} was refused: {message}"
+                ),
+            ))
+        }
+        Step::ReleaseSource => {
+            let name = recorded_source(s).map_or(s.spec.source.name.as_str(), |snap| &snap.name);
+            Action::Wait {
+                phase: Phase::Rebinding,
+                report: Report::new(
+                    REASON_SOURCE_RELEASE_REFUSED,
+                    format!(
+                        "the volume was handed over, but deleting PersistentVolumeClaim {source_ns}/{name} is refused: {message}"
+                    ),
+                ),
+                in_use: false,
+                after: Some(RELEASE_RETRY),
+            }
+        }
+        // R3 (and any other step: only creates and deletes are refused).
+        _ => {
+            let (dest_ns, dest_name) = peer_or_self(f).map_or(("", ""), |d| destination_of(s, d));
+            finish_failed(Report::shared(
+                REASON_DESTINATION_REFUSED,
+                format!(
+                    "creating PersistentVolumeClaim {dest_ns}/{dest_name} was refused: {message}"
+                ),
+            ))
+        }
+    }
+}
+
+/// The protocol itself, on the facts as gathered.
+fn protocol(f: &Facts) -> Action {
     let s = &f.source;
     let status = s.status.as_ref();
     let phase = status.and_then(|st| st.phase);
@@ -587,7 +692,7 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
 /// so with `message`); `None` once nobody uses it.
 fn while_in_use(f: &Facts, message: impl FnOnce(&[String]) -> String) -> Option<Action> {
     match f.users.as_deref() {
-        None => Some(Action::CheckUsers),
+        None => Some(Action::Ask(Question::Users)),
         Some([]) => None,
         Some(users) => Some(wait(
             Phase::WaitingForRelease,
@@ -601,7 +706,7 @@ fn while_in_use(f: &Facts, message: impl FnOnce(&[String]) -> String) -> Option<
 /// dry run); `None` once both allow going on.
 fn rights_and_admission(f: &Facts, with_admission: bool) -> Option<Action> {
     match &f.rights {
-        None => return Some(Action::CheckRights),
+        None => return Some(Action::Ask(Question::Rights)),
         Some(Err(refusal)) => {
             let report = match refusal.side {
                 Side::Source => Report::new(REASON_FORBIDDEN, refusal.message.clone()),
@@ -615,7 +720,7 @@ fn rights_and_admission(f: &Facts, with_admission: bool) -> Option<Action> {
         return None;
     }
     match &f.admission {
-        None => Some(Action::CheckAdmission),
+        None => Some(Action::Ask(Question::Admission)),
         Some(Admission::Admitted) => None,
         Some(Admission::DestinationRefused(message)) => Some(finish_failed(Report::shared(
             REASON_DESTINATION_REFUSED,
@@ -759,4 +864,4 @@ pub fn destination_text(reason: &str) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

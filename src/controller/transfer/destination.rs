@@ -55,8 +55,7 @@ impl TransferController {
                 decide::REASON_DELETED,
                 "the matched transfer in the source namespace was deleted",
             );
-            self.write_finish(&d, None, Phase::Cancelled, &report)
-                .await?;
+            self.finish_alone(&d, Phase::Cancelled, &report).await?;
             return self.expire(&d).await;
         }
         let all = self.pair_transfers(&d).await?;
@@ -112,7 +111,7 @@ impl TransferController {
                     REASON_DEADLINE_EXCEEDED,
                     "activeDeadlineSeconds passed before the transfer was matched",
                 );
-                self.write_finish(t, None, Phase::Failed, &report).await?;
+                self.finish_alone(t, Phase::Failed, &report).await?;
                 self.expire(t).await
             }
         }

@@ -84,6 +84,22 @@ pub struct Facts {
     /// Whether kube-apiserver would admit the R3 create and the R5 delete
     /// (`dryRun=All`); `None` until the decision asks.
     pub admission: Option<Admission>,
+    /// Whether the claims and the volume were read live, not from the watch
+    /// copies (which may be behind this controller's own writes).
+    pub live: bool,
+    /// A write of this reconcile that kube-apiserver refused (quota,
+    /// admission, a webhook): the step and the API's message. The decision
+    /// says what that means; nothing was made.
+    pub refused: Option<Refused>,
+}
+
+/// A create or delete of a protocol step that kube-apiserver refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The step whose write was refused: C1, R3 or R5.
+    pub step: super::Step,
+    /// The API's message.
+    pub message: String,
 }
 
 /// The Destination-role side of the pair.

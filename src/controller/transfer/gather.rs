@@ -27,19 +27,20 @@ impl TransferController {
     /// claims and volumes from the watch copies where they can be trusted
     /// (cluster::ReadCache), pods and rights live when the decision asks.
     pub(super) async fn gather(&self, s: NamespaceTransfer) -> Result<Facts, Error> {
-        self.gather_from(&self.cluster, s).await
+        self.gather_from(&self.cluster, s, false).await
     }
 
     /// The facts with every claim and volume read live: what a step that no
-    /// precondition fences is decided on (see [`needs_live_facts`]).
+    /// precondition fences is decided on (see `decide::needs_live_facts`).
     pub(super) async fn gather_live(&self, s: NamespaceTransfer) -> Result<Facts, Error> {
-        self.gather_from(&self.cluster.uncached(), s).await
+        self.gather_from(&self.cluster.uncached(), s, true).await
     }
 
     pub(super) async fn gather_from(
         &self,
         cluster: &Cluster,
         s: NamespaceTransfer,
+        live: bool,
     ) -> Result<Facts, Error> {
         let recorded = s.status.as_ref().and_then(|st| st.peer.clone());
         let peer = if role_of(&s) == Some(Role::Both) {
@@ -176,6 +177,8 @@ impl TransferController {
             lock_holder_active,
             rights: None,
             admission: None,
+            live,
+            refused: None,
         })
     }
 

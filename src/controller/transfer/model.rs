@@ -52,7 +52,7 @@ use std::sync::LazyLock;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use super::decide::{decide, Action};
+use super::decide::{decide, Action, Question};
 use super::facts::{
     Admission, Claim, ClaimRef, ClaimShape, ClassPolicy, Facts, Peer, Refusal, Side, Volume,
 };
@@ -329,9 +329,11 @@ impl World {
                         name: "db".to_owned(),
                         ..TransferSource::default()
                     },
+                    // In Clone mode a name, so that the pair is a one-off
+                    // clone, not a standing offer (which has none).
                     destination: TransferDestination {
                         namespace: "dev".to_owned(),
-                        name: String::new(),
+                        name: if self.clone_mode { "db" } else { "" }.to_owned(),
                     },
                     ..NamespaceTransferSpec::default()
                 },
@@ -558,6 +560,8 @@ impl World {
             lock_holder_active: false,
             rights: None,
             admission: None,
+            live: true,
+            refused: None,
         }
     }
 
@@ -566,7 +570,7 @@ impl World {
         let mut facts = self.facts();
         loop {
             match decide(&facts) {
-                Action::CheckRights => {
+                Action::Ask(Question::Rights) => {
                     facts.rights = Some(if self.rights {
                         Ok(())
                     } else {
@@ -576,7 +580,7 @@ impl World {
                         })
                     });
                 }
-                Action::CheckAdmission => {
+                Action::Ask(Question::Admission) => {
                     facts.admission = Some(if self.admission {
                         Admission::Admitted
                     } else {

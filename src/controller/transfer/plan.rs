@@ -1,365 +1,843 @@
-//! The writes an action makes to the cluster's claims and volumes, as data.
-//!
-//! [`cluster_writes`] is a pure function of the facts a decision was made on
-//! and the action it chose. Its answer is what both sides run:
-//! - the executor performs the list in order against kube-apiserver
-//!   (`execute::perform`), turning each write into its merge patch
-//!   ([`ClusterWrite::patch`]) or its delete;
-//! - the model check (`model.rs`) performs the same list on its model of the
+//! Every write an action makes, as data: [`plan`] is a pure function of
+//! the facts a decision was made on and the action it chose, and its
+//! answer is what both sides run:
+//! - the executor (`execute`) performs the list in order against
+//!   kube-apiserver and etcd, and stops where a write is refused;
+//! - the model check (`model/`) performs the same list on its model of the
 //!   cluster, with a crash point after every write.
 //!
-//! So the model checks the volume and claim writes that run, not a copy of
-//! them. A write that carries a precondition (a resourceVersion, or a uid
-//! for a delete) ends the list when it is refused: the writes after it were
-//! decided on what it would have made true.
+//! So the model checks the writes that run, not a copy of them. A plan
+//! holds:
+//! - writes to claims and volumes ([`ClusterWrite`], built by
+//!   [`cluster_writes`] in `cluster`), each conditional on what it was
+//!   decided on;
+//! - the creates of C1's clone and R3's destination claim;
+//! - writes to our own objects: a status edit ([`StatusChange`]), a
+//!   finalizer, the delete of an expired object;
+//! - Events, and the wake of another object's reconcile.
 //!
-//! Not here yet (the executor still makes them itself): the creates of C1
-//! and R3 (their claims are already data, in the action), the writes to our
-//! own objects (status, finalizers) and Events.
+//! The fault points come from the plan too: the boundary after write `i`
+//! of an action is named `<label>#<i+1>` ([`label`]), and the boundaries
+//! that end a protocol step also carry its name (`R1` … `R6`, `C1`).
+//!
+//! # Adding a source kind or a destination shape
+//! A new source kind (say, a VolumeSnapshot) or destination shape (a claim
+//! the tenant wrote) is an addition here, not a branch in the executor:
+//! - its facts: a field of [`Facts`], gathered in `gather`, and read by
+//!   `decide` (never by the executor);
+//! - its decisions: new [`Action`]s, or new arms of the existing ones, in
+//!   `decide`;
+//! - its lock, retain, commit and release: a [`ClusterWrite`] each (a new
+//!   [`ClaimChange`] or [`VolumeChange`] when it writes something new), and
+//!   the arm of [`plan`] that lists them in order with their status edits
+//!   and Events;
+//! - its step names: [`step_of`] and [`label`] name every action, so the
+//!   compiler asks for them;
+//! - the model: `model/writes.rs` interprets each new kind of write once;
+//!   the decisions and plans come for free.
+//!
+//! The executor needs a change only for a new *kind* of write (a new
+//! variant of [`Write`]), never for a new action.
 
-use serde_json::{json, Value};
+mod cluster;
+
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
 
 use crate::api::namespace_transfer::{
-    ClaimReference, TransferMode, ANNOTATION_DESTINATION_LOST, ANNOTATION_ORIGINAL_RECLAIM_POLICY,
-    ANNOTATION_TRANSFER_LOCK, LABEL_CLONED_UNDER,
+    ClaimReference, NamespaceTransferPhase as Phase, NamespaceTransferStatus, PairRecord, Role,
+    SourceClaimSnapshot, TransferStepName as StepName,
 };
+use crate::controller::events::{claim_reference, reference_to, Severity};
+use crate::controller::{object_key, Next};
 
-use super::decide::{moved_claim_name_of, recorded_destination, recorded_source, uid_of, Action};
-use super::facts::{Facts, VOLUME_MARKER};
+pub(super) use cluster::{cluster_writes, ClusterWrite};
+#[cfg(test)]
+pub(super) use cluster::{ClaimChange, VolumeChange};
 
-/// One write to a PersistentVolume or a claim.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum ClusterWrite {
-    /// A merge patch of the volume `name`, at `resource_version`.
-    Volume {
-        name: String,
-        resource_version: String,
-        change: VolumeChange,
-    },
-    /// A merge patch of the claim `namespace/name`, at `resource_version`
-    /// when one is given.
-    Claim {
+use super::decide::{
+    destination_of, in_use_message, moved_claim_name_of, peer_or_self, recorded_destination,
+    recorded_source, Action, Report, REASON_COMPLETED, REASON_DESTINATION_LOST,
+    REASON_SOURCE_IN_USE, REASON_SOURCE_RELEASE_REFUSED,
+};
+use super::facts::Facts;
+use super::matching::{reference, role_of};
+use super::standing::{is_standing_pair, R1_COUNT};
+use super::status::{completed_for_destination, expiry, received_from, Expiry};
+use super::Step;
+
+/// Which of our own objects a write is to: the object that drives the pair
+/// (`Facts::source`, for a standing offer's pair the offer), or its peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum On {
+    Source,
+    Peer,
+}
+
+/// One write of a plan.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Write {
+    /// A patch or delete of a claim or volume.
+    Cluster(ClusterWrite),
+    /// Create `claim` in `namespace`: C1's clone or R3's destination
+    /// claim. If it exists already, the plan ends (the next decision finds
+    /// it); if kube-apiserver refuses it, the plan ends and the refusal is a
+    /// fact for the next decision.
+    Create {
+        step: Step,
         namespace: String,
-        name: String,
-        resource_version: Option<String>,
-        change: ClaimChange,
+        claim: Box<PersistentVolumeClaim>,
     },
-    /// Delete the claim `namespace/name`, only if its uid is `uid`.
-    DeleteClaim {
-        namespace: String,
-        name: String,
-        uid: String,
-    },
+    /// A read-modify-write of one of our objects' status.
+    Status { on: On, change: StatusChange },
+    /// Our finalizer on one of our objects: added or taken off.
+    Finalizer { on: On, present: bool },
+    /// Delete one of our objects, by its uid (its TTL has passed).
+    Delete(On),
+    /// Publish an Event.
+    Event(EventWrite),
+    /// Reconcile one of our objects again (it is not woken otherwise).
+    Wake(On),
 }
 
-/// What a write changes on the volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum VolumeChange {
-    /// R2: remember the policy, mark the volume as ours, set `Retain`; in
-    /// Clone mode also label it with the offer, for good (what `maxClones`
-    /// counts).
-    Retain {
-        original_policy: String,
-        marker: String,
-        cloned_under: Option<String>,
-    },
-    /// R4, the commit: the volume names the destination claim.
-    Commit { to: ClaimReference },
-    /// After R4, the destination claim is being deleted: `Retain` again,
-    /// marked as ours, naming the lost claim's uid.
-    Rehold {
-        original_policy: String,
-        marker: String,
-        lost: String,
-    },
-    /// R6 and the rollback: take our marks off, and set the reclaim policy
-    /// to `policy` when there is one.
-    Unmark { policy: Option<String> },
+/// A status edit: say `say` (reason and message) first, then `edit`, then
+/// record the peer and its phase, as `update_pair` always did.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct StatusChange {
+    pub say: Option<(&'static str, String)>,
+    pub edit: Edit,
+    /// Record this object as the peer (by the uid the written object may
+    /// know it by).
+    pub peer_of: Option<On>,
+    /// Record the peer's phase.
+    pub peer_phase: Option<PeerPhase>,
 }
 
-/// What a write changes on a claim.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum ClaimChange {
-    /// Our lock annotation, with this value.
-    Lock(String),
-    /// Our lock annotation, taken off.
-    Unlock,
-    /// The claim's finalizers, exactly these.
-    Finalizers(Vec<String>),
+/// Which phase a status write records for the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PeerPhase {
+    /// The written object's own phase, after the edit (the source object
+    /// of a pair, which is its own record).
+    Own,
+    /// The phase the source object was given by the write before this one.
+    Written,
+    /// This phase, known when the plan was made (a standing offer's).
+    Known(Option<Phase>),
 }
 
-impl ClusterWrite {
-    /// Whether the write is made only if a precondition holds; a refused one
-    /// ends the list.
-    pub(super) fn is_conditional(&self) -> bool {
-        match self {
-            ClusterWrite::Volume { .. } | ClusterWrite::DeleteClaim { .. } => true,
-            ClusterWrite::Claim {
-                resource_version, ..
-            } => resource_version.is_some(),
+/// What a status write changes, after `say`.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Edit {
+    /// The pair waits in `phase`; `in_use` also marks
+    /// `SourceReleased=False` with this reason.
+    Waiting {
+        phase: Phase,
+        in_use: Option<&'static str>,
+    },
+    /// The match: WaitingForRelease, `PeerMatched=True`.
+    Matched,
+    /// A finished phase, `Ready=False` with `reason`.
+    Finished { phase: Phase, reason: &'static str },
+    /// R1: Rebinding, `SourceReleased=True` saying `released`, the step;
+    /// on the source object also R1's snapshot.
+    Locked {
+        snapshot: Option<SourceClaimSnapshot>,
+        released: String,
+    },
+    /// `Authorized=True`: the rights were confirmed before R2.
+    Authorized,
+    /// R4: `Rebound=True` saying `rebound`, the step.
+    Committed { rebound: String },
+    /// R6: Completed with `volume`, `Ready=True`, the step.
+    Completed { volume: String },
+    /// After R4 the destination claim is gone: Rebinding, `Ready=False`.
+    Lost { reason: &'static str },
+    /// A step done, nothing else.
+    Step(StepName),
+    /// R3's memory: the destination claim. An empty uid means the claim
+    /// the `Create` before this write made.
+    Destination(ClaimReference),
+    /// A standing offer's record of a pair (R1), counted as a clone made,
+    /// once.
+    PairRecord(Box<PairRecord>),
+    /// The peer shows this outcome of the source object's.
+    Mirror(Box<NamespaceTransferStatus>),
+}
+
+/// An Event to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct EventWrite {
+    pub regarding: ObjectReference,
+    /// The regarding claim is the one the `Create` before made: its uid is
+    /// that claim's.
+    pub of_created: bool,
+    pub severity: Severity,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+}
+
+/// What an action does: its writes in order, what the reconcile asks of
+/// the queue once they are all made, and the protocol step it carries out.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Plan {
+    pub writes: Vec<Write>,
+    pub then: Next,
+    pub step: Option<Step>,
+    /// The boundaries that end a protocol step or stand inside one, by
+    /// name: after write `i`, the point named so (`R4`, `R1-count`).
+    pub points: Vec<(usize, &'static str)>,
+}
+
+impl Plan {
+    fn new(then: Next) -> Self {
+        Self {
+            writes: Vec::new(),
+            then,
+            step: None,
+            points: Vec::new(),
         }
     }
 
-    /// The merge patch a `Volume` or `Claim` write sends; `Null` for a
-    /// delete.
-    pub(super) fn patch(&self) -> Value {
-        match self {
-            ClusterWrite::Volume {
-                resource_version,
-                change,
-                ..
-            } => {
-                let mut patch = volume_patch(change);
-                patch["metadata"]["resourceVersion"] = json!(resource_version);
-                patch
-            }
-            ClusterWrite::Claim {
-                resource_version,
-                change,
-                ..
-            } => {
-                let mut patch = match change {
-                    ClaimChange::Lock(lock) => {
-                        json!({"metadata": {"annotations": {ANNOTATION_TRANSFER_LOCK: lock}}})
-                    }
-                    ClaimChange::Unlock => {
-                        json!({"metadata": {"annotations": {ANNOTATION_TRANSFER_LOCK: null}}})
-                    }
-                    ClaimChange::Finalizers(finalizers) => {
-                        json!({"metadata": {"finalizers": finalizers}})
-                    }
-                };
-                if let Some(rv) = resource_version {
-                    patch["metadata"]["resourceVersion"] = json!(rv);
-                }
-                patch
-            }
-            ClusterWrite::DeleteClaim { .. } => Value::Null,
+    /// The fault point after the last write so far.
+    fn point(&mut self, name: &'static str) {
+        if let Some(last) = self.writes.len().checked_sub(1) {
+            self.points.push((last, name));
         }
+    }
+
+    fn event(
+        &mut self,
+        regarding: ObjectReference,
+        severity: Severity,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
+        self.writes.push(Write::Event(EventWrite {
+            regarding,
+            of_created: false,
+            severity,
+            reason,
+            action,
+            note,
+        }));
+    }
+
+    /// The named points at the boundary after write `i`.
+    pub(super) fn points_after(&self, i: usize) -> impl Iterator<Item = &'static str> + '_ {
+        self.points
+            .iter()
+            .filter(move |(at, _)| *at == i)
+            .map(|(_, name)| *name)
     }
 }
 
-fn volume_patch(change: &VolumeChange) -> Value {
-    match change {
-        VolumeChange::Retain {
-            original_policy,
-            marker,
-            cloned_under,
-        } => {
-            let mut patch = json!({
-                "metadata": {"annotations": {
-                    ANNOTATION_ORIGINAL_RECLAIM_POLICY: original_policy,
-                    VOLUME_MARKER: marker,
-                }},
-                "spec": {"persistentVolumeReclaimPolicy": "Retain"},
-            });
-            if let Some(offer) = cloned_under {
-                patch["metadata"]["labels"] = json!({ LABEL_CLONED_UNDER: offer });
-            }
-            patch
-        }
-        VolumeChange::Commit { to } => json!({
-            "metadata": {},
-            "spec": {"claimRef": {
-                "kind": "PersistentVolumeClaim",
-                "apiVersion": "v1",
-                "namespace": to.namespace,
-                "name": to.name,
-                "uid": to.uid,
-                "resourceVersion": null,
-                "fieldPath": null,
-            }},
-        }),
-        VolumeChange::Rehold {
-            original_policy,
-            marker,
-            lost,
-        } => json!({
-            "metadata": {"annotations": {
-                ANNOTATION_ORIGINAL_RECLAIM_POLICY: original_policy,
-                VOLUME_MARKER: marker,
-                ANNOTATION_DESTINATION_LOST: lost,
-            }},
-            "spec": {"persistentVolumeReclaimPolicy": "Retain"},
-        }),
-        VolumeChange::Unmark { policy } => {
-            let mut patch = json!({"metadata": {"annotations": {
-                ANNOTATION_ORIGINAL_RECLAIM_POLICY: null,
-                VOLUME_MARKER: null,
-            }}});
-            if let Some(policy) = policy {
-                patch["spec"] = json!({"persistentVolumeReclaimPolicy": policy});
-            }
-            patch
-        }
+/// The action's name in a fault point: every action is named, so a new one
+/// must be placed here.
+pub(super) fn label(action: &Action) -> &'static str {
+    match action {
+        Action::Nothing { .. } => "Nothing",
+        Action::Wait { .. } => "Wait",
+        Action::RecordMatch => "RecordMatch",
+        Action::Finish { .. } => "Finish",
+        Action::Ask(_) => "Ask",
+        Action::Protect => "Protect",
+        Action::CreateClone(_) => "CreateClone",
+        Action::DeleteClone { .. } => "DeleteClone",
+        Action::Lock { .. } => "Lock",
+        Action::RecordSource(_) => "RecordSource",
+        Action::Retain { .. } => "Retain",
+        Action::CreateDestination(_) => "CreateDestination",
+        Action::RecordDestination(_) => "RecordDestination",
+        Action::Commit { .. } => "Commit",
+        Action::ProtectDestination { .. } => "ProtectDestination",
+        Action::UnprotectDestination { .. } => "UnprotectDestination",
+        Action::Rehold { .. } => "Rehold",
+        Action::UnlockDestination => "UnlockDestination",
+        Action::ReleaseSource { .. } => "ReleaseSource",
+        Action::Settle { .. } => "Settle",
+        Action::Complete => "Complete",
+        Action::DestinationLost { .. } => "DestinationLost",
+        Action::Unmark { .. } => "Unmark",
+        Action::DeleteDestination { .. } => "DeleteDestination",
+        Action::Unlock { .. } => "Unlock",
+        Action::Mirror => "Mirror",
+        Action::DropFinalizers => "DropFinalizers",
+        Action::Expire => "Expire",
     }
 }
 
-/// The writes to claims and volumes that `action`, decided on `f`, makes,
-/// in the order they are made. Empty for an action that makes none, or
-/// whose object the facts do not know (nothing to write to).
-pub(super) fn cluster_writes(f: &Facts, action: &Action) -> Vec<ClusterWrite> {
-    let s = &f.source;
-    let mine = uid_of(s).to_owned();
-    let source_ns = s.source_namespace().to_owned();
-    let volume = |change: VolumeChange, resource_version: &str| {
-        f.volume.as_ref().map(|v| ClusterWrite::Volume {
-            name: v.name.clone(),
-            resource_version: resource_version.to_owned(),
-            change,
-        })
-    };
-    let on_destination = |resource_version: Option<&String>, change: ClaimChange| {
-        recorded_destination(s).map(|dest| ClusterWrite::Claim {
-            namespace: dest.namespace.clone(),
-            name: dest.name.clone(),
-            resource_version: resource_version.cloned(),
-            change,
-        })
-    };
-    // The claim R1 locked: the one its snapshot names, or before it the
-    // claim the transfer names.
-    let locked_name = || {
-        recorded_source(s)
-            .map(|snap| snap.name.clone())
-            .unwrap_or_else(|| s.spec.source.name.clone())
-    };
-    let writes: Vec<Option<ClusterWrite>> = match action {
-        Action::Lock { resource_version } => vec![Some(ClusterWrite::Claim {
-            namespace: source_ns,
-            name: moved_claim_name_of(s, &f.peer).unwrap_or_default(),
-            resource_version: Some(resource_version.clone()),
-            change: ClaimChange::Lock(mine),
-        })],
-        Action::Retain {
-            resource_version,
-            policy,
-        } => vec![volume(
-            VolumeChange::Retain {
-                original_policy: policy.clone(),
-                marker: mine.clone(),
-                cloned_under: (s.mode() == TransferMode::Clone).then_some(mine),
-            },
-            resource_version,
-        )],
-        Action::Commit {
-            resource_version,
-            destination,
-        } => {
-            let commit = VolumeChange::Commit {
-                to: destination.clone(),
-            };
-            match volume(commit, resource_version) {
-                None => Vec::new(),
-                // The lock has done its work on the destination claim.
-                // Taking it off also changes the claim, which makes the
-                // cluster's PV controller bind it now rather than at its
-                // next resync.
-                commit => vec![
-                    commit,
-                    Some(ClusterWrite::Claim {
-                        namespace: destination.namespace.clone(),
-                        name: destination.name.clone(),
-                        resource_version: None,
-                        change: ClaimChange::Unlock,
-                    }),
-                ],
-            }
-        }
-        Action::Rehold { resource_version } => {
-            let original = f.volume.as_ref().map(|v| {
-                v.original_policy
-                    .clone()
-                    .unwrap_or_else(|| v.reclaim_policy.clone())
-            });
-            let lost = recorded_destination(s)
-                .map(|d| d.uid.clone())
-                .unwrap_or_default();
-            vec![original.and_then(|original_policy| {
-                volume(
-                    VolumeChange::Rehold {
-                        original_policy,
-                        marker: mine,
-                        lost,
-                    },
-                    resource_version,
-                )
-            })]
-        }
-        Action::Settle {
-            resource_version,
-            policy,
-        } => vec![volume(
-            VolumeChange::Unmark {
-                policy: Some(policy.clone()),
-            },
-            resource_version,
-        )],
-        Action::Unmark {
-            resource_version,
-            restore,
-        } => vec![volume(
-            VolumeChange::Unmark {
-                policy: restore.clone(),
-            },
-            resource_version,
-        )],
-        Action::UnlockDestination => vec![on_destination(None, ClaimChange::Unlock)],
-        Action::ProtectDestination {
-            resource_version,
-            finalizers,
-        }
-        | Action::UnprotectDestination {
-            resource_version,
-            finalizers,
-        } => vec![on_destination(
-            Some(resource_version),
-            ClaimChange::Finalizers(finalizers.clone()),
-        )],
-        Action::Unlock { resource_version } => vec![Some(ClusterWrite::Claim {
-            namespace: source_ns,
-            name: locked_name(),
-            resource_version: Some(resource_version.clone()),
-            change: ClaimChange::Unlock,
-        })],
-        Action::ReleaseSource { uid } => vec![Some(ClusterWrite::DeleteClaim {
-            namespace: source_ns,
-            name: locked_name(),
-            uid: uid.clone(),
-        })],
-        Action::DeleteClone { name, uid } => vec![Some(ClusterWrite::DeleteClaim {
-            namespace: source_ns,
-            name: name.clone(),
-            uid: uid.clone(),
-        })],
-        Action::DeleteDestination { uid } => {
-            vec![
-                recorded_destination(s).map(|dest| ClusterWrite::DeleteClaim {
-                    namespace: dest.namespace.clone(),
-                    name: dest.name.clone(),
-                    uid: uid.clone(),
-                }),
-            ]
-        }
+/// The protocol step an action carries out, for the fault hooks; `None`
+/// for an action that is no step of R1–R6 (or C1). Every action is named,
+/// so a new one must be placed here.
+pub(super) fn step_of(action: &Action) -> Option<Step> {
+    match action {
+        Action::CreateClone(_) => Some(Step::Clone),
+        Action::Lock { .. } | Action::RecordSource(_) => Some(Step::Lock),
+        Action::Retain { .. } => Some(Step::Retain),
+        Action::CreateDestination(_)
+        | Action::RecordDestination(_)
+        | Action::ProtectDestination { .. } => Some(Step::CreateDestination),
+        Action::Commit { .. } => Some(Step::Commit),
+        Action::ReleaseSource { .. } => Some(Step::ReleaseSource),
+        Action::UnlockDestination | Action::Settle { .. } | Action::Complete => Some(Step::Settle),
         Action::Nothing { .. }
         | Action::Wait { .. }
         | Action::RecordMatch
         | Action::Finish { .. }
-        | Action::CheckUsers
-        | Action::CheckRights
-        | Action::CheckAdmission
+        | Action::Ask(_)
         | Action::Protect
-        | Action::CreateClone(_)
-        | Action::RecordSource(_)
-        | Action::CreateDestination(_)
-        | Action::RecordDestination(_)
-        | Action::Complete
+        | Action::DeleteClone { .. }
+        | Action::UnprotectDestination { .. }
+        | Action::Rehold { .. }
         | Action::DestinationLost { .. }
+        | Action::Unmark { .. }
+        | Action::DeleteDestination { .. }
+        | Action::Unlock { .. }
         | Action::Mirror
         | Action::DropFinalizers
-        | Action::Expire => Vec::new(),
+        | Action::Expire => None,
+    }
+}
+
+/// The writes `action`, decided on `f`, makes, in order, and what then.
+pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
+    let s = &f.source;
+    let d = peer_or_self(f);
+    let source_ns = s.source_namespace();
+    let mut p = Plan::new(Next::Now);
+    p.step = step_of(action);
+    match action {
+        Action::Nothing { after } => p.then = after.map_or(Next::Done, Next::After),
+        Action::Ask(_) => {}
+        Action::Wait {
+            phase,
+            report,
+            in_use,
+            after,
+        } => {
+            let in_use = in_use.then_some(report.reason);
+            pair(f, &mut p, report, |_| Edit::Waiting {
+                phase: *phase,
+                in_use,
+            });
+            let was = s.status.as_ref().and_then(|st| st.reason.as_deref());
+            if was != Some(report.reason) && report.reason == REASON_SOURCE_IN_USE {
+                let claim = claim_reference(
+                    source_ns,
+                    &moved_claim_name_of(s, &f.peer).unwrap_or_default(),
+                    None,
+                );
+                for regarding in [reference_to(s), claim] {
+                    p.event(
+                        regarding,
+                        Severity::Warning,
+                        report.reason,
+                        "Wait",
+                        report.source.clone(),
+                    );
+                }
+            }
+            if report.reason == REASON_SOURCE_RELEASE_REFUSED {
+                p.event(
+                    reference_to(s),
+                    Severity::Warning,
+                    report.reason,
+                    Step::ReleaseSource.action(),
+                    report.source.clone(),
+                );
+            }
+            p.then = after.map_or(Next::Done, Next::After);
+        }
+        Action::RecordMatch => {
+            let matched = "matched with the transfer in the other namespace";
+            pair(f, &mut p, &Report::shared("Matched", matched), |_| {
+                Edit::Matched
+            });
+        }
+        Action::Finish { phase, report } => {
+            finish(f, &mut p, *phase, report);
+            if let Some(claim) = &f.moved_claim {
+                p.event(
+                    claim_reference(source_ns, &claim.name, Some(&claim.uid)),
+                    Severity::Warning,
+                    report.reason,
+                    "Transfer",
+                    format!("NamespaceTransfer {}: {}", object_key(s), report.source),
+                );
+            }
+        }
+        Action::Protect => {
+            p.writes.push(Write::Finalizer {
+                on: On::Source,
+                present: true,
+            });
+            if other(f).is_some() {
+                p.writes.push(Write::Finalizer {
+                    on: On::Peer,
+                    present: true,
+                });
+            }
+        }
+        Action::CreateClone(clone) => {
+            let name = clone.metadata.name.clone().unwrap_or_default();
+            let origin = &s.spec.source.name;
+            p.writes.push(Write::Create {
+                step: Step::Clone,
+                namespace: source_ns.to_owned(),
+                claim: clone.clone(),
+            });
+            p.point(Step::Clone.name());
+            let note = format!(
+                "created {source_ns}/{name}, a clone of {source_ns}/{origin}, to hand over"
+            );
+            p.writes.push(Write::Event(EventWrite {
+                regarding: claim_reference(source_ns, &name, None),
+                of_created: true,
+                severity: Severity::Normal,
+                reason: "CloneCreated",
+                action: Step::Clone.action(),
+                note: note.clone(),
+            }));
+            p.event(
+                reference_to(s),
+                Severity::Normal,
+                "CloneCreated",
+                Step::Clone.action(),
+                note,
+            );
+            // The destination learns that its clone is on the way, not the
+            // clone's name (it names the offer).
+            if let Some(d) = other(f) {
+                p.event(
+                    reference_to(d),
+                    Severity::Normal,
+                    "CloneCreated",
+                    Step::Clone.action(),
+                    format!(
+                        "the provisioner is making a clone of {source_ns}/{origin} for this transfer"
+                    ),
+                );
+            }
+        }
+        Action::DeleteClone { name, .. } => {
+            cluster(f, &mut p, action, None);
+            p.event(
+                reference_to(s),
+                Severity::Normal,
+                "CloneDeleted",
+                "RollBack",
+                format!("deleted the clone {source_ns}/{name}, which was never handed over"),
+            );
+        }
+        Action::RecordSource(snapshot) => record_source(f, &mut p, snapshot),
+        Action::Retain { .. } => {
+            let authorized = "both parties still hold the rights the transfer needs";
+            pair(f, &mut p, &Report::shared("Authorized", authorized), |_| {
+                Edit::Authorized
+            });
+            if !cluster_writes(f, action).is_empty() {
+                cluster(f, &mut p, action, Some(Step::Retain));
+                mark_step(f, &mut p, StepName::Retained);
+            }
+        }
+        Action::CreateDestination(claim) => {
+            let Some(d) = d else { return p };
+            let (dest_ns, dest_name) = destination_of(s, d);
+            p.writes.push(Write::Create {
+                step: Step::CreateDestination,
+                namespace: dest_ns.to_owned(),
+                claim: claim.clone(),
+            });
+            p.point(Step::CreateDestination.name());
+            record_destination(
+                f,
+                &mut p,
+                ClaimReference {
+                    namespace: dest_ns.to_owned(),
+                    name: dest_name.to_owned(),
+                    uid: String::new(),
+                },
+            );
+            // The record carried the step to its holder; the other side
+            // gets it here.
+            if !is_standing_pair(s) && other(f).is_some() {
+                p.writes.push(Write::Status {
+                    on: On::Peer,
+                    change: step_change(StepName::Created),
+                });
+            }
+            // Seen in the destination namespace: named by what the
+            // destination asked for, never by the clone.
+            p.writes.push(Write::Event(EventWrite {
+                regarding: claim_reference(dest_ns, dest_name, None),
+                of_created: true,
+                severity: Severity::Normal,
+                reason: "Created",
+                action: Step::CreateDestination.action(),
+                note: format!("created to receive {}", received_from(s)),
+            }));
+        }
+        Action::RecordDestination(reference) => record_destination(f, &mut p, reference.clone()),
+        Action::Commit { destination, .. } => {
+            let Some(volume) = &f.volume else { return p };
+            cluster(f, &mut p, action, Some(Step::Commit));
+            let rebound = format!(
+                "the volume now names {}/{}",
+                destination.namespace, destination.name
+            );
+            let report = Report::shared("Committed", rebound.clone());
+            pair(f, &mut p, &report, |_| Edit::Committed {
+                rebound: rebound.clone(),
+            });
+            p.event(
+                reference_to(s),
+                Severity::Normal,
+                "Committed",
+                Step::Commit.action(),
+                format!(
+                    "PersistentVolume {} now names {}/{}",
+                    volume.name, destination.namespace, destination.name
+                ),
+            );
+        }
+        Action::Lock { .. }
+        | Action::ProtectDestination { .. }
+        | Action::UnprotectDestination { .. }
+        | Action::Rehold { .. }
+        | Action::UnlockDestination
+        | Action::Unmark { .. }
+        | Action::DeleteDestination { .. }
+        | Action::Unlock { .. } => cluster(f, &mut p, action, None),
+        Action::ReleaseSource { uid } => {
+            let name = recorded_source(s).map_or(s.spec.source.name.as_str(), |snap| &snap.name);
+            // Scheduled between the last check and the commit: only
+            // reported, the volume is the destination's already.
+            let users = f.users.as_deref().unwrap_or_default();
+            if !users.is_empty() {
+                let volume = f.volume.as_ref().map_or("", |v| v.name.as_str());
+                let note = format!(
+                    "{}, but its volume {volume} was already handed over",
+                    in_use_message(source_ns, name, users)
+                );
+                for regarding in [reference_to(s), claim_reference(source_ns, name, Some(uid))] {
+                    p.event(
+                        regarding,
+                        Severity::Warning,
+                        REASON_SOURCE_IN_USE,
+                        Step::ReleaseSource.action(),
+                        note.clone(),
+                    );
+                }
+            }
+            cluster(f, &mut p, action, Some(Step::ReleaseSource));
+            mark_step(f, &mut p, StepName::Released);
+        }
+        Action::Settle { .. } => cluster(f, &mut p, action, Some(Step::Settle)),
+        Action::Complete => {
+            let (Some(volume), Some(dest)) = (&f.volume, recorded_destination(s)) else {
+                return p;
+            };
+            let from = recorded_source(s)
+                .map(|snap| format!("{source_ns}/{}", snap.name))
+                .unwrap_or_default();
+            let to = format!("{}/{}", dest.namespace, dest.name);
+            let report = Report {
+                reason: REASON_COMPLETED,
+                source: format!("volume {} moved from {from} to {to}", volume.name),
+                destination: completed_for_destination(s, &volume.name, &to),
+            };
+            pair(f, &mut p, &report, |_| Edit::Completed {
+                volume: volume.name.clone(),
+            });
+            p.event(
+                claim_reference(&dest.namespace, &dest.name, Some(&dest.uid)),
+                Severity::Normal,
+                "TransferCompleted",
+                Step::Settle.action(),
+                report.destination,
+            );
+        }
+        Action::DestinationLost { report } => {
+            pair(f, &mut p, report, |_| Edit::Lost {
+                reason: report.reason,
+            });
+            p.event(
+                reference_to(s),
+                Severity::Warning,
+                REASON_DESTINATION_LOST,
+                "Settle",
+                report.source.clone(),
+            );
+        }
+        Action::Mirror => {
+            if other(f).is_some() && !is_standing_pair(s) {
+                let status = s.status.clone().unwrap_or_default();
+                p.writes.push(Write::Status {
+                    on: On::Peer,
+                    change: StatusChange {
+                        say: None,
+                        edit: Edit::Mirror(Box::new(status)),
+                        peer_of: None,
+                        peer_phase: None,
+                    },
+                });
+            }
+        }
+        Action::DropFinalizers if is_standing_pair(s) => {
+            // The offer's finalizer is its own to let go (`tend_offer`).
+            if d.is_some() {
+                p.writes.push(Write::Finalizer {
+                    on: On::Peer,
+                    present: false,
+                });
+            }
+            p.writes.push(Write::Wake(On::Source));
+        }
+        Action::DropFinalizers => {
+            // The destination side first, so that a Destination never
+            // waits on a vanished Source.
+            if other(f).is_some() {
+                p.writes.push(Write::Finalizer {
+                    on: On::Peer,
+                    present: false,
+                });
+            }
+            p.writes.push(Write::Finalizer {
+                on: On::Source,
+                present: false,
+            });
+        }
+        Action::Expire => {
+            let (on, t) = if is_standing_pair(s) {
+                match d {
+                    Some(d) => (On::Peer, d),
+                    None => {
+                        p.then = Next::Done;
+                        return p;
+                    }
+                }
+            } else {
+                (On::Source, s)
+            };
+            p.then = match expiry(t, f.now) {
+                Expiry::Keep => Next::Done,
+                Expiry::After(left) => Next::After(left),
+                Expiry::Due => {
+                    p.writes.push(Write::Delete(on));
+                    Next::Done
+                }
+            };
+        }
+    }
+    p
+}
+
+/// The peer, when it is another object than the source (not a rename).
+fn other(f: &Facts) -> Option<&crate::api::namespace_transfer::NamespaceTransfer> {
+    peer_or_self(f).filter(|d| d.metadata.uid != f.source.metadata.uid)
+}
+
+/// The claim and volume writes of `action` ([`cluster_writes`]), with
+/// `step`'s name on the boundary after the first.
+fn cluster(f: &Facts, p: &mut Plan, action: &Action, step: Option<Step>) {
+    let first = p.writes.len();
+    p.writes
+        .extend(cluster_writes(f, action).into_iter().map(Write::Cluster));
+    if let Some(step) = step.filter(|_| p.writes.len() > first) {
+        p.points.push((first, step.name()));
+    }
+}
+
+/// The status writes of one change to the pair, each side with its own
+/// words of `report` and its peer recorded. The source object is written
+/// first: its record is the one the pair goes by. A standing offer's pair
+/// keeps its state on the request alone (the offer is shared, its record
+/// written at R1).
+fn pair(f: &Facts, p: &mut Plan, report: &Report, edit: impl Fn(bool) -> Edit) {
+    let s = &f.source;
+    let d = other(f);
+    if is_standing_pair(s) {
+        if d.is_some() {
+            // The view carries the offer's own phase (`standing_view`).
+            let offer_phase = s.status.as_ref().and_then(|st| st.peer_phase);
+            p.writes.push(Write::Status {
+                on: On::Peer,
+                change: StatusChange {
+                    say: Some((report.reason, report.destination.clone())),
+                    edit: edit(false),
+                    peer_of: Some(On::Source),
+                    peer_phase: Some(PeerPhase::Known(offer_phase)),
+                },
+            });
+        }
+        return;
+    }
+    let itself = role_of(s) == Some(Role::Both);
+    p.writes.push(Write::Status {
+        on: On::Source,
+        change: StatusChange {
+            say: Some((report.reason, report.source.clone())),
+            edit: edit(true),
+            peer_of: if d.is_some() {
+                Some(On::Peer)
+            } else if itself {
+                Some(On::Source)
+            } else {
+                None
+            },
+            peer_phase: Some(PeerPhase::Own),
+        },
+    });
+    if d.is_some() {
+        p.writes.push(Write::Status {
+            on: On::Peer,
+            change: StatusChange {
+                say: Some((report.reason, report.destination.clone())),
+                edit: edit(false),
+                peer_of: Some(On::Source),
+                peer_phase: Some(PeerPhase::Written),
+            },
+        });
+    }
+}
+
+/// A finished phase on the pair, each side with the words it may read; a
+/// pair without its peer writes the source object alone (a standing offer's
+/// pair without its request: nothing, the offer goes on).
+fn finish(f: &Facts, p: &mut Plan, phase: Phase, report: &Report) {
+    let s = &f.source;
+    let edit = Edit::Finished {
+        phase,
+        reason: report.reason,
     };
-    writes.into_iter().flatten().collect()
+    if peer_or_self(f).is_some() {
+        pair(f, p, report, |_| edit.clone());
+    } else if !is_standing_pair(s) {
+        let text = if role_of(s) == Some(Role::Destination) {
+            report.destination.clone()
+        } else {
+            report.source.clone()
+        };
+        p.writes.push(Write::Status {
+            on: On::Source,
+            change: StatusChange {
+                say: Some((report.reason, text)),
+                edit,
+                peer_of: None,
+                peer_phase: None,
+            },
+        });
+    }
+}
+
+/// R1's memory: for a standing offer's pair, first the offer's record of
+/// the pair and its count of the clone (one write, under the offer's
+/// lock); then the pair's state, and the Event on the locked claim.
+fn record_source(f: &Facts, p: &mut Plan, snapshot: &SourceClaimSnapshot) {
+    let s = &f.source;
+    let source_ns = s.source_namespace();
+    let d = peer_or_self(f);
+    if let (true, Some(d)) = (is_standing_pair(s), d) {
+        p.writes.push(Write::Status {
+            on: On::Source,
+            change: StatusChange {
+                say: None,
+                edit: Edit::PairRecord(Box::new(PairRecord {
+                    request: reference(d, s),
+                    source_claim: snapshot.clone(),
+                })),
+                peer_of: None,
+                peer_phase: None,
+            },
+        });
+        p.point(R1_COUNT);
+    }
+    let volume = &snapshot.volume_name;
+    let report = Report::new(
+        "Locked",
+        format!(
+            "locked PersistentVolumeClaim {source_ns}/{}; moving volume {volume}",
+            snapshot.name
+        ),
+    );
+    let released = format!(
+        "no pod uses PersistentVolumeClaim {source_ns}/{}",
+        snapshot.name
+    );
+    pair(f, p, &report, |is_source| Edit::Locked {
+        snapshot: is_source.then(|| snapshot.clone()),
+        // The claim freed is the clone in Clone mode: the destination reads
+        // only that the source's is free.
+        released: if is_source {
+            released.clone()
+        } else {
+            "no pod in the source namespace uses the source claim".to_owned()
+        },
+    });
+    p.point(Step::Lock.name());
+    if let Some(claim) = &f.moved_claim {
+        let (dest_ns, dest_name) = d.map_or((source_ns, ""), |d| destination_of(s, d));
+        p.event(
+            claim_reference(source_ns, &claim.name, Some(&claim.uid)),
+            Severity::Normal,
+            "Locked",
+            Step::Lock.action(),
+            format!(
+                "locked for NamespaceTransfer {}: its volume {volume} moves to {dest_ns}/{dest_name}",
+                object_key(s)
+            ),
+        );
+    }
+}
+
+/// R3's memory, on the object that holds the pair's record (the source
+/// object, or a standing offer's request): from now on only that claim is
+/// the destination.
+fn record_destination(f: &Facts, p: &mut Plan, reference: ClaimReference) {
+    let on = if is_standing_pair(&f.source) {
+        if peer_or_self(f).is_none() {
+            return;
+        }
+        On::Peer
+    } else {
+        On::Source
+    };
+    p.writes.push(Write::Status {
+        on,
+        change: StatusChange {
+            say: None,
+            edit: Edit::Destination(reference),
+            peer_of: None,
+            peer_phase: None,
+        },
+    });
+}
+
+/// `step` recorded on the pair (a standing offer's pair on the request
+/// alone), leaving reason and message as they are.
+fn mark_step(f: &Facts, p: &mut Plan, step: StepName) {
+    if !is_standing_pair(&f.source) {
+        p.writes.push(Write::Status {
+            on: On::Source,
+            change: step_change(step),
+        });
+    }
+    if other(f).is_some() {
+        p.writes.push(Write::Status {
+            on: On::Peer,
+            change: step_change(step),
+        });
+    }
+}
+
+fn step_change(step: StepName) -> StatusChange {
+    StatusChange {
+        say: None,
+        edit: Edit::Step(step),
+        peer_of: None,
+        peer_phase: None,
+    }
 }
 
 #[cfg(test)]

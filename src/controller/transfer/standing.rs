@@ -136,7 +136,7 @@ impl TransferController {
                     } else {
                         Phase::Failed
                     };
-                    self.write_finish(&s, None, phase, &report).await?;
+                    self.finish_alone(&s, phase, &report).await?;
                 }
             } else {
                 let message = format!(
@@ -271,6 +271,9 @@ pub(super) fn standing_view(s: &NamespaceTransfer, d: &NamespaceTransfer) -> Nam
         reference(d, s)
     });
     status.clones = None;
+    // The pair's own peer phase is the offer's: what a write of the pair's
+    // state records on the request.
+    status.peer_phase = s.status.as_ref().and_then(|st| st.phase);
     // Every pair's record, as the offer holds them: what its clones alive
     // are counted by.
     status.pairs = s

@@ -1,6 +1,7 @@
-//! Writes to our own objects: status (a pair's two sides together, each
-//! in the words its namespace may read), finalizers, the TTL, and the
-//! helpers that edit conditions and mirror a finished pair.
+//! Writes to our own objects: a status edit of a plan applied to a status
+//! ([`apply_change`]), the read-modify-write that makes it, finalizers, the
+//! TTL ([`expiry`]), and the helpers that edit conditions and mirror a
+//! finished pair.
 
 use std::time::Duration;
 
@@ -10,120 +11,61 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::{self as apimeta, CONDITION_FALSE, CONDITION_TRUE};
 use crate::api::namespace_transfer::{
-    NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus, Role,
-    TransferMode, TransferStepName as StepName, CONDITION_READY, FINALIZER_TRANSFER_PROTECTION,
+    CloneCounts, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus, Role,
+    TransferMode, TransferStepName as StepName, CONDITION_AUTHORIZED, CONDITION_PEER_MATCHED,
+    CONDITION_READY, CONDITION_REBOUND, CONDITION_SOURCE_RELEASED, FINALIZER_TRANSFER_PROTECTION,
 };
 use crate::controller::events::{reference_to, Severity};
 use crate::controller::{Error, Next};
 use crate::registry::DeleteOptions;
 
-use super::decide::{destination_text, has_finalizer, name_of, Report};
+use super::decide::{destination_text, has_finalizer, name_of, Report, REASON_COMPLETED};
 use super::matching::{is_active, rerecord, role_of};
-use super::standing::is_standing_pair;
+use super::plan::{Edit, On, PeerPhase, StatusChange};
+use super::standing::is_record_of;
 use super::TransferController;
 
 impl TransferController {
-    /// Records R3's claim, uid and all, on the object that holds the pair's
-    /// record (the source object, or a standing offer's request): from now
-    /// on only that claim is the destination.
-    pub(super) async fn record_destination(
-        &self,
-        s: &NamespaceTransfer,
-        d: Option<&NamespaceTransfer>,
-        namespace: &str,
-        name: &str,
-        uid: &str,
-    ) -> Result<(), Error> {
-        let reference = crate::api::namespace_transfer::ClaimReference {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            uid: uid.to_owned(),
-        };
-        // A standing offer's pair keeps its record on the request.
-        let holder = if is_standing_pair(s) { d } else { Some(s) };
-        if let Some(holder) = holder {
-            let now = now();
-            self.update_status(holder, |st| {
-                st.destination_claim = Some(reference.clone());
-                st.record_step(StepName::Created, &now);
-            })
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// Writes a finished phase on `t` and, if given, its peer, each with the
-    /// words its side may read.
-    pub(super) async fn write_finish(
+    /// Writes a finished phase on `t` alone (a Destination-role object
+    /// without its Source, or a standing offer), in the words its side may
+    /// read.
+    pub(super) async fn finish_alone(
         &self,
         t: &NamespaceTransfer,
-        peer: Option<&NamespaceTransfer>,
         phase: Phase,
         report: &Report,
     ) -> Result<(), Error> {
-        let change = |st: &mut NamespaceTransferStatus, _: bool| {
+        let text = if role_of(t) == Some(Role::Destination) {
+            &report.destination
+        } else {
+            &report.source
+        };
+        self.update_status(t, |st| {
+            st.reason = Some(report.reason.to_owned());
+            st.message = Some(text.clone());
             st.phase = Some(phase);
             let message = st.message.clone().unwrap_or_default();
             set(st, CONDITION_READY, false, report.reason, &message);
-        };
-        match peer {
-            Some(_) => {
-                self.update_pair(t, peer, report, change).await?;
-            }
-            // A pair ended without its request: the offer goes on.
-            None if is_standing_pair(t) => {}
-            None => {
-                let text = if role_of(t) == Some(Role::Destination) {
-                    report.destination.clone()
-                } else {
-                    report.source.clone()
-                };
-                self.update_status(t, |st| {
-                    st.reason = Some(report.reason.to_owned());
-                    st.message = Some(text.clone());
-                    change(st, true);
-                })
-                .await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Removes the protection finalizer from the destination side, then the
-    /// source side (so that a Destination never waits on a vanished Source).
-    pub(super) async fn drop_finalizers(
-        &self,
-        s: &NamespaceTransfer,
-        d: Option<&NamespaceTransfer>,
-    ) -> Result<(), Error> {
-        if let Some(d) = d.filter(|d| d.metadata.uid != s.metadata.uid) {
-            if let Some(current) = self.get(d.own_namespace(), name_of(d)).await? {
-                self.set_finalizer(&current, false).await?;
-            }
-        }
-        if let Some(current) = self.get(s.own_namespace(), name_of(s)).await? {
-            self.set_finalizer(&current, false).await?;
-        }
+        })
+        .await?;
         Ok(())
     }
 
     /// Deletes a finished object whose `ttlSecondsAfterFinished` has passed,
     /// or asks to be woken when it will.
     pub(super) async fn expire(&self, t: &NamespaceTransfer) -> Result<Next, Error> {
-        let Some(ttl) = t.spec.ttl_seconds_after_finished else {
-            return Ok(Next::Done);
-        };
-        if has_finalizer(t) || t.metadata.deletion_timestamp.is_some() || is_active(t) {
-            return Ok(Next::Done);
+        match expiry(t, Timestamp::now().as_second()) {
+            Expiry::Keep => Ok(Next::Done),
+            Expiry::After(left) => Ok(Next::After(left)),
+            Expiry::Due => {
+                self.delete_transfer(t).await?;
+                Ok(Next::Done)
+            }
         }
-        let Some(finished) = finish_time(t) else {
-            return Ok(Next::Done);
-        };
-        let due = finished.as_second().saturating_add(i64::from(ttl.max(0)));
-        let left = due - Timestamp::now().as_second();
-        if left > 0 {
-            return Ok(Next::After(Duration::from_secs(left.unsigned_abs())));
-        }
+    }
+
+    /// Deletes `t`, only if it is still the object of that uid.
+    pub(super) async fn delete_transfer(&self, t: &NamespaceTransfer) -> Result<(), Error> {
         self.leadership.check()?;
         let opts = DeleteOptions {
             precondition_uid: t.metadata.uid.clone(),
@@ -134,86 +76,9 @@ impl TransferController {
             .delete(&self.ctx, t.own_namespace(), name_of(t), &opts)
             .await
         {
-            Ok(_) | Err(ApiError::NotFound { .. }) => Ok(Next::Done),
+            Ok(_) | Err(ApiError::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
-    }
-
-    /// Applies `change` to the status of `s` and of its peer `d` (once when
-    /// they are the same object), each with its own role, peer (by uid) and
-    /// peer phase, and each with the words of `report` its side may read.
-    /// The Source is written first: its record is the one the pair goes by.
-    pub(super) async fn update_pair(
-        &self,
-        s: &NamespaceTransfer,
-        d: Option<&NamespaceTransfer>,
-        report: &Report,
-        change: impl Fn(&mut NamespaceTransferStatus, bool),
-    ) -> Result<(), Error> {
-        let d = d.filter(|d| d.metadata.uid != s.metadata.uid);
-        if is_standing_pair(s) {
-            // The pair's state is the request's alone; the offer is shared
-            // (its record is the offer's, written at R1).
-            let Some(d) = d else { return Ok(()) };
-            let offer_phase = self
-                .get(s.own_namespace(), name_of(s))
-                .await?
-                .and_then(|o| o.status.and_then(|st| st.phase));
-            self.update_status(d, |st| {
-                st.reason = Some(report.reason.to_owned());
-                st.message = Some(report.destination.clone());
-                change(st, false);
-                st.peer = Some(rerecord(st.peer.as_ref(), s, d));
-                st.peer_phase = offer_phase;
-            })
-            .await?;
-            return Ok(());
-        }
-        let itself = role_of(s) == Some(Role::Both);
-        let new_s = self
-            .update_status(s, |st| {
-                st.reason = Some(report.reason.to_owned());
-                st.message = Some(report.source.clone());
-                change(st, true);
-                if let Some(d) = d {
-                    st.peer = Some(rerecord(st.peer.as_ref(), d, s));
-                } else if itself {
-                    st.peer = Some(rerecord(st.peer.as_ref(), s, s));
-                }
-                st.peer_phase = st.phase;
-            })
-            .await?;
-        if let Some(d) = d {
-            let phase = new_s.status.as_ref().and_then(|st| st.phase);
-            self.update_status(d, |st| {
-                st.reason = Some(report.reason.to_owned());
-                st.message = Some(report.destination.clone());
-                change(st, false);
-                st.peer = Some(rerecord(st.peer.as_ref(), s, d));
-                st.peer_phase = phase;
-            })
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// Records `step` on the pair, as [`Self::update_pair`] writes it (a
-    /// standing offer's pair on the request alone), leaving reason and
-    /// message as they are.
-    pub(super) async fn mark_step(
-        &self,
-        s: &NamespaceTransfer,
-        d: Option<&NamespaceTransfer>,
-        step: StepName,
-    ) -> Result<(), Error> {
-        let now = now();
-        let d = d.filter(|d| d.metadata.uid != s.metadata.uid);
-        let own = (!is_standing_pair(s)).then_some(s);
-        for t in own.into_iter().chain(d) {
-            self.update_status(t, |st| st.record_step(step, &now))
-                .await?;
-        }
-        Ok(())
     }
 
     /// A read-modify-write of `t`'s status; emits an Event when the phase
@@ -298,6 +163,16 @@ impl TransferController {
         if has_finalizer(t) == present {
             return Ok(());
         }
+        self.write_finalizer(t, present).await
+    }
+
+    /// Adds or removes our finalizer on the object as it is now, whatever
+    /// the copy `t` shows (a write that changes nothing writes nothing).
+    pub(super) async fn write_finalizer(
+        &self,
+        t: &NamespaceTransfer,
+        present: bool,
+    ) -> Result<(), Error> {
         self.leadership.check()?;
         let result = self
             .store
@@ -321,6 +196,141 @@ impl TransferController {
 
 pub(super) fn now() -> Time {
     Time(Timestamp::now())
+}
+
+/// What `ttlSecondsAfterFinished` asks of a transfer at `now` (Unix
+/// seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Expiry {
+    /// No TTL, not finished, or still held by a finalizer or deleting.
+    Keep,
+    /// Its TTL passes after this long.
+    After(Duration),
+    /// Its TTL has passed: delete it.
+    Due,
+}
+
+pub(super) fn expiry(t: &NamespaceTransfer, now: i64) -> Expiry {
+    let Some(ttl) = t.spec.ttl_seconds_after_finished else {
+        return Expiry::Keep;
+    };
+    if has_finalizer(t) || t.metadata.deletion_timestamp.is_some() || is_active(t) {
+        return Expiry::Keep;
+    }
+    let Some(finished) = finish_time(t) else {
+        return Expiry::Keep;
+    };
+    let due = finished.as_second().saturating_add(i64::from(ttl.max(0)));
+    match due - now {
+        left if left > 0 => Expiry::After(Duration::from_secs(left.unsigned_abs())),
+        _ => Expiry::Due,
+    }
+}
+
+/// Applies a plan's status edit to `st`, the status of `t`, one object of
+/// the pair of `source` (the object that drives it) and `peer`; `written`
+/// is the phase the write before this one gave the source object, and
+/// `now` the time of the write.
+pub(super) fn apply_change(
+    st: &mut NamespaceTransferStatus,
+    change: &StatusChange,
+    t: &NamespaceTransfer,
+    (source, peer): (&NamespaceTransfer, Option<&NamespaceTransfer>),
+    written: Option<Phase>,
+    now: &Time,
+) {
+    if let Some((reason, message)) = &change.say {
+        st.reason = Some((*reason).to_owned());
+        st.message = Some(message.clone());
+    }
+    let said = || st.message.clone().unwrap_or_default();
+    match &change.edit {
+        Edit::Waiting { phase, in_use } => {
+            st.phase = Some(*phase);
+            if let Some(reason) = in_use {
+                let message = said();
+                set(st, CONDITION_SOURCE_RELEASED, false, reason, &message);
+            }
+        }
+        Edit::Matched => {
+            st.phase = Some(Phase::WaitingForRelease);
+            let matched = "matched with the transfer in the other namespace";
+            set(st, CONDITION_PEER_MATCHED, true, "Matched", matched);
+        }
+        Edit::Finished { phase, reason } => {
+            st.phase = Some(*phase);
+            let message = said();
+            set(st, CONDITION_READY, false, reason, &message);
+        }
+        Edit::Locked { snapshot, released } => {
+            st.phase = Some(Phase::Rebinding);
+            st.reason = None;
+            if let Some(snapshot) = snapshot {
+                st.source_claim = Some(snapshot.clone());
+            }
+            set(st, CONDITION_SOURCE_RELEASED, true, "NotInUse", released);
+            st.record_step(StepName::Locked, now);
+        }
+        Edit::Authorized => {
+            let authorized = "both parties still hold the rights the transfer needs";
+            set(
+                st,
+                CONDITION_AUTHORIZED,
+                true,
+                "RightsConfirmed",
+                authorized,
+            );
+            st.reason = None;
+        }
+        Edit::Committed { rebound } => {
+            set(st, CONDITION_REBOUND, true, "ClaimRefMoved", rebound);
+            st.reason = None;
+            st.record_step(StepName::Committed, now);
+        }
+        Edit::Completed { volume } => {
+            st.phase = Some(Phase::Completed);
+            st.volume_name = Some(volume.clone());
+            st.completion_time = Some(now.clone());
+            let message = said();
+            set(st, CONDITION_READY, true, REASON_COMPLETED, &message);
+            st.record_step(StepName::Settled, now);
+        }
+        Edit::Lost { reason } => {
+            st.phase = Some(Phase::Rebinding);
+            let message = said();
+            set(st, CONDITION_READY, false, reason, &message);
+        }
+        Edit::Step(step) => st.record_step(*step, now),
+        Edit::Destination(reference) => {
+            st.destination_claim = Some(reference.clone());
+            st.record_step(StepName::Created, now);
+        }
+        Edit::PairRecord(record) => {
+            // Once: a retried write finds its record and counts nothing.
+            let recorded =
+                peer.is_some_and(|d| st.pairs.iter().any(|p| is_record_of(p, d, source)));
+            if !recorded {
+                st.pairs.push((**record).clone());
+                let counts = st.clones.get_or_insert_with(CloneCounts::default);
+                counts.made = counts.made.saturating_add(1);
+            }
+        }
+        Edit::Mirror(status) => mirror(st, status, source, t),
+    }
+    let recorded_peer = match change.peer_of {
+        Some(On::Source) => Some(source),
+        Some(On::Peer) => peer,
+        None => None,
+    };
+    if let Some(recorded) = recorded_peer {
+        st.peer = Some(rerecord(st.peer.as_ref(), recorded, t));
+    }
+    match change.peer_phase {
+        Some(PeerPhase::Own) => st.peer_phase = st.phase,
+        Some(PeerPhase::Written) => st.peer_phase = written,
+        Some(PeerPhase::Known(phase)) => st.peer_phase = phase,
+        None => {}
+    }
 }
 
 pub(super) fn set(

@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::controller::transfer::facts::{Claim, Facts, Peer, Volume};
 
 use super::{
-    has_finalizer, is_our_clone, recorded_destination, recorded_source, uid_of, Action, Report,
-    REASON_DESTINATION_LOST, REASON_WAITING_FOR_BINDING,
+    has_finalizer, is_our_clone, recorded_destination, recorded_source, uid_of, Action, Question,
+    Report, REASON_DESTINATION_LOST, REASON_WAITING_FOR_BINDING,
 };
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransferPhase as Phase, TransferMode, FINALIZER_TRANSFER_PROTECTION,
@@ -23,6 +23,11 @@ pub(super) fn forward(f: &Facts, dest: &ClaimReference, volume: &Volume) -> Acti
     if let Some(snapshot) = recorded_source(s) {
         if let Some(claim) = &f.moved_claim {
             if claim.uid == snapshot.uid && !claim.deleting {
+                // Its users are only reported (the volume is the
+                // destination's already), so they are asked for first.
+                if f.users.is_none() {
+                    return Action::Ask(Question::Users);
+                }
                 return Action::ReleaseSource {
                     uid: claim.uid.clone(),
                 };

@@ -128,7 +128,7 @@ fn volume(bound_to: Option<(&str, &str, &str)>) -> Volume {
 }
 
 /// A matched pair, nothing touched, source bound, nobody using it.
-fn fresh() -> Facts {
+pub(in crate::controller::transfer) fn fresh() -> Facts {
     let mut s = offer();
     let mut d = request();
     s.status = Some(NamespaceTransferStatus {
@@ -167,10 +167,12 @@ fn fresh() -> Facts {
         lock_holder_active: false,
         rights: None,
         admission: None,
+        live: true,
+        refused: None,
     }
 }
 
-fn protect(f: &mut Facts) {
+pub(in crate::controller::transfer) fn protect(f: &mut Facts) {
     let finalizers = Some(vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]);
     f.source.metadata.finalizers = finalizers.clone();
     if let Peer::Found(d) = &mut f.peer {
@@ -179,7 +181,7 @@ fn protect(f: &mut Facts) {
 }
 
 /// After R1: locked, snapshot recorded.
-fn locked() -> Facts {
+pub(in crate::controller::transfer) fn locked() -> Facts {
     let mut f = fresh();
     protect(&mut f);
     f.moved_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
@@ -190,7 +192,7 @@ fn locked() -> Facts {
 }
 
 /// After R2: the volume is marked and retained.
-fn retained() -> Facts {
+pub(in crate::controller::transfer) fn retained() -> Facts {
     let mut f = locked();
     let v = f.volume.as_mut().unwrap();
     v.marker = Some(S_UID.to_owned());
@@ -200,7 +202,7 @@ fn retained() -> Facts {
 }
 
 /// After R3: the destination claim exists and is recorded.
-fn created() -> Facts {
+pub(in crate::controller::transfer) fn created() -> Facts {
     let mut f = retained();
     let mut dest = claim("db", DEST_UID, None);
     dest.lock = Some(destination_lock(&f.source, "dev", "db"));
@@ -217,7 +219,7 @@ fn created() -> Facts {
 }
 
 /// After R4: the volume names the destination.
-fn committed() -> Facts {
+pub(in crate::controller::transfer) fn committed() -> Facts {
     let mut f = created();
     f.volume.as_mut().unwrap().claim_ref = Some(ClaimRef {
         namespace: "dev".to_owned(),
@@ -347,12 +349,12 @@ fn a_pod_using_the_source_holds_the_pair_and_only_the_source_side_learns_its_nam
 }
 
 #[test]
-fn the_pods_are_listed_before_the_lock_r2_and_the_commit_and_for_no_other_step() {
+fn the_pods_are_listed_before_the_lock_r2_the_commit_and_r5_and_for_no_other_step() {
     let mut before_lock = fresh();
     protect(&mut before_lock);
     for (step, mut f) in [("R1", before_lock), ("R2", locked()), ("R4", created())] {
         f.users = None;
-        assert_eq!(decide(&f), Action::CheckUsers, "before {step}");
+        assert_eq!(decide(&f), Action::Ask(Question::Users), "before {step}");
     }
     // R1's record of the claim it has locked needs no list of its own.
     let mut record = fresh();
@@ -371,8 +373,12 @@ fn the_pods_are_listed_before_the_lock_r2_and_the_commit_and_for_no_other_step()
         "{:?}",
         decide(&r3)
     );
+    // R5 only reports them (the volume is the destination's already), but
+    // asks all the same: the executor reads nothing.
     let mut r5 = committed();
     r5.users = None;
+    assert_eq!(decide(&r5), Action::Ask(Question::Users));
+    r5.users = Some(vec!["late-app".to_owned()]);
     assert!(
         matches!(decide(&r5), Action::ReleaseSource { .. }),
         "{:?}",
@@ -385,9 +391,9 @@ fn r2_waits_for_fresh_rights_and_admission_whatever_annotations_the_volume_carri
     let mut f = locked();
     // A leftover annotation naming no transfer proves nothing.
     f.volume.as_mut().unwrap().original_policy = Some("Delete".to_owned());
-    assert_eq!(decide(&f), Action::CheckRights);
+    assert_eq!(decide(&f), Action::Ask(Question::Rights));
     f.rights = Some(Ok(()));
-    assert_eq!(decide(&f), Action::CheckAdmission);
+    assert_eq!(decide(&f), Action::Ask(Question::Admission));
     f.admission = Some(Admission::Admitted);
     assert_eq!(
         decide(&f),
@@ -534,7 +540,7 @@ fn a_destination_claim_an_older_server_locked_with_the_transfers_uid_is_still_ou
 #[test]
 fn r4_commits_only_after_the_rights_are_checked_again() {
     let mut f = created();
-    assert_eq!(decide(&f), Action::CheckRights);
+    assert_eq!(decide(&f), Action::Ask(Question::Rights));
     f.rights = Some(Ok(()));
     assert_eq!(
         decide(&f),
@@ -776,7 +782,7 @@ fn the_destination_text_of_every_reason_names_nothing_of_the_source() {
 
 /// A matched Clone pair, protected, nothing made yet; the source claim is
 /// bound and in use.
-fn clone_fresh() -> Facts {
+pub(in crate::controller::transfer) fn clone_fresh() -> Facts {
     let mut f = fresh();
     protect(&mut f);
     f.source.spec.mode = Some(TransferMode::Clone);
@@ -834,7 +840,7 @@ fn sides_that_ask_for_different_modes_fail_before_anything_is_recorded() {
 #[test]
 fn c1_makes_the_clone_beside_the_source_after_fresh_rights_and_never_touches_the_source() {
     let mut f = clone_fresh();
-    assert_eq!(decide(&f), Action::CheckRights);
+    assert_eq!(decide(&f), Action::Ask(Question::Rights));
     f.rights = Some(Ok(()));
     let Action::CreateClone(pvc) = decide(&f) else {
         panic!("{:?}", decide(&f));

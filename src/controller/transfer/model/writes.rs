@@ -1,7 +1,7 @@
-//! The controller's writes on the model's world: the plan's writes to
-//! claims and volumes ([`cluster_writes`], the executor's own list), and
-//! the status and finalizer effects of each action, with a crash point
-//! between any two writes.
+//! The controller's writes on the model's world: each action's plan
+//! ([`plan`], the list the executor performs), write by write, with a
+//! crash point between any two writes. This file interprets each *kind* of
+//! write once; which writes an action makes is the plan's alone.
 
 use super::{Pv, Pvc, Tx, World};
 
@@ -9,7 +9,10 @@ use crate::api::namespace_transfer::{
     NamespaceTransferPhase as Phase, FINALIZER_TRANSFER_PROTECTION,
 };
 use crate::controller::transfer::decide::Action;
-use crate::controller::transfer::plan::{cluster_writes, ClaimChange, ClusterWrite, VolumeChange};
+use crate::controller::transfer::plan::{
+    plan, ClaimChange, ClusterWrite, Edit, On, VolumeChange, Write,
+};
+use crate::controller::transfer::Step;
 
 impl World {
     pub(super) fn uid(text: &str) -> u32 {
@@ -44,25 +47,6 @@ impl World {
             return;
         }
         change(tx);
-    }
-
-    /// The worlds after each of `writes` (the plan the executor performs,
-    /// [`cluster_writes`]): a crash may come after any of them. A refused
-    /// conditional write ends the list, as in the executor.
-    pub(super) fn perform(&self, writes: &[ClusterWrite]) -> Vec<World> {
-        let mut w = self.clone();
-        let mut out = Vec::new();
-        for write in writes {
-            let made = w.make(write);
-            out.push(w.clone());
-            if !made && write.is_conditional() {
-                break;
-            }
-        }
-        if out.is_empty() {
-            out.push(w);
-        }
-        out
     }
 
     /// Makes one write of a plan on this world, as kube-apiserver would:
@@ -163,141 +147,130 @@ impl World {
         }
     }
 
-    /// The worlds after the controller applies `action`, decided on
-    /// `seen` (the present, or a stale leader's past): every crash point of
-    /// a multi-write action included.
+    /// The worlds after the controller performs `action`, decided on
+    /// `seen` (the present, or a stale leader's past): the plan the
+    /// executor performs ([`plan`]), made write by write on this world, with
+    /// a crash point after every write. A refused conditional write or a
+    /// create that finds its claim ends the plan, as in the executor.
     pub(super) fn apply(&self, action: &Action, seen: &World) -> Vec<World> {
-        let s_active = seen.s.active();
-        let d_uid = seen.d.uid;
+        let p = plan(&seen.facts(), action);
         let mut w = self.clone();
-        let s_matches = w.s.exists && w.s.uid == seen.s.uid;
-        let d_matches = w.d.exists && w.d.uid == d_uid;
-        let peer_found = seen.peer_found();
-        // update_pair: the source first, then the peer (if the decision saw
-        // one); a crash may fall between the two.
-        let pair = |w: &World, change: &dyn Fn(&mut Tx, bool)| -> Vec<World> {
-            let mut first = w.clone();
-            if s_matches {
-                Self::write_status(&mut first.s, s_active, |t| change(t, true));
+        let mut out = Vec::new();
+        let mut created = None;
+        for write in &p.writes {
+            let go_on = w.write(write, seen, &mut created);
+            out.push(w.clone());
+            if !go_on {
+                break;
             }
-            let mut both = first.clone();
-            if d_matches && peer_found {
-                let d_active = seen.d.active();
-                Self::write_status(&mut both.d, d_active, |t| change(t, false));
-            }
-            vec![first, both]
-        };
-        match action {
-            Action::Nothing { .. }
-            | Action::Expire
-            | Action::CheckUsers
-            | Action::CheckRights
-            | Action::CheckAdmission => {
-                vec![w]
-            }
-            // The writes to claims and volumes: the executor's own list.
-            Action::Lock { .. }
-            | Action::Retain { .. }
-            | Action::Commit { .. }
-            | Action::Rehold { .. }
-            | Action::Settle { .. }
-            | Action::Unmark { .. }
-            | Action::UnlockDestination
-            | Action::ProtectDestination { .. }
-            | Action::UnprotectDestination { .. }
-            | Action::Unlock { .. }
-            | Action::ReleaseSource { .. }
-            | Action::DeleteClone { .. }
-            | Action::DeleteDestination { .. } => w.perform(&cluster_writes(&seen.facts(), action)),
-            Action::Wait { phase, .. } => {
-                let phase = *phase;
-                pair(&w, &|t, _| t.phase = Some(phase))
-            }
-            Action::CreateClone(_) => {
-                if w.source.is_some() {
-                    return vec![w];
+        }
+        if out.is_empty() {
+            out.push(w);
+        }
+        out
+    }
+
+    /// Makes one write of a plan on this world; whether the plan goes on.
+    fn write(&mut self, write: &Write, seen: &World, created: &mut Option<u32>) -> bool {
+        match write {
+            Write::Cluster(c) => self.make(c) || !c.is_conditional(),
+            Write::Create { step, .. } => {
+                let destination = *step == Step::CreateDestination;
+                let slot = if destination {
+                    &self.destination
+                } else {
+                    &self.source
+                };
+                if slot.is_some() {
+                    return false;
                 }
-                let clone = w.new_claim(false, seen.s.uid, false, true);
-                w.clones.push(clone.uid);
-                w.source = Some(clone);
-                vec![w]
-            }
-            Action::RecordMatch => {
-                let (su, du) = (seen.s.uid, d_uid);
-                pair(&w, &|t, is_s| {
-                    t.peer = Some(if is_s { du } else { su });
-                    t.phase = Some(Phase::WaitingForRelease);
-                })
-            }
-            Action::Finish { phase, .. } => {
-                let phase = *phase;
-                pair(&w, &|t, _| t.phase = Some(phase))
-            }
-            Action::Protect => {
-                let mut first = w.clone();
-                if s_matches && !first.s.deleting {
-                    first.s.finalizer = true;
+                let claim = self.new_claim(destination, seen.s.uid, destination, true);
+                *created = Some(claim.uid);
+                if destination {
+                    self.ours.push(claim.uid);
+                    self.destination = Some(claim);
+                } else {
+                    self.clones.push(claim.uid);
+                    self.source = Some(claim);
                 }
-                let mut both = first.clone();
-                if d_matches && peer_found && !both.d.deleting {
-                    both.d.finalizer = true;
-                }
-                vec![first, both]
+                true
             }
-            Action::RecordSource(snap) => {
-                let uid = Self::uid(&snap.uid);
-                pair(&w, &|t, is_s| {
-                    if is_s {
-                        t.snapshot = Some(uid);
+            Write::Status { on, change } => {
+                let (su, du) = (seen.s.uid, seen.d.uid);
+                let Some((tx, decided_on_active)) = self.ours_as_seen(*on, seen) else {
+                    return true;
+                };
+                Self::write_status(tx, decided_on_active, |t| {
+                    match &change.edit {
+                        Edit::Waiting { phase, .. } | Edit::Finished { phase, .. } => {
+                            t.phase = Some(*phase);
+                        }
+                        Edit::Matched => t.phase = Some(Phase::WaitingForRelease),
+                        Edit::Locked { snapshot, .. } => {
+                            t.phase = Some(Phase::Rebinding);
+                            if let Some(snapshot) = snapshot {
+                                t.snapshot = Some(Self::uid(&snapshot.uid));
+                            }
+                        }
+                        Edit::Completed { .. } => t.phase = Some(Phase::Completed),
+                        Edit::Lost { .. } => {
+                            t.phase = Some(Phase::Rebinding);
+                            t.lost_reported = true;
+                        }
+                        Edit::Destination(reference) => {
+                            t.destination = if reference.uid.is_empty() {
+                                *created
+                            } else {
+                                Some(Self::uid(&reference.uid))
+                            };
+                        }
+                        Edit::Mirror(status) => t.phase = status.phase,
+                        // Conditions, steps and a standing offer's records:
+                        // nothing the model's invariants read.
+                        Edit::Authorized
+                        | Edit::Committed { .. }
+                        | Edit::Step(_)
+                        | Edit::PairRecord(_) => {}
                     }
-                    t.phase = Some(Phase::Rebinding);
-                })
+                    match change.peer_of {
+                        Some(On::Source) => t.peer = Some(su),
+                        Some(On::Peer) => t.peer = Some(du),
+                        None => {}
+                    }
+                });
+                true
             }
-            Action::CreateDestination(_) => {
-                if w.destination.is_some() {
-                    return vec![w];
+            Write::Finalizer { on, present } => {
+                if let Some((tx, _)) = self.ours_as_seen(*on, seen) {
+                    // No finalizer is added to an object being deleted.
+                    if !(*present && tx.deleting) {
+                        tx.finalizer = *present;
+                    }
                 }
-                let claim = w.new_claim(true, seen.s.uid, true, true);
-                let uid = claim.uid;
-                w.destination = Some(claim);
-                w.ours.push(uid);
-                // Crash right after the create, or record its uid too.
-                let crashed = w.clone();
-                if s_matches {
-                    Self::write_status(&mut w.s, s_active, |t| t.destination = Some(uid));
-                }
-                vec![crashed, w]
+                true
             }
-            Action::RecordDestination(r) => {
-                let uid = Self::uid(&r.uid);
-                if s_matches {
-                    Self::write_status(&mut w.s, s_active, |t| t.destination = Some(uid));
+            Write::Delete(on) => {
+                if let Some((tx, _)) = self.ours_as_seen(*on, seen) {
+                    tx.deleting = true;
                 }
-                vec![w]
+                true
             }
-            Action::Complete => pair(&w, &|t, _| t.phase = Some(Phase::Completed)),
-            Action::DestinationLost { .. } => pair(&w, &|t, _| {
-                t.phase = Some(Phase::Rebinding);
-                t.lost_reported = true;
-            }),
-            Action::Mirror => {
-                let phase = w.s.phase;
-                if d_matches && peer_found {
-                    w.d.phase = phase;
-                }
-                vec![w]
+            Write::Event(_) | Write::Wake(_) => true,
+        }
+    }
+
+    /// Our object `on` of this world, if it is the one `seen` decided on
+    /// (same uid, and for the peer, one the decision found); and whether
+    /// the decision saw it active.
+    fn ours_as_seen(&mut self, on: On, seen: &World) -> Option<(&mut Tx, bool)> {
+        match on {
+            On::Source if self.s.exists && self.s.uid == seen.s.uid => {
+                Some((&mut self.s, seen.s.active()))
             }
-            Action::DropFinalizers => {
-                let mut first = w.clone();
-                if d_matches && peer_found {
-                    first.d.finalizer = false;
-                }
-                let mut both = first.clone();
-                if s_matches {
-                    both.s.finalizer = false;
-                }
-                vec![first, both]
+            On::Peer if seen.peer_found() && self.d.exists && self.d.uid == seen.d.uid => {
+                Some((&mut self.d, seen.d.active()))
             }
+            _ => None,
         }
     }
 }

@@ -1,6 +1,10 @@
 use serde_json::json;
 
 use super::*;
+use crate::api::namespace_transfer::{
+    ANNOTATION_DESTINATION_LOST, ANNOTATION_ORIGINAL_RECLAIM_POLICY, LABEL_CLONED_UNDER,
+};
+use crate::controller::transfer::facts::VOLUME_MARKER;
 
 fn volume(change: VolumeChange) -> ClusterWrite {
     ClusterWrite::Volume {

@@ -1,0 +1,353 @@
+//! The writes to the cluster's claims and volumes, typed, and which of
+//! them an action makes ([`cluster_writes`]). A write that carries a
+//! precondition (a resourceVersion, or a uid for a delete) ends its plan
+//! when it is refused: the writes after it were decided on what it would
+//! have made true.
+
+use serde_json::{json, Value};
+
+use crate::api::namespace_transfer::{
+    ClaimReference, TransferMode, ANNOTATION_DESTINATION_LOST, ANNOTATION_ORIGINAL_RECLAIM_POLICY,
+    ANNOTATION_TRANSFER_LOCK, LABEL_CLONED_UNDER,
+};
+
+use crate::controller::transfer::decide::{
+    moved_claim_name_of, recorded_destination, recorded_source, uid_of, Action,
+};
+use crate::controller::transfer::facts::{Facts, VOLUME_MARKER};
+
+/// One write to a PersistentVolume or a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::controller::transfer) enum ClusterWrite {
+    /// A merge patch of the volume `name`, at `resource_version`.
+    Volume {
+        name: String,
+        resource_version: String,
+        change: VolumeChange,
+    },
+    /// A merge patch of the claim `namespace/name`, at `resource_version`
+    /// when one is given.
+    Claim {
+        namespace: String,
+        name: String,
+        resource_version: Option<String>,
+        change: ClaimChange,
+    },
+    /// Delete the claim `namespace/name`, only if its uid is `uid`.
+    DeleteClaim {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+}
+
+/// What a write changes on the volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::controller::transfer) enum VolumeChange {
+    /// R2: remember the policy, mark the volume as ours, set `Retain`; in
+    /// Clone mode also label it with the offer, for good (what `maxClones`
+    /// counts).
+    Retain {
+        original_policy: String,
+        marker: String,
+        cloned_under: Option<String>,
+    },
+    /// R4, the commit: the volume names the destination claim.
+    Commit { to: ClaimReference },
+    /// After R4, the destination claim is being deleted: `Retain` again,
+    /// marked as ours, naming the lost claim's uid.
+    Rehold {
+        original_policy: String,
+        marker: String,
+        lost: String,
+    },
+    /// R6 and the rollback: take our marks off, and set the reclaim policy
+    /// to `policy` when there is one.
+    Unmark { policy: Option<String> },
+}
+
+/// What a write changes on a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::controller::transfer) enum ClaimChange {
+    /// Our lock annotation, with this value.
+    Lock(String),
+    /// Our lock annotation, taken off.
+    Unlock,
+    /// The claim's finalizers, exactly these.
+    Finalizers(Vec<String>),
+}
+
+impl ClusterWrite {
+    /// Whether the write is made only if a precondition holds; a refused one
+    /// ends the list.
+    pub(in crate::controller::transfer) fn is_conditional(&self) -> bool {
+        match self {
+            ClusterWrite::Volume { .. } | ClusterWrite::DeleteClaim { .. } => true,
+            ClusterWrite::Claim {
+                resource_version, ..
+            } => resource_version.is_some(),
+        }
+    }
+
+    /// The merge patch a `Volume` or `Claim` write sends; `Null` for a
+    /// delete.
+    pub(in crate::controller::transfer) fn patch(&self) -> Value {
+        match self {
+            ClusterWrite::Volume {
+                resource_version,
+                change,
+                ..
+            } => {
+                let mut patch = volume_patch(change);
+                patch["metadata"]["resourceVersion"] = json!(resource_version);
+                patch
+            }
+            ClusterWrite::Claim {
+                resource_version,
+                change,
+                ..
+            } => {
+                let mut patch = match change {
+                    ClaimChange::Lock(lock) => {
+                        json!({"metadata": {"annotations": {ANNOTATION_TRANSFER_LOCK: lock}}})
+                    }
+                    ClaimChange::Unlock => {
+                        json!({"metadata": {"annotations": {ANNOTATION_TRANSFER_LOCK: null}}})
+                    }
+                    ClaimChange::Finalizers(finalizers) => {
+                        json!({"metadata": {"finalizers": finalizers}})
+                    }
+                };
+                if let Some(rv) = resource_version {
+                    patch["metadata"]["resourceVersion"] = json!(rv);
+                }
+                patch
+            }
+            ClusterWrite::DeleteClaim { .. } => Value::Null,
+        }
+    }
+}
+
+fn volume_patch(change: &VolumeChange) -> Value {
+    match change {
+        VolumeChange::Retain {
+            original_policy,
+            marker,
+            cloned_under,
+        } => {
+            let mut patch = json!({
+                "metadata": {"annotations": {
+                    ANNOTATION_ORIGINAL_RECLAIM_POLICY: original_policy,
+                    VOLUME_MARKER: marker,
+                }},
+                "spec": {"persistentVolumeReclaimPolicy": "Retain"},
+            });
+            if let Some(offer) = cloned_under {
+                patch["metadata"]["labels"] = json!({ LABEL_CLONED_UNDER: offer });
+            }
+            patch
+        }
+        VolumeChange::Commit { to } => json!({
+            "metadata": {},
+            "spec": {"claimRef": {
+                "kind": "PersistentVolumeClaim",
+                "apiVersion": "v1",
+                "namespace": to.namespace,
+                "name": to.name,
+                "uid": to.uid,
+                "resourceVersion": null,
+                "fieldPath": null,
+            }},
+        }),
+        VolumeChange::Rehold {
+            original_policy,
+            marker,
+            lost,
+        } => json!({
+            "metadata": {"annotations": {
+                ANNOTATION_ORIGINAL_RECLAIM_POLICY: original_policy,
+                VOLUME_MARKER: marker,
+                ANNOTATION_DESTINATION_LOST: lost,
+            }},
+            "spec": {"persistentVolumeReclaimPolicy": "Retain"},
+        }),
+        VolumeChange::Unmark { policy } => {
+            let mut patch = json!({"metadata": {"annotations": {
+                ANNOTATION_ORIGINAL_RECLAIM_POLICY: null,
+                VOLUME_MARKER: null,
+            }}});
+            if let Some(policy) = policy {
+                patch["spec"] = json!({"persistentVolumeReclaimPolicy": policy});
+            }
+            patch
+        }
+    }
+}
+
+/// The writes to claims and volumes that `action`, decided on `f`, makes,
+/// in the order they are made. Empty for an action that makes none, or
+/// whose object the facts do not know (nothing to write to).
+pub(in crate::controller::transfer) fn cluster_writes(
+    f: &Facts,
+    action: &Action,
+) -> Vec<ClusterWrite> {
+    let s = &f.source;
+    let mine = uid_of(s).to_owned();
+    let source_ns = s.source_namespace().to_owned();
+    let volume = |change: VolumeChange, resource_version: &str| {
+        f.volume.as_ref().map(|v| ClusterWrite::Volume {
+            name: v.name.clone(),
+            resource_version: resource_version.to_owned(),
+            change,
+        })
+    };
+    let on_destination = |resource_version: Option<&String>, change: ClaimChange| {
+        recorded_destination(s).map(|dest| ClusterWrite::Claim {
+            namespace: dest.namespace.clone(),
+            name: dest.name.clone(),
+            resource_version: resource_version.cloned(),
+            change,
+        })
+    };
+    // The claim R1 locked: the one its snapshot names, or before it the
+    // claim the transfer names.
+    let locked_name = || {
+        recorded_source(s)
+            .map(|snap| snap.name.clone())
+            .unwrap_or_else(|| s.spec.source.name.clone())
+    };
+    let writes: Vec<Option<ClusterWrite>> = match action {
+        Action::Lock { resource_version } => vec![Some(ClusterWrite::Claim {
+            namespace: source_ns,
+            name: moved_claim_name_of(s, &f.peer).unwrap_or_default(),
+            resource_version: Some(resource_version.clone()),
+            change: ClaimChange::Lock(mine),
+        })],
+        Action::Retain {
+            resource_version,
+            policy,
+        } => vec![volume(
+            VolumeChange::Retain {
+                original_policy: policy.clone(),
+                marker: mine.clone(),
+                cloned_under: (s.mode() == TransferMode::Clone).then_some(mine),
+            },
+            resource_version,
+        )],
+        Action::Commit {
+            resource_version,
+            destination,
+        } => {
+            let commit = VolumeChange::Commit {
+                to: destination.clone(),
+            };
+            match volume(commit, resource_version) {
+                None => Vec::new(),
+                // The lock has done its work on the destination claim.
+                // Taking it off also changes the claim, which makes the
+                // cluster's PV controller bind it now rather than at its
+                // next resync.
+                commit => vec![
+                    commit,
+                    Some(ClusterWrite::Claim {
+                        namespace: destination.namespace.clone(),
+                        name: destination.name.clone(),
+                        resource_version: None,
+                        change: ClaimChange::Unlock,
+                    }),
+                ],
+            }
+        }
+        Action::Rehold { resource_version } => {
+            let original = f.volume.as_ref().map(|v| {
+                v.original_policy
+                    .clone()
+                    .unwrap_or_else(|| v.reclaim_policy.clone())
+            });
+            let lost = recorded_destination(s)
+                .map(|d| d.uid.clone())
+                .unwrap_or_default();
+            vec![original.and_then(|original_policy| {
+                volume(
+                    VolumeChange::Rehold {
+                        original_policy,
+                        marker: mine,
+                        lost,
+                    },
+                    resource_version,
+                )
+            })]
+        }
+        Action::Settle {
+            resource_version,
+            policy,
+        } => vec![volume(
+            VolumeChange::Unmark {
+                policy: Some(policy.clone()),
+            },
+            resource_version,
+        )],
+        Action::Unmark {
+            resource_version,
+            restore,
+        } => vec![volume(
+            VolumeChange::Unmark {
+                policy: restore.clone(),
+            },
+            resource_version,
+        )],
+        Action::UnlockDestination => vec![on_destination(None, ClaimChange::Unlock)],
+        Action::ProtectDestination {
+            resource_version,
+            finalizers,
+        }
+        | Action::UnprotectDestination {
+            resource_version,
+            finalizers,
+        } => vec![on_destination(
+            Some(resource_version),
+            ClaimChange::Finalizers(finalizers.clone()),
+        )],
+        Action::Unlock { resource_version } => vec![Some(ClusterWrite::Claim {
+            namespace: source_ns,
+            name: locked_name(),
+            resource_version: Some(resource_version.clone()),
+            change: ClaimChange::Unlock,
+        })],
+        Action::ReleaseSource { uid } => vec![Some(ClusterWrite::DeleteClaim {
+            namespace: source_ns,
+            name: locked_name(),
+            uid: uid.clone(),
+        })],
+        Action::DeleteClone { name, uid } => vec![Some(ClusterWrite::DeleteClaim {
+            namespace: source_ns,
+            name: name.clone(),
+            uid: uid.clone(),
+        })],
+        Action::DeleteDestination { uid } => {
+            vec![
+                recorded_destination(s).map(|dest| ClusterWrite::DeleteClaim {
+                    namespace: dest.namespace.clone(),
+                    name: dest.name.clone(),
+                    uid: uid.clone(),
+                }),
+            ]
+        }
+        Action::Nothing { .. }
+        | Action::Wait { .. }
+        | Action::RecordMatch
+        | Action::Finish { .. }
+        | Action::Ask(_)
+        | Action::Protect
+        | Action::CreateClone(_)
+        | Action::RecordSource(_)
+        | Action::CreateDestination(_)
+        | Action::RecordDestination(_)
+        | Action::Complete
+        | Action::DestinationLost { .. }
+        | Action::Mirror
+        | Action::DropFinalizers
+        | Action::Expire => Vec::new(),
+    };
+    writes.into_iter().flatten().collect()
+}
