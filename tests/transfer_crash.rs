@@ -218,6 +218,82 @@ fn a_crash_right_after_r6_settle_is_recovered_and_the_transfer_completes() {
     crash_right_after("R6");
 }
 
+/// The boundaries the server named as it crashed (`fault injection:
+/// exiting at Commit#1 ["R4"]`), from its log so far: the boundary, and the
+/// step names it also is.
+fn crashes_logged(cp: &ControlPlane) -> Vec<(String, Vec<String>)> {
+    let log = cp.logs_dir().join("storage-transfer-apiserver.log");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            line.split_once("fault injection: exiting at ")
+                .map(|(_, at)| at)
+        })
+        .map(|at| {
+            let (boundary, names) = at.split_once(' ').unwrap_or((at, "[]"));
+            let names = names
+                .trim_matches(|c| c == '[' || c == ']')
+                .split(", ")
+                .filter(|n| !n.is_empty())
+                .map(|n| n.trim_matches('"').to_owned())
+                .collect();
+            (boundary.to_owned(), names)
+        })
+        .collect()
+}
+
+/// The server exits right after every write of the transfer controller, in
+/// turn: each restart makes one write and dies (`STA_FAULT_EXIT_AFTER=*`).
+/// So a crash falls on every boundary between two writes of every action
+/// on the transfer's path, R1 to R6 among them, and still the transfer
+/// completes and the volume was never at risk.
+#[test]
+fn a_server_that_crashes_after_every_single_write_still_completes_the_transfer() {
+    let (cp, _turn) = turn();
+    let every = [("STA_FAULT_EXIT_AFTER", "*")];
+    restart(cp, &every);
+    let s = setup(cp);
+    let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+    s.consent(cp.direct());
+    let mut crossed: Vec<(String, Vec<String>)> = Vec::new();
+    let started = Instant::now();
+    // A server that makes no write for 20 s has nothing left to write.
+    while let Some(code) = cp.wait_for_server_exit(Duration::from_secs(20)) {
+        assert_eq!(code, FAULT_EXIT_CODE, "after {crossed:?}");
+        let logged = crashes_logged(cp);
+        let last = logged
+            .last()
+            .cloned()
+            .unwrap_or_else(|| panic!("the server crashed without naming where"));
+        crossed.push(last);
+        assert!(
+            crossed.len() < 300,
+            "the transfer never settles: {crossed:?}"
+        );
+        restart(cp, &every);
+    }
+    restart(cp, &[]);
+    s.assert_completed(cp, cp.direct(), recorder);
+    let boundaries: std::collections::BTreeSet<&str> =
+        crossed.iter().map(|(b, _)| b.as_str()).collect();
+    let steps: std::collections::BTreeSet<&str> = crossed
+        .iter()
+        .flat_map(|(_, names)| names.iter().map(String::as_str))
+        .collect();
+    for step in ["R1", "R2", "R3", "R4", "R5", "R6"] {
+        assert!(
+            steps.contains(step),
+            "no crash right after {step}: {crossed:?}"
+        );
+    }
+    println!(
+        "{} crashes over {} distinct boundaries in {:?}: {boundaries:?}",
+        crossed.len(),
+        boundaries.len(),
+        started.elapsed()
+    );
+}
+
 /// Where a Clone pair stands once it completed: the source claim and its
 /// volume exactly as before, one clone made by the driver and now bound in
 /// the destination, and no clone claim left in the source namespace.

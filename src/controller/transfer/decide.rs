@@ -290,7 +290,10 @@ pub fn decide(f: &Facts) -> Action {
 /// give the volume back its policy rest on a claim's presence, absence or
 /// state, which no precondition of theirs fences (the others are writes
 /// conditional on the resourceVersion or uid they were decided on, so a
-/// stale copy costs a refused write, never a wrong step).
+/// stale copy costs a refused write, never a wrong step). Letting go of the
+/// finalizers ends a finished pair: it rests on every claim of the pair
+/// being as the rollback left it (a clone a watch copy does not show yet
+/// would be left behind; the model check found this).
 pub fn needs_live_facts(action: &Action) -> bool {
     matches!(
         action,
@@ -299,6 +302,7 @@ pub fn needs_live_facts(action: &Action) -> bool {
             | Action::Complete
             | Action::DestinationLost { .. }
             | Action::Unmark { .. }
+            | Action::DropFinalizers
     )
 }
 
@@ -790,7 +794,9 @@ pub fn destination_of<'a>(
     }
 }
 
-fn remaining(t: &NamespaceTransfer, now: i64) -> Option<Duration> {
+/// The time left before `t`'s `activeDeadlineSeconds` runs out at `now`
+/// (Unix seconds); `None` without one.
+pub(super) fn remaining(t: &NamespaceTransfer, now: i64) -> Option<Duration> {
     let deadline = t.spec.active_deadline_seconds?;
     let created = t.metadata.creation_timestamp.as_ref()?.0.as_second();
     let left = created.saturating_add(deadline) - now;

@@ -53,10 +53,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use super::decide::{decide, Action, Question};
+use super::destination::{destination_turn, Deadline, Found, Turn};
 use super::facts::{
     Admission, Claim, ClaimRef, ClaimShape, ClassPolicy, Facts, Peer, Refusal, Side, Volume,
 };
-use super::matching::{destination_lock, peer_uid};
+use super::matching::{destination_lock, destination_view, peer_uid};
 use crate::api::meta::Requester;
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferSpec,
@@ -171,9 +172,14 @@ pub(super) enum Move {
     StaleAct = 1 << 11,
     /// Clone mode: `--clone-timeout` passes while the clone is unbound.
     CloneTimesOut = 1 << 12,
+    /// Time: both transfers' `activeDeadlineSeconds` pass.
+    DeadlinePasses = 1 << 13,
+    /// The controller's watch copies of the claims and the volume stop here
+    /// and fall behind, until the cluster lets them catch up.
+    StaleCache = 1 << 14,
 }
 
-const MOVES: [Move; 13] = [
+const MOVES: [Move; 15] = [
     Move::DeleteSourceClaim,
     Move::DeleteDestinationClaim,
     Move::DeleteSource,
@@ -187,7 +193,13 @@ const MOVES: [Move; 13] = [
     Move::StaleGather,
     Move::StaleAct,
     Move::CloneTimesOut,
+    Move::DeadlinePasses,
+    Move::StaleCache,
 ];
+
+/// Both transfers' `activeDeadlineSeconds`: made at 1,000, they pass it at
+/// 2,200, between the model's two clocks.
+const DEADLINE: i64 = 1_200;
 
 /// The whole world of the model.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -224,6 +236,21 @@ pub(super) struct World {
     clones: Vec<u32>,
     /// Whether R4 ever pointed the volume at a destination claim.
     committed: bool,
+    /// Whether the transfers' deadlines have passed (`now` is 3,000, not
+    /// 2,000; both were made at 1,000 with 1,200 s).
+    late: bool,
+    /// The controller's watch copies of the claims and the volume, while
+    /// they are behind the world.
+    cache: Option<Box<Cached>>,
+}
+
+/// Watch copies of the claims and the volume, as they were when they fell
+/// behind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Cached {
+    source: Option<Pvc>,
+    destination: Option<Pvc>,
+    volume: Option<Pv>,
 }
 
 impl World {
@@ -266,6 +293,8 @@ impl World {
             clone_mode: false,
             clones: Vec::new(),
             committed: false,
+            late: false,
+            cache: None,
         }
     }
 
@@ -385,6 +414,7 @@ impl World {
                     ..Requester::default()
                 }),
                 mode,
+                active_deadline_seconds: Some(DEADLINE),
                 ..spec
             },
             status: any_status.then(|| NamespaceTransferStatus {
@@ -484,7 +514,7 @@ impl World {
         // The destination claim's lock, as R3 writes it.
         let dest_lock = destination_lock(&s, "dev", "db");
         Facts {
-            now: 2_000,
+            now: self.now(),
             allow_all_storage_classes: false,
             source: s,
             peer,
@@ -552,24 +582,53 @@ impl World {
                 capacity: Some("1Gi".to_owned()),
             }),
             class: ClassPolicy::Allowed,
-            users: Some(if self.pod {
-                vec!["app".to_owned()]
-            } else {
-                Vec::new()
-            }),
+            // A live LIST, asked for when a step needs it.
+            users: None,
             lock_holder_active: false,
             rights: None,
             admission: None,
-            live: true,
+            live: self.cache.is_none(),
             refused: None,
         }
     }
 
-    /// The controller's decision on what this world shows it.
-    fn decision(&self) -> Action {
-        let mut facts = self.facts();
+    /// The facts as the controller gathers them: its watch copies of the
+    /// claims and the volume (behind the world while `cache` holds them),
+    /// or with `live` every claim and volume read live.
+    fn gathered(&self, live: bool) -> Facts {
+        match (&self.cache, live) {
+            (Some(cached), false) => {
+                let mut view = self.clone();
+                view.source = cached.source.clone();
+                view.destination = cached.destination.clone();
+                view.volume = cached.volume.clone();
+                let mut facts = view.facts();
+                facts.live = false;
+                facts
+            }
+            _ => {
+                let mut facts = self.facts();
+                facts.live = live || self.cache.is_none();
+                facts
+            }
+        }
+    }
+
+    /// The controller's decision on what this world shows it, and the
+    /// facts it was made on: its questions answered as the executor's loop
+    /// answers them (the users, rights and admission of the present; live
+    /// reads, after which those are asked again).
+    fn decision(&self) -> (Action, Facts) {
+        let mut facts = self.gathered(false);
         loop {
             match decide(&facts) {
+                Action::Ask(Question::Users) => {
+                    facts.users = Some(if self.pod {
+                        vec!["app".to_owned()]
+                    } else {
+                        Vec::new()
+                    });
+                }
                 Action::Ask(Question::Rights) => {
                     facts.rights = Some(if self.rights {
                         Ok(())
@@ -587,7 +646,8 @@ impl World {
                         Admission::SourceReleaseRefused("refused".to_owned())
                     });
                 }
-                action => return action,
+                Action::Ask(Question::LiveReads) => facts = self.gathered(true),
+                action => return (action, facts),
             }
         }
     }
@@ -623,6 +683,15 @@ impl World {
 
     /// What must hold once nothing moves any more.
     fn outcome(&self) -> Result<(), String> {
+        // A request matched to a source object that is gone is done, and
+        // holds nothing that would keep it from being deleted.
+        let orphaned = self.d.exists && self.d.peer.is_some() && !self.s.exists;
+        if orphaned && (self.d.finalizer || self.d.active()) {
+            return Err(format!(
+                "the source object is gone, and the request still holds on: {:?}",
+                self.d
+            ));
+        }
         if self.clone_mode {
             if let Some(why) = self.clone_outcome() {
                 return Err(why);
@@ -705,13 +774,59 @@ impl World {
         }
     }
 
-    /// The controller's next worlds.
+    /// The controller's next worlds: the pair's reconcile (driven from the
+    /// source object), and the request's own.
     fn controller_steps(&self) -> Vec<World> {
-        if !self.s.exists {
+        let mut out = self.destination_steps();
+        if self.s.exists {
+            let (action, facts) = self.decision();
+            out.extend(self.apply(&action, &facts, self));
+        }
+        out
+    }
+
+    /// The request's own reconcile ([`destination_turn`]), on what it
+    /// finds of its source object: it lets go of its finalizer, or says
+    /// that it was cancelled or waits, when no source drives the pair.
+    fn destination_steps(&self) -> Vec<World> {
+        if !self.d.exists {
             return Vec::new();
         }
-        let action = self.decision();
-        self.apply(&action, self)
+        let d = self.transfer(&self.d, false);
+        let s = self.s.exists.then(|| self.transfer(&self.s, true));
+        let all: Vec<NamespaceTransfer> = s.iter().cloned().chain([d.clone()]).collect();
+        let found = match (self.d.peer, &s) {
+            (Some(peer), Some(s)) if peer == self.s.uid => Found::Recorded(s),
+            (Some(_), _) => Found::Gone,
+            (None, _) => Found::Unrecorded(destination_view(&d, &all)),
+        };
+        let mut w = self.clone();
+        match destination_turn(&d, found, self.now()) {
+            Turn::LetGo => w.d.finalizer = false,
+            Turn::Finish { phase, .. } => {
+                Self::write_status(&mut w.d, true, |t| t.phase = Some(phase));
+            }
+            Turn::Unmatched {
+                phase, deadline, ..
+            } => {
+                w.d.phase = Some(if deadline == Deadline::Passed {
+                    Phase::Failed
+                } else {
+                    phase
+                });
+            }
+            Turn::DriveStanding(_) | Turn::Wake(_) | Turn::Expire => {}
+        }
+        vec![w]
+    }
+
+    /// The model's clock, Unix seconds.
+    fn now(&self) -> i64 {
+        if self.late {
+            3_000
+        } else {
+            2_000
+        }
     }
 }
 
@@ -786,7 +901,7 @@ pub(super) fn explore(start: World, limit: usize) -> Report {
 }
 
 /// Every move allowed.
-pub(super) const ALL_MOVES: u16 = (1 << 13) - 1;
+pub(super) const ALL_MOVES: u16 = (1 << 15) - 1;
 
 /// The bits of a set of moves.
 pub(super) fn moves(list: &[Move]) -> u16 {

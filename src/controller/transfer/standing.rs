@@ -8,14 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::namespace_transfer::{
-    CloneCounts, NamespaceTransfer, NamespaceTransferPhase as Phase, CONDITION_PEER_MATCHED,
-    LABEL_CLONED_UNDER, REASON_DEADLINE_EXCEEDED,
+    CloneCounts, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus,
+    PairRecord, CONDITION_PEER_MATCHED, LABEL_CLONED_UNDER, REASON_DEADLINE_EXCEEDED,
 };
 use crate::controller::{object_key, Error, Next};
 
+use super::decide::remaining;
 use super::decide::{has_finalizer, name_of, uid_of, Report};
 use super::matching::{is_active, is_named, receiver_uid, reference};
-use super::status::{remaining_until_deadline, set};
+use super::status::set;
 use super::{decide, matching, TransferController};
 
 /// Reason of a standing clone offer that is open.
@@ -79,122 +80,42 @@ impl TransferController {
         };
         let all = self.all_transfers().await?;
         let pairs: Vec<&NamespaceTransfer> = matching::standing_pairs(&s, &all).collect();
-        // Woken once the lock is let go, so that they do not queue for it.
-        let wake: Vec<String> = pairs
-            .iter()
-            .filter(|d| is_active(d) || has_finalizer(d))
-            .map(|d| object_key(*d))
-            .collect();
-        // Each pair adds its clone at R1, in the write of its record; the
-        // records only repair a count that an older server's two writes
-        // left short.
-        let made_before = s
-            .status
-            .as_ref()
-            .and_then(|st| st.clones.as_ref())
-            .map_or(0, |c| usize::try_from(c.made).unwrap_or(0));
-        let made = pairs
-            .iter()
-            .filter(|d| standing_record(&s, d).is_some())
-            .count()
-            .max(made_before);
-        // A pair's record is kept while the pair may still need it: until
-        // it has finished and let go of its finalizer, or its request is
-        // gone.
-        let needed: Vec<&NamespaceTransfer> = pairs
-            .iter()
-            .filter(|d| is_active(d) || has_finalizer(d))
-            .copied()
-            .collect();
-        let is_needed = |p: &crate::api::namespace_transfer::PairRecord| {
-            needed.iter().any(|d| is_record_of(p, d, &s))
-        };
-        let stale_records = s
-            .status
-            .as_ref()
-            .is_some_and(|st| st.pairs.iter().any(|p| !is_needed(p)));
         let alive = self.clones_alive(&s, &pairs, None).await?;
-        let held = pairs.iter().any(|d| has_finalizer(d));
-        let deleting = s.metadata.deletion_timestamp.is_some();
-        let expired = remaining_until_deadline(&s).is_some_and(|left| left.is_zero());
-        if is_active(&s) {
-            if deleting || expired {
-                if !held {
-                    let report = if deleting {
-                        Report::shared(
-                            decide::REASON_DELETED,
-                            "the standing offer was deleted; the clones already made are left alone",
-                        )
-                    } else {
-                        Report::shared(
-                            REASON_DEADLINE_EXCEEDED,
-                            "activeDeadlineSeconds passed; the standing offer makes no more clones",
-                        )
-                    };
-                    let phase = if deleting {
-                        Phase::Cancelled
-                    } else {
-                        Phase::Failed
-                    };
-                    self.finish_alone(&s, phase, &report).await?;
-                }
-            } else {
-                let message = format!(
-                    "offering clones of PersistentVolumeClaim {}/{} to namespace {:?}: {made} made, {alive} alive",
-                    s.source_namespace(),
-                    s.spec.source.name,
-                    s.destination_namespace()
-                );
-                let counts = CloneCounts {
-                    made: i64::try_from(made).unwrap_or(i64::MAX),
-                    alive: i64::try_from(alive).unwrap_or(i64::MAX),
-                };
-                let current = s.status.as_ref();
-                let changed = current.and_then(|st| st.clones.as_ref()) != Some(&counts)
-                    || current.and_then(|st| st.phase) != Some(Phase::WaitingForPeer)
-                    || current.and_then(|st| st.message.as_deref()) != Some(message.as_str())
-                    || stale_records;
-                if changed {
-                    self.update_status(&s, |st| {
-                        st.pairs.retain(|p| is_needed(p));
-                        st.phase = Some(Phase::WaitingForPeer);
-                        st.reason = Some(REASON_OFFERING.to_owned());
-                        st.message = Some(message.clone());
-                        // Never lower: the clones of deleted requests are no
-                        // longer among the pairs recounted.
-                        let made = st.clones.as_ref().map_or(0, |c| c.made).max(counts.made);
-                        st.clones = Some(CloneCounts {
-                            made,
-                            alive: counts.alive,
-                        });
-                        set(st, CONDITION_PEER_MATCHED, false, REASON_OFFERING, &message);
-                    })
-                    .await?;
-                }
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let turn = offer_turn(&s, &pairs, alive, now);
+        match &turn.write {
+            Some(OfferWrite::Finish { phase, report }) => {
+                self.finish_alone(&s, *phase, report).await?;
             }
+            Some(OfferWrite::Recount {
+                counts,
+                message,
+                needed,
+            }) => {
+                self.update_status(&s, |st| recount(st, &s, counts, message, needed))
+                    .await?;
+            }
+            None => {}
         }
         drop(counting);
         drop(lock);
-        for key in &wake {
+        // Woken once the lock is let go, so that they do not queue for it.
+        for key in &turn.wake {
             self.queue.add(key);
         }
-        if (!is_active(&s) || deleting || expired) && !held {
-            self.forget_standing_lock(uid_of(&s));
-            self.set_finalizer(&s, false).await?;
-            return self.expire(&s).await;
-        }
-        // Claims are deleted without waking a transfer: count again soon.
-        match remaining_until_deadline(&s) {
-            Some(left) if !left.is_zero() => Ok(Next::After(left.min(OFFER_RECOUNT))),
-            _ => Ok(Next::After(OFFER_RECOUNT)),
+        match turn.then {
+            OfferNext::End => {
+                self.forget_standing_lock(uid_of(&s));
+                self.set_finalizer(&s, false).await?;
+                self.expire(&s).await
+            }
+            OfferNext::After(after) => Ok(Next::After(after)),
         }
     }
 
     /// How many of a standing offer's clones are alive, not counting the
-    /// pair of `except`: being made (the clone claim exists, or was
-    /// recorded), or from R2 on, while their volume exists (labelled
-    /// [`LABEL_CLONED_UNDER`]), whoever holds it and whether or not its
-    /// request still exists.
+    /// pair of `except` ([`count_alive`]): reads the volumes labelled with
+    /// the offer and the pairs' clone claims, from the watch copies.
     pub(super) async fn clones_alive(
         &self,
         s: &NamespaceTransfer,
@@ -203,7 +124,7 @@ impl TransferController {
     ) -> Result<usize, Error> {
         // Every clone from R2 on: its volume carries the offer's label until
         // it is gone, whatever became of the request or the claim.
-        let mut labelled: HashSet<String> = self
+        let labelled: HashSet<String> = self
             .cluster
             .volumes_labelled(LABEL_CLONED_UNDER, uid_of(s))
             .await?
@@ -211,42 +132,212 @@ impl TransferController {
             .filter(|v| v.metadata.deletion_timestamp.is_none())
             .filter_map(|v| v.metadata.name)
             .collect();
-        // Before R2: the pairs with a clone claim made.
-        let mut early = 0;
+        let mut claims = HashSet::new();
         for d in pairs {
-            let volume = standing_record(s, d).map(|c| c.volume_name.as_str());
-            if except.is_some_and(|uid| d.metadata.uid.as_deref() == Some(uid)) {
-                if let Some(volume) = volume {
-                    labelled.remove(volume);
-                }
-                continue;
+            let name = s.clone_claim_name(&receiver_uid(s, d));
+            if self
+                .cluster
+                .claim(s.source_namespace(), &name)
+                .await?
+                .is_some()
+            {
+                claims.insert(name);
             }
-            if volume.is_some_and(|v| labelled.contains(v)) {
-                continue;
-            }
-            // A pair that ended is done with its clone once it lets go of its
-            // finalizer; until then its rollback may still have one.
-            let finished = d
-                .status
-                .as_ref()
-                .and_then(|st| st.phase)
-                .is_some_and(Phase::is_finished);
-            if finished && !has_finalizer(d) {
-                continue;
-            }
-            let made = (!finished && volume.is_some())
-                || self
-                    .cluster
-                    .claim(
-                        s.source_namespace(),
-                        &s.clone_claim_name(&receiver_uid(s, d)),
-                    )
-                    .await?
-                    .is_some();
-            early += usize::from(made);
         }
-        Ok(labelled.len() + early)
+        Ok(count_alive(s, pairs, &labelled, &claims, except))
     }
+}
+
+/// How many of standing offer `s`'s clones are alive, not counting the
+/// pair of `except`: from R2 on, while their volume exists (`labelled`:
+/// the volumes that carry [`LABEL_CLONED_UNDER`] with the offer's uid and
+/// are not being deleted), whoever holds it and whether or not its request
+/// still exists; before R2, the pairs whose clone claim exists (`claims`,
+/// by name) or was recorded. A pair that ended is done with its clone once
+/// it lets go of its finalizer.
+pub(super) fn count_alive(
+    s: &NamespaceTransfer,
+    pairs: &[&NamespaceTransfer],
+    labelled: &HashSet<String>,
+    claims: &HashSet<String>,
+    except: Option<&str>,
+) -> usize {
+    let mut labelled = labelled.clone();
+    let mut early = 0;
+    for d in pairs {
+        let volume = standing_record(s, d).map(|c| c.volume_name.as_str());
+        if except.is_some_and(|uid| d.metadata.uid.as_deref() == Some(uid)) {
+            if let Some(volume) = volume {
+                labelled.remove(volume);
+            }
+            continue;
+        }
+        if volume.is_some_and(|v| labelled.contains(v)) {
+            continue;
+        }
+        let finished = d
+            .status
+            .as_ref()
+            .and_then(|st| st.phase)
+            .is_some_and(Phase::is_finished);
+        if finished && !has_finalizer(d) {
+            continue;
+        }
+        let made = (!finished && volume.is_some())
+            || claims.contains(&s.clone_claim_name(&receiver_uid(s, d)));
+        early += usize::from(made);
+    }
+    labelled.len() + early
+}
+
+/// What a standing offer's own reconcile does ([`offer_turn`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct OfferTurn {
+    /// The pairs to wake (`namespace/name`), once the offer's lock is let go.
+    pub wake: Vec<String>,
+    /// The offer's own status write, if any.
+    pub write: Option<OfferWrite>,
+    pub then: OfferNext,
+}
+
+/// A standing offer's status write.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum OfferWrite {
+    /// Deleted or past its deadline, and no pair holds it: finished.
+    Finish { phase: Phase, report: Report },
+    /// Open: the counts and the message, and the records kept (those of the
+    /// pairs in `needed`).
+    Recount {
+        counts: CloneCounts,
+        message: String,
+        needed: Vec<NamespaceTransfer>,
+    },
+}
+
+/// What a standing offer asks of the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OfferNext {
+    /// Done: let go of the lock and the finalizer, then mind the TTL.
+    End,
+    /// Count again after this long (a claim's deletion wakes no transfer).
+    After(Duration),
+}
+
+/// What the standing offer `s`, with its requests `pairs` and `alive`
+/// clones alive ([`count_alive`]), does at `now` (Unix seconds).
+pub(super) fn offer_turn(
+    s: &NamespaceTransfer,
+    pairs: &[&NamespaceTransfer],
+    alive: usize,
+    now: i64,
+) -> OfferTurn {
+    // A pair may still need the offer (and its record) until it has
+    // finished and let go of its finalizer, or its request is gone.
+    let needed: Vec<&NamespaceTransfer> = pairs
+        .iter()
+        .filter(|d| is_active(d) || has_finalizer(d))
+        .copied()
+        .collect();
+    let wake = needed.iter().map(|d| object_key(*d)).collect();
+    // Each pair adds its clone at R1, in the write of its record; the
+    // records only repair a count that an older server's two writes left
+    // short.
+    let made_before = s
+        .status
+        .as_ref()
+        .and_then(|st| st.clones.as_ref())
+        .map_or(0, |c| usize::try_from(c.made).unwrap_or(0));
+    let made = pairs
+        .iter()
+        .filter(|d| standing_record(s, d).is_some())
+        .count()
+        .max(made_before);
+    let is_needed = |p: &PairRecord| needed.iter().any(|d| is_record_of(p, d, s));
+    let stale_records = s
+        .status
+        .as_ref()
+        .is_some_and(|st| st.pairs.iter().any(|p| !is_needed(p)));
+    let held = pairs.iter().any(|d| has_finalizer(d));
+    let deleting = s.metadata.deletion_timestamp.is_some();
+    let left = remaining(s, now);
+    let expired = left.is_some_and(|left| left.is_zero());
+    let mut write = None;
+    if is_active(s) && (deleting || expired) && !held {
+        let (phase, report) = if deleting {
+            (
+                Phase::Cancelled,
+                Report::shared(
+                    decide::REASON_DELETED,
+                    "the standing offer was deleted; the clones already made are left alone",
+                ),
+            )
+        } else {
+            (
+                Phase::Failed,
+                Report::shared(
+                    REASON_DEADLINE_EXCEEDED,
+                    "activeDeadlineSeconds passed; the standing offer makes no more clones",
+                ),
+            )
+        };
+        write = Some(OfferWrite::Finish { phase, report });
+    } else if is_active(s) && !deleting && !expired {
+        let message = format!(
+            "offering clones of PersistentVolumeClaim {}/{} to namespace {:?}: {made} made, {alive} alive",
+            s.source_namespace(),
+            s.spec.source.name,
+            s.destination_namespace()
+        );
+        let counts = CloneCounts {
+            made: i64::try_from(made).unwrap_or(i64::MAX),
+            alive: i64::try_from(alive).unwrap_or(i64::MAX),
+        };
+        let current = s.status.as_ref();
+        let changed = current.and_then(|st| st.clones.as_ref()) != Some(&counts)
+            || current.and_then(|st| st.phase) != Some(Phase::WaitingForPeer)
+            || current.and_then(|st| st.message.as_deref()) != Some(message.as_str())
+            || stale_records;
+        if changed {
+            write = Some(OfferWrite::Recount {
+                counts,
+                message,
+                needed: needed.iter().map(|d| (*d).clone()).collect(),
+            });
+        }
+    }
+    let then = if (!is_active(s) || deleting || expired) && !held {
+        OfferNext::End
+    } else {
+        match left {
+            Some(left) if !left.is_zero() => OfferNext::After(left.min(OFFER_RECOUNT)),
+            _ => OfferNext::After(OFFER_RECOUNT),
+        }
+    };
+    OfferTurn { wake, write, then }
+}
+
+/// The recount of an open standing offer on its status `st`: the records
+/// of the pairs still `needed` kept, its counts and message.
+pub(super) fn recount(
+    st: &mut NamespaceTransferStatus,
+    s: &NamespaceTransfer,
+    counts: &CloneCounts,
+    message: &str,
+    needed: &[NamespaceTransfer],
+) {
+    st.pairs
+        .retain(|p| needed.iter().any(|d| is_record_of(p, d, s)));
+    st.phase = Some(Phase::WaitingForPeer);
+    st.reason = Some(REASON_OFFERING.to_owned());
+    st.message = Some(message.to_owned());
+    // Never lower: the clones of deleted requests are no longer among the
+    // pairs recounted.
+    let made = st.clones.as_ref().map_or(0, |c| c.made).max(counts.made);
+    st.clones = Some(CloneCounts {
+        made,
+        alive: counts.alive,
+    });
+    set(st, CONDITION_PEER_MATCHED, false, REASON_OFFERING, message);
 }
 
 /// The pair of standing offer `s` and its request `d` as the decision sees

@@ -394,14 +394,6 @@ pub(super) fn finish_time(t: &NamespaceTransfer) -> Option<Timestamp> {
     })
 }
 
-/// The time left before `activeDeadlineSeconds` runs out; `None` without one.
-pub(super) fn remaining_until_deadline(t: &NamespaceTransfer) -> Option<Duration> {
-    let deadline = t.spec.active_deadline_seconds?;
-    let created = t.metadata.creation_timestamp.as_ref()?.0.as_second();
-    let left = created.saturating_add(deadline) - Timestamp::now().as_second();
-    Some(Duration::from_secs(left.max(0).unsigned_abs()))
-}
-
 /// The destination's words for a completed transfer `s`: the volume is its
 /// own now; the claim it came from (in Clone mode, the clone) is not.
 pub(super) fn completed_for_destination(s: &NamespaceTransfer, volume: &str, to: &str) -> String {

@@ -2,13 +2,19 @@
 //! provisioner do next, and the moves a tenant, a stale leader or the clock
 //! may make, each at most once per run.
 
-use super::{Move, Pv, Tx, World, MOVES};
+use super::{Cached, Move, Pv, Tx, World, MOVES};
 
 impl World {
     /// The one thing kube-controller-manager or the provisioner would do
     /// next, if any (they act on their own, in any order with the rest).
     pub(super) fn cluster_steps(&self) -> Vec<World> {
         let mut out = Vec::new();
+        // The controller's watch copies catch up.
+        if self.cache.is_some() {
+            let mut w = self.clone();
+            w.cache = None;
+            out.push(w);
+        }
         // Clone mode: the provisioner makes the clone's volume, bound to it.
         if let Some(c) = self
             .source
@@ -234,12 +240,24 @@ impl World {
                 }
                 Move::StaleAct => match w.stale.take() {
                     Some(seen) => {
-                        let action = seen.decision();
-                        out.extend(w.apply(&action, &seen));
+                        let (action, facts) = seen.decision();
+                        out.extend(w.apply(&action, &facts, &seen));
                         continue;
                     }
                     None => false,
                 },
+                Move::DeadlinePasses => {
+                    w.late = true;
+                    true
+                }
+                Move::StaleCache => {
+                    w.cache = Some(Box::new(Cached {
+                        source: w.source.clone(),
+                        destination: w.destination.clone(),
+                        volume: w.volume.clone(),
+                    }));
+                    true
+                }
             };
             if ok {
                 out.push(w);

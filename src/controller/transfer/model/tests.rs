@@ -137,3 +137,27 @@ fn no_pair_of_moves_leaks_a_clone_or_loses_a_handed_over_one() {
     }
     println!("model check: {total} states over every single move and pair of moves, Clone mode");
 }
+
+#[test]
+fn watch_copies_that_fall_behind_at_any_moment_lose_nothing_and_leak_no_clone() {
+    let stale = moves(&[Move::StaleCache]);
+    let report = check("stale watch copies", stale, 400_000);
+    assert!(report.completed > 0, "{report:?}");
+    assert!(
+        report.states < 400_000,
+        "the search ended at its cap: {report:?}"
+    );
+    let report = check_from(
+        "clone, stale watch copies and a deletion",
+        World::start_clone(moves(&[Move::StaleCache, Move::DeleteSource])),
+        400_000,
+    );
+    assert!(report.failed_or_cancelled > 0, "{report:?}");
+}
+
+#[test]
+fn a_deadline_passing_at_any_moment_fails_the_pair_before_the_commit_and_never_after() {
+    let report = check("deadline", moves(&[Move::DeadlinePasses]), 400_000);
+    assert!(report.completed > 0, "{report:?}");
+    assert!(report.failed_or_cancelled > 0, "{report:?}");
+}

@@ -9,6 +9,7 @@ use crate::api::namespace_transfer::{
     NamespaceTransferPhase as Phase, FINALIZER_TRANSFER_PROTECTION,
 };
 use crate::controller::transfer::decide::Action;
+use crate::controller::transfer::facts::Facts;
 use crate::controller::transfer::plan::{
     plan, ClaimChange, ClusterWrite, Edit, On, VolumeChange, Write,
 };
@@ -21,19 +22,22 @@ impl World {
 
     /// A write to the volume conditional on `resource_version`, as the
     /// executor's patches are: applies `change` and moves the volume to the
-    /// next revision if it is still at that version. The world's revision
-    /// moves either way. Whether it was applied.
+    /// next revision if it is still at that version; a refused one changes
+    /// nothing, as in etcd. Whether it was applied.
     pub(super) fn patch_volume(
         &mut self,
         resource_version: &str,
         change: impl FnOnce(&mut Pv),
     ) -> bool {
         let rv = self.rv + 1;
-        self.rv = rv;
         match self.volume.as_mut() {
             Some(v) if v.rv.to_string() == resource_version => {
+                let before = v.clone();
                 change(v);
-                v.rv = rv;
+                if *v != before {
+                    v.rv = rv;
+                    self.rv = rv;
+                }
                 true
             }
             _ => false,
@@ -110,6 +114,7 @@ impl World {
                 {
                     return false;
                 }
+                let before = c.clone();
                 match change {
                     ClaimChange::Lock(lock) => c.lock = Some(Self::uid(lock)),
                     ClaimChange::Unlock => c.lock = None,
@@ -119,8 +124,12 @@ impl World {
                             .any(|f| f == FINALIZER_TRANSFER_PROTECTION);
                     }
                 }
-                c.rv = rv;
-                self.rv = rv;
+                // A patch that changes nothing keeps the resourceVersion,
+                // as in kube-apiserver.
+                if *c != before {
+                    c.rv = rv;
+                    self.rv = rv;
+                }
                 true
             }
             ClusterWrite::DeleteClaim {
@@ -148,12 +157,13 @@ impl World {
     }
 
     /// The worlds after the controller performs `action`, decided on
-    /// `seen` (the present, or a stale leader's past): the plan the
+    /// `facts` gathered from `seen` (the present, or a stale leader's
+    /// past; its claims and volume perhaps from stale watch copies): the plan the
     /// executor performs ([`plan`]), made write by write on this world, with
     /// a crash point after every write. A refused conditional write or a
     /// create that finds its claim ends the plan, as in the executor.
-    pub(super) fn apply(&self, action: &Action, seen: &World) -> Vec<World> {
-        let p = plan(&seen.facts(), action);
+    pub(super) fn apply(&self, action: &Action, facts: &Facts, seen: &World) -> Vec<World> {
+        let p = plan(facts, action);
         let mut w = self.clone();
         let mut out = Vec::new();
         let mut created = None;
