@@ -45,7 +45,27 @@ pub async fn at_boundary(label: &str, n: usize, names: impl Iterator<Item = &'st
     let boundary = format!("{label}#{n}");
     let names: Vec<&str> = names.collect();
     if let Ok(exit) = std::env::var("STA_FAULT_EXIT_AFTER") {
-        if exit == "*" || exit == boundary || names.contains(&exit.as_str()) {
+        let first_time_here = exit.strip_prefix("*:").is_some_and(|crossed| {
+            // One line per boundary already crashed at: `<boundary> <names>`.
+            let done = std::fs::read_to_string(crossed).unwrap_or_default();
+            let seen = done
+                .lines()
+                .any(|line| line.split(' ').next() == Some(boundary.as_str()));
+            if !seen {
+                use std::io::Write as _;
+                let line = std::iter::once(boundary.as_str())
+                    .chain(names.iter().copied())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let _ = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(crossed)
+                    .and_then(|mut f| writeln!(f, "{line}"));
+            }
+            !seen
+        });
+        if first_time_here || exit == boundary || names.contains(&exit.as_str()) {
             eprintln!("fault injection: exiting at {boundary} {names:?}");
             std::process::exit(FAULT_EXIT_CODE);
         }
