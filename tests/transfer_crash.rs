@@ -170,7 +170,13 @@ fn a_server_that_crashes_once_after_every_write_still_completes_the_transfer() {
         restart(cp, &every);
         let s = setup(cp);
         let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
-        s.consent(cp.direct());
+        // The request first: its own reconcile makes no plan write, so the
+        // server lives until the offer is made, and the first crash comes
+        // after both consents are in (an offer alone would crash the server
+        // at its first Wait, under the second apply).
+        let k = cp.direct();
+        request(k, &s.dst.name, "take", &s.src.name, "db");
+        offer(k, &s.src.name, "give", "db", &s.dst.name);
         let before = crashes;
         // A server that makes no new write for 20 s has nothing left to
         // write.
