@@ -657,19 +657,21 @@ fn cluster(f: &Facts, p: &mut Plan, action: &Action, step: Option<Step>) {
 fn pair(f: &Facts, p: &mut Plan, report: &Report, edit: impl Fn(bool) -> Edit) {
     let s = &f.source;
     let d = other(f);
+    // The peer's write: its words, and the source object as its peer.
+    let to_peer = |peer_phase: PeerPhase| Write::Status {
+        on: On::Peer,
+        change: StatusChange {
+            say: Some((report.reason, report.destination.clone())),
+            edit: edit(false),
+            peer_of: Some(On::Source),
+            peer_phase: Some(peer_phase),
+        },
+    };
     if is_standing_pair(s) {
         if d.is_some() {
             // The view carries the offer's own phase (`standing_view`).
             let offer_phase = s.status.as_ref().and_then(|st| st.peer_phase);
-            p.writes.push(Write::Status {
-                on: On::Peer,
-                change: StatusChange {
-                    say: Some((report.reason, report.destination.clone())),
-                    edit: edit(false),
-                    peer_of: Some(On::Source),
-                    peer_phase: Some(PeerPhase::Known(offer_phase)),
-                },
-            });
+            p.writes.push(to_peer(PeerPhase::Known(offer_phase)));
         }
         return;
     }
@@ -690,15 +692,7 @@ fn pair(f: &Facts, p: &mut Plan, report: &Report, edit: impl Fn(bool) -> Edit) {
         },
     });
     if d.is_some() {
-        p.writes.push(Write::Status {
-            on: On::Peer,
-            change: StatusChange {
-                say: Some((report.reason, report.destination.clone())),
-                edit: edit(false),
-                peer_of: Some(On::Source),
-                peer_phase: Some(PeerPhase::Written),
-            },
-        });
+        p.writes.push(to_peer(PeerPhase::Written));
     }
 }
 
