@@ -96,7 +96,7 @@ pub(super) async fn perform(
     // What only the writes themselves tell: the uid a create gave its
     // claim, and the phase the source object was written with.
     let mut created: Option<String> = None;
-    let mut written: Option<Option<Phase>> = None;
+    let mut written: Option<Phase> = None;
     for (i, write) in p.writes.iter().enumerate() {
         if !matches!(write, Write::Event(_)) {
             hands.lead()?;
@@ -144,11 +144,9 @@ pub(super) async fn perform(
                         reference.uid = created.clone().unwrap_or_default();
                     }
                 }
-                let phase = hands
-                    .status(t, &change, (s, peer), written.flatten())
-                    .await?;
+                let phase = hands.status(t, &change, (s, peer), written).await?;
                 if *on == On::Source {
-                    written = Some(phase);
+                    written = phase;
                 }
             }
             Write::Finalizer { on, present } => {

@@ -44,8 +44,8 @@ mod cluster;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
 
 use crate::api::namespace_transfer::{
-    ClaimReference, NamespaceTransferPhase as Phase, NamespaceTransferStatus, PairRecord, Role,
-    SourceClaimSnapshot, TransferStepName as StepName,
+    ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus,
+    PairRecord, Role, SourceClaimSnapshot, TransferStepName as StepName,
 };
 use crate::controller::events::{claim_reference, reference_to, Severity};
 use crate::controller::{object_key, Next};
@@ -634,7 +634,7 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
 }
 
 /// The peer, when it is another object than the source (not a rename).
-fn other(f: &Facts) -> Option<&crate::api::namespace_transfer::NamespaceTransfer> {
+fn other(f: &Facts) -> Option<&NamespaceTransfer> {
     peer_or_self(f).filter(|d| d.metadata.uid != f.source.metadata.uid)
 }
 
@@ -708,20 +708,29 @@ fn finish(f: &Facts, p: &mut Plan, phase: Phase, report: &Report) {
     if peer_or_self(f).is_some() {
         pair(f, p, report, |_| edit.clone());
     } else if !is_standing_pair(s) {
-        let text = if role_of(s) == Some(Role::Destination) {
-            report.destination.clone()
-        } else {
-            report.source.clone()
-        };
         p.writes.push(Write::Status {
             on: On::Source,
-            change: StatusChange {
-                say: Some((report.reason, text)),
-                edit,
-                peer_of: None,
-                peer_phase: None,
-            },
+            change: finished_alone(s, phase, report),
         });
+    }
+}
+
+/// A finished phase on `t` alone (no peer to write), in the words its
+/// side may read.
+pub(super) fn finished_alone(t: &NamespaceTransfer, phase: Phase, report: &Report) -> StatusChange {
+    let text = if role_of(t) == Some(Role::Destination) {
+        &report.destination
+    } else {
+        &report.source
+    };
+    StatusChange {
+        say: Some((report.reason, text.clone())),
+        edit: Edit::Finished {
+            phase,
+            reason: report.reason,
+        },
+        peer_of: None,
+        peer_phase: None,
     }
 }
 

@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::{self as apimeta, CONDITION_FALSE, CONDITION_TRUE};
 use crate::api::namespace_transfer::{
-    CloneCounts, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus, Role,
+    CloneCounts, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus,
     TransferMode, TransferStepName as StepName, CONDITION_AUTHORIZED, CONDITION_PEER_MATCHED,
     CONDITION_READY, CONDITION_REBOUND, CONDITION_SOURCE_RELEASED, FINALIZER_TRANSFER_PROTECTION,
 };
@@ -21,7 +21,7 @@ use crate::registry::DeleteOptions;
 
 use super::decide::{destination_text, has_finalizer, name_of, Report, REASON_COMPLETED};
 use super::matching::{is_active, rerecord, role_of};
-use super::plan::{Edit, On, PeerPhase, StatusChange};
+use super::plan::{finished_alone, Edit, On, PeerPhase, StatusChange};
 use super::standing::is_record_of;
 use super::TransferController;
 
@@ -35,17 +35,10 @@ impl TransferController {
         phase: Phase,
         report: &Report,
     ) -> Result<(), Error> {
-        let text = if role_of(t) == Some(Role::Destination) {
-            &report.destination
-        } else {
-            &report.source
-        };
+        let change = finished_alone(t, phase, report);
+        let at = now();
         self.update_status(t, |st| {
-            st.reason = Some(report.reason.to_owned());
-            st.message = Some(text.clone());
-            st.phase = Some(phase);
-            let message = st.message.clone().unwrap_or_default();
-            set(st, CONDITION_READY, false, report.reason, &message);
+            apply_change(st, &change, t, (t, None), None, &at);
         })
         .await?;
         Ok(())
