@@ -293,11 +293,16 @@ pub fn decide(f: &Facts) -> Action {
 /// stale copy costs a refused write, never a wrong step). Letting go of the
 /// finalizers ends a finished pair: it rests on every claim of the pair
 /// being as the rollback left it (a clone a watch copy does not show yet
-/// would be left behind; the model check found this).
+/// would be left behind; the model check found this). C1 rests on the
+/// count of a standing offer's clones alive, which no precondition fences
+/// either: a watch copy that does not show another pair's clone yet would
+/// make one clone more than `maxClones` (the two-pair model check found
+/// this).
 pub fn needs_live_facts(action: &Action) -> bool {
     matches!(
         action,
-        Action::Finish { .. }
+        Action::CreateClone(_)
+            | Action::Finish { .. }
             | Action::Settle { .. }
             | Action::Complete
             | Action::DestinationLost { .. }

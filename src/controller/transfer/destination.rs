@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use crate::api::namespace_transfer::{
-    NamespaceTransfer, NamespaceTransferPhase as Phase, CONDITION_PEER_MATCHED,
-    REASON_DEADLINE_EXCEEDED, REASON_PEER_TAKEN,
+    NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus,
+    CONDITION_PEER_MATCHED, REASON_DEADLINE_EXCEEDED, REASON_PEER_TAKEN,
 };
 use crate::controller::{object_key, Error, Next};
 
@@ -138,6 +138,20 @@ pub(super) fn destination_turn<'a>(d: &NamespaceTransfer, found: Found<'a>, now:
     }
 }
 
+/// An unmatched Destination's status: it waits in `phase`, saying why
+/// (`PeerMatched=False`).
+pub(super) fn unmatched(
+    st: &mut NamespaceTransferStatus,
+    phase: Phase,
+    reason: &str,
+    message: &str,
+) {
+    st.phase = Some(phase);
+    st.reason = Some(reason.to_owned());
+    st.message = Some(message.to_owned());
+    set(st, CONDITION_PEER_MATCHED, false, reason, message);
+}
+
 /// The report of a Destination whose deadline passed unmatched.
 pub(super) fn unmatched_past_deadline() -> Report {
     Report::shared(
@@ -189,13 +203,8 @@ impl TransferController {
                 message,
                 deadline,
             } => {
-                self.update_status(&d, |st| {
-                    st.phase = Some(phase);
-                    st.reason = Some(reason.to_owned());
-                    st.message = Some(message.clone());
-                    set(st, CONDITION_PEER_MATCHED, false, reason, &message);
-                })
-                .await?;
+                self.update_status(&d, |st| unmatched(st, phase, reason, &message))
+                    .await?;
                 match deadline {
                     Deadline::None => Ok(Next::Done),
                     Deadline::After(left) => Ok(Next::After(left)),

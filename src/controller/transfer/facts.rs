@@ -151,7 +151,7 @@ pub enum ClassPolicy {
 }
 
 /// A PersistentVolumeClaim, as the protocol sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Claim {
     pub name: String,
     pub uid: String,
@@ -186,7 +186,7 @@ impl Claim {
 
 /// The parts of a claim's spec the destination claim copies, and what else
 /// would make a claim something R3 did not make.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ClaimShape {
     pub storage_class_name: Option<String>,
     pub access_modes: Vec<String>,
@@ -205,7 +205,7 @@ pub struct ClaimShape {
 }
 
 /// A PersistentVolume, as the protocol sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Volume {
     pub name: String,
     pub uid: String,
@@ -228,7 +228,7 @@ pub struct Volume {
 }
 
 /// A volume's `claimRef`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ClaimRef {
     pub namespace: String,
     pub name: String,

@@ -144,7 +144,7 @@ impl TransferController {
                 let all = self.all_transfers().await?;
                 let pairs: Vec<&NamespaceTransfer> = matching::standing_pairs(&s, &all).collect();
                 let alive = self
-                    .clones_alive(&s, &pairs, d.metadata.uid.as_deref())
+                    .clones_alive(cluster, &s, &pairs, d.metadata.uid.as_deref())
                     .await?;
                 alive >= usize::try_from(max).unwrap_or(0)
             }

@@ -41,12 +41,16 @@
 //! This module holds the world, the facts the controller reads from it,
 //! the invariants and the search; `writes` holds the controller's writes on
 //! it (the claim and volume writes are the executor's own plan), `cluster`
-//! everyone else's.
+//! everyone else's. `offer` holds a second world: a standing offer with two
+//! requests and `maxClones: 1`. The search ([`explore`]) walks either
+//! ([`Space`]).
 
 mod cluster;
+mod offer;
 mod writes;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
+use std::rc::Rc;
 use std::sync::LazyLock;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -830,60 +834,86 @@ impl World {
     }
 }
 
+/// A model's world, as the search walks it: what must hold in every
+/// state and once nothing moves, and who moves next.
+pub(super) trait Space: Clone + Eq + std::hash::Hash + std::fmt::Debug {
+    /// What must hold in every state.
+    fn safety(&self) -> Result<(), String>;
+    /// What must hold once nothing moves any more.
+    fn outcome(&self) -> Result<(), String>;
+    /// The controller's next worlds (a world equal to this one is a
+    /// reconcile that changes nothing).
+    fn controller_steps(&self) -> Vec<Self>;
+    /// What kube-controller-manager and the provisioner would do next.
+    fn cluster_steps(&self) -> Vec<Self>;
+    /// The tenants', a stale leader's and the clock's moves still allowed.
+    fn moves(&self) -> Vec<Self>;
+    /// How many pairs this settled world counts Completed, and Failed or
+    /// Cancelled.
+    fn tally(&self) -> (usize, usize);
+}
+
 /// What an exploration found.
 #[derive(Debug)]
-pub(super) struct Report {
+pub(super) struct Report<W = World> {
     pub(super) states: usize,
     pub(super) quiescent: usize,
+    /// Settled worlds with a pair Completed.
     pub(super) completed: usize,
+    /// Settled worlds with a pair Failed or Cancelled.
     pub(super) failed_or_cancelled: usize,
+    /// The most pairs Completed in one settled world.
+    pub(super) most_completed: usize,
     /// The first violation, with the path that led to it.
-    pub(super) violation: Option<(String, Vec<World>)>,
+    pub(super) violation: Option<(String, Vec<W>)>,
 }
 
 /// Explores every world reachable from `start`, breadth-first, up to
-/// `limit` states.
-pub(super) fn explore(start: World, limit: usize) -> Report {
-    let mut seen: HashSet<World> = HashSet::new();
-    let mut parent: std::collections::HashMap<World, World> = std::collections::HashMap::new();
-    let mut queue = VecDeque::new();
+/// `limit` states. Each world is held once (the search's order is the
+/// list of worlds, each with the index of the one it came from).
+pub(super) fn explore<W: Space>(start: W, limit: usize) -> Report<W> {
+    let mut worlds: Vec<Rc<W>> = Vec::new();
+    let mut parent: Vec<usize> = Vec::new();
+    let mut seen: HashSet<Rc<W>> = HashSet::new();
     let mut report = Report {
         states: 0,
         quiescent: 0,
         completed: 0,
         failed_or_cancelled: 0,
+        most_completed: 0,
         violation: None,
     };
-    seen.insert(start.clone());
-    queue.push_back(start);
-    while let Some(w) = queue.pop_front() {
+    let path_to = |mut at: usize, worlds: &[Rc<W>], parent: &[usize]| {
+        let mut path = vec![W::clone(&worlds[at])];
+        while let Some(&p) = parent.get(at).filter(|p| **p != usize::MAX) {
+            path.push(W::clone(&worlds[p]));
+            at = p;
+        }
+        path.reverse();
+        path
+    };
+    let start = Rc::new(start);
+    seen.insert(Rc::clone(&start));
+    worlds.push(start);
+    parent.push(usize::MAX);
+    let mut at = 0;
+    while let Some(w) = worlds.get(at).map(Rc::clone) {
         report.states += 1;
-        let fail = |why: String, w: &World, parent: &std::collections::HashMap<World, World>| {
-            let mut path = vec![w.clone()];
-            let mut at = w;
-            while let Some(p) = parent.get(at) {
-                path.push(p.clone());
-                at = p;
-            }
-            path.reverse();
-            Some((why, path))
-        };
         if let Err(why) = w.safety() {
-            report.violation = fail(why, &w, &parent);
+            report.violation = Some((why, path_to(at, &worlds, &parent)));
             return report;
         }
         let controller = w.controller_steps();
         let cluster = w.cluster_steps();
-        let settled = controller.iter().all(|n| *n == w) && cluster.is_empty();
+        let settled = controller.iter().all(|n| *n == *w) && cluster.is_empty();
         if settled {
             report.quiescent += 1;
-            match w.s.phase {
-                Some(Phase::Completed) => report.completed += 1,
-                Some(Phase::Failed | Phase::Cancelled) => report.failed_or_cancelled += 1,
-                _ => {}
-            }
+            let (completed, failed) = w.tally();
+            report.completed += usize::from(completed > 0);
+            report.failed_or_cancelled += usize::from(failed > 0);
+            report.most_completed = report.most_completed.max(completed);
             if let Err(why) = w.outcome() {
-                report.violation = fail(why, &w, &parent);
+                report.violation = Some((why, path_to(at, &worlds, &parent)));
                 return report;
             }
         }
@@ -891,13 +921,45 @@ pub(super) fn explore(start: World, limit: usize) -> Report {
             if seen.len() >= limit {
                 break;
             }
-            if seen.insert(next.clone()) {
-                parent.insert(next.clone(), w.clone());
-                queue.push_back(next);
+            let next = Rc::new(next);
+            if seen.insert(Rc::clone(&next)) {
+                worlds.push(next);
+                parent.push(at);
             }
         }
+        at += 1;
     }
     report
+}
+
+impl Space for World {
+    fn safety(&self) -> Result<(), String> {
+        World::safety(self)
+    }
+
+    fn outcome(&self) -> Result<(), String> {
+        World::outcome(self)
+    }
+
+    fn controller_steps(&self) -> Vec<Self> {
+        World::controller_steps(self)
+    }
+
+    fn cluster_steps(&self) -> Vec<Self> {
+        World::cluster_steps(self)
+    }
+
+    fn moves(&self) -> Vec<Self> {
+        World::moves(self)
+    }
+
+    fn tally(&self) -> (usize, usize) {
+        match self.s.phase {
+            Some(Phase::Completed) => (1, 0),
+            Some(Phase::Failed | Phase::Cancelled) => (0, 1),
+            _ => (0, 0),
+        }
+    }
 }
 
 /// Every move allowed.

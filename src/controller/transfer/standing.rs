@@ -11,6 +11,7 @@ use crate::api::namespace_transfer::{
     CloneCounts, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus,
     PairRecord, CONDITION_PEER_MATCHED, LABEL_CLONED_UNDER, REASON_DEADLINE_EXCEEDED,
 };
+use crate::controller::cluster::Cluster;
 use crate::controller::{object_key, Error, Next};
 
 use super::decide::remaining;
@@ -80,7 +81,7 @@ impl TransferController {
         };
         let all = self.all_transfers().await?;
         let pairs: Vec<&NamespaceTransfer> = matching::standing_pairs(&s, &all).collect();
-        let alive = self.clones_alive(&s, &pairs, None).await?;
+        let alive = self.clones_alive(&self.cluster, &s, &pairs, None).await?;
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let turn = offer_turn(&s, &pairs, alive, now);
         match &turn.write {
@@ -115,17 +116,18 @@ impl TransferController {
 
     /// How many of a standing offer's clones are alive, not counting the
     /// pair of `except` ([`count_alive`]): reads the volumes labelled with
-    /// the offer and the pairs' clone claims, from the watch copies.
+    /// the offer (a live LIST) and the pairs' clone claims through
+    /// `cluster` (the watch copies, or live where C1 is decided).
     pub(super) async fn clones_alive(
         &self,
+        cluster: &Cluster,
         s: &NamespaceTransfer,
         pairs: &[&NamespaceTransfer],
         except: Option<&str>,
     ) -> Result<usize, Error> {
         // Every clone from R2 on: its volume carries the offer's label until
         // it is gone, whatever became of the request or the claim.
-        let labelled: HashSet<String> = self
-            .cluster
+        let labelled: HashSet<String> = cluster
             .volumes_labelled(LABEL_CLONED_UNDER, uid_of(s))
             .await?
             .into_iter()
@@ -135,12 +137,7 @@ impl TransferController {
         let mut claims = HashSet::new();
         for d in pairs {
             let name = s.clone_claim_name(&receiver_uid(s, d));
-            if self
-                .cluster
-                .claim(s.source_namespace(), &name)
-                .await?
-                .is_some()
-            {
+            if cluster.claim(s.source_namespace(), &name).await?.is_some() {
                 claims.insert(name);
             }
         }

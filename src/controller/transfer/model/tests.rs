@@ -10,7 +10,8 @@ fn check(name: &str, allowed: u16, limit: usize) -> Report {
     check_from(name, World::start(allowed), limit)
 }
 
-fn check_from(name: &str, start: World, limit: usize) -> Report {
+/// Explores from `start`; panics with the path to the first violation.
+pub(super) fn check_from<W: Space>(name: &str, start: W, limit: usize) -> Report<W> {
     let report = explore(start, limit);
     if let Some((why, path)) = &report.violation {
         let steps: Vec<String> = path.iter().map(|w| format!("{w:?}")).collect();
