@@ -847,27 +847,9 @@ fn a_standing_offer_clones_for_every_request_up_to_max_clones_and_stops_when_del
     s.assert_source_untouched();
 }
 
-/// A ResourceQuota `tiny` in `namespace` with `hard` (a YAML flow mapping),
-/// once kube-controller-manager has counted it.
+/// A ResourceQuota `tiny` in `namespace` with `hard`, once counted.
 fn quota(namespace: &str, hard: &str) {
-    admin()
-        .apply(&format!(
-            "apiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: tiny\n  namespace: {namespace}\nspec:\n  hard: {hard}\n"
-        ))
-        .unwrap();
-    eventually("the quota to be counted", WAIT, || {
-        admin()
-            .ok(&[
-                "get",
-                "resourcequota",
-                "tiny",
-                "-n",
-                namespace,
-                "-o",
-                "jsonpath={.status.used}",
-            ])
-            .contains("persistentvolumeclaims")
-    });
+    scenario::quota(admin(), namespace, hard, WAIT);
 }
 
 #[test]

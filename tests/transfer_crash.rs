@@ -148,35 +148,123 @@ fn assert_crashed_after(cp: &ControlPlane, step: &str) {
 /// The server exits once right after every write of the transfer
 /// controller, in turn: each restart runs until a boundary between two
 /// writes that it has not crashed at yet, and dies there
-/// (`STA_FAULT_EXIT_AFTER=*:FILE`). So a crash falls on every boundary of
-/// every action on the transfer's path, R1 to R6 among them, and still the
-/// transfer completes and the volume was never at risk.
+/// (`STA_FAULT_EXIT_AFTER=*:FILE`). Move transfers first; then Clone
+/// transfers, which crash only at the boundaries a Move does not cross
+/// (C1's create and its Events); then Clone transfers that the
+/// destination's quota refuses, which crash at the rollback's boundaries
+/// (the failure, the clone's deletion, the finalizers). So a crash falls on
+/// every boundary of every action on those paths, R1 to R6 among them, and
+/// still each transfer completes or rolls back, and no volume was at risk.
 #[test]
-fn a_server_that_crashes_once_after_every_write_still_completes_the_transfer() {
+fn a_server_that_crashes_once_after_every_write_still_completes_or_rolls_back_each_transfer() {
     let (cp, _turn) = turn();
     let crossed = cp.logs_dir().join("every-write-crossed.txt");
     let _ = std::fs::remove_file(&crossed);
+    let started = Instant::now();
+    // The request first: its own reconcile makes no plan write, so the
+    // server lives until the offer is made, and the first crash comes after
+    // both consents are in (an offer alone would crash the server at its
+    // first Wait, under the second apply).
+    let (moves, move_transfers) = crash_at_every_new_boundary(
+        cp,
+        &crossed,
+        |k, s| {
+            request(k, &s.dst.name, "take", &s.src.name, "db");
+            offer(k, &s.src.name, "give", "db", &s.dst.name);
+        },
+        |s, recorder| s.assert_completed(cp, cp.direct(), recorder),
+    );
+    let (clones, clone_transfers) = crash_at_every_new_boundary(
+        cp,
+        &crossed,
+        |k, s| clone_consent_request_first(k, &s.src.name, "db", &s.dst.name),
+        |s, recorder| {
+            let clone = clone_claim_name(cp.direct(), &s.src.name, &s.dst.name);
+            assert_clone_completed(cp, s, &clone, recorder);
+        },
+    );
+    // A Clone pair whose destination's quota refuses R3 rolls back: the
+    // failure's status writes, the clone's deletion, the finalizers let go.
+    let (rollbacks, rollback_transfers) = crash_at_every_new_boundary(
+        cp,
+        &crossed,
+        |k, s| {
+            // kube-apiserver's own resource: through the aggregator.
+            let hard = "{persistentvolumeclaims: \"5\", requests.storage: 100Mi}";
+            quota(cp.kubectl(), &s.dst.name, hard, WAIT);
+            clone_consent_request_first(k, &s.src.name, "db", &s.dst.name);
+        },
+        |s, recorder| assert_clone_refused(cp, s, recorder),
+    );
+    let lines = std::fs::read_to_string(&crossed).unwrap();
+    let boundaries: Vec<&str> = lines.lines().collect();
+    assert_eq!(boundaries.len(), moves + clones + rollbacks, "{lines}");
+    for action in ["Finish#1", "DeleteClone#1", "DropFinalizers#1"] {
+        assert!(
+            boundaries.iter().any(|b| b.starts_with(action)),
+            "no crash right after {action}: {lines}"
+        );
+    }
+    for step in ["C1", "R1", "R2", "R3", "R4", "R5", "R6"] {
+        assert!(
+            boundaries
+                .iter()
+                .any(|b| b.split(' ').skip(1).any(|name| name == step)),
+            "no crash right after {step}: {lines}"
+        );
+    }
+    assert!(clones > 0, "a clone crosses boundaries a move does not");
+    println!(
+        "{} crashes, one at each boundary: {moves} over {move_transfers} Move transfers, \
+         {clones} over {clone_transfers} Clone transfers, then {rollbacks} over \
+         {rollback_transfers} refused Clone transfers, in {:?}:\n{lines}",
+        moves + clones + rollbacks,
+        started.elapsed()
+    );
+}
+
+/// Where a Clone pair stands once the destination's quota refused it: both
+/// sides Failed with the quota's message, the clone made once and deleted,
+/// no destination claim, and the source as it was.
+#[track_caller]
+fn assert_clone_refused(cp: &ControlPlane, s: &Setup, recorder: VolumeRecorder) {
+    let admin = cp.kubectl();
+    let give = wait_phase(admin, &s.src.name, "give", "Failed", WAIT);
+    wait_phase(admin, &s.dst.name, "take", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "DestinationRefused", "{give}");
+    let clones = clones_of(&cp.csi, &s.handle);
+    assert_eq!(clones.len(), 1, "one clone, made once: {clones:?}");
+    let clone = clone_claim_name(cp.direct(), &s.src.name, &s.dst.name);
+    eventually("the refused clone to be deleted", WAIT, || {
+        claim_json(admin, &s.src.name, &clone).is_none()
+    });
+    cp.csi
+        .assert_deleted_once(clones[0].volume_id().unwrap_or_default(), WAIT);
+    assert!(claim_json(admin, &s.dst.name, "db").is_none());
+    s.assert_source_untouched(cp, recorder);
+}
+
+/// Transfers, each begun by `begin` and checked by `done` once it settled,
+/// with the server crashing once at each boundary `crossed` does not list
+/// yet, until one transfer crosses no new boundary (a crash may keep a
+/// later boundary of the same action from being reached: the next
+/// decision goes on from the first write). The crashes and the transfers.
+fn crash_at_every_new_boundary(
+    cp: &ControlPlane,
+    crossed: &std::path::Path,
+    begin: impl Fn(&Kubectl, &Setup),
+    done: impl Fn(&Setup, VolumeRecorder),
+) -> (usize, usize) {
     let spec = format!("*:{}", crossed.display());
     let every = [("STA_FAULT_EXIT_AFTER", spec.as_str())];
-    let started = Instant::now();
-    let mut crashes = 0;
-    // A crash may keep a later boundary of the same action from ever being
-    // reached (the next decision goes on from the first write), so new
-    // transfers run until one crosses no boundary it has not crashed at.
-    let mut transfers = 0;
+    let (mut crashes, mut transfers) = (0, 0);
     loop {
         transfers += 1;
         assert!(transfers <= 10, "still new boundaries after 10 transfers");
         restart(cp, &every);
         let s = setup(cp);
         let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
-        // The request first: its own reconcile makes no plan write, so the
-        // server lives until the offer is made, and the first crash comes
-        // after both consents are in (an offer alone would crash the server
-        // at its first Wait, under the second apply).
-        let k = cp.direct();
-        request(k, &s.dst.name, "take", &s.src.name, "db");
-        offer(k, &s.src.name, "give", "db", &s.dst.name);
+        begin(cp.direct(), &s);
         let before = crashes;
         // A server that makes no new write for 20 s has nothing left to
         // write.
@@ -187,26 +275,11 @@ fn a_server_that_crashes_once_after_every_write_still_completes_the_transfer() {
             restart(cp, &every);
         }
         restart(cp, &[]);
-        s.assert_completed(cp, cp.direct(), recorder);
+        done(&s, recorder);
         if crashes == before {
-            break;
+            return (crashes, transfers);
         }
     }
-    let lines = std::fs::read_to_string(&crossed).unwrap();
-    let boundaries: Vec<&str> = lines.lines().collect();
-    assert_eq!(boundaries.len(), crashes, "{lines}");
-    for step in ["R1", "R2", "R3", "R4", "R5", "R6"] {
-        assert!(
-            boundaries
-                .iter()
-                .any(|b| b.split(' ').skip(1).any(|name| name == step)),
-            "no crash right after {step}: {lines}"
-        );
-    }
-    println!(
-        "{crashes} crashes, one at each boundary, over {transfers} transfers in {:?}:\n{lines}",
-        started.elapsed()
-    );
 }
 
 /// Where a Clone pair stands once it completed: the source claim and its

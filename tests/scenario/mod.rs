@@ -190,7 +190,31 @@ pub(crate) fn request(
 /// Both consents of a one-shot Clone-mode transfer of `source/claim` to
 /// `destination` under the same name: `source/give` and `destination/take`.
 pub(crate) fn clone_consent(k: &Kubectl, source: &str, claim: &str, destination: &str) {
-    for (ns, name, ends) in [
+    for consent in clone_consents(source, claim, destination) {
+        apply_clone_consent(k, consent);
+    }
+}
+
+/// [`clone_consent`], the request applied first.
+pub(crate) fn clone_consent_request_first(
+    k: &Kubectl,
+    source: &str,
+    claim: &str,
+    destination: &str,
+) {
+    for consent in clone_consents(source, claim, destination).into_iter().rev() {
+        apply_clone_consent(k, consent);
+    }
+}
+
+/// The offer and the request of [`clone_consent`]: namespace, name, and
+/// the end of the spec.
+fn clone_consents<'a>(
+    source: &'a str,
+    claim: &str,
+    destination: &'a str,
+) -> [(&'a str, &'static str, String); 2] {
+    [
         (
             source,
             "give",
@@ -205,12 +229,14 @@ pub(crate) fn clone_consent(k: &Kubectl, source: &str, claim: &str, destination:
             "take",
             format!("source:\n    namespace: {source}\n    name: {claim}"),
         ),
-    ] {
-        k.apply(&format!(
-            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  mode: Clone\n  {ends}\n"
-        ))
-        .unwrap_or_else(|e| panic!("clone consent {ns}/{name}: {e}"));
-    }
+    ]
+}
+
+fn apply_clone_consent(k: &Kubectl, (ns, name, ends): (&str, &str, String)) {
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  mode: Clone\n  {ends}\n"
+    ))
+    .unwrap_or_else(|e| panic!("clone consent {ns}/{name}: {e}"));
 }
 
 /// The clone C1 makes for `source/give` and `destination/take`: `give-clone-`
@@ -231,6 +257,27 @@ pub(crate) fn clone_claim_name(k: &Kubectl, source: &str, destination: &str) -> 
         .take(5)
         .collect();
     format!("give-clone-{uid}")
+}
+
+/// A ResourceQuota `tiny` in `namespace` with `hard` (a YAML flow mapping),
+/// once kube-controller-manager has counted it (within `timeout`).
+pub(crate) fn quota(k: &Kubectl, namespace: &str, hard: &str, timeout: Duration) {
+    k.apply(&format!(
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: tiny\n  namespace: {namespace}\nspec:\n  hard: {hard}\n"
+    ))
+    .unwrap();
+    eventually("the quota to be counted", timeout, || {
+        k.ok(&[
+            "get",
+            "resourcequota",
+            "tiny",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.status.used}",
+        ])
+        .contains("persistentvolumeclaims")
+    });
 }
 
 /// The successful `CreateVolume` calls that cloned the volume `handle`.
