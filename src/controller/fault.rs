@@ -45,6 +45,11 @@ pub async fn at_boundary(label: &str, n: usize, names: impl Iterator<Item = &'st
     let boundary = format!("{label}#{n}");
     let names: Vec<&str> = names.collect();
     if let Ok(exit) = std::env::var("STA_FAULT_EXIT_AFTER") {
+        // Two reconciles at two new boundaries at once would both list
+        // theirs, and the process would exit for one: the first to take
+        // this lists its boundary and exits holding it.
+        static CROSSING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _crossing = CROSSING.lock().unwrap_or_else(|p| p.into_inner());
         let first_time_here = exit.strip_prefix("*:").is_some_and(|crossed| {
             // One line per boundary already crashed at: `<boundary> <names>`.
             let done = std::fs::read_to_string(crossed).unwrap_or_default();
