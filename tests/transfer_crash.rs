@@ -209,15 +209,14 @@ fn a_server_that_crashes_once_after_every_write_still_completes_or_rolls_back_ea
         cp,
         &crossed,
         |_, s| {
-            restart(cp, &[("STA_FAULT_EXIT_AFTER", "R3")]);
             let alice = editor(cp, &unique("alice"), &s.src.name);
             let bob = editor(cp, &unique("bob"), &s.dst.name);
-            request(&bob, &s.dst.name, "take", &s.src.name, "db");
-            offer(&alice, &s.src.name, "give", "db", &s.dst.name);
-            assert_crashed_after(cp, "R3");
-            revoke(cp.kubectl(), &s.dst.name, &whoami(&bob));
-            let spec = every_new_boundary(&crossed);
-            restart(cp, &[("STA_FAULT_EXIT_AFTER", &spec)]);
+            let consent = || {
+                request(&bob, &s.dst.name, "take", &s.src.name, "db");
+                offer(&alice, &s.src.name, "give", "db", &s.dst.name);
+            };
+            let take_rights = || revoke(cp.kubectl(), &s.dst.name, &whoami(&bob));
+            change_the_world_after(cp, &crossed, "R3", consent, take_rights);
         },
         |s, recorder| assert_move_revoked(cp, s, recorder),
     );
@@ -227,13 +226,11 @@ fn a_server_that_crashes_once_after_every_write_still_completes_or_rolls_back_ea
         cp,
         &crossed,
         |k, s| {
-            restart(cp, &[("STA_FAULT_EXIT_AFTER", "R4")]);
-            s.consent(k);
-            assert_crashed_after(cp, "R4");
-            cp.kubectl()
-                .ok(&["delete", "pvc", "db", "-n", &s.dst.name, "--wait=false"]);
-            let spec = every_new_boundary(&crossed);
-            restart(cp, &[("STA_FAULT_EXIT_AFTER", &spec)]);
+            let delete = || {
+                cp.kubectl()
+                    .ok(&["delete", "pvc", "db", "-n", &s.dst.name, "--wait=false"]);
+            };
+            change_the_world_after(cp, &crossed, "R4", || s.consent(k), delete);
         },
         |s, _| assert_destination_lost(cp, s),
     );
@@ -324,6 +321,24 @@ fn assert_destination_lost(cp: &ControlPlane, s: &Setup) {
             t["status"]
         );
     }
+}
+
+/// Begins a transfer with `consent` on a server that dies right after
+/// `step`, makes `change` while it is down, and restarts it to crash at
+/// every boundary `crossed` does not list yet.
+fn change_the_world_after(
+    cp: &ControlPlane,
+    crossed: &std::path::Path,
+    step: &str,
+    consent: impl FnOnce(),
+    change: impl FnOnce(),
+) {
+    restart(cp, &[("STA_FAULT_EXIT_AFTER", step)]);
+    consent();
+    assert_crashed_after(cp, step);
+    change();
+    let spec = every_new_boundary(crossed);
+    restart(cp, &[("STA_FAULT_EXIT_AFTER", &spec)]);
 }
 
 /// The `STA_FAULT_EXIT_AFTER` that crashes the server once at each
