@@ -157,9 +157,10 @@ fn assert_crashed_after(cp: &ControlPlane, step: &str) {
 /// Move transfers whose destination loses its rights after R3, which crash
 /// at a Move's rollback (the volume unmarked, the destination claim
 /// deleted, the source unlocked); then Move transfers whose destination
-/// claim is deleted after R4 (the volume held again, the loss reported). So a crash falls on every boundary of every
-/// action on those paths, R1 to R6 among them, and still each transfer
-/// completes or rolls back, and no volume was at risk.
+/// claim is deleted after R4 (the volume held again, the loss reported).
+/// So a crash falls on every boundary of every action on those paths, R1
+/// to R6 among them, and still each transfer completes or rolls back, and
+/// no volume was at risk.
 #[test]
 fn a_server_that_crashes_once_after_every_write_still_completes_or_rolls_back_each_transfer() {
     let (cp, _turn) = turn();
@@ -202,9 +203,9 @@ fn a_server_that_crashes_once_after_every_write_still_completes_or_rolls_back_ea
         |s, recorder| assert_clone_refused(cp, s, recorder),
     );
     // A Move pair whose destination loses its rights after R3 rolls back at
-    // R4: the destination claim deleted, the volume held again under
-    // Delete, the source claim unlocked and unmarked. The server dies once
-    // right after R3, the rights go, and then every new boundary follows.
+    // R4: the volume unmarked and under Delete again, the destination claim
+    // deleted, the source claim unlocked. The server dies once right after
+    // R3, the rights go, and then every new boundary follows.
     let (revoked, revoked_transfers) = crash_at_every_new_boundary(
         cp,
         &crossed,
