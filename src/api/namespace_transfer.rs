@@ -181,9 +181,17 @@ pub struct TransferDestination {
     /// The name of the claim created in the destination namespace. On the source side
     /// it may be left empty, meaning "whatever name the destination picks"; on the
     /// destination side it defaults to `source.name`; for a rename within one
-    /// namespace it is required and must differ from `source.name`.
+    /// namespace it is required and must differ from `source.name`. Empty when
+    /// `populate` is set.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// On the destination side only: instead of creating a claim, serve the claims
+    /// of this namespace whose `spec.dataSourceRef` names this transfer
+    /// (`{apiGroup: storage.transfer.k8s.io, kind: NamespaceTransfer, name: ...}`),
+    /// as a volume populator. A Move serves one claim, the oldest that fits the
+    /// volume. `name` must then be empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub populate: Option<bool>,
 }
 
 /// How the volume is handed over.
@@ -385,7 +393,8 @@ pub enum TransferStepName {
     Locked,
     /// R2: the volume's reclaim policy is Retain, the original recorded.
     Retained,
-    /// R3: the destination claim exists, pre-bound to the volume.
+    /// R3: the destination claim exists, pre-bound to the volume; for a
+    /// populating request, the claim that names it was adopted.
     Created,
     /// R4: the volume's claimRef names the destination claim. The commit
     /// point: from here the transfer only goes forward.
@@ -565,6 +574,12 @@ impl NamespaceTransfer {
             && self.spec.destination.name.is_empty()
     }
 
+    /// Whether this object serves the claims that name it in `dataSourceRef`
+    /// (`spec.destination.populate`, DESIGN §2.3) instead of creating one.
+    pub fn populates(&self) -> bool {
+        self.spec.destination.populate == Some(true)
+    }
+
     /// How many of a standing offer's clones may exist at once:
     /// `spec.maxClones`, or [`DEFAULT_MAX_CLONES`]. `None` for any other
     /// transfer, which makes one clone at most.
@@ -694,6 +709,9 @@ impl NamespaceTransfer {
                 ),
                 Ok(_) => {}
             }
+            if self.populates() {
+                self.validate_populate(errs);
+            }
         }
         if let Some(ttl) = spec.ttl_seconds_after_finished {
             if ttl < 0 {
@@ -730,6 +748,40 @@ impl NamespaceTransfer {
                      namespace, with no destination.name",
                 );
             }
+        }
+    }
+}
+
+impl NamespaceTransfer {
+    /// `spec.destination.populate: true` (DESIGN §2.3): a request of the
+    /// destination side whose claims are the tenant's own.
+    fn validate_populate(&self, errs: &mut FieldErrors) {
+        let spec = &self.spec;
+        if self.role() != Ok(Role::Destination) {
+            errs.invalid(
+                "spec.destination.populate",
+                true,
+                "only a request in the destination namespace may populate claims: the \
+                 source and destination namespaces must differ, and this transfer must be \
+                 created in the destination namespace",
+            );
+        }
+        if !spec.destination.name.is_empty() {
+            errs.invalid(
+                "spec.destination.name",
+                &spec.destination.name,
+                "must be empty when spec.destination.populate is true: the claims that \
+                 name this transfer in dataSourceRef receive the volume",
+            );
+        }
+        if self.mode() == TransferMode::Clone {
+            // Not yet: a populating Clone request serves every claim that
+            // names it, one pair each, which the standing pairs do not run.
+            errs.not_supported(
+                "spec.mode",
+                TransferMode::Clone.as_str(),
+                &[TransferMode::Move.as_str()],
+            );
         }
     }
 }
@@ -771,6 +823,9 @@ fn validate_spec_unchanged(
         if new_value != old_value {
             errs.immutable(field, new_value);
         }
+    }
+    if new.destination.populate != old.destination.populate {
+        errs.immutable("spec.destination.populate", new.destination.populate);
     }
     if new.mode != old.mode {
         errs.immutable("spec.mode", new.mode.map(TransferMode::as_str));
@@ -846,7 +901,10 @@ impl Object for NamespaceTransfer {
         if spec.mode.is_none() {
             spec.mode = Some(TransferMode::Move);
         }
-        if self.spec.destination.name.is_empty() && self.role() == Ok(Role::Destination) {
+        if self.spec.destination.name.is_empty()
+            && self.role() == Ok(Role::Destination)
+            && !self.populates()
+        {
             self.spec
                 .destination
                 .name

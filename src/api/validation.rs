@@ -64,6 +64,7 @@ const QUANTITY_ERR_MSG: &str =
 pub enum BadValue<'a> {
     Str(&'a str),
     Int(i64),
+    Bool(bool),
     /// An unset optional field.
     Null,
     /// A value not worth printing (a struct or a list); the message then reads
@@ -89,6 +90,12 @@ impl From<i64> for BadValue<'_> {
     }
 }
 
+impl From<bool> for BadValue<'_> {
+    fn from(value: bool) -> Self {
+        BadValue::Bool(value)
+    }
+}
+
 impl From<i32> for BadValue<'_> {
     fn from(value: i32) -> Self {
         BadValue::Int(i64::from(value))
@@ -110,6 +117,7 @@ impl BadValue<'_> {
         match self {
             BadValue::Str(s) => format!("{error_type}: {}", go_quote(s)),
             BadValue::Int(i) => format!("{error_type}: {i}"),
+            BadValue::Bool(b) => format!("{error_type}: {b}"),
             BadValue::Null => format!("{error_type}: \"null\""),
             BadValue::Omitted => error_type.to_owned(),
         }

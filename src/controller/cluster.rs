@@ -315,6 +315,39 @@ impl Cluster {
         Ok(live)
     }
 
+    /// The claims of `namespace` whose `dataSourceRef` names a
+    /// NamespaceTransfer: from the copy once it is ready, else live. What a
+    /// populating request looks for its claims among (a decision that
+    /// adopts one rests on live reads).
+    pub async fn claims_naming_transfers(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
+        let names_transfer = |c: &PersistentVolumeClaim| {
+            c.spec
+                .as_ref()
+                .and_then(|s| s.data_source_ref.as_ref())
+                .is_some_and(|r| {
+                    r.api_group.as_deref() == Some(crate::api::GROUP)
+                        && r.kind == crate::api::NAMESPACE_TRANSFERS.kind
+                })
+        };
+        if let Some(cache) = &self.cache {
+            if let Some(Ok(())) = cache.claims.wait_until_ready().now_or_never() {
+                return Ok(cache
+                    .claims
+                    .state()
+                    .iter()
+                    .filter(|c| c.metadata.namespace.as_deref() == Some(namespace))
+                    .filter(|c| names_transfer(c))
+                    .map(|c| PersistentVolumeClaim::clone(c))
+                    .collect());
+            }
+        }
+        let list = self.claims(namespace).list(&ListParams::default()).await?;
+        Ok(list.items.into_iter().filter(names_transfer).collect())
+    }
+
     /// The volume, from the copy where it can be trusted, else live.
     pub async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, ClusterError> {
         let key = volume_key(name);

@@ -124,6 +124,10 @@ pub struct Request {
     /// The claim to receive, as NAMESPACE/CLAIM.
     #[arg(value_name = "NAMESPACE/CLAIM")]
     pub source: String,
+    /// Create no claim: the claims of this namespace whose dataSourceRef names
+    /// the transfer receive the volume (a volume populator). Not with --name.
+    #[arg(long, conflicts_with = "name")]
+    pub populate: bool,
     #[command(flatten)]
     pub create: Create,
 }

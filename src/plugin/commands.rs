@@ -214,6 +214,7 @@ pub fn plan_offer(
         TransferDestination {
             namespace: a.to.clone(),
             name: a.create.name.clone().unwrap_or_default(),
+            ..TransferDestination::default()
         },
         a.create.clone,
     );
@@ -267,6 +268,7 @@ pub fn plan_request(
         TransferDestination {
             namespace: String::new(),
             name: a.create.name.clone().unwrap_or_default(),
+            populate: a.populate.then_some(true),
         },
         a.create.clone,
     );
@@ -278,7 +280,15 @@ pub fn plan_request(
             .map(|n| format!(" --name {n}"))
             .unwrap_or_default(),
         if a.create.clone { " --clone" } else { "" },
-    ));
+    ))
+    .map(|mut hint| {
+        if a.populate {
+            hint.push_str(&format!(
+                "\nA claim in {ns} receives the volume when its spec.dataSourceRef is {{apiGroup: storage.transfer.k8s.io, kind: NamespaceTransfer, name: {name}}}"
+            ));
+        }
+        hint
+    });
     Ok((t, hint))
 }
 

@@ -83,6 +83,37 @@ fn destination_name_defaults_to_source_name_on_the_destination_side() {
 }
 
 #[test]
+fn a_populating_request_keeps_its_destination_name_empty_and_is_valid() {
+    let t = defaulted(
+        "dev",
+        json!({"source": {"namespace": "prod", "name": "db"}, "destination": {"populate": true}}),
+    );
+    assert_eq!(t.spec.destination.name, "");
+    assert!(t.populates());
+    assert_eq!(t.validate_create(), Vec::new());
+    let explicit_false = defaulted(
+        "dev",
+        json!({"source": {"namespace": "prod", "name": "db"}, "destination": {"populate": false}}),
+    );
+    assert_eq!(explicit_false.spec.destination.name, "db");
+    assert!(!explicit_false.populates());
+}
+
+#[test]
+fn populate_cannot_change_after_create() {
+    let old = defaulted(
+        "dev",
+        json!({"source": {"namespace": "prod", "name": "db"}, "destination": {"populate": true}}),
+    );
+    let mut new = old.clone();
+    new.spec.destination.populate = None;
+    assert_eq!(
+        fields_and_reasons(&new.validate_update(&old)),
+        vec![("spec.destination.populate", "FieldValueInvalid")]
+    );
+}
+
+#[test]
 fn destination_name_stays_empty_on_the_source_side() {
     let t = defaulted(
         "prod",
@@ -292,6 +323,33 @@ fn each_spec_rule_names_its_field() {
             "dev",
             json!({"source": {"namespace": "prod", "name": "db"}, "mode": "Clone", "maxClones": 2}),
             vec![("spec.maxClones", "FieldValueInvalid")],
+        ),
+        (
+            "populate on the source side",
+            "prod",
+            json!({"source": {"name": "db"}, "destination": {"namespace": "dev", "populate": true}}),
+            vec![("spec.destination.populate", "FieldValueInvalid")],
+        ),
+        (
+            "populate on a rename",
+            "prod",
+            json!({"source": {"name": "db"}, "destination": {"name": "new", "populate": true}}),
+            vec![
+                ("spec.destination.populate", "FieldValueInvalid"),
+                ("spec.destination.name", "FieldValueInvalid"),
+            ],
+        ),
+        (
+            "populate with a destination name",
+            "dev",
+            json!({"source": {"namespace": "prod", "name": "db"}, "destination": {"name": "data", "populate": true}}),
+            vec![("spec.destination.name", "FieldValueInvalid")],
+        ),
+        (
+            "populate in Clone mode (not yet)",
+            "dev",
+            json!({"source": {"namespace": "prod", "name": "db"}, "destination": {"populate": true}, "mode": "Clone"}),
+            vec![("spec.mode", "FieldValueNotSupported")],
         ),
     ];
     for (case, ns, spec, expected) in cases {

@@ -430,6 +430,7 @@ pub fn clone_request(
             destination: TransferDestination {
                 namespace: String::new(),
                 name: ec.claim_name(),
+                ..TransferDestination::default()
             },
             mode: Some(TransferMode::Clone),
             ..NamespaceTransferSpec::default()

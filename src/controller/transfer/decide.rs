@@ -55,11 +55,14 @@ use crate::api::namespace_transfer::{
     TransferMode, FINALIZER_TRANSFER_PROTECTION, REASON_CLONE_FAILED, REASON_DEADLINE_EXCEEDED,
     REASON_DESTINATION_EXISTS, REASON_FORBIDDEN,
 };
+use crate::api::GROUP;
 
+mod adopt;
 mod clone;
 mod finish;
 mod made;
 
+pub use adopt::{candidate, misfit, misfits};
 use clone::{before_clone_bound, is_our_clone};
 pub use clone::{clone_claim, moved_claim_name, moved_claim_name_of};
 use finish::{forward, roll_back, tidy};
@@ -101,6 +104,12 @@ pub const REASON_WAITING_FOR_BINDING: &str = "WaitingForBinding";
 /// Reason: the destination claim was deleted after the commit; the volume is
 /// kept (reclaim policy Retain) for an administrator.
 pub const REASON_DESTINATION_LOST: &str = "DestinationLost";
+/// Reason: a populating request waits for a claim of its namespace that
+/// names it in `dataSourceRef` and fits the volume (DESIGN §2.3).
+pub const REASON_WAITING_FOR_CLAIM: &str = "WaitingForClaim";
+/// Reason: the claim a populating request adopted no longer fits the volume
+/// (it was bound elsewhere, or replaced), before the commit.
+pub const REASON_CLAIM_MISMATCH: &str = "ClaimMismatch";
 /// Reason: the transfer completed.
 pub const REASON_COMPLETED: &str = "Completed";
 
@@ -188,6 +197,10 @@ pub enum Action {
     CreateDestination(Box<PersistentVolumeClaim>),
     /// R3's memory: the destination claim's uid, on the source object.
     RecordDestination(ClaimReference),
+    /// R3 for a populating request: the claim of its namespace that names
+    /// it and fits the volume becomes the destination, recorded by uid on
+    /// both objects (DESIGN §2.3). Nothing is created.
+    Adopt(ClaimReference),
     /// R4, the commit: point the volume's `claimRef` at the destination.
     Commit {
         resource_version: String,
@@ -295,13 +308,15 @@ pub fn decide(f: &Facts) -> Action {
 /// being as the rollback left it (a clone a watch copy does not show yet
 /// would be left behind; the model check found this). C1 rests on the
 /// count of a standing offer's clones alive, which no precondition fences
-/// either: a watch copy that does not show another pair's clone yet would
+/// either. An adoption rests on the claim's fit, which a watch copy may not
+/// show changed (bound elsewhere, deleted): a watch copy that does not show another pair's clone yet would
 /// make one clone more than `maxClones` (the two-pair model check found
 /// this).
 pub fn needs_live_facts(action: &Action) -> bool {
     matches!(
         action,
         Action::CreateClone(_)
+            | Action::Adopt(_)
             | Action::Finish { .. }
             | Action::Settle { .. }
             | Action::Complete
@@ -534,6 +549,10 @@ fn before_lock(f: &Facts, d: &NamespaceTransfer) -> Action {
             ),
         ));
     }
+    if d.populates() && candidate(f, volume).is_none() {
+        // Nothing is touched until a claim asks for the volume and fits it.
+        return wait_for_claim(f, d, volume);
+    }
     if claim.lock.as_deref() != Some(mine) {
         // Nobody may use the claim when it is locked; R2 and R4 ask again.
         if let Some(action) = while_in_use(f, |users| in_use_message(source_ns, source_name, users))
@@ -635,7 +654,19 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
     let expected = destination_claim(s, dest_ns, dest_name, snapshot, volume);
     let destination = match recorded_destination(s) {
         Some(recorded) => match &f.destination_claim {
-            Some(c) if c.uid == recorded.uid && !c.deleting => recorded,
+            Some(c) if c.uid == recorded.uid && !c.deleting => {
+                // An adopted claim is the tenant's: it must still fit.
+                if let Some(why) = d.populates().then(|| misfit(c, volume)).flatten() {
+                    return finish_failed(Report::shared(
+                        REASON_CLAIM_MISMATCH,
+                        format!(
+                            "PersistentVolumeClaim {dest_ns}/{} can no longer receive the volume: {why}",
+                            recorded.name
+                        ),
+                    ));
+                }
+                recorded
+            }
             _ => {
                 return finish_failed(Report::shared(
                     REASON_VOLUME_CHANGED,
@@ -645,6 +676,16 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
                 ))
             }
         },
+        None if d.populates() => {
+            return match candidate(f, volume) {
+                Some(c) => Action::Adopt(ClaimReference {
+                    namespace: dest_ns.to_owned(),
+                    name: c.name.clone(),
+                    uid: c.uid.clone(),
+                }),
+                None => wait_for_claim(f, d, volume),
+            };
+        }
         None => {
             return match &f.destination_claim {
                 None => Action::CreateDestination(Box::new(expected)),
@@ -696,6 +737,38 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
         destination: destination.clone(),
     }
 }
+
+/// A populating request with no claim to adopt: it waits, saying what to
+/// create, or what is wrong with the claims that name it; they are told
+/// too (`plan`), again on every look, so that none waits in silence.
+fn wait_for_claim(f: &Facts, d: &NamespaceTransfer, volume: &super::facts::Volume) -> Action {
+    let (ns, name) = (d.own_namespace(), name_of(d));
+    let wrong = misfits(f, volume);
+    let message = if wrong.is_empty() {
+        format!(
+            "waiting for a PersistentVolumeClaim in namespace {ns:?} whose spec.dataSourceRef is {{apiGroup: {GROUP}, kind: NamespaceTransfer, name: {name}}}"
+        )
+    } else {
+        let said: Vec<String> = wrong
+            .iter()
+            .map(|(c, why)| format!("{}: {why}", c.name))
+            .collect();
+        format!(
+            "no claim that names NamespaceTransfer {ns}/{name} can receive the volume ({})",
+            said.join("; ")
+        )
+    };
+    Action::Wait {
+        phase: Phase::WaitingForPeer,
+        report: Report::shared(REASON_WAITING_FOR_CLAIM, message),
+        in_use: false,
+        after: Some(CLAIM_POLL),
+    }
+}
+
+/// How often a populating request with no fitting claim looks again (a new
+/// claim wakes it at once), and tells the claims that do not fit why.
+pub const CLAIM_POLL: Duration = Duration::from_secs(30);
 
 /// Asks for the source claim's users, or waits while there are any (saying
 /// so with `message`); `None` once nobody uses it.
@@ -787,13 +860,18 @@ pub fn uid_of(t: &NamespaceTransfer) -> &str {
 }
 
 /// The destination claim's namespace and name: the Destination side's
-/// (defaulted from the source name at create), or a rename's own.
+/// (defaulted from the source name at create), or a rename's own. A
+/// populating request's is the claim R3 adopted, recorded on `s`; before
+/// R3 its name is empty.
 pub fn destination_of<'a>(
     s: &'a NamespaceTransfer,
     d: &'a NamespaceTransfer,
 ) -> (&'a str, &'a str) {
     if s.metadata.uid == d.metadata.uid || s.role().ok() == Some(Role::Both) {
         (s.destination_namespace(), &s.spec.destination.name)
+    } else if d.populates() {
+        let adopted = recorded_destination(s).filter(|r| r.namespace == d.own_namespace());
+        (d.own_namespace(), adopted.map_or("", |r| r.name.as_str()))
     } else {
         (d.own_namespace(), &d.spec.destination.name)
     }
@@ -869,6 +947,8 @@ pub fn destination_text(reason: &str) -> &'static str {
         }
         REASON_DESTINATION_LOST => "the new claim was deleted after the volume was handed to it",
         REASON_COMPLETED => "the volume was handed over",
+        REASON_WAITING_FOR_CLAIM => "waiting for a claim in this namespace that names the transfer",
+        REASON_CLAIM_MISMATCH => "refused: the adopted claim can no longer receive the volume",
         "Locked" => "the source claim is locked for the transfer; its volume is being handed over",
         _ => "see the transfer in the other namespace",
     }

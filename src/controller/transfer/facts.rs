@@ -32,6 +32,7 @@ use crate::api::namespace_transfer::{
     NamespaceTransfer, ANNOTATION_CLONE_FOR, ANNOTATION_DESTINATION_LOST,
     ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK, FINALIZER_TRANSFER_PROTECTION,
 };
+use crate::api::{GROUP, NAMESPACE_TRANSFERS};
 
 /// Everything one decision is made on.
 #[derive(Debug, Clone)]
@@ -65,8 +66,15 @@ pub struct Facts {
     /// offer's other clones alive already reach its `maxClones`.
     pub at_capacity: bool,
     /// The claim at the destination's namespace and name, live; `None` also
-    /// while the destination is not known (no peer).
+    /// while the destination is not known (no peer). For a populating
+    /// request ([`NamespaceTransfer::populates`]), the claim recorded at R3,
+    /// and `None` before that.
     pub destination_claim: Option<Claim>,
+    /// A populating request's candidates (DESIGN §2.3), before R3 records
+    /// one: the claims of its namespace whose `dataSourceRef` names it,
+    /// oldest first (by creationTimestamp, then name). Any tenant of that
+    /// namespace can write them; `decide::adopt` says which one fits.
+    pub claimants: Vec<Claim>,
     /// The volume the transfer is about, live: the one recorded at R1, or
     /// before that the one the source claim is bound to.
     pub volume: Option<Volume>,
@@ -166,6 +174,9 @@ pub struct Claim {
     pub lock: Option<String>,
     /// A clone's `clone-for` annotation: the receiving transfer's uid.
     pub clone_for: Option<String>,
+    /// `spec.dataSourceRef`, when it names a NamespaceTransfer: a claim that
+    /// asks a populating request for its volume (DESIGN §2.3).
+    pub populator: Option<PopulatorRef>,
     pub deleting: bool,
     /// `metadata.finalizers`, ours (transfer-protection) among them or not.
     pub finalizers: Vec<String>,
@@ -181,6 +192,25 @@ impl Claim {
         self.finalizers
             .iter()
             .any(|f| f == FINALIZER_TRANSFER_PROTECTION)
+    }
+}
+
+/// A claim's `spec.dataSourceRef` naming one of our transfers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PopulatorRef {
+    pub name: String,
+    /// `dataSourceRef.namespace`, when set: a claim that names another
+    /// namespace's request is never served.
+    pub namespace: Option<String>,
+}
+
+impl Claim {
+    /// Whether the claim names the request `name` of `namespace`, the
+    /// claim's own namespace, in `dataSourceRef`.
+    pub fn names_request(&self, namespace: &str, name: &str) -> bool {
+        self.populator.as_ref().is_some_and(|p| {
+            p.name == name && p.namespace.as_deref().is_none_or(|ns| ns == namespace)
+        })
     }
 }
 
@@ -202,6 +232,10 @@ pub struct ClaimShape {
     /// A selector, any other data source, ownerReferences or limits: R3 and
     /// C1 set none.
     pub extras: bool,
+    /// A selector or resource limits, which no claim that receives a moved
+    /// volume may carry (an adopted claim's data source and owners are its
+    /// tenant's business).
+    pub selector_or_limits: bool,
 }
 
 /// A PersistentVolume, as the protocol sees it.
@@ -225,6 +259,10 @@ pub struct Volume {
     pub storage_class_name: Option<String>,
     /// `spec.capacity.storage`.
     pub capacity: Option<String>,
+    /// `spec.accessModes`.
+    pub access_modes: Vec<String>,
+    /// `spec.volumeMode` (unset means Filesystem).
+    pub volume_mode: Option<String>,
 }
 
 /// A volume's `claimRef`.
@@ -319,6 +357,16 @@ impl From<&PersistentVolumeClaim> for Claim {
             volume_name: spec.volume_name.clone().filter(|v| !v.is_empty()),
             lock: annotation(&c.metadata, ANNOTATION_TRANSFER_LOCK),
             clone_for: annotation(&c.metadata, ANNOTATION_CLONE_FOR),
+            populator: spec
+                .data_source_ref
+                .as_ref()
+                .filter(|r| {
+                    r.api_group.as_deref() == Some(GROUP) && r.kind == NAMESPACE_TRANSFERS.kind
+                })
+                .map(|r| PopulatorRef {
+                    name: r.name.clone(),
+                    namespace: r.namespace.clone().filter(|ns| !ns.is_empty()),
+                }),
             deleting: c.metadata.deletion_timestamp.is_some(),
             finalizers: c.metadata.finalizers.clone().unwrap_or_default(),
             shape: ClaimShape {
@@ -330,6 +378,7 @@ impl From<&PersistentVolumeClaim> for Claim {
                 volume_name: spec.volume_name.filter(|v| !v.is_empty()),
                 data_source_claim,
                 extras,
+                selector_or_limits: spec.selector.is_some() || limits,
             },
         }
     }
@@ -365,6 +414,8 @@ impl From<&PersistentVolume> for Volume {
                 .as_ref()
                 .and_then(|c| c.get("storage"))
                 .map(|q| q.0.clone()),
+            access_modes: spec.access_modes.unwrap_or_default(),
+            volume_mode: spec.volume_mode,
         }
     }
 }

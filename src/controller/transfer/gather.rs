@@ -15,8 +15,8 @@ use crate::controller::cluster::{Cluster, ClusterError};
 use crate::controller::{object_key, Error};
 
 use super::decide::{
-    destination_claim, destination_of, moved_claim_name_of, peer_or_self, recorded_source, uid_of,
-    Refusal, Side,
+    destination_claim, destination_of, moved_claim_name_of, name_of, peer_or_self,
+    recorded_destination, recorded_source, uid_of, Refusal, Side,
 };
 use super::facts::{Admission, Claim, ClassPolicy, Facts, Peer, Volume};
 use super::matching::{is_active, is_named, role_of};
@@ -61,6 +61,12 @@ impl TransferController {
         let clone_mode = s.mode() == TransferMode::Clone;
         // The claim the protocol moves: the source claim, or its clone.
         let moved = moved_claim_name_of(&s, &peer);
+        // A populating request's claim is the one R3 recorded (before that
+        // it has none, and candidates: `claimants`).
+        let populating = match &peer {
+            Peer::Found(d) if d.populates() => Some(d.as_ref()),
+            _ => None,
+        };
         let destination = match &peer {
             Peer::Itself => Some(destination_of(&s, &s)),
             Peer::Found(d) => Some(destination_of(&s, d)),
@@ -95,6 +101,20 @@ impl TransferController {
                 destination.as_ref().map(|(_, name)| name.as_str()),
             ),
         )?;
+        let claimants = match populating.filter(|_| recorded_destination(&s).is_none()) {
+            Some(d) => {
+                let mut found: Vec<Claim> = cluster
+                    .claims_naming_transfers(d.own_namespace())
+                    .await?
+                    .iter()
+                    .map(Claim::from)
+                    .filter(|c| c.names_request(d.own_namespace(), name_of(d)))
+                    .collect();
+                found.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+                found
+            }
+            None => Vec::new(),
+        };
         let clone_failure = match moved_claim
             .as_ref()
             .filter(|c| clone_mode && c.phase != "Bound")
@@ -171,6 +191,7 @@ impl TransferController {
             clone_waits_for_consumer,
             at_capacity,
             destination_claim,
+            claimants,
             volume,
             class,
             users: None,
@@ -313,14 +334,18 @@ impl TransferController {
         else {
             return Ok(Admission::Admitted);
         };
-        let (dest_ns, dest_name) = destination_of(s, d);
-        let claim = destination_claim(s, dest_ns, dest_name, snapshot, volume);
-        match self.cluster.create_claim_dry_run(dest_ns, &claim).await {
-            Ok(()) | Err(ClusterError::AlreadyExists { .. }) => {}
-            Err(ClusterError::Refused { message, .. }) => {
-                return Ok(Admission::DestinationRefused(message))
+        // A populating request creates no claim: the claim it adopts was
+        // admitted (quota and all) when its tenant created it.
+        if !d.populates() {
+            let (dest_ns, dest_name) = destination_of(s, d);
+            let claim = destination_claim(s, dest_ns, dest_name, snapshot, volume);
+            match self.cluster.create_claim_dry_run(dest_ns, &claim).await {
+                Ok(()) | Err(ClusterError::AlreadyExists { .. }) => {}
+                Err(ClusterError::Refused { message, .. }) => {
+                    return Ok(Admission::DestinationRefused(message))
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => return Err(e.into()),
         }
         match self
             .cluster

@@ -367,6 +367,7 @@ impl World {
                     destination: TransferDestination {
                         namespace: "dev".to_owned(),
                         name: if self.clone_mode { "db" } else { "" }.to_owned(),
+                        ..TransferDestination::default()
                     },
                     ..NamespaceTransferSpec::default()
                 },
@@ -384,6 +385,7 @@ impl World {
                     destination: TransferDestination {
                         namespace: "dev".to_owned(),
                         name: "db".to_owned(),
+                        ..TransferDestination::default()
                     },
                     ..NamespaceTransferSpec::default()
                 },
@@ -470,6 +472,7 @@ impl World {
             },
             lock: pvc.lock.map(|u| format!("uid-{u}")),
             clone_for: cloned.then(|| RECEIVER.clone()),
+            populator: None,
             deleting: pvc.deleting,
             finalizers: if pvc.finalizer {
                 vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]
@@ -492,6 +495,7 @@ impl World {
                 volume_name: volume,
                 data_source_claim: cloned.then(|| "db".to_owned()),
                 extras: false,
+                selector_or_limits: false,
             },
         }
     }
@@ -555,6 +559,7 @@ impl World {
             },
             clone_waits_for_consumer: None,
             at_capacity: false,
+            claimants: Vec::new(),
             destination_claim: if dest_known {
                 self.destination.as_ref().map(|c| Claim {
                     lock: c.lock.map(|u| {
@@ -584,6 +589,8 @@ impl World {
                 phase: v.phase.to_owned(),
                 storage_class_name: Some("fast".to_owned()),
                 capacity: Some("1Gi".to_owned()),
+                access_modes: vec!["ReadWriteOnce".to_owned()],
+                volume_mode: None,
             }),
             class: ClassPolicy::Allowed,
             // A live LIST, asked for when a step needs it.

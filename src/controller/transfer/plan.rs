@@ -55,9 +55,10 @@ pub(super) use cluster::{cluster_writes, ClusterWrite};
 pub(super) use cluster::{ClaimChange, VolumeChange};
 
 use super::decide::{
-    destination_of, in_use_message, moved_claim_name_of, peer_or_self, recorded_destination,
-    recorded_source, Action, Report, REASON_COMPLETED, REASON_DESTINATION_LOST,
-    REASON_SOURCE_IN_USE, REASON_SOURCE_RELEASE_REFUSED,
+    destination_of, in_use_message, misfits, moved_claim_name_of, name_of, peer_or_self,
+    recorded_destination, recorded_source, Action, Report, REASON_CLAIM_MISMATCH, REASON_COMPLETED,
+    REASON_DESTINATION_LOST, REASON_SOURCE_IN_USE, REASON_SOURCE_RELEASE_REFUSED,
+    REASON_WAITING_FOR_CLAIM,
 };
 use super::facts::Facts;
 use super::matching::{reference, role_of};
@@ -249,6 +250,7 @@ pub(super) fn label(action: &Action) -> &'static str {
         Action::Retain { .. } => "Retain",
         Action::CreateDestination(_) => "CreateDestination",
         Action::RecordDestination(_) => "RecordDestination",
+        Action::Adopt(_) => "Adopt",
         Action::Commit { .. } => "Commit",
         Action::ProtectDestination { .. } => "ProtectDestination",
         Action::UnprotectDestination { .. } => "UnprotectDestination",
@@ -277,6 +279,7 @@ pub(super) fn step_of(action: &Action) -> Option<Step> {
         Action::Retain { .. } => Some(Step::Retain),
         Action::CreateDestination(_)
         | Action::RecordDestination(_)
+        | Action::Adopt(_)
         | Action::ProtectDestination { .. } => Some(Step::CreateDestination),
         Action::Commit { .. } => Some(Step::Commit),
         Action::ReleaseSource { .. } => Some(Step::ReleaseSource),
@@ -337,6 +340,9 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                         report.source.clone(),
                     );
                 }
+            }
+            if report.reason == REASON_WAITING_FOR_CLAIM {
+                claims_told(f, &mut p);
             }
             if report.reason == REASON_SOURCE_RELEASE_REFUSED {
                 p.event(
@@ -479,6 +485,7 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
             }));
         }
         Action::RecordDestination(reference) => record_destination(f, &mut p, reference.clone()),
+        Action::Adopt(reference) => adopt(f, &mut p, reference),
         Action::Commit { destination, .. } => {
             let Some(volume) = &f.volume else { return p };
             cluster(f, &mut p, action, Some(Step::Commit));
@@ -815,6 +822,66 @@ fn record_destination(f: &Facts, p: &mut Plan, reference: ClaimReference) {
             peer_phase: None,
         },
     });
+}
+
+/// R3 for a populating request: the adopted claim recorded on the source
+/// object (the pair's memory) and on the request (which serves it, in its
+/// own namespace); the claim is told, and so is every other claim that
+/// named the request, which serves one.
+fn adopt(f: &Facts, p: &mut Plan, reference: &ClaimReference) {
+    record_destination(f, p, reference.clone());
+    p.point(Step::CreateDestination.name());
+    let Some(d) = other(f) else { return };
+    p.writes.push(Write::Status {
+        on: On::Peer,
+        change: StatusChange {
+            say: None,
+            edit: Edit::Destination(reference.clone()),
+            peer_of: None,
+            peer_phase: None,
+        },
+    });
+    let (ns, request) = (d.own_namespace(), name_of(d));
+    p.event(
+        claim_reference(ns, &reference.name, Some(&reference.uid)),
+        Severity::Normal,
+        "Adopted",
+        "Adopt",
+        format!(
+            "NamespaceTransfer {ns}/{request} adopted this claim to receive {}",
+            received_from(&f.source)
+        ),
+    );
+    for other in f.claimants.iter().filter(|c| c.uid != reference.uid) {
+        p.event(
+            claim_reference(ns, &other.name, Some(&other.uid)),
+            Severity::Warning,
+            "NotAdopted",
+            "Adopt",
+            format!(
+                "NamespaceTransfer {ns}/{request} moves one volume, and adopted PersistentVolumeClaim {}, an older claim that names it",
+                reference.name
+            ),
+        );
+    }
+}
+
+/// A populating request that waits for a claim: every claim that names it
+/// and does not fit the volume is told why, on every look.
+fn claims_told(f: &Facts, p: &mut Plan) {
+    let (Some(d), Some(volume)) = (other(f), &f.volume) else {
+        return;
+    };
+    let (ns, request) = (d.own_namespace(), name_of(d));
+    for (claim, why) in misfits(f, volume) {
+        p.event(
+            claim_reference(ns, &claim.name, Some(&claim.uid)),
+            Severity::Warning,
+            REASON_CLAIM_MISMATCH,
+            "Adopt",
+            format!("NamespaceTransfer {ns}/{request} cannot give this claim its volume: {why}"),
+        );
+    }
 }
 
 /// `step` recorded on the pair (a standing offer's pair on the request

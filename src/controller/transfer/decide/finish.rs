@@ -169,12 +169,14 @@ pub(super) fn roll_back(f: &Facts) -> Action {
             .as_ref()
             .is_some_and(|v| v.names(&dest.namespace, &dest.name, &dest.uid));
         if let Some(claim) = f.destination_claim.as_ref().filter(|c| c.uid == dest.uid) {
-            if !claim.deleting && !committed {
+            // A claim the tenant wrote is theirs: it is let go, never deleted.
+            let adopted = adopted(f, claim, dest);
+            if !claim.deleting && !committed && !adopted {
                 return Action::DeleteDestination {
                     uid: claim.uid.clone(),
                 };
             }
-            if claim.deleting && claim.protected() {
+            if (claim.deleting || adopted) && claim.protected() {
                 return unprotect_destination(claim);
             }
         }
@@ -208,6 +210,22 @@ pub(super) fn roll_back(f: &Facts) -> Action {
         }
     }
     tidy(f)
+}
+
+/// Whether the recorded destination `claim` is one a populating request
+/// adopted rather than one R3 made: the request says so; without the
+/// request to ask, any claim that does not carry R3's lock is taken for the
+/// tenant's (leaving a claim we made is harmless, deleting one we did not
+/// is not).
+fn adopted(f: &Facts, claim: &Claim, dest: &ClaimReference) -> bool {
+    match &f.peer {
+        Peer::Itself => f.source.populates(),
+        Peer::Found(d) => d.populates(),
+        Peer::Gone | Peer::Unmatched => !claim
+            .lock
+            .as_deref()
+            .is_some_and(|l| holds_claim(&f.source, l, &dest.namespace, &dest.name)),
+    }
 }
 
 /// Takes our finalizer off `claim`, keeping everyone else's.

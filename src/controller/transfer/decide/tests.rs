@@ -55,6 +55,7 @@ fn offer() -> NamespaceTransfer {
             destination: TransferDestination {
                 namespace: "dev".to_owned(),
                 name: String::new(),
+                ..TransferDestination::default()
             },
             ..NamespaceTransferSpec::default()
         },
@@ -76,6 +77,7 @@ fn request() -> NamespaceTransfer {
             destination: TransferDestination {
                 namespace: "dev".to_owned(),
                 name: "db".to_owned(),
+                ..TransferDestination::default()
             },
             ..NamespaceTransferSpec::default()
         },
@@ -92,6 +94,7 @@ fn claim(name: &str, uid: &str, volume: Option<&str>) -> Claim {
         volume_name: volume.map(str::to_owned),
         lock: None,
         clone_for: None,
+        populator: None,
         deleting: false,
         finalizers: Vec::new(),
         shape: ClaimShape {
@@ -103,6 +106,7 @@ fn claim(name: &str, uid: &str, volume: Option<&str>) -> Claim {
             volume_name: volume.map(str::to_owned),
             data_source_claim: None,
             extras: false,
+            selector_or_limits: false,
         },
     }
 }
@@ -124,6 +128,8 @@ fn volume(bound_to: Option<(&str, &str, &str)>) -> Volume {
         phase: "Bound".to_owned(),
         storage_class_name: Some("fast".to_owned()),
         capacity: Some("2Gi".to_owned()),
+        access_modes: vec!["ReadWriteOnce".to_owned()],
+        volume_mode: None,
     }
 }
 
@@ -160,6 +166,7 @@ pub(in crate::controller::transfer) fn fresh() -> Facts {
         clone_timeout: 300,
         clone_waits_for_consumer: None,
         at_capacity: false,
+        claimants: Vec::new(),
         destination_claim: None,
         volume: Some(volume(Some(("prod", "db", CLAIM_UID)))),
         class: ClassPolicy::Allowed,
@@ -1010,3 +1017,5 @@ fn a_clone_pair_ended_before_the_commit_deletes_its_clone_and_leaves_the_source_
     f.moved_claim.as_mut().unwrap().deleting = true;
     assert!(!matches!(decide(&f), Action::DeleteClone { .. }));
 }
+
+mod populate;

@@ -232,6 +232,7 @@ fn origin() -> Claim {
         volume_name: Some("pv-origin".to_owned()),
         lock: None,
         clone_for: None,
+        populator: None,
         deleting: false,
         finalizers: Vec::new(),
         shape: ClaimShape {
@@ -243,6 +244,7 @@ fn origin() -> Claim {
             volume_name: Some("pv-origin".to_owned()),
             data_source_claim: None,
             extras: false,
+            selector_or_limits: false,
         },
     }
 }
@@ -299,6 +301,7 @@ impl Offered {
                 destination: TransferDestination {
                     namespace: "dev".to_owned(),
                     name: String::new(),
+                    ..TransferDestination::default()
                 },
                 max_clones: Some(i32::try_from(MAX_CLONES).unwrap_or(1)),
                 ..NamespaceTransferSpec::default()
@@ -318,6 +321,7 @@ impl Offered {
                     destination: TransferDestination {
                         namespace: "dev".to_owned(),
                         name: destination.to_owned(),
+                        ..TransferDestination::default()
                     },
                     ..NamespaceTransferSpec::default()
                 },
@@ -475,6 +479,7 @@ impl Offered {
             clone_timeout: 3_000,
             clone_waits_for_consumer: None,
             at_capacity,
+            claimants: Vec::new(),
             destination_claim: destination,
             volume,
             class: ClassPolicy::Allowed,

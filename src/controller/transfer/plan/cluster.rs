@@ -343,6 +343,7 @@ pub(in crate::controller::transfer) fn cluster_writes(
         | Action::RecordSource(_)
         | Action::CreateDestination(_)
         | Action::RecordDestination(_)
+        | Action::Adopt(_)
         | Action::Complete
         | Action::DestinationLost { .. }
         | Action::Mirror

@@ -135,6 +135,8 @@ impl Space for Offered {
                         phase: "Bound".to_owned(),
                         storage_class_name: Some("fast".to_owned()),
                         capacity: Some("1Gi".to_owned()),
+                        access_modes: vec!["ReadWriteOnce".to_owned()],
+                        volume_mode: None,
                     };
                     w.volumes.insert(
                         volume.clone(),

@@ -1,0 +1,85 @@
+//! A claim the tenant wrote, adopted at R3 instead of created (DESIGN
+//! §2.3): which of the claims that name a populating request may receive
+//! the volume, and what is wrong with the others.
+//!
+//! Every field of such a claim is the destination tenant's input. kube's
+//! PV controller binds a claim to a volume whose `claimRef` names it
+//! without comparing classes, so every rule it would skip is checked here,
+//! before R3 records the claim and again before R4 points the volume at it.
+
+use crate::controller::transfer::facts::{quantity_bytes, Claim, Facts, Volume};
+
+/// Why `claim` cannot receive `volume`; `None` when it can: Pending with no
+/// `volumeName`, not deleting, no selector, the volume's class, access
+/// modes within the volume's, the same volumeMode, and a request no larger
+/// than the volume.
+pub fn misfit(claim: &Claim, volume: &Volume) -> Option<String> {
+    let shape = &claim.shape;
+    if claim.deleting {
+        return Some("it is being deleted".to_owned());
+    }
+    if let Some(bound) = &claim.volume_name {
+        return Some(format!("it names volume {bound:?} in spec.volumeName"));
+    }
+    if !matches!(claim.phase.as_str(), "" | "Pending") {
+        return Some(format!("it is {}, not Pending", claim.phase));
+    }
+    let class = |c: &Option<String>| c.clone().unwrap_or_default();
+    if class(&shape.storage_class_name) != class(&volume.storage_class_name) {
+        return Some(format!(
+            "its storageClassName {:?} is not the volume's {:?}",
+            class(&shape.storage_class_name),
+            class(&volume.storage_class_name)
+        ));
+    }
+    if let Some(mode) = shape
+        .access_modes
+        .iter()
+        .find(|m| !volume.access_modes.contains(m))
+    {
+        return Some(format!(
+            "it asks for access mode {mode}, and the volume offers only {}",
+            volume.access_modes.join(", ")
+        ));
+    }
+    let mode = |m: &Option<String>| m.clone().unwrap_or_else(|| "Filesystem".to_owned());
+    if mode(&shape.volume_mode) != mode(&volume.volume_mode) {
+        return Some(format!(
+            "its volumeMode {} is not the volume's {}",
+            mode(&shape.volume_mode),
+            mode(&volume.volume_mode)
+        ));
+    }
+    let requested = shape.request.as_deref().and_then(quantity_bytes);
+    let capacity = volume.capacity.as_deref().and_then(quantity_bytes);
+    match (requested, capacity) {
+        (Some(r), Some(c)) if r <= c => {}
+        _ => {
+            return Some(format!(
+                "it requests {}, more than the volume's {}",
+                shape.request.as_deref().unwrap_or("no storage"),
+                volume.capacity.as_deref().unwrap_or("unknown capacity")
+            ))
+        }
+    }
+    if shape.selector_or_limits {
+        return Some(
+            "it sets a selector or resource limits, which a moved volume does not answer to"
+                .to_owned(),
+        );
+    }
+    None
+}
+
+/// The claim R3 adopts: the oldest of the candidates that fits `volume`.
+pub fn candidate<'a>(f: &'a Facts, volume: &Volume) -> Option<&'a Claim> {
+    f.claimants.iter().find(|c| misfit(c, volume).is_none())
+}
+
+/// The candidates that do not fit `volume`, each with why.
+pub fn misfits<'a>(f: &'a Facts, volume: &Volume) -> Vec<(&'a Claim, String)> {
+    f.claimants
+        .iter()
+        .filter_map(|c| misfit(c, volume).map(|why| (c, why)))
+        .collect()
+}

@@ -1,0 +1,272 @@
+//! A populating request (DESIGN §2.3): the claim a tenant wrote, naming
+//! the request in `dataSourceRef`, is adopted at R3 instead of created, and
+//! every field of it is the tenant's input.
+
+use super::*;
+use crate::controller::transfer::facts::PopulatorRef;
+
+const DATA_UID: &str = "uid-data";
+
+/// The request serves the claims that name it.
+fn populating(f: &mut Facts) {
+    if let Peer::Found(d) = &mut f.peer {
+        d.spec.destination = TransferDestination {
+            namespace: "dev".to_owned(),
+            name: String::new(),
+            populate: Some(true),
+        };
+    }
+}
+
+/// A Pending claim `dev/<name>` naming the request `take`, as a
+/// StatefulSet or a chart writes it: the volume's class and size.
+fn asking(name: &str, uid: &str, created: i64) -> Claim {
+    let mut c = claim(name, uid, None);
+    c.created = created;
+    c.shape.extras = true; // a dataSourceRef R3 never sets
+    c.populator = Some(PopulatorRef {
+        name: "take".to_owned(),
+        namespace: None,
+    });
+    c
+}
+
+fn adopted_ref() -> ClaimReference {
+    ClaimReference {
+        namespace: "dev".to_owned(),
+        name: "data".to_owned(),
+        uid: DATA_UID.to_owned(),
+    }
+}
+
+/// After R3 adopted `dev/data`, and our finalizer is on it.
+fn adopted() -> Facts {
+    let mut f = retained();
+    populating(&mut f);
+    let mut data = asking("data", DATA_UID, 1_500);
+    data.finalizers = vec![FINALIZER_TRANSFER_PROTECTION.to_owned()];
+    f.destination_claim = Some(data);
+    f.source.status.as_mut().unwrap().destination_claim = Some(adopted_ref());
+    f
+}
+
+#[test]
+fn a_populating_request_touches_nothing_until_a_claim_names_it() {
+    let mut f = fresh();
+    protect(&mut f);
+    populating(&mut f);
+    match decide(&f) {
+        Action::Wait { report, after, .. } => {
+            assert_eq!(report.reason, REASON_WAITING_FOR_CLAIM);
+            assert!(
+                report
+                    .destination
+                    .contains("kind: NamespaceTransfer, name: take"),
+                "{report:?}"
+            );
+            assert_eq!(after, Some(CLAIM_POLL));
+        }
+        other => panic!("expected a wait for a claim, got {other:?}"),
+    }
+    f.claimants = vec![asking("data", DATA_UID, 1_500)];
+    assert_eq!(
+        decide(&f),
+        Action::Lock {
+            resource_version: "10".to_owned()
+        }
+    );
+}
+
+#[test]
+fn a_destination_claim_name_that_exists_is_no_conflict_for_a_populating_request() {
+    let mut f = fresh();
+    protect(&mut f);
+    populating(&mut f);
+    f.claimants = vec![asking("db", DATA_UID, 1_500)];
+    assert!(
+        matches!(decide(&f), Action::Lock { .. }),
+        "{:?}",
+        decide(&f)
+    );
+}
+
+#[test]
+fn r3_adopts_the_oldest_claim_that_fits_and_skips_those_that_do_not() {
+    let mut f = retained();
+    populating(&mut f);
+    let mut wrong_class = asking("grab", "uid-grab", 1_100);
+    wrong_class.shape.storage_class_name = Some("slow".to_owned());
+    f.claimants = vec![
+        wrong_class,
+        asking("data", DATA_UID, 1_200),
+        asking("late", "uid-late", 1_300),
+    ];
+    assert_eq!(decide(&f), Action::Adopt(adopted_ref()));
+    // Adopting rests on the claim's fit, which a watch copy may not show.
+    f.live = false;
+    assert_eq!(decide(&f), Action::Ask(Question::LiveReads));
+}
+
+/// A hostile edit of a claim.
+type Change = Box<dyn Fn(&mut Claim)>;
+
+#[test]
+fn every_claim_made_to_grab_the_volume_is_refused_for_what_it_asks() {
+    let v = volume(Some(("prod", "db", CLAIM_UID)));
+    let fits = asking("data", DATA_UID, 1_500);
+    assert_eq!(misfit(&fits, &v), None);
+    let cases: Vec<(&str, Change)> = vec![
+        (
+            "storageClassName",
+            Box::new(|c| c.shape.storage_class_name = Some("other".to_owned())),
+        ),
+        (
+            "storageClassName",
+            Box::new(|c| c.shape.storage_class_name = None),
+        ),
+        (
+            "more than the volume",
+            Box::new(|c| c.shape.request = Some("3Gi".to_owned())),
+        ),
+        ("more than the volume", Box::new(|c| c.shape.request = None)),
+        (
+            "access mode ReadWriteMany",
+            Box::new(|c| c.shape.access_modes = vec!["ReadWriteMany".to_owned()]),
+        ),
+        (
+            "volumeMode Block",
+            Box::new(|c| c.shape.volume_mode = Some("Block".to_owned())),
+        ),
+        (
+            "spec.volumeName",
+            Box::new(|c| c.volume_name = Some("pv-other".to_owned())),
+        ),
+        ("being deleted", Box::new(|c| c.deleting = true)),
+        ("Bound", Box::new(|c| c.phase = "Bound".to_owned())),
+        ("selector", Box::new(|c| c.shape.selector_or_limits = true)),
+    ];
+    for (said, change) in cases {
+        let mut c = fits.clone();
+        change(&mut c);
+        let why = misfit(&c, &v).unwrap_or_else(|| panic!("{said}: {c:?} fits"));
+        assert!(why.contains(said), "{said}: {why}");
+    }
+    // Exactly the volume's size, a subset of its modes: fits.
+    let mut c = fits.clone();
+    c.shape.request = Some("2Gi".to_owned());
+    c.shape.volume_mode = None;
+    assert_eq!(misfit(&c, &v), None);
+}
+
+#[test]
+fn with_only_misfits_the_request_waits_and_says_what_is_wrong_with_each() {
+    let mut f = retained();
+    populating(&mut f);
+    let mut big = asking("big", "uid-big", 1_100);
+    big.shape.request = Some("10Gi".to_owned());
+    f.claimants = vec![big];
+    match decide(&f) {
+        Action::Wait { report, .. } => {
+            assert_eq!(report.reason, REASON_WAITING_FOR_CLAIM);
+            assert!(
+                report.destination.contains("big: it requests 10Gi"),
+                "{report:?}"
+            );
+        }
+        other => panic!("expected a wait, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_claim_naming_another_namespaces_request_is_never_a_candidate() {
+    let mut c = asking("data", DATA_UID, 1_500);
+    assert!(c.names_request("dev", "take"));
+    assert!(!c.names_request("dev", "other"));
+    c.populator.as_mut().unwrap().namespace = Some("dev".to_owned());
+    assert!(c.names_request("dev", "take"));
+    c.populator.as_mut().unwrap().namespace = Some("prod".to_owned());
+    assert!(!c.names_request("dev", "take"));
+}
+
+#[test]
+fn r4_points_the_volume_at_the_adopted_claims_uid_after_fresh_rights() {
+    let mut f = adopted();
+    f.destination_claim.as_mut().unwrap().finalizers.clear();
+    assert!(
+        matches!(decide(&f), Action::ProtectDestination { .. }),
+        "{:?}",
+        decide(&f)
+    );
+    f.destination_claim.as_mut().unwrap().finalizers =
+        vec![FINALIZER_TRANSFER_PROTECTION.to_owned()];
+    assert_eq!(decide(&f), Action::Ask(Question::Rights));
+    f.rights = Some(Ok(()));
+    assert_eq!(
+        decide(&f),
+        Action::Commit {
+            resource_version: "20".to_owned(),
+            destination: adopted_ref(),
+        }
+    );
+}
+
+#[test]
+fn an_adopted_claim_bound_elsewhere_or_swapped_before_the_commit_fails_the_pair() {
+    let mut f = adopted();
+    f.rights = Some(Ok(()));
+    f.destination_claim.as_mut().unwrap().volume_name = Some("pv-other".to_owned());
+    assert_finish(decide(&f), Phase::Failed, REASON_CLAIM_MISMATCH);
+    let mut f = adopted();
+    f.destination_claim.as_mut().unwrap().uid = "uid-same-name".to_owned();
+    assert_finish(decide(&f), Phase::Failed, REASON_VOLUME_CHANGED);
+    let mut f = adopted();
+    f.destination_claim.as_mut().unwrap().deleting = true;
+    assert_finish(decide(&f), Phase::Failed, REASON_VOLUME_CHANGED);
+}
+
+#[test]
+fn a_rollback_lets_an_adopted_claim_go_and_never_deletes_it() {
+    let mut f = adopted();
+    finished(&mut f, Phase::Failed);
+    let v = f.volume.as_mut().unwrap();
+    v.marker = None;
+    v.original_policy = None;
+    assert!(
+        matches!(decide(&f), Action::UnprotectDestination { ref finalizers, .. } if finalizers.is_empty()),
+        "{:?}",
+        decide(&f)
+    );
+    f.destination_claim.as_mut().unwrap().finalizers.clear();
+    assert_eq!(
+        decide(&f),
+        Action::Unlock {
+            resource_version: "10".to_owned()
+        }
+    );
+    // Without the request to ask, a claim without R3's lock is the tenant's.
+    let mut g = adopted();
+    finished(&mut g, Phase::Cancelled);
+    g.volume.as_mut().unwrap().marker = None;
+    g.peer = Peer::Gone;
+    assert!(
+        matches!(decide(&g), Action::UnprotectDestination { .. }),
+        "{:?}",
+        decide(&g)
+    );
+}
+
+#[test]
+fn after_the_commit_an_adopted_claim_is_waited_on_and_never_unlocked() {
+    let mut f = adopted();
+    f.volume.as_mut().unwrap().claim_ref = Some(ClaimRef {
+        namespace: "dev".to_owned(),
+        name: "data".to_owned(),
+        uid: DATA_UID.to_owned(),
+    });
+    f.moved_claim = None; // R5 done
+    assert!(
+        matches!(decide(&f), Action::Wait { ref report, .. } if report.reason == REASON_WAITING_FOR_BINDING),
+        "{:?}",
+        decide(&f)
+    );
+}
