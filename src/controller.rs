@@ -113,6 +113,19 @@ pub enum Next {
     After(Duration),
 }
 
+impl Next {
+    /// The sooner of two answers: a reconcile that does two things looks
+    /// again when the first of them needs it.
+    pub fn sooner(self, other: Next) -> Next {
+        match (self, other) {
+            (Next::Now, _) | (_, Next::Now) => Next::Now,
+            (Next::After(a), Next::After(b)) => Next::After(a.min(b)),
+            (Next::After(a), Next::Done) | (Next::Done, Next::After(a)) => Next::After(a),
+            (Next::Done, Next::Done) => Next::Done,
+        }
+    }
+}
+
 /// One controller's reconcile: brings the object named by `key`
 /// (`namespace/name`) one step closer to where it should be.
 #[async_trait::async_trait]

@@ -1075,3 +1075,208 @@ fn thirty_requests_against_an_offer_without_max_clones_make_at_most_ten_clones()
         serde_json::json!({"made": 10, "alive": 10})
     );
 }
+
+// ----- claims the tenant wrote (DESIGN §2.3) ---------------------------------------
+
+fn uid(v: &serde_json::Value) -> String {
+    v["metadata"]["uid"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_claim_the_tenant_wrote_naming_a_populating_request_receives_the_moved_volume() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let (dst, src) = (&s.dst.name, &s.src.name);
+    admin()
+        .apply(&populated_claim_yaml(
+            dst,
+            "data",
+            "db-from-src",
+            ALLOWED_CLASS,
+            "ReadWriteOnce",
+            "1Gi",
+        ))
+        .unwrap();
+    let data_uid = uid(&claim_json(admin(), dst, "data").unwrap());
+    populating_request(admin(), dst, "db-from-src", src, "db");
+    // The provisioner leaves the claim to its populator: nothing is made
+    // for it while nobody has offered a volume.
+    consistently(
+        "the claim to stay Pending with no volume",
+        Duration::from_secs(3),
+        || {
+            claim_json(admin(), dst, "data").is_some_and(|c| {
+                c["status"]["phase"] == "Pending" && c["spec"]["volumeName"].is_null()
+            })
+        },
+    );
+    offer(admin(), src, "give", "db", dst);
+    wait_phase(admin(), src, "give", "Completed", WAIT);
+    let take = wait_phase(admin(), dst, "db-from-src", "Completed", WAIT);
+    s.assert_moved_to(dst, "data");
+    let data = claim_json(admin(), dst, "data").unwrap();
+    assert_eq!(
+        uid(&data),
+        data_uid,
+        "the tenant's own claim, not a new one"
+    );
+    assert_eq!(take["status"]["destinationClaim"]["name"], "data");
+    assert_eq!(take["status"]["destinationClaim"]["uid"], data_uid.as_str());
+    eventually("our finalizer to leave the claim", WAIT, || {
+        claim_json(admin(), dst, "data").is_some_and(|c| {
+            !c["metadata"]["finalizers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|f| f == "storage.transfer.k8s.io/transfer-protection")
+        })
+    });
+    let events = events_about(admin(), dst, "PersistentVolumeClaim", "data");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("Adopted: NamespaceTransfer")),
+        "{events:?}"
+    );
+    assert_deleting_the_claim_deletes_the_volume_once(admin(), &cp().csi, dst, "data", &s.handle);
+}
+
+#[test]
+fn claims_made_to_grab_a_populating_move_are_told_why_and_only_the_oldest_that_fits_gets_it() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let (dst, src) = (&s.dst.name, &s.src.name);
+    let request = "db-from-src";
+    // Three claims shaped to grab the volume, each refused for one thing.
+    let grabs = [
+        (
+            "grab-class",
+            PLAIN_CLASS,
+            "ReadWriteOnce",
+            "1Gi",
+            "storageClassName",
+        ),
+        (
+            "grab-size",
+            ALLOWED_CLASS,
+            "ReadWriteOnce",
+            "5Gi",
+            "more than the volume",
+        ),
+        (
+            "grab-rwx",
+            ALLOWED_CLASS,
+            "ReadWriteMany",
+            "1Gi",
+            "access mode ReadWriteMany",
+        ),
+    ];
+    for (name, class, mode, size, _) in grabs {
+        admin()
+            .apply(&populated_claim_yaml(dst, name, request, class, mode, size))
+            .unwrap();
+    }
+    let versions: Vec<String> = grabs
+        .iter()
+        .map(|(name, ..)| {
+            claim_json(admin(), dst, name).unwrap()["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    populating_request(admin(), dst, request, src, "db");
+    offer(admin(), src, "give", "db", dst);
+    // Only misfits: the pair waits, the source untouched, each claim told why.
+    eventually("the request to wait for a claim", WAIT, || {
+        transfer_json(admin(), dst, request)
+            .is_some_and(|t| t["status"]["reason"] == "WaitingForClaim")
+    });
+    for (name, .., why) in grabs {
+        eventually(&format!("{name} to be told why"), WAIT, || {
+            events_about(admin(), dst, "PersistentVolumeClaim", name)
+                .iter()
+                .any(|e| e.starts_with("ClaimMismatch") && e.contains(why))
+        });
+    }
+    let give = transfer_json(admin(), src, "give").unwrap();
+    assert!(
+        give["status"]["sourceClaim"].is_null(),
+        "R1 not taken: {give}"
+    );
+    let source = claim_json(admin(), src, "db").unwrap();
+    assert!(
+        source["metadata"]["annotations"]
+            .get("storage.transfer.k8s.io/transfer")
+            .is_none(),
+        "the source is not locked: {source}"
+    );
+    // Then two claims that fit race for the one volume: the older wins.
+    admin()
+        .apply(&populated_claim_yaml(
+            dst,
+            "data",
+            request,
+            ALLOWED_CLASS,
+            "ReadWriteOnce",
+            "1Gi",
+        ))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    admin()
+        .apply(&populated_claim_yaml(
+            dst,
+            "racer",
+            request,
+            ALLOWED_CLASS,
+            "ReadWriteOnce",
+            "512Mi",
+        ))
+        .unwrap();
+    wait_phase(admin(), dst, request, "Completed", WAIT);
+    s.assert_moved_to(dst, "data");
+    eventually("the racer to be told it lost", WAIT, || {
+        events_about(admin(), dst, "PersistentVolumeClaim", "racer")
+            .iter()
+            .any(|e| e.starts_with("NotAdopted"))
+    });
+    let racer = claim_json(admin(), dst, "racer").unwrap();
+    assert_eq!(racer["status"]["phase"], "Pending");
+    assert!(racer["spec"]["volumeName"].is_null(), "{racer}");
+    for ((name, ..), before) in grabs.iter().zip(&versions) {
+        let claim = claim_json(admin(), dst, name).unwrap();
+        assert_eq!(claim["status"]["phase"], "Pending", "{name}");
+        assert_eq!(
+            claim["metadata"]["resourceVersion"].as_str(),
+            Some(before.as_str()),
+            "{name} was never written: {claim}"
+        );
+    }
+}
+
+#[test]
+fn a_claim_naming_no_request_or_one_that_fills_no_claims_is_told_why_it_waits() {
+    let dst = cp().namespace("dst").unwrap();
+    let dst = &dst.name;
+    admin()
+        .apply(&populated_claim_yaml(
+            dst,
+            "orphan",
+            "nope",
+            ALLOWED_CLASS,
+            "ReadWriteOnce",
+            "1Gi",
+        ))
+        .unwrap();
+    let told = |reason: &str| {
+        eventually(&format!("the claim to be told {reason}"), WAIT, || {
+            events_about(admin(), dst, "PersistentVolumeClaim", "orphan")
+                .iter()
+                .any(|e| e.starts_with(reason))
+        });
+    };
+    told("TransferNotFound: NamespaceTransfer");
+    // A request that makes its own claim fills none: the claim is told so.
+    request(admin(), dst, "nope", "elsewhere", "db");
+    told("TransferNotPopulating");
+    let claim = claim_json(admin(), dst, "orphan").unwrap();
+    assert_eq!(claim["status"]["phase"], "Pending");
+}

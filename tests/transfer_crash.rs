@@ -180,6 +180,14 @@ fn a_server_that_crashes_once_after_every_write_still_completes_or_rolls_back_ea
         },
         |s, recorder| s.assert_completed(cp, cp.direct(), recorder),
     );
+    // A populating request adopts the claim its tenant wrote (DESIGN §2.3):
+    // R3 records the claim on both objects instead of creating one.
+    let (adopted, adopted_transfers) = crash_at_every_new_boundary(
+        cp,
+        &crossed,
+        |k, s| drop(adopt_consent(cp, k, s)),
+        |s, recorder| s.assert_adopted(cp, recorder),
+    );
     let (clones, clone_transfers) = crash_at_every_new_boundary(
         cp,
         &crossed,
@@ -239,10 +247,12 @@ fn a_server_that_crashes_once_after_every_write_still_completes_or_rolls_back_ea
     let boundaries: Vec<&str> = lines.lines().collect();
     assert_eq!(
         boundaries.len(),
-        moves + clones + rollbacks + revoked + lost,
+        moves + adopted + clones + rollbacks + revoked + lost,
         "{lines}"
     );
     for action in [
+        "Adopt#1",
+        "Adopt#2",
         "Finish#1",
         "DeleteClone#1",
         "DropFinalizers#1",
@@ -268,14 +278,120 @@ fn a_server_that_crashes_once_after_every_write_still_completes_or_rolls_back_ea
     assert!(clones > 0, "a clone crosses boundaries a move does not");
     println!(
         "{} crashes, one at each boundary: {moves} over {move_transfers} Move transfers, \
-         {clones} over {clone_transfers} Clone transfers, {rollbacks} over \
+         {adopted} over {adopted_transfers} Move transfers into an adopted claim, {clones} over {clone_transfers} Clone transfers, {rollbacks} over \
          {rollback_transfers} refused Clone transfers, {revoked} over \
          {revoked_transfers} Move transfers revoked after R3, then {lost} over \
          {lost_transfers} Move transfers that lost their destination after R4, \
          in {:?}:\n{lines}",
-        moves + clones + rollbacks + revoked + lost,
+        moves + adopted + clones + rollbacks + revoked + lost,
         started.elapsed()
     );
+}
+
+/// A claim `dst/data` that names the populating request `dst/take`, the
+/// request, then the offer: its uid.
+fn adopt_consent(cp: &ControlPlane, k: &Kubectl, s: &Setup) -> String {
+    let (src, dst) = (&s.src.name, &s.dst.name);
+    let claim = populated_claim_yaml(dst, "data", "take", ALLOWED_CLASS, "ReadWriteOnce", "1Gi");
+    cp.kubectl().apply(&claim).unwrap();
+    let uid = claim_json(cp.kubectl(), dst, "data").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    populating_request(k, dst, "take", src, "db");
+    offer(k, src, "give", "db", dst);
+    uid
+}
+
+/// Waits until R3 has adopted `dst/data` (the pair is between R3 and R4,
+/// in the pause).
+fn wait_for_adoption(cp: &ControlPlane, s: &Setup) {
+    eventually("R3 to adopt the claim", WAIT, || {
+        transfer_json(cp.direct(), &s.src.name, "give")
+            .is_some_and(|t| t["status"]["destinationClaim"]["name"] == "data")
+    });
+}
+
+/// Where the pair stands once the source is as it was after a rollback:
+/// unlocked, the volume unmarked under Delete and bound to the source.
+#[track_caller]
+fn wait_rolled_back(cp: &ControlPlane, s: &Setup) {
+    eventually("the rollback to take its marks off", WAIT, || {
+        let locked = claim_json(cp.kubectl(), &s.src.name, "db").is_some_and(|c| {
+            c["metadata"]["annotations"]
+                .get("storage.transfer.k8s.io/transfer")
+                .is_some()
+        });
+        let marked = volume_json(cp.kubectl(), &s.pv).is_some_and(|v| {
+            v["spec"]["persistentVolumeReclaimPolicy"] != "Delete"
+                || v["metadata"]["annotations"]
+                    .get("storage.transfer.k8s.io/original-reclaim-policy")
+                    .is_some()
+        });
+        !locked && !marked
+    });
+}
+
+impl Setup {
+    /// Both sides Completed, the volume moved into the tenant's own claim
+    /// `dst/data` (the same uid), and the recorder saw nothing but the two
+    /// claims.
+    #[track_caller]
+    fn assert_adopted(&self, cp: &ControlPlane, recorder: VolumeRecorder) {
+        let (src, dst) = (&self.src.name, &self.dst.name);
+        wait_phase(cp.direct(), src, "give", "Completed", WAIT);
+        let take = wait_phase(cp.direct(), dst, "take", "Completed", WAIT);
+        assert_moved(cp.kubectl(), &self.pv, &self.pv_uid, src, dst, "data");
+        let data = claim_json(cp.kubectl(), dst, "data").unwrap();
+        let uid = data["metadata"]["uid"].as_str().unwrap();
+        assert_eq!(take["status"]["destinationClaim"]["uid"], uid, "{take}");
+        recorder.assert_never_lost(&[&self.claim_uid, uid]);
+        cp.csi.assert_never_deleted(&self.handle);
+    }
+}
+
+#[test]
+fn an_adopted_claim_deleted_or_its_pair_cancelled_between_r3_and_r4_is_let_go_never_deleted() {
+    let (cp, _turn) = turn();
+    pause_before(cp, "R4");
+    for delete_claim in [true, false] {
+        let s = setup(cp);
+        let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+        let data_uid = adopt_consent(cp, cp.direct(), &s);
+        wait_for_adoption(cp, &s);
+        if delete_claim {
+            // Its owner deletes it: our finalizer holds it until the pair
+            // has failed and put the source back, then lets it go.
+            cp.kubectl()
+                .ok(&["delete", "pvc", "data", "-n", &s.dst.name, "--wait=false"]);
+            let give = wait_phase(cp.direct(), &s.src.name, "give", "Failed", WAIT);
+            assert_eq!(give["status"]["reason"], "VolumeChanged", "{give}");
+            eventually("the deleted claim to go", WAIT, || {
+                claim_json(cp.kubectl(), &s.dst.name, "data").is_none()
+            });
+        } else {
+            cp.direct().ok(&[
+                "delete",
+                "namespacetransfer",
+                "give",
+                "-n",
+                &s.src.name,
+                "--wait=false",
+            ]);
+            wait_phase(cp.direct(), &s.dst.name, "take", "Cancelled", WAIT);
+            eventually("our finalizer to leave the adopted claim", WAIT, || {
+                claim_json(cp.kubectl(), &s.dst.name, "data")
+                    .is_some_and(|c| c["metadata"]["finalizers"].is_null())
+            });
+            let data = claim_json(cp.kubectl(), &s.dst.name, "data").unwrap();
+            assert_eq!(data["metadata"]["uid"], data_uid.as_str(), "never replaced");
+            assert!(data["metadata"]["deletionTimestamp"].is_null(), "{data}");
+            assert_eq!(data["status"]["phase"], "Pending", "{data}");
+        }
+        wait_rolled_back(cp, &s);
+        s.assert_source_untouched(cp, recorder);
+    }
+    restart(cp, &[]);
 }
 
 /// Where a Move pair stands once the destination's rights went after R3:

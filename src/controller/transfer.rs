@@ -64,6 +64,7 @@ mod gather;
 mod plan;
 mod standing;
 mod status;
+mod waiting;
 
 #[cfg(test)]
 mod model;
@@ -180,6 +181,8 @@ pub struct TransferController {
     /// decides, so that two pairs never both see room under `maxClones` for
     /// one clone; pairs of different offers go on side by side.
     standing: Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// When each claim that waits on a transfer in vain was last told why.
+    told: Arc<std::sync::Mutex<waiting::Told>>,
 }
 
 impl TransferController {
@@ -206,22 +209,36 @@ impl TransferController {
             options,
             ctx,
             standing: Arc::default(),
+            told: Arc::default(),
         }
     }
 
     /// Brings the transfer `namespace/name` one step closer to where it
     /// should be.
+    ///
+    /// The key may name no object: a claim that names it in
+    /// `dataSourceRef` queues it, and is told why it waits in vain
+    /// ([`waiting`]).
     pub async fn reconcile(&self, key: &str) -> Result<Next, Error> {
-        let Some(t) = super::keyed(&self.leadership, &self.store, key).await? else {
-            return Ok(Next::Done);
+        let t = super::keyed(&self.leadership, &self.store, key).await?;
+        let told = match key.split_once('/') {
+            Some((namespace, name)) => {
+                self.tell_waiting_claims(namespace, name, t.as_ref())
+                    .await?
+            }
+            None => Next::Done,
         };
-        match role_of(&t) {
-            Some(Role::Destination) => self.reconcile_destination(t).await,
-            Some(Role::Source) if t.is_standing_offer() => self.tend_offer(t).await,
-            Some(Role::Source | Role::Both) => self.drive(t).await,
+        let Some(t) = t else {
+            return Ok(told);
+        };
+        let next = match role_of(&t) {
+            Some(Role::Destination) => self.reconcile_destination(t).await?,
+            Some(Role::Source) if t.is_standing_offer() => self.tend_offer(t).await?,
+            Some(Role::Source | Role::Both) => self.drive(t).await?,
             // Validation refuses a transfer without a role; nothing to do.
-            None => Ok(Next::Done),
-        }
+            None => Next::Done,
+        };
+        Ok(next.sooner(told))
     }
 
     async fn all_transfers(&self) -> Result<Vec<NamespaceTransfer>, Error> {

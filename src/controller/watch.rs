@@ -84,6 +84,16 @@ impl Triggers {
         ];
 
         let (claim_copy, claims) = reflected::<PersistentVolumeClaim>(&client);
+        // A claim that names a transfer in dataSourceRef queues that key,
+        // whether or not such a transfer exists (it is told why it waits).
+        let named = queue.clone();
+        let claims = claims.inspect(move |event| {
+            if let Ok(claim) = event {
+                if let Some(key) = populator_key(claim) {
+                    named.add(&key);
+                }
+            }
+        });
         tasks.push(tokio::spawn(forward(
             claims,
             known.clone(),
@@ -146,6 +156,22 @@ impl Triggers {
     pub fn volumes(&self) -> Reflector<PersistentVolume> {
         self.volumes.clone()
     }
+}
+
+/// The queue key of the transfer a Pending claim names in `dataSourceRef`,
+/// in its own namespace (a reference to another namespace is never
+/// served, and not looked at).
+fn populator_key(claim: &PersistentVolumeClaim) -> Option<String> {
+    let spec = claim.spec.as_ref()?;
+    let r = spec.data_source_ref.as_ref()?;
+    let ns = namespace(claim);
+    let ours = r.api_group.as_deref() == Some(crate::api::GROUP)
+        && r.kind == crate::api::NAMESPACE_TRANSFERS.kind
+        && r.namespace
+            .as_deref()
+            .is_none_or(|n| n.is_empty() || n == ns);
+    let pending = spec.volume_name.as_deref().is_none_or(str::is_empty);
+    (ours && pending).then(|| format!("{ns}/{}", r.name))
 }
 
 pub(super) fn namespace<K: kube::Resource>(obj: &K) -> &str {

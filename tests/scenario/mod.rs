@@ -650,3 +650,34 @@ pub(crate) fn unique(prefix: &str) -> String {
         N.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// A claim of the destination's own that names the populating request
+/// `request` in `dataSourceRef` (DESIGN §2.3), as a StatefulSet or a chart
+/// writes it.
+pub(crate) fn populated_claim_yaml(
+    namespace: &str,
+    name: &str,
+    request: &str,
+    class: &str,
+    mode: &str,
+    size: &str,
+) -> String {
+    format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  accessModes: [{mode}]\n  storageClassName: {class}\n  dataSourceRef:\n    apiGroup: storage.transfer.k8s.io\n    kind: NamespaceTransfer\n    name: {request}\n  resources:\n    requests:\n      storage: {size}\n"
+    )
+}
+
+/// The destination side's consent as a volume populator: receive
+/// `source/claim` into the claims of `namespace` that name `name`.
+pub(crate) fn populating_request(
+    k: &Kubectl,
+    namespace: &str,
+    name: &str,
+    source: &str,
+    claim: &str,
+) -> String {
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  source:\n    namespace: {source}\n    name: {claim}\n  destination:\n    populate: true\n"
+    ))
+    .unwrap_or_else(|e| panic!("populating request {namespace}/{name}: {e}"))
+}

@@ -740,7 +740,7 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
 
 /// A populating request with no claim to adopt: it waits, saying what to
 /// create, or what is wrong with the claims that name it; they are told
-/// too (`plan`), again on every look, so that none waits in silence.
+/// too (`plan`), so that none waits in silence.
 fn wait_for_claim(f: &Facts, d: &NamespaceTransfer, volume: &super::facts::Volume) -> Action {
     let (ns, name) = (d.own_namespace(), name_of(d));
     let wrong = misfits(f, volume);

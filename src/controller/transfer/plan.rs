@@ -60,7 +60,7 @@ use super::decide::{
     REASON_DESTINATION_LOST, REASON_SOURCE_IN_USE, REASON_SOURCE_RELEASE_REFUSED,
     REASON_WAITING_FOR_CLAIM,
 };
-use super::facts::Facts;
+use super::facts::{Claim, Facts};
 use super::matching::{reference, role_of};
 use super::standing::{is_standing_pair, R1_COUNT};
 use super::status::{completed_for_destination, expiry, received_from, Expiry};
@@ -341,7 +341,10 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                     );
                 }
             }
-            if report.reason == REASON_WAITING_FOR_CLAIM {
+            // The claims that do not fit are told when what is wrong
+            // changes (a claim comes, goes, or the pair starts waiting).
+            let said = s.status.as_ref().and_then(|st| st.message.as_deref());
+            if report.reason == REASON_WAITING_FOR_CLAIM && said != Some(report.source.as_str()) {
                 claims_told(f, &mut p);
             }
             if report.reason == REASON_SOURCE_RELEASE_REFUSED {
@@ -507,6 +510,24 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                     volume.name, destination.namespace, destination.name
                 ),
             );
+            // The claim a populating request adopted is its tenant's: it
+            // hears of each step (DESIGN §2.3).
+            if other(f).is_some_and(NamespaceTransfer::populates) {
+                p.event(
+                    claim_reference(
+                        &destination.namespace,
+                        &destination.name,
+                        Some(&destination.uid),
+                    ),
+                    Severity::Normal,
+                    "Committed",
+                    Step::Commit.action(),
+                    format!(
+                        "the volume from {} now names this claim; the cluster binds it next",
+                        received_from(s)
+                    ),
+                );
+            }
         }
         Action::Lock { .. }
         | Action::ProtectDestination { .. }
@@ -852,22 +873,33 @@ fn adopt(f: &Facts, p: &mut Plan, reference: &ClaimReference) {
             received_from(&f.source)
         ),
     );
+    let misfit = |c: &Claim| f.volume.as_ref().and_then(|v| super::decide::misfit(c, v));
     for other in f.claimants.iter().filter(|c| c.uid != reference.uid) {
+        let (reason, note) = match misfit(other) {
+            Some(why) => (
+                REASON_CLAIM_MISMATCH,
+                format!("NamespaceTransfer {ns}/{request} cannot give this claim its volume: {why}"),
+            ),
+            None => (
+                super::waiting::REASON_NOT_ADOPTED,
+                format!(
+                    "NamespaceTransfer {ns}/{request} moves one volume, and adopted PersistentVolumeClaim {}, an older claim that names it",
+                    reference.name
+                ),
+            ),
+        };
         p.event(
             claim_reference(ns, &other.name, Some(&other.uid)),
             Severity::Warning,
-            "NotAdopted",
+            reason,
             "Adopt",
-            format!(
-                "NamespaceTransfer {ns}/{request} moves one volume, and adopted PersistentVolumeClaim {}, an older claim that names it",
-                reference.name
-            ),
+            note,
         );
     }
 }
 
 /// A populating request that waits for a claim: every claim that names it
-/// and does not fit the volume is told why, on every look.
+/// and does not fit the volume is told why.
 fn claims_told(f: &Facts, p: &mut Plan) {
     let (Some(d), Some(volume)) = (other(f), &f.volume) else {
         return;
