@@ -423,3 +423,28 @@ fn gen_certs_writes_the_secrets_and_ca_bundle_the_cluster_accepts() {
         assert!(stdout.contains(expected), "{expected} not in:\n{stdout}");
     }
 }
+
+#[test]
+fn the_populator_overlay_registers_namespace_transfers_as_a_volume_populator() {
+    // Rendered without the cluster: it has no VolumePopulator CRD (nor the
+    // validator that reads it).
+    let yaml = kubectl().ok(&["kustomize", &path("deploy/populator")]);
+    let object: Value = serde_yaml::from_str(&yaml).unwrap();
+    assert_eq!(object["apiVersion"], "populator.storage.k8s.io/v1beta1");
+    assert_eq!(object["kind"], "VolumePopulator");
+    assert_eq!(object["sourceKind"]["group"], "storage.transfer.k8s.io");
+    assert_eq!(object["sourceKind"]["kind"], "NamespaceTransfer");
+    // The kind it names is the one this server serves.
+    let resources = kubectl().ok(&[
+        "api-resources",
+        "--api-group=storage.transfer.k8s.io",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        resources
+            .lines()
+            .any(|r| r == "namespacetransfers.storage.transfer.k8s.io"),
+        "{resources}"
+    );
+}

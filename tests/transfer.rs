@@ -1280,3 +1280,60 @@ fn a_claim_naming_no_request_or_one_that_fills_no_claims_is_told_why_it_waits() 
     let claim = claim_json(admin(), dst, "orphan").unwrap();
     assert_eq!(claim["status"]["phase"], "Pending");
 }
+
+/// The uid of `namespace/name` once it exists (kube's own controllers make
+/// it a moment after the workload).
+fn uid_once_made(namespace: &str, claim: &str) -> String {
+    eventually(&format!("{namespace}/{claim} to be made"), WAIT, || {
+        claim_json(admin(), namespace, claim).is_some()
+    });
+    uid(&claim_json(admin(), namespace, claim).unwrap())
+}
+
+#[test]
+fn a_statefulsets_claim_template_naming_a_populating_request_receives_the_moved_volume() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let (dst, src) = (&s.dst.name, &s.src.name);
+    populating_request(admin(), dst, "db-from-src", src, "db");
+    // The StatefulSet controller makes data-web-0 from the template.
+    admin()
+        .apply(&format!(
+            "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: web\n  namespace: {dst}\nspec:\n  replicas: 1\n  serviceName: web\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n      - name: app\n        image: registry.invalid/app\n        volumeMounts:\n        - {{name: data, mountPath: /data}}\n  volumeClaimTemplates:\n  - metadata:\n      name: data\n    spec:\n      accessModes: [ReadWriteOnce]\n      storageClassName: {ALLOWED_CLASS}\n      resources:\n        requests:\n          storage: 1Gi\n      dataSourceRef:\n        apiGroup: storage.transfer.k8s.io\n        kind: NamespaceTransfer\n        name: db-from-src\n"
+        ))
+        .unwrap();
+    let made = uid_once_made(dst, "data-web-0");
+    offer(admin(), src, "give", "db", dst);
+    wait_phase(admin(), dst, "db-from-src", "Completed", WAIT);
+    s.assert_moved_to(dst, "data-web-0");
+    assert_eq!(uid(&claim_json(admin(), dst, "data-web-0").unwrap()), made);
+}
+
+#[test]
+fn a_pods_generic_ephemeral_volume_receives_the_moved_volume_and_goes_with_the_pod() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let (dst, src) = (&s.dst.name, &s.src.name);
+    populating_request(admin(), dst, "db-from-src", src, "db");
+    // The ephemeral-volume controller makes app-scratch, owned by the pod.
+    admin()
+        .apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: app\n  namespace: {dst}\nspec:\n  containers:\n  - name: app\n    image: registry.invalid/app\n    volumeMounts:\n    - {{name: scratch, mountPath: /scratch}}\n  volumes:\n  - name: scratch\n    ephemeral:\n      volumeClaimTemplate:\n        spec:\n          accessModes: [ReadWriteOnce]\n          storageClassName: {ALLOWED_CLASS}\n          resources:\n            requests:\n              storage: 1Gi\n          dataSourceRef:\n            apiGroup: storage.transfer.k8s.io\n            kind: NamespaceTransfer\n            name: db-from-src\n"
+        ))
+        .unwrap();
+    let made = uid_once_made(dst, "app-scratch");
+    offer(admin(), src, "give", "db", dst);
+    wait_phase(admin(), dst, "db-from-src", "Completed", WAIT);
+    s.assert_moved_to(dst, "app-scratch");
+    let claim = claim_json(admin(), dst, "app-scratch").unwrap();
+    assert_eq!(uid(&claim), made);
+    assert_eq!(
+        claim["metadata"]["ownerReferences"][0]["kind"], "Pod",
+        "{claim}"
+    );
+    // The pod goes; kube's garbage collector takes its claim, and the
+    // volume (Delete again since R6) is deleted once.
+    delete_pod(admin(), dst, "app");
+    cp().csi.assert_deleted_once(&s.handle, WAIT);
+    eventually("the pod's claim to go", WAIT, || {
+        claim_json(admin(), dst, "app-scratch").is_none()
+    });
+}

@@ -150,7 +150,9 @@ fn assert_crashed_after(cp: &ControlPlane, step: &str) {
 /// writes that it has not crashed at yet, and dies there
 /// (`STA_FAULT_EXIT_AFTER=*:FILE`); an Event is no boundary, as a crash
 /// right after it leaves the cluster as a crash right before it. Move
-/// transfers first; then Clone transfers, which crash only at the
+/// transfers first; then Move transfers into a claim the tenant wrote,
+/// which cross R3's adoption (the claim recorded on both objects) and the
+/// finalizer put on it; then Clone transfers, which crash only at the
 /// boundaries a Move does not cross (C1's create); then Clone transfers
 /// that the destination's quota refuses, which crash at the rollback's
 /// boundaries (the failure, the clone's deletion, the finalizers); then
@@ -380,8 +382,13 @@ fn an_adopted_claim_deleted_or_its_pair_cancelled_between_r3_and_r4_is_let_go_ne
             ]);
             wait_phase(cp.direct(), &s.dst.name, "take", "Cancelled", WAIT);
             eventually("our finalizer to leave the adopted claim", WAIT, || {
-                claim_json(cp.kubectl(), &s.dst.name, "data")
-                    .is_some_and(|c| c["metadata"]["finalizers"].is_null())
+                claim_json(cp.kubectl(), &s.dst.name, "data").is_some_and(|c| {
+                    !c["metadata"]["finalizers"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|f| f == "storage.transfer.k8s.io/transfer-protection")
+                })
             });
             let data = claim_json(cp.kubectl(), &s.dst.name, "data").unwrap();
             assert_eq!(data["metadata"]["uid"], data_uid.as_str(), "never replaced");

@@ -25,6 +25,12 @@
 //!   finalizer removal by tenants are refused by the registry, so they are
 //!   not moves.)
 //!
+//! In populate mode ([`World::start_populate`], DESIGN §2.3) the request
+//! serves the claim its tenant wrote: R3 adopts it instead of creating one,
+//! and the tenant may delete it and write another of its name at any
+//! point. The volume may name only a claim the tenant wrote, and the
+//! controller must never delete one.
+//!
 //! In Clone mode ([`World::start_clone`]) the moved claim is a clone that
 //! C1 makes and the provisioner gives a volume; `prod/db` is only read. A
 //! clone never handed over is ours to destroy; one handed over is guarded
@@ -246,6 +252,15 @@ pub(super) struct World {
     /// The controller's watch copies of the claims and the volume, while
     /// they are behind the world.
     cache: Option<Box<Cached>>,
+    /// Populate mode (DESIGN §2.3): the request serves the claim its tenant
+    /// wrote (`dev/db`, naming the request in `dataSourceRef`), and the
+    /// controller creates none.
+    populate: bool,
+    /// Populate mode: the uids of the claims the tenant wrote; the volume
+    /// may name these, and the controller must never delete one.
+    tenants: Vec<u32>,
+    /// Whether the controller deleted a claim the tenant wrote.
+    deleted_tenants: bool,
 }
 
 /// Watch copies of the claims and the volume, as they were when they fell
@@ -299,6 +314,37 @@ impl World {
             committed: false,
             late: false,
             cache: None,
+            populate: false,
+            tenants: Vec::new(),
+            deleted_tenants: false,
+        }
+    }
+
+    /// A matched Move pair whose request populates: the tenant's claim
+    /// `dev/db` waits, Pending, naming the request; nothing else is made.
+    pub(super) fn start_populate(allowed: u16) -> Self {
+        let mut w = Self::start(allowed);
+        w.populate = true;
+        let claim = w.tenant_claim();
+        w.destination = Some(claim);
+        w
+    }
+
+    /// A claim the tenant writes now: Pending, not pre-bound, unlocked,
+    /// naming the request; a fresh uid.
+    fn tenant_claim(&mut self) -> Pvc {
+        let uid = self.next_uid;
+        self.next_uid += 1;
+        self.tenants.push(uid);
+        Pvc {
+            uid,
+            rv: self.bump(),
+            phase: "Pending",
+            volume: false,
+            lock: None,
+            deleting: false,
+            finalizer: false,
+            as_made: false,
         }
     }
 
@@ -384,8 +430,8 @@ impl World {
                     },
                     destination: TransferDestination {
                         namespace: "dev".to_owned(),
-                        name: "db".to_owned(),
-                        ..TransferDestination::default()
+                        name: if self.populate { "" } else { "db" }.to_owned(),
+                        populate: self.populate.then_some(true),
                     },
                     ..NamespaceTransferSpec::default()
                 },
@@ -500,6 +546,18 @@ impl World {
         }
     }
 
+    /// A claim the tenant wrote, as the controller reads it: naming the
+    /// request, a request within the volume.
+    fn tenant_view(&self, c: &Pvc) -> Claim {
+        let mut claim = Self::claim(c, "db", false);
+        claim.populator = Some(super::facts::PopulatorRef {
+            name: "take".to_owned(),
+            namespace: None,
+        });
+        claim.shape.extras = true;
+        claim
+    }
+
     /// Whether the controller, looking at this world, finds the request as
     /// the pair's peer (by the recorded uid, or by matching).
     fn peer_found(&self) -> bool {
@@ -559,8 +617,20 @@ impl World {
             },
             clone_waits_for_consumer: None,
             at_capacity: false,
-            claimants: Vec::new(),
-            destination_claim: if dest_known {
+            // Populate mode: the tenant's claim is a candidate until R3
+            // records it, and the destination from then on.
+            claimants: match &self.destination {
+                Some(c) if self.populate && dest_known && self.s.destination.is_none() => {
+                    vec![self.tenant_view(c)]
+                }
+                _ => Vec::new(),
+            },
+            destination_claim: if self.populate {
+                self.destination
+                    .as_ref()
+                    .filter(|_| dest_known && self.s.destination.is_some())
+                    .map(|c| self.tenant_view(c))
+            } else if dest_known {
                 self.destination.as_ref().map(|c| Claim {
                     lock: c.lock.map(|u| {
                         assert_eq!(u, self.s.uid, "only S locks the destination claim");
@@ -673,6 +743,9 @@ impl World {
         if self.deleted && !self.owner_released && !ours_to_destroy {
             return Err("the volume was deleted".to_owned());
         }
+        if self.deleted_tenants {
+            return Err("the controller deleted a claim its tenant wrote".to_owned());
+        }
         if let Some(v) = &self.volume {
             if v.phase == "Released" && v.delete_policy && !self.owner_released && !ours_to_destroy
             {
@@ -684,7 +757,12 @@ impl World {
             } else {
                 uid == SOURCE_UID
             };
-            let allowed = (!dest && source_side) || (dest && self.ours.contains(&uid));
+            let ours = if self.populate {
+                &self.tenants
+            } else {
+                &self.ours
+            };
+            let allowed = (!dest && source_side) || (dest && ours.contains(&uid));
             if !allowed {
                 return Err(format!("the volume names a third claim (uid {uid})"));
             }

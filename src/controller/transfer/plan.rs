@@ -148,8 +148,12 @@ pub(super) enum Edit {
     Authorized,
     /// R4: `Rebound=True` saying `rebound`, the step.
     Committed { rebound: String },
-    /// R6: Completed with `volume`, `Ready=True`, the step.
-    Completed { volume: String },
+    /// R6: Completed with `volume`, `Ready=True`, the step; on a populating
+    /// request also the claim it `served`.
+    Completed {
+        volume: String,
+        served: Option<ClaimReference>,
+    },
     /// After R4 the destination claim is gone: Rebinding, `Ready=False`.
     Lost { reason: &'static str },
     /// A step done, nothing else.
@@ -575,8 +579,12 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                 source: format!("volume {} moved from {from} to {to}", volume.name),
                 destination: completed_for_destination(s, &volume.name, &to),
             };
-            pair(f, &mut p, &report, |_| Edit::Completed {
+            // A populating request records the claim it served (its R3
+            // record may be the one a crash kept from being written).
+            let served = other(f).filter(|d| d.populates()).map(|_| dest.clone());
+            pair(f, &mut p, &report, |is_source| Edit::Completed {
                 volume: volume.name.clone(),
+                served: served.clone().filter(|_| !is_source),
             });
             p.event(
                 claim_reference(&dest.namespace, &dest.name, Some(&dest.uid)),

@@ -280,8 +280,11 @@ pub(super) fn apply_change(
             st.reason = None;
             st.record_step(StepName::Committed, now);
         }
-        Edit::Completed { volume } => {
+        Edit::Completed { volume, served } => {
             st.phase = Some(Phase::Completed);
+            if let Some(claim) = served {
+                st.destination_claim = Some(claim.clone());
+            }
             st.volume_name = Some(volume.clone());
             st.completion_time = Some(now.clone());
             let message = said();
@@ -367,6 +370,17 @@ pub(super) fn mirror(
     );
     if source.phase == Some(Phase::Completed) {
         st.volume_name = source.volume_name.clone();
+        // A populating request's own claim, which it served: in its own
+        // namespace (a crash between R3's two records leaves it only here).
+        if d.populates() {
+            if let Some(claim) = source
+                .destination_claim
+                .as_ref()
+                .filter(|c| c.namespace == d.own_namespace())
+            {
+                st.destination_claim = Some(claim.clone());
+            }
+        }
     }
     st.completion_time = source.completion_time.clone();
     let message = st.message.clone().unwrap_or_default();

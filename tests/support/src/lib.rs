@@ -74,6 +74,10 @@ pub const COMPONENTS: &[&str] = &[
 
 const CONTROLLERS: &[&str] = &[
     "persistentvolume-binder-controller",
+    // Workloads that write their own claims (DESIGN §2.3): a StatefulSet's
+    // volumeClaimTemplates, a pod's generic ephemeral volume.
+    "statefulset-controller",
+    "ephemeral-volume-controller",
     "persistentvolumeclaim-protection-controller",
     "persistentvolume-protection-controller",
     "garbage-collector-controller",

@@ -45,15 +45,12 @@ impl World {
         };
         if let Some(v) = &self.volume {
             let (dest, uid) = v.claim;
-            // Bind the claim the volume names.
+            // Bind the claim the volume names: pre-bound to it, or naming
+            // no volume (a claim its tenant wrote, which the PV controller
+            // binds to the volume whose claimRef names its uid).
             for (is_dest, claim) in [(false, &self.source), (true, &self.destination)] {
                 if let Some(c) = claim {
-                    if is_dest == dest
-                        && c.uid == uid
-                        && c.volume
-                        && c.phase != "Bound"
-                        && !c.deleting
-                    {
+                    if is_dest == dest && c.uid == uid && c.phase != "Bound" && !c.deleting {
                         let mut w = self.clone();
                         let (rv1, rv2) = (w.bump(), w.bump());
                         let target = if is_dest {
@@ -63,6 +60,7 @@ impl World {
                         };
                         if let Some(c) = target.as_mut() {
                             c.phase = "Bound";
+                            c.volume = true;
                             c.rv = rv1;
                         }
                         if let Some(v) = w.volume.as_mut() {
@@ -201,6 +199,17 @@ impl World {
                         let uid = w.next_uid;
                         w.next_uid += 1;
                         w.d = Tx::new(uid);
+                        true
+                    }
+                }
+                // Populate mode: the tenant writes another claim of that
+                // name, naming the request, once the first is gone.
+                Move::ForgeDestination if w.populate => {
+                    if w.destination.is_some() {
+                        false
+                    } else {
+                        let claim = w.tenant_claim();
+                        w.destination = Some(claim);
                         true
                     }
                 }

@@ -162,3 +162,47 @@ fn a_deadline_passing_at_any_moment_fails_the_pair_before_the_commit_and_never_a
     assert!(report.completed > 0, "{report:?}");
     assert!(report.failed_or_cancelled > 0, "{report:?}");
 }
+
+// ----- Populate mode: the tenant's claim adopted at R3 (DESIGN §2.3) -----------------
+
+#[test]
+fn left_alone_a_populating_pair_moves_the_volume_into_the_tenants_claim() {
+    let report = check_from("populate, no moves", World::start_populate(0), 100_000);
+    assert!(report.completed > 0, "{report:?}");
+    assert_eq!(report.failed_or_cancelled, 0, "{report:?}");
+}
+
+#[test]
+fn a_tenant_deleting_or_replacing_the_adopted_claim_at_any_point_loses_nothing_and_is_never_undone_by_us(
+) {
+    let mut total = 0;
+    for m in move_moves() {
+        total += check_from(
+            &format!("populate, {m:?}"),
+            World::start_populate(moves(&[m])),
+            400_000,
+        )
+        .states;
+    }
+    // The claim deleted and another of its name written, against each of
+    // the moves that race it: a stale leader, stale copies, the request
+    // deleted, a right revoked.
+    let swap = [Move::DeleteDestinationClaim, Move::ForgeDestination];
+    for m in [
+        Move::StaleGather,
+        Move::StaleAct,
+        Move::StaleCache,
+        Move::DeleteRequest,
+        Move::RevokeRight,
+    ] {
+        let mut these = swap.to_vec();
+        these.push(m);
+        total += check_from(
+            &format!("populate, swap + {m:?}"),
+            World::start_populate(moves(&these)),
+            400_000,
+        )
+        .states;
+    }
+    println!("model check: {total} states, populate mode");
+}

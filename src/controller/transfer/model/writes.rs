@@ -139,6 +139,10 @@ impl World {
             } => match self.claim_named(namespace, name) {
                 Some(c) if c.uid == Self::uid(uid) => {
                     c.deleting = true;
+                    let uid = c.uid;
+                    if self.tenants.contains(&uid) {
+                        self.deleted_tenants = true;
+                    }
                     true
                 }
                 _ => false,
