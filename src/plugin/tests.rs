@@ -129,6 +129,32 @@ fn a_request_names_the_source_and_defaults_the_claim_name_on_the_server() {
 }
 
 #[test]
+fn a_populating_request_names_no_claim_and_tells_how_a_claim_names_it() {
+    let (t, hint) = plan_request(
+        "dev",
+        &request_of("kubectl-transfer request prod/db --populate --transfer-name db-from-prod"),
+    )
+    .unwrap();
+    assert_eq!(t.spec.destination.populate, Some(true));
+    assert_eq!(t.spec.destination.name, "");
+    assert!(t.populates());
+    let hint = hint.unwrap();
+    assert!(
+        hint.contains("kubectl transfer offer db --to dev -n prod"),
+        "{hint}"
+    );
+    assert!(
+        hint.contains("kind: NamespaceTransfer, name: db-from-prod"),
+        "{hint}"
+    );
+    // A populating request adopts a claim: it names none.
+    let err =
+        Cli::try_parse_from("kubectl-transfer request prod/db --populate --name data".split(' '))
+            .unwrap_err();
+    assert!(err.to_string().contains("--name"), "{err}");
+}
+
+#[test]
 fn a_destination_equal_to_the_source_without_a_new_name_is_a_usage_error() {
     let err = plan_offer("prod", &offer_of("kubectl-transfer offer db --to prod")).unwrap_err();
     assert_eq!(err.exit_code(), 2);

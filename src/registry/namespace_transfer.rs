@@ -79,7 +79,7 @@ impl Strategy for NamespaceTransferStrategy {
             TableColumn::new(
                 "Destination",
                 "string",
-                "The claim to create, as namespace/name.",
+                "The claim to create, as namespace/name; * for any name the destination picks; <populate> for the claims that name a populating request, until it adopts one.",
             ),
             TableColumn::new("Phase", "string", "Where the transfer is in its protocol."),
             TableColumn::age(),
@@ -94,10 +94,18 @@ impl Strategy for NamespaceTransferStrategy {
             .or_else(|| obj.role().ok())
             .map(|r| r.as_str())
             .unwrap_or_default();
-        let destination_name = if obj.spec.destination.name.is_empty() {
-            "*"
-        } else {
-            obj.spec.destination.name.as_str()
+        // A populating request shows the claim it adopted, once it has.
+        let adopted = obj
+            .status
+            .as_ref()
+            .and_then(|s| s.destination_claim.as_ref())
+            .filter(|_| obj.populates())
+            .map(|c| c.name.as_str());
+        let destination_name = match adopted {
+            Some(name) => name,
+            None if obj.populates() => "<populate>",
+            None if obj.spec.destination.name.is_empty() => "*",
+            None => obj.spec.destination.name.as_str(),
         };
         let phase = obj
             .status
@@ -123,3 +131,6 @@ impl Strategy for NamespaceTransferStrategy {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests;
