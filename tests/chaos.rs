@@ -734,7 +734,8 @@ fn ephemeral_life(
         return Err(format!("volume {handle} deleted while its pod ran"));
     }
     until("the pod to succeed", deadline, || patch_pod("Succeeded"))?;
-    until("Deleted", deadline, || phase("Deleted"))?;
+    // The finished pod still names the claim: Deleting until it goes.
+    until("Deleting", deadline, || phase("Deleting"))?;
     until("the pod's deletion", deadline, || {
         k.run(&[
             "delete",
@@ -754,6 +755,7 @@ fn ephemeral_life(
             .is_none()
             .then_some(())
     })?;
+    until("Deleted", deadline, || phase("Deleted"))?;
     until("the volume's destruction", deadline, || {
         (!csi.destructions_of(&handle).is_empty()).then_some(())
     })?;

@@ -178,30 +178,41 @@ fn a_claim_goes_in_use_when_its_pod_runs_and_is_deleted_when_it_succeeds() {
     cp().csi.assert_never_deleted(&handle);
 
     set_pod_phase(k, &ns.name, "runner", "Succeeded");
-    let ec = wait_phase(k, &ns.name, "scratch", "Deleted");
+    let ec = wait_phase(k, &ns.name, "scratch", "Deleting");
     assert_eq!(ec["status"]["reason"], "OwnerFinished");
     assert!(ec["status"]["releasedTime"].is_string(), "{ec}");
     eventually("the claim to be deleted", WAIT, || {
         claim_json(k, &ns.name, "runner-scratch")
             .is_some_and(|c| c["metadata"]["deletionTimestamp"].is_string())
     });
-    // pvc-protection holds the claim while the finished pod still names it.
-    delete_pod(k, &ns.name, "runner");
-    eventually("the claim to be gone", WAIT, || {
-        claim_json(k, &ns.name, "runner-scratch").is_none()
+    // pvc-protection holds the claim while the finished pod still names it:
+    // the EphemeralClaim says so, and is not Deleted while it does.
+    let ec = wait_ec(k, &ns.name, "scratch", |ec| {
+        ec["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("pod(s) runner name it"))
     });
+    assert_eq!(ec["status"]["phase"], "Deleting", "{ec}");
+    cp().csi.assert_never_deleted(&handle);
+    delete_pod(k, &ns.name, "runner");
+    let ec = wait_phase(k, &ns.name, "scratch", "Deleted");
+    assert_eq!(ec["status"]["reason"], "OwnerFinished");
+    assert!(
+        claim_json(k, &ns.name, "runner-scratch").is_none(),
+        "Deleted means gone"
+    );
     // Destroyed on detach: the class's Delete policy reaches the driver.
     cp().csi.assert_deleted_once(&handle, WAIT);
 
     let events = events_about(k, &ns.name, "EphemeralClaim", "scratch");
-    for phase in ["Bound", "InUse", "Deleted"] {
+    for phase in ["Bound", "InUse", "Deleting", "Deleted"] {
         assert!(
             events.iter().any(|e| e.contains(&format!(": {phase}: "))),
             "an Event for {phase}: {events:?}"
         );
     }
     let events = events_about(k, &ns.name, "PersistentVolumeClaim", "runner-scratch");
-    for phase in ["Bound", "InUse", "Deleted"] {
+    for phase in ["Bound", "InUse", "Deleting"] {
         assert!(
             events.iter().any(|e| e.contains(&format!("is {phase}: "))),
             "an Event on the claim for {phase}: {events:?}"
@@ -276,7 +287,8 @@ fn a_claim_stays_in_use_while_another_pod_may_still_use_it() {
     );
     set_pod_phase(k, &ns.name, "runner", "Running");
     set_pod_phase(k, &ns.name, "runner", "Failed");
-    let ec = wait_phase(k, &ns.name, "scratch", "Deleted");
+    // The failed pod still names the claim: Deleting, not yet Deleted.
+    let ec = wait_phase(k, &ns.name, "scratch", "Deleting");
     assert_eq!(ec["status"]["reason"], "OwnerFinished");
 }
 
@@ -936,8 +948,9 @@ fn ephemeral_clones_of_another_namespaces_claim_wait_for_its_offer_and_are_destr
     set_pod_phase(k, &ci.name, "runner", "Running");
     wait_phase(k, &ci.name, "first", "InUse");
     set_pod_phase(k, &ci.name, "runner", "Succeeded");
-    wait_phase(k, &ci.name, "first", "Deleted");
+    wait_phase(k, &ci.name, "first", "Deleting");
     delete_pod(k, &ci.name, "runner");
+    wait_phase(k, &ci.name, "first", "Deleted");
     cp().csi.assert_deleted_once(&first, WAIT);
     wait_phase(k, &ci.name, "third", "Bound");
     let third = clone_volume(k, &ci.name, "checker-third", &source);

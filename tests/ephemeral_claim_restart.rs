@@ -108,7 +108,8 @@ fn a_pod_that_finished_while_the_server_was_down_has_its_claim_deleted_on_restar
     set_pod_phase(k, &ns.name, "runner", "Succeeded");
     restart(cp);
 
-    let ec = wait_phase(k, &ns.name, "scratch", "Deleted");
+    // The finished pod still names the claim: Deleting until it goes.
+    let ec = wait_phase(k, &ns.name, "scratch", "Deleting");
     assert_eq!(ec["status"]["reason"], "OwnerFinished", "{ec}");
     eventually("the claim to be deleted", WAIT, || {
         claim_json(k, &ns.name, "runner-scratch")

@@ -611,6 +611,8 @@ const DESTINATION_REASONS: &[&str] = &[
     "WaitingForCapacity",
     "WaitingForBinding",
     "DestinationLost",
+    "WaitingForClaim",
+    "ClaimMismatch",
     "Forbidden",
     "DeadlineExceeded",
     "Completed",

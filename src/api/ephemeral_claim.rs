@@ -197,7 +197,11 @@ pub enum EphemeralClaimPhase {
     InUse,
     /// The pod is done and `releasePolicy` is `Retain`: the claim is kept. Final.
     Released,
-    /// The pod is done and `releasePolicy` is `Delete`: the claim was deleted. Final.
+    /// The pod is done and `releasePolicy` is `Delete`: the claim is being
+    /// deleted. The message names what still holds it (kube's pvc-protection
+    /// keeps a claim while any scheduled pod names it, finished or not).
+    Deleting,
+    /// The claim is gone; its volume followed its reclaim policy. Final.
     Deleted,
     /// The claim could not be made, e.g. reason `ClaimConflict`. Final.
     Failed,
@@ -210,6 +214,7 @@ impl EphemeralClaimPhase {
             EphemeralClaimPhase::Bound => "Bound",
             EphemeralClaimPhase::InUse => "InUse",
             EphemeralClaimPhase::Released => "Released",
+            EphemeralClaimPhase::Deleting => "Deleting",
             EphemeralClaimPhase::Deleted => "Deleted",
             EphemeralClaimPhase::Failed => "Failed",
         }
@@ -236,7 +241,7 @@ impl fmt::Display for EphemeralClaimPhase {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EphemeralClaimStatus {
-    /// Pending, Bound, InUse, Released, Deleted or Failed.
+    /// Pending, Bound, InUse, Released, Deleting, Deleted or Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<EphemeralClaimPhase>,
     /// The name of the PersistentVolumeClaim made for this EphemeralClaim:

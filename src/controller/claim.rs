@@ -17,8 +17,10 @@
 //!   so the pod must exist first);
 //! - `ClaimCreated=True` and `firstUsedTime` in the status: a claim once made
 //!   is never made again, and a claim once used may be released;
-//! - a finished phase: `Deleted` is written *before* the claim is deleted, so
-//!   a crash in between finds the decision and carries it out.
+//! - a release: `Deleting` is written *before* the claim is deleted, so a
+//!   crash in between finds the decision and carries it out; `Deleted` only
+//!   once the claim is gone (until then the message names the pods that
+//!   hold it).
 //!
 //! # The garbage collector
 //! The owner Pod's reference lets KCM's garbage collector know the claim's
@@ -65,6 +67,10 @@ use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{Context, Store};
 
 use lifecycle::{ClaimState, Facts, Release, Step};
+
+/// How often an EphemeralClaim whose claim is held after its deletion looks
+/// again, besides the pod and claim events that wake it.
+const CLAIM_GONE_POLL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Reason: the owner pod does not exist yet; its uid goes into the claim.
 pub const REASON_WAITING_FOR_OWNER: &str = "WaitingForOwner";
@@ -113,6 +119,9 @@ struct Observed {
     owner_uid: Option<String>,
     /// The Running pods that reference the claim.
     running: Vec<String>,
+    /// The scheduled pods that name the claim, in any phase: what keeps it
+    /// once it is deleted (kube's pvc-protection).
+    holders: Vec<String>,
 }
 
 impl ClaimController {
@@ -181,6 +190,7 @@ impl ClaimController {
             .find(|p| p.metadata.name.as_deref() == Some(owner_name))
             .and_then(|p| p.metadata.uid.clone());
         let (users, running) = lifecycle::users(&pods, &claim_name);
+        let holders = lifecycle::holders(&pods, &claim_name);
         let status = ec.status.as_ref();
         let facts = Facts {
             phase,
@@ -200,6 +210,7 @@ impl ClaimController {
             claim,
             owner_uid,
             running,
+            holders,
         })
     }
 
@@ -330,18 +341,49 @@ impl ClaimController {
                     .await?;
                 Ok(Next::Now)
             }
-            Step::RecordDeleted(why) => {
+            Step::RecordDeleting(why) => {
                 let message = match why {
                     Release::ClaimDeleted => format!(
                         "PersistentVolumeClaim {namespace}/{claim_name} was deleted by someone else; it is never made again"
                     ),
                     _ => format!(
-                        "released: {}; PersistentVolumeClaim {namespace}/{claim_name} is deleted, and its volume follows its reclaim policy",
+                        "released: {}; PersistentVolumeClaim {namespace}/{claim_name} is being deleted",
                         why.explain()
                     ),
                 };
-                self.record_release(ec, claim, Phase::Deleted, why, &message)
+                self.record_release(ec, claim, Phase::Deleting, why, &message)
                     .await?;
+                Ok(Next::Now)
+            }
+            Step::WaitForClaimGone => {
+                let held = if observed.holders.is_empty() {
+                    "waiting for kube-controller-manager to remove it".to_owned()
+                } else {
+                    format!(
+                        "kube's pvc-protection keeps it while pod(s) {} name it, finished or not; delete them to let it go",
+                        observed.holders.join(", ")
+                    )
+                };
+                let message = format!(
+                    "PersistentVolumeClaim {namespace}/{claim_name} is being deleted; {held}"
+                );
+                let said = ec.status.as_ref().and_then(|st| st.message.as_deref());
+                if said != Some(message.as_str()) {
+                    self.update_status(ec, claim, |st| st.message = Some(message.clone()))
+                        .await?;
+                }
+                // A pod's or the claim's change wakes it; look again anyway.
+                Ok(Next::After(CLAIM_GONE_POLL))
+            }
+            Step::RecordDeleted => {
+                let message = format!(
+                    "PersistentVolumeClaim {namespace}/{claim_name} is gone, and its volume followed its reclaim policy"
+                );
+                self.update_status(ec, claim, |st| {
+                    st.phase = Some(Phase::Deleted);
+                    st.message = Some(message.clone());
+                })
+                .await?;
                 Ok(Next::Now)
             }
             Step::DeleteClaim => {
@@ -566,8 +608,10 @@ impl ClaimController {
                 // A decision made on what was read never overwrites an outcome
                 // someone else recorded meanwhile, nor lands on a new object
                 // of the same name.
+                // (`Deleting` is a decision too: the deletion follows it.)
                 let now = phase_of(current);
-                if current.metadata.uid != ec.metadata.uid || (now != before && now.is_finished()) {
+                let decided = now.is_finished() || now == Phase::Deleting;
+                if current.metadata.uid != ec.metadata.uid || (now != before && decided) {
                     return Err(ApiError::Conflict {
                         resource: GroupResource::new(crate::api::GROUP, EPHEMERAL_CLAIMS.plural),
                         name: name_of(ec).to_owned(),
@@ -604,10 +648,12 @@ impl ClaimController {
             Phase::Failed => Severity::Warning,
             _ => Severity::Normal,
         };
-        let reason = status
-            .reason
-            .clone()
-            .unwrap_or_else(|| phase.as_str().to_owned());
+        // Deleted keeps Deleting's reason (why it was released); its Event
+        // says Deleted, so that it is no repeat of Deleting's.
+        let reason = match (phase, status.reason.clone()) {
+            (Phase::Deleted, _) | (_, None) => phase.as_str().to_owned(),
+            (_, Some(reason)) => reason,
+        };
         let message = status.message.clone().unwrap_or_default();
         let note = format!("{}: {message}", phase.as_str());
         self.events

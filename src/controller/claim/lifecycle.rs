@@ -10,9 +10,10 @@
 //!   and no pod that may still run references it, or once its owner pod has
 //!   finished or is gone. A bound claim whose pod has not started is left
 //!   alone, however long that takes.
-//! - **Decide, record, then act.** `Deleted` is written before the claim is
+//! - **Decide, record, then act.** `Deleting` is written before the claim is
 //!   deleted, so that a crash in between finds the decision and carries it
-//!   out; a claim once made is never made again.
+//!   out; a claim once made is never made again. `Deleted` is written only
+//!   once the claim is gone.
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 
@@ -158,12 +159,18 @@ pub enum Step {
     /// EphemeralClaim is deleted.
     Retain(Release),
     /// Released under `Delete`, our claim gone, or the EphemeralClaim deleted:
-    /// record `Deleted`. The deletion itself is the next step
+    /// record `Deleting`. The deletion itself is the next step
     /// ([`Step::DeleteClaim`]), so that a crash in between cannot lose it.
-    RecordDeleted(Release),
-    /// `Deleted` is recorded and our claim still exists: delete it, on the
+    RecordDeleting(Release),
+    /// `Deleting` (or `Deleted`, as an older server recorded it before the
+    /// deletion) is recorded and our claim still exists: delete it, on the
     /// condition that it is still the one with our uid.
     DeleteClaim,
+    /// Our claim is being deleted and something holds it (kube's
+    /// pvc-protection, while a scheduled pod names it): say what.
+    WaitForClaimGone,
+    /// Our claim is gone: record `Deleted`.
+    RecordDeleted,
     /// Nothing of ours is left to protect: drop the finalizer.
     RemoveFinalizer,
     /// Nothing to do until something changes (a pod starts or ends, the claim
@@ -189,13 +196,22 @@ pub fn next_step(facts: &Facts) -> Step {
                 _ => finalizer_or_idle,
             }
         }
+        Phase::Deleting => {
+            return match facts.claim {
+                ClaimState::Ours {
+                    deleting: false, ..
+                } => Step::DeleteClaim,
+                ClaimState::Ours { deleting: true, .. } => Step::WaitForClaimGone,
+                ClaimState::Absent | ClaimState::Foreign => Step::RecordDeleted,
+            }
+        }
         _ => {}
     }
     let ours = matches!(facts.claim, ClaimState::Ours { .. });
     let made = facts.claim_created || ours;
     if facts.deleting {
         return if made {
-            Step::RecordDeleted(Release::EphemeralClaimDeleted)
+            Step::RecordDeleting(Release::EphemeralClaimDeleted)
         } else {
             finalizer_or_idle
         };
@@ -210,7 +226,7 @@ pub fn next_step(facts: &Facts) -> Step {
     match facts.claim {
         ClaimState::Absent | ClaimState::Foreign if made => {
             // Ours is gone: never make it again (a pod may have written to it).
-            Step::RecordDeleted(release(facts).unwrap_or(Release::ClaimDeleted))
+            Step::RecordDeleting(release(facts).unwrap_or(Release::ClaimDeleted))
         }
         ClaimState::Foreign => Step::FailConflict,
         ClaimState::Absent => match facts.owner {
@@ -219,7 +235,7 @@ pub fn next_step(facts: &Facts) -> Step {
             OwnerState::Active => Step::CreateClaim,
         },
         ClaimState::Ours { deleting: true, .. } => {
-            Step::RecordDeleted(release(facts).unwrap_or(Release::ClaimDeleted))
+            Step::RecordDeleting(release(facts).unwrap_or(Release::ClaimDeleted))
         }
         ClaimState::Ours { bound, .. } => {
             if !facts.claim_created {
@@ -231,7 +247,7 @@ pub fn next_step(facts: &Facts) -> Step {
             } else if let Some(why) = release(facts) {
                 match facts.release_policy {
                     ReleasePolicy::Retain => Step::Retain(why),
-                    ReleasePolicy::Delete => Step::RecordDeleted(why),
+                    ReleasePolicy::Delete => Step::RecordDeleting(why),
                 }
             } else if !bound && facts.phase == Phase::Pending {
                 Step::WaitForBinding
@@ -309,6 +325,22 @@ pub fn owner_state(pods: &[Pod], name: &str, recorded: Option<Option<&str>>) -> 
 }
 
 /// How the pods use claim `claim`, and the names of those Running.
+/// The pods that keep `claim` from going once it is deleted: kube's
+/// pvc-protection holds a claim while any scheduled pod names it, whatever
+/// its phase.
+pub fn holders(pods: &[Pod], claim: &str) -> Vec<String> {
+    pods.iter()
+        .filter(|p| references(p, claim))
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some_and(|n| !n.is_empty())
+        })
+        .filter_map(|p| p.metadata.name.clone())
+        .collect()
+}
+
 pub fn users(pods: &[Pod], claim: &str) -> (Users, Vec<String>) {
     let mut users = Users::default();
     let mut running = Vec::new();

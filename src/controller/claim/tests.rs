@@ -154,7 +154,7 @@ fn the_lifecycle_takes_the_step_its_facts_call_for() {
         (
             "a used claim no pod needs is deleted under Delete",
             with(waiting(), used),
-            Step::RecordDeleted(Release::NoLongerUsed),
+            Step::RecordDeleting(Release::NoLongerUsed),
         ),
         (
             "a used claim no pod needs is released under Retain",
@@ -167,12 +167,12 @@ fn the_lifecycle_takes_the_step_its_facts_call_for() {
         (
             "a finished owner releases a claim that was never used",
             with(waiting(), |f| f.owner = OwnerState::Finished),
-            Step::RecordDeleted(Release::OwnerFinished),
+            Step::RecordDeleting(Release::OwnerFinished),
         ),
         (
             "a vanished owner releases a claim that was never used",
             with(waiting(), |f| f.owner = OwnerState::Gone),
-            Step::RecordDeleted(Release::OwnerGone),
+            Step::RecordDeleting(Release::OwnerGone),
         ),
         (
             "a vanished owner releases a claim that was never bound",
@@ -182,10 +182,31 @@ fn the_lifecycle_takes_the_step_its_facts_call_for() {
                 f.claim = OURS_UNBOUND;
                 f.owner = OwnerState::Gone;
             }),
-            Step::RecordDeleted(Release::OwnerGone),
+            Step::RecordDeleting(Release::OwnerGone),
         ),
         (
-            "Deleted is recorded before our claim is deleted; then it is deleted",
+            "Deleting is recorded before our claim is deleted; then it is deleted",
+            with(waiting(), |f| f.phase = Phase::Deleting),
+            Step::DeleteClaim,
+        ),
+        (
+            "a claim held after its deletion is waited on, and the finalizer stays",
+            with(waiting(), |f| {
+                f.phase = Phase::Deleting;
+                f.claim = OURS_DELETING;
+            }),
+            Step::WaitForClaimGone,
+        ),
+        (
+            "Deleted is recorded only once our claim is gone",
+            with(waiting(), |f| {
+                f.phase = Phase::Deleting;
+                f.claim = ClaimState::Absent;
+            }),
+            Step::RecordDeleted,
+        ),
+        (
+            "Deleted as an older server recorded it, before the deletion: it is deleted",
             with(waiting(), |f| f.phase = Phase::Deleted),
             Step::DeleteClaim,
         ),
@@ -209,17 +230,17 @@ fn the_lifecycle_takes_the_step_its_facts_call_for() {
         (
             "a made claim that someone else deleted is never made again",
             with(waiting(), |f| f.claim = ClaimState::Absent),
-            Step::RecordDeleted(Release::ClaimDeleted),
+            Step::RecordDeleting(Release::ClaimDeleted),
         ),
         (
             "a made claim replaced by a foreign one is gone, not a conflict",
             with(waiting(), |f| f.claim = ClaimState::Foreign),
-            Step::RecordDeleted(Release::ClaimDeleted),
+            Step::RecordDeleting(Release::ClaimDeleted),
         ),
         (
             "our claim deleted by someone else is recorded Deleted",
             with(waiting(), |f| f.claim = OURS_DELETING),
-            Step::RecordDeleted(Release::ClaimDeleted),
+            Step::RecordDeleting(Release::ClaimDeleted),
         ),
         (
             "a retained claim stays, whatever its pods do",
@@ -235,7 +256,7 @@ fn the_lifecycle_takes_the_step_its_facts_call_for() {
                 f.phase = Phase::Released;
                 f.deleting = true;
             }),
-            Step::RecordDeleted(Release::EphemeralClaimDeleted),
+            Step::RecordDeleting(Release::EphemeralClaimDeleted),
         ),
         (
             "deleting the EphemeralClaim deletes a claim in use",
@@ -243,7 +264,7 @@ fn the_lifecycle_takes_the_step_its_facts_call_for() {
                 used(f);
                 f.deleting = true;
             }),
-            Step::RecordDeleted(Release::EphemeralClaimDeleted),
+            Step::RecordDeleting(Release::EphemeralClaimDeleted),
         ),
         (
             "deleting an EphemeralClaim that made nothing only drops the finalizer",
@@ -320,7 +341,7 @@ fn a_claim_is_never_released_before_use_while_its_owner_may_run() {
                         Step::Retain(_) | Step::DeleteClaim => {
                             panic!("{step:?} before use: {facts:?}")
                         }
-                        Step::RecordDeleted(why) => assert!(
+                        Step::RecordDeleting(why) => assert!(
                             gone && why == Release::ClaimDeleted,
                             "{step:?} before use: {facts:?}"
                         ),
@@ -745,4 +766,32 @@ fn only_a_claim_known_to_wait_for_an_offer_is_resynced_slowly() {
     ] {
         assert_eq!(watch::waits_for_consent(&ec), slowly, "{case}");
     }
+}
+
+#[test]
+fn a_deleted_claim_is_held_by_every_scheduled_pod_that_names_it_even_a_finished_one() {
+    let named = |name: &str, node: Option<&str>, phase: &str| {
+        pod(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": node,
+                "containers": [],
+                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "runner-scratch"}}],
+            },
+            "status": {"phase": phase},
+        }))
+    };
+    let pods = vec![
+        named("done", Some("node-1"), "Succeeded"),
+        named("failed", Some("node-1"), "Failed"),
+        named("unscheduled", None, "Pending"),
+        pod(
+            json!({"metadata": {"name": "other"}, "spec": {"nodeName": "node-1", "containers": []}}),
+        ),
+    ];
+    assert_eq!(
+        lifecycle::holders(&pods, "runner-scratch"),
+        ["done", "failed"]
+    );
+    assert!(lifecycle::holders(&pods, "another-claim").is_empty());
 }

@@ -657,13 +657,15 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
             Some(c) if c.uid == recorded.uid && !c.deleting => {
                 // An adopted claim is the tenant's: it must still fit.
                 if let Some(why) = d.populates().then(|| misfit(c, volume)).flatten() {
-                    return finish_failed(Report::shared(
-                        REASON_CLAIM_MISMATCH,
-                        format!(
+                    // What is wrong with the claim is the destination's to read.
+                    return finish_failed(Report {
+                        reason: REASON_CLAIM_MISMATCH,
+                        source: destination_text(REASON_CLAIM_MISMATCH).to_owned(),
+                        destination: format!(
                             "PersistentVolumeClaim {dest_ns}/{} can no longer receive the volume: {why}",
                             recorded.name
                         ),
-                    ));
+                    });
                 }
                 recorded
             }
@@ -758,13 +760,24 @@ fn wait_for_claim(f: &Facts, d: &NamespaceTransfer, volume: &super::facts::Volum
             said.join("; ")
         )
     };
+    // The claims are the destination's: the source side reads only that
+    // the pair waits for one.
     Action::Wait {
         phase: Phase::WaitingForPeer,
-        report: Report::shared(REASON_WAITING_FOR_CLAIM, message),
+        report: Report {
+            reason: REASON_WAITING_FOR_CLAIM,
+            source: SOURCE_WAITS_FOR_CLAIM.to_owned(),
+            destination: message,
+        },
         in_use: false,
         after: Some(CLAIM_POLL),
     }
 }
+
+/// What the source side of a populating pair reads while it waits for a
+/// claim (the destination's claims are not its to read).
+pub const SOURCE_WAITS_FOR_CLAIM: &str =
+    "matched; the request in the destination namespace waits for a claim of its own to receive the volume";
 
 /// How often a populating request with no fitting claim looks again (a new
 /// claim wakes it at once), and tells the claims that do not fit why.

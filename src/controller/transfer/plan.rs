@@ -347,8 +347,13 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
             }
             // The claims that do not fit are told when what is wrong
             // changes (a claim comes, goes, or the pair starts waiting).
-            let said = s.status.as_ref().and_then(|st| st.message.as_deref());
-            if report.reason == REASON_WAITING_FOR_CLAIM && said != Some(report.source.as_str()) {
+            // (The request's message lists them; the offer's does not.)
+            let said = other(f)
+                .and_then(|d| d.status.as_ref())
+                .and_then(|st| st.message.as_deref());
+            if report.reason == REASON_WAITING_FOR_CLAIM
+                && said != Some(report.destination.as_str())
+            {
                 claims_told(f, &mut p);
             }
             if report.reason == REASON_SOURCE_RELEASE_REFUSED {

@@ -172,6 +172,8 @@ fn with_only_misfits_the_request_waits_and_says_what_is_wrong_with_each() {
                 report.destination.contains("big: it requests 10Gi"),
                 "{report:?}"
             );
+            // The destination's claims are not the source's to read.
+            assert!(!report.source.contains("big"), "{report:?}");
         }
         other => panic!("expected a wait, got {other:?}"),
     }
