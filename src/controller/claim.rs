@@ -69,8 +69,9 @@ use crate::registry::{Context, Store};
 use lifecycle::{ClaimState, Facts, Release, Step};
 
 /// How often an EphemeralClaim whose claim is held after its deletion looks
-/// again, besides the pod and claim events that wake it.
-const CLAIM_GONE_POLL: std::time::Duration = std::time::Duration::from_secs(10);
+/// again (each look lists the namespace's pods live), besides the pod and
+/// claim events that wake it: a kept finished pod may hold it for good.
+const CLAIM_GONE_POLL: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Reason: the owner pod does not exist yet; its uid goes into the claim.
 pub const REASON_WAITING_FOR_OWNER: &str = "WaitingForOwner";

@@ -181,8 +181,21 @@ pub(crate) fn request(
     source: &str,
     claim: &str,
 ) -> String {
+    request_with(k, namespace, name, source, claim, "")
+}
+
+/// A request of `source/claim` in `namespace`, with `more` (YAML lines
+/// under `spec`) added.
+fn request_with(
+    k: &Kubectl,
+    namespace: &str,
+    name: &str,
+    source: &str,
+    claim: &str,
+    more: &str,
+) -> String {
     k.apply(&format!(
-        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  source:\n    namespace: {source}\n    name: {claim}\n"
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  source:\n    namespace: {source}\n    name: {claim}\n{more}"
     ))
     .unwrap_or_else(|e| panic!("request {namespace}/{name}: {e}"))
 }
@@ -676,8 +689,6 @@ pub(crate) fn populating_request(
     source: &str,
     claim: &str,
 ) -> String {
-    k.apply(&format!(
-        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  source:\n    namespace: {source}\n    name: {claim}\n  destination:\n    populate: true\n"
-    ))
-    .unwrap_or_else(|e| panic!("populating request {namespace}/{name}: {e}"))
+    let populate = "  destination:\n    populate: true\n";
+    request_with(k, namespace, name, source, claim, populate)
 }

@@ -201,9 +201,12 @@ pub fn next_step(facts: &Facts) -> Step {
                 ClaimState::Ours {
                     deleting: false, ..
                 } => Step::DeleteClaim,
+                // The EphemeralClaim itself is going: its claim is on its
+                // way out and orphans nothing, so it need not wait for it.
+                ClaimState::Ours { deleting: true, .. } if facts.deleting => finalizer_or_idle,
                 ClaimState::Ours { deleting: true, .. } => Step::WaitForClaimGone,
                 ClaimState::Absent | ClaimState::Foreign => Step::RecordDeleted,
-            }
+            };
         }
         _ => {}
     }

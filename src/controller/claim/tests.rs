@@ -198,6 +198,15 @@ fn the_lifecycle_takes_the_step_its_facts_call_for() {
             Step::WaitForClaimGone,
         ),
         (
+            "an EphemeralClaim deleted while its claim is held lets go: the claim orphans nothing",
+            with(waiting(), |f| {
+                f.phase = Phase::Deleting;
+                f.claim = OURS_DELETING;
+                f.deleting = true;
+            }),
+            Step::RemoveFinalizer,
+        ),
+        (
             "Deleted is recorded only once our claim is gone",
             with(waiting(), |f| {
                 f.phase = Phase::Deleting;

@@ -62,7 +62,7 @@ mod clone;
 mod finish;
 mod made;
 
-pub use adopt::{candidate, misfit, misfits};
+pub use adopt::{adopted_misfit, candidate, misfit, misfits};
 use clone::{before_clone_bound, is_our_clone};
 pub use clone::{clone_claim, moved_claim_name, moved_claim_name_of};
 use finish::{forward, roll_back, tidy};
@@ -207,10 +207,13 @@ pub enum Action {
         destination: ClaimReference,
     },
     /// Before R4: put the transfer-protection finalizer on the destination
-    /// claim (one adopted after a crash may lack it), at the version seen.
+    /// claim (one adopted after a crash may lack it), at the version seen;
+    /// a claim a populating request adopted is also pinned to the volume
+    /// (`volume_name`).
     ProtectDestination {
         resource_version: String,
         finalizers: Vec<String>,
+        volume_name: Option<String>,
     },
     /// Take the transfer-protection finalizer off the destination claim, at
     /// the version seen: the transfer is done with it.
@@ -655,8 +658,9 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
     let destination = match recorded_destination(s) {
         Some(recorded) => match &f.destination_claim {
             Some(c) if c.uid == recorded.uid && !c.deleting => {
-                // An adopted claim is the tenant's: it must still fit.
-                if let Some(why) = d.populates().then(|| misfit(c, volume)).flatten() {
+                // An adopted claim is the tenant's: it must still fit (once
+                // held, it names our volume: that is ours, and fits).
+                if let Some(why) = d.populates().then(|| adopted_misfit(c, volume)).flatten() {
                     // What is wrong with the claim is the destination's to read.
                     return finish_failed(Report {
                         reason: REASON_CLAIM_MISMATCH,
@@ -670,12 +674,20 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
                 recorded
             }
             _ => {
-                return finish_failed(Report::shared(
-                    REASON_VOLUME_CHANGED,
-                    format!(
-                        "PersistentVolumeClaim {dest_ns}/{dest_name} was deleted before the volume was handed over"
-                    ),
-                ))
+                let gone = format!(
+                    "PersistentVolumeClaim {dest_ns}/{dest_name} was deleted before the volume was handed over"
+                );
+                // A claim the tenant wrote is the destination's to name.
+                let report = if d.populates() {
+                    Report {
+                        reason: REASON_VOLUME_CHANGED,
+                        source: destination_text(REASON_CLAIM_MISMATCH).to_owned(),
+                        destination: gone,
+                    }
+                } else {
+                    Report::shared(REASON_VOLUME_CHANGED, gone)
+                };
+                return finish_failed(report);
             }
         },
         None if d.populates() => {
@@ -685,7 +697,16 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
                     name: c.name.clone(),
                     uid: c.uid.clone(),
                 }),
-                None => wait_for_claim(f, d, volume),
+                // The claim that was there at R1 went: the source is not
+                // kept locked for a claim that may never come.
+                None => finish_failed(Report {
+                    reason: REASON_CLAIM_MISMATCH,
+                    source: destination_text(REASON_CLAIM_MISMATCH).to_owned(),
+                    destination: format!(
+                        "no claim that names NamespaceTransfer {dest_ns}/{} fits the volume any more; the source was locked for one that went",
+                        name_of(d)
+                    ),
+                }),
             };
         }
         None => {
@@ -712,12 +733,24 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
         }
     };
 
-    if let Some(c) = f.destination_claim.as_ref().filter(|c| !c.protected()) {
+    // An adopted claim is also pinned to the volume (`spec.volumeName`, which
+    // kube lets be set once): from then on neither its tenant nor the PV
+    // controller can point it at another volume.
+    let pin = d.populates().then(|| volume.name.clone());
+    if let Some(c) = f.destination_claim.as_ref().filter(|c| {
+        !c.protected()
+            || pin
+                .as_ref()
+                .is_some_and(|v| c.volume_name.as_ref() != Some(v))
+    }) {
         let mut finalizers = c.finalizers.clone();
-        finalizers.push(FINALIZER_TRANSFER_PROTECTION.to_owned());
+        if !c.protected() {
+            finalizers.push(FINALIZER_TRANSFER_PROTECTION.to_owned());
+        }
         return Action::ProtectDestination {
             resource_version: c.resource_version.clone(),
             finalizers,
+            volume_name: pin,
         };
     }
 
@@ -751,10 +784,15 @@ fn wait_for_claim(f: &Facts, d: &NamespaceTransfer, volume: &super::facts::Volum
             "waiting for a PersistentVolumeClaim in namespace {ns:?} whose spec.dataSourceRef is {{apiGroup: {GROUP}, kind: NamespaceTransfer, name: {name}}}"
         )
     } else {
-        let said: Vec<String> = wrong
+        // A bounded message, however many claims a tenant writes.
+        let mut said: Vec<String> = wrong
             .iter()
+            .take(MISFITS_SAID)
             .map(|(c, why)| format!("{}: {why}", c.name))
             .collect();
+        if wrong.len() > MISFITS_SAID {
+            said.push(format!("{} more", wrong.len() - MISFITS_SAID));
+        }
         format!(
             "no claim that names NamespaceTransfer {ns}/{name} can receive the volume ({})",
             said.join("; ")
@@ -778,6 +816,9 @@ fn wait_for_claim(f: &Facts, d: &NamespaceTransfer, volume: &super::facts::Volum
 /// claim (the destination's claims are not its to read).
 pub const SOURCE_WAITS_FOR_CLAIM: &str =
     "matched; the request in the destination namespace waits for a claim of its own to receive the volume";
+
+/// How many of the claims that do not fit a waiting request's message names.
+const MISFITS_SAID: usize = 5;
 
 /// How often a populating request with no fitting claim looks again (a new
 /// claim wakes it at once), and tells the claims that do not fit why.

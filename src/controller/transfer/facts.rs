@@ -263,6 +263,8 @@ pub struct Volume {
     pub access_modes: Vec<String>,
     /// `spec.volumeMode` (unset means Filesystem).
     pub volume_mode: Option<String>,
+    /// `spec.volumeAttributesClassName`.
+    pub volume_attributes_class_name: Option<String>,
 }
 
 /// A volume's `claimRef`.
@@ -416,6 +418,7 @@ impl From<&PersistentVolume> for Volume {
                 .map(|q| q.0.clone()),
             access_modes: spec.access_modes.unwrap_or_default(),
             volume_mode: spec.volume_mode,
+            volume_attributes_class_name: spec.volume_attributes_class_name,
         }
     }
 }

@@ -550,6 +550,8 @@ impl World {
     /// request, a request within the volume.
     fn tenant_view(&self, c: &Pvc) -> Claim {
         let mut claim = Self::claim(c, "db", false);
+        // Pinned to the volume by the hold before R4 (or bound).
+        claim.volume_name = c.volume.then(|| VOLUME.to_owned());
         claim.populator = Some(super::facts::PopulatorRef {
             name: "take".to_owned(),
             namespace: None,
@@ -661,6 +663,7 @@ impl World {
                 capacity: Some("1Gi".to_owned()),
                 access_modes: vec!["ReadWriteOnce".to_owned()],
                 volume_mode: None,
+                volume_attributes_class_name: None,
             }),
             class: ClassPolicy::Allowed,
             // A live LIST, asked for when a step needs it.

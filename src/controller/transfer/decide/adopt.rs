@@ -11,8 +11,9 @@ use crate::controller::transfer::facts::{quantity_bytes, Claim, Facts, Volume};
 
 /// Why `claim` cannot receive `volume`; `None` when it can: Pending with no
 /// `volumeName`, not deleting, no selector, the volume's class, access
-/// modes within the volume's, the same volumeMode, and a request no larger
-/// than the volume.
+/// modes within the volume's, the same volumeMode and volume attributes
+/// class (kube binds no claim to a volume of another), and a request no
+/// larger than the volume.
 pub fn misfit(claim: &Claim, volume: &Volume) -> Option<String> {
     let shape = &claim.shape;
     if claim.deleting {
@@ -50,6 +51,19 @@ pub fn misfit(claim: &Claim, volume: &Volume) -> Option<String> {
             mode(&volume.volume_mode)
         ));
     }
+    if shape.volume_attributes_class_name != volume.volume_attributes_class_name {
+        return Some(format!(
+            "its volumeAttributesClassName {:?} is not the volume's {:?}",
+            shape
+                .volume_attributes_class_name
+                .as_deref()
+                .unwrap_or_default(),
+            volume
+                .volume_attributes_class_name
+                .as_deref()
+                .unwrap_or_default()
+        ));
+    }
     let requested = shape.request.as_deref().and_then(quantity_bytes);
     let capacity = volume.capacity.as_deref().and_then(quantity_bytes);
     match (requested, capacity) {
@@ -69,6 +83,19 @@ pub fn misfit(claim: &Claim, volume: &Volume) -> Option<String> {
         );
     }
     None
+}
+
+/// Why the claim R3 adopted can no longer receive `volume`: as [`misfit`],
+/// except that naming `volume` itself is what the hold before R4 does.
+pub fn adopted_misfit(claim: &Claim, volume: &Volume) -> Option<String> {
+    if claim.volume_name.as_deref() == Some(volume.name.as_str()) {
+        let unpinned = Claim {
+            volume_name: None,
+            ..claim.clone()
+        };
+        return misfit(&unpinned, volume);
+    }
+    misfit(claim, volume)
 }
 
 /// The claim R3 adopts: the oldest of the candidates that fits `volume`.

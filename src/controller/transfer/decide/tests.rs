@@ -130,6 +130,7 @@ fn volume(bound_to: Option<(&str, &str, &str)>) -> Volume {
         capacity: Some("2Gi".to_owned()),
         access_modes: vec!["ReadWriteOnce".to_owned()],
         volume_mode: None,
+        volume_attributes_class_name: None,
     }
 }
 
@@ -489,6 +490,7 @@ fn a_destination_claim_carrying_our_lock_is_adopted_only_when_exactly_as_r3_make
                 "kubernetes.io/pvc-protection".to_owned(),
                 FINALIZER_TRANSFER_PROTECTION.to_owned()
             ],
+            volume_name: None,
         }
     );
     // The same with a smaller request: a forgery.

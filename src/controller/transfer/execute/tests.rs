@@ -259,6 +259,7 @@ fn every_action() -> Vec<(Facts, Action)> {
         Action::ProtectDestination {
             resource_version: "8".to_owned(),
             finalizers: vec!["x".to_owned()],
+            volume_name: None,
         },
     ));
     out.push((

@@ -123,6 +123,13 @@ impl World {
                             .iter()
                             .any(|f| f == FINALIZER_TRANSFER_PROTECTION);
                     }
+                    // kube lets a claim's volumeName be set once, from empty.
+                    ClaimChange::Pin { finalizers, .. } => {
+                        c.finalizer = finalizers
+                            .iter()
+                            .any(|f| f == FINALIZER_TRANSFER_PROTECTION);
+                        c.volume = true;
+                    }
                 }
                 // A patch that changes nothing keeps the resourceVersion,
                 // as in kube-apiserver.

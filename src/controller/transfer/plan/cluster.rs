@@ -75,6 +75,12 @@ pub(in crate::controller::transfer) enum ClaimChange {
     Unlock,
     /// The claim's finalizers, exactly these.
     Finalizers(Vec<String>),
+    /// The claim's finalizers, exactly these, and `spec.volumeName`: a claim
+    /// a populating request adopted, held and pinned to the volume.
+    Pin {
+        finalizers: Vec<String>,
+        volume_name: String,
+    },
 }
 
 impl ClusterWrite {
@@ -117,6 +123,13 @@ impl ClusterWrite {
                     ClaimChange::Finalizers(finalizers) => {
                         json!({"metadata": {"finalizers": finalizers}})
                     }
+                    ClaimChange::Pin {
+                        finalizers,
+                        volume_name,
+                    } => json!({
+                        "metadata": {"finalizers": finalizers},
+                        "spec": {"volumeName": volume_name},
+                    }),
                 };
                 if let Some(rv) = resource_version {
                     patch["metadata"]["resourceVersion"] = json!(rv);
@@ -300,8 +313,18 @@ pub(in crate::controller::transfer) fn cluster_writes(
         Action::ProtectDestination {
             resource_version,
             finalizers,
-        }
-        | Action::UnprotectDestination {
+            volume_name,
+        } => vec![on_destination(
+            Some(resource_version),
+            match volume_name {
+                Some(volume_name) => ClaimChange::Pin {
+                    finalizers: finalizers.clone(),
+                    volume_name: volume_name.clone(),
+                },
+                None => ClaimChange::Finalizers(finalizers.clone()),
+            },
+        )],
+        Action::UnprotectDestination {
             resource_version,
             finalizers,
         } => vec![on_destination(

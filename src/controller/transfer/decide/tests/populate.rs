@@ -144,6 +144,10 @@ fn every_claim_made_to_grab_the_volume_is_refused_for_what_it_asks() {
         ("being deleted", Box::new(|c| c.deleting = true)),
         ("Bound", Box::new(|c| c.phase = "Bound".to_owned())),
         ("selector", Box::new(|c| c.shape.selector_or_limits = true)),
+        (
+            "volumeAttributesClassName",
+            Box::new(|c| c.shape.volume_attributes_class_name = Some("gold".to_owned())),
+        ),
     ];
     for (said, change) in cases {
         let mut c = fits.clone();
@@ -160,7 +164,8 @@ fn every_claim_made_to_grab_the_volume_is_refused_for_what_it_asks() {
 
 #[test]
 fn with_only_misfits_the_request_waits_and_says_what_is_wrong_with_each() {
-    let mut f = retained();
+    let mut f = fresh();
+    protect(&mut f);
     populating(&mut f);
     let mut big = asking("big", "uid-big", 1_100);
     big.shape.request = Some("10Gi".to_owned());
@@ -177,6 +182,29 @@ fn with_only_misfits_the_request_waits_and_says_what_is_wrong_with_each() {
         }
         other => panic!("expected a wait, got {other:?}"),
     }
+    // However many claims a tenant writes, the message stays bounded.
+    f.claimants = (0..50)
+        .map(|i| {
+            let mut c = asking(&format!("big-{i}"), &format!("uid-big-{i}"), 1_100);
+            c.shape.request = Some("10Gi".to_owned());
+            c
+        })
+        .collect();
+    match decide(&f) {
+        Action::Wait { report, .. } => {
+            assert!(report.destination.contains("45 more"), "{report:?}");
+            assert!(!report.destination.contains("big-5:"), "{report:?}");
+        }
+        other => panic!("expected a wait, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_claim_that_went_after_the_lock_fails_the_pair_instead_of_keeping_the_source_locked() {
+    let mut f = retained();
+    populating(&mut f);
+    let report = assert_finish(decide(&f), Phase::Failed, REASON_CLAIM_MISMATCH);
+    assert!(!report.source.contains("take"), "{report:?}");
 }
 
 #[test]
@@ -194,13 +222,29 @@ fn a_claim_naming_another_namespaces_request_is_never_a_candidate() {
 fn r4_points_the_volume_at_the_adopted_claims_uid_after_fresh_rights() {
     let mut f = adopted();
     f.destination_claim.as_mut().unwrap().finalizers.clear();
-    assert!(
-        matches!(decide(&f), Action::ProtectDestination { .. }),
-        "{:?}",
-        decide(&f)
+    f.destination_claim.as_mut().unwrap().volume_name = None;
+    // Held and pinned to the volume in one write, at the version decided on.
+    assert_eq!(
+        decide(&f),
+        Action::ProtectDestination {
+            resource_version: "10".to_owned(),
+            finalizers: vec![FINALIZER_TRANSFER_PROTECTION.to_owned()],
+            volume_name: Some("pv-db".to_owned()),
+        }
     );
+    // Held but not pinned (a hold from before pinning): pinned, keeping
+    // the finalizers as they are.
     f.destination_claim.as_mut().unwrap().finalizers =
         vec![FINALIZER_TRANSFER_PROTECTION.to_owned()];
+    assert_eq!(
+        decide(&f),
+        Action::ProtectDestination {
+            resource_version: "10".to_owned(),
+            finalizers: vec![FINALIZER_TRANSFER_PROTECTION.to_owned()],
+            volume_name: Some("pv-db".to_owned()),
+        }
+    );
+    f.destination_claim.as_mut().unwrap().volume_name = Some("pv-db".to_owned());
     assert_eq!(decide(&f), Action::Ask(Question::Rights));
     f.rights = Some(Ok(()));
     assert_eq!(

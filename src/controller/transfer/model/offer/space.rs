@@ -137,6 +137,7 @@ impl Space for Offered {
                         capacity: Some("1Gi".to_owned()),
                         access_modes: vec!["ReadWriteOnce".to_owned()],
                         volume_mode: None,
+                        volume_attributes_class_name: None,
                     };
                     w.volumes.insert(
                         volume.clone(),

@@ -217,6 +217,13 @@ impl Offered {
                     ClaimChange::Lock(lock) => c.lock = Some(lock.clone()),
                     ClaimChange::Unlock => c.lock = None,
                     ClaimChange::Finalizers(finalizers) => c.finalizers = finalizers.clone(),
+                    ClaimChange::Pin {
+                        finalizers,
+                        volume_name,
+                    } => {
+                        c.finalizers = finalizers.clone();
+                        c.volume_name = Some(volume_name.clone());
+                    }
                 }
                 if *c != before {
                     c.resource_version = next(&c.resource_version);
