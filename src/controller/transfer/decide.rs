@@ -553,6 +553,11 @@ fn before_lock(f: &Facts, d: &NamespaceTransfer) -> Action {
         ));
     }
     if d.populates() && candidate(f, volume).is_none() {
+        // Locked for a claim that went: not kept locked for one that may
+        // never come.
+        if claim.lock.as_deref() == Some(mine) {
+            return finish_failed(claim_went(d));
+        }
         // Nothing is touched until a claim asks for the volume and fits it.
         return wait_for_claim(f, d, volume);
     }
@@ -699,14 +704,7 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
                 }),
                 // The claim that was there at R1 went: the source is not
                 // kept locked for a claim that may never come.
-                None => finish_failed(Report {
-                    reason: REASON_CLAIM_MISMATCH,
-                    source: destination_text(REASON_CLAIM_MISMATCH).to_owned(),
-                    destination: format!(
-                        "no claim that names NamespaceTransfer {dest_ns}/{} fits the volume any more; the source was locked for one that went",
-                        name_of(d)
-                    ),
-                }),
+                None => finish_failed(claim_went(d)),
             };
         }
         None => {
@@ -809,6 +807,20 @@ fn wait_for_claim(f: &Facts, d: &NamespaceTransfer, volume: &super::facts::Volum
         },
         in_use: false,
         after: Some(CLAIM_POLL),
+    }
+}
+
+/// The end of a populating pair whose claim went after the source was
+/// locked for it; what went is the destination's to read.
+fn claim_went(d: &NamespaceTransfer) -> Report {
+    Report {
+        reason: REASON_CLAIM_MISMATCH,
+        source: destination_text(REASON_CLAIM_MISMATCH).to_owned(),
+        destination: format!(
+            "no claim that names NamespaceTransfer {}/{} fits the volume any more; the source was locked for one that went",
+            d.own_namespace(),
+            name_of(d)
+        ),
     }
 }
 

@@ -205,6 +205,12 @@ fn a_claim_that_went_after_the_lock_fails_the_pair_instead_of_keeping_the_source
     populating(&mut f);
     let report = assert_finish(decide(&f), Phase::Failed, REASON_CLAIM_MISMATCH);
     assert!(!report.source.contains("take"), "{report:?}");
+    // Between the lock and its record too.
+    let mut f = fresh();
+    protect(&mut f);
+    populating(&mut f);
+    f.moved_claim.as_mut().unwrap().lock = Some(S_UID.to_owned());
+    assert_finish(decide(&f), Phase::Failed, REASON_CLAIM_MISMATCH);
 }
 
 #[test]
