@@ -299,7 +299,8 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
         transfer_queue.clone(),
         config.transfer.clone(),
         ctx.clone(),
-    );
+    )
+    .with_named_keys(transfer_triggers.named_keys());
 
     let claim_queue = WorkQueue::new();
     let claim_triggers = claim::watch::Triggers::start(

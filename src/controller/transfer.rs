@@ -183,6 +183,8 @@ pub struct TransferController {
     standing: Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     /// When each claim that waits on a transfer in vain was last told why.
     told: Arc<std::sync::Mutex<waiting::Told>>,
+    /// The keys claims have named in `dataSourceRef` (from the triggers).
+    named: super::watch::NamedKeys,
 }
 
 impl TransferController {
@@ -210,7 +212,15 @@ impl TransferController {
             ctx,
             standing: Arc::default(),
             told: Arc::default(),
+            named: super::watch::NamedKeys::default(),
         }
+    }
+
+    /// Looks at the claims only of the keys `named` says claims named (the
+    /// triggers' [`super::watch::Triggers::named_keys`]).
+    pub fn with_named_keys(mut self, named: super::watch::NamedKeys) -> Self {
+        self.named = named;
+        self
     }
 
     /// Brings the transfer `namespace/name` one step closer to where it

@@ -49,6 +49,7 @@ pub struct Triggers {
     tasks: Vec<JoinHandle<()>>,
     classes: Reflector<StorageClass>,
     claims: Reflector<PersistentVolumeClaim>,
+    named_keys: NamedKeys,
     volumes: Reflector<PersistentVolume>,
 }
 
@@ -85,11 +86,14 @@ impl Triggers {
 
         let (claim_copy, claims) = reflected::<PersistentVolumeClaim>(&client);
         // A claim that names a transfer in dataSourceRef queues that key,
-        // whether or not such a transfer exists (it is told why it waits).
-        let named = queue.clone();
+        // whether or not such a transfer exists (it is told why it waits),
+        // and marks it as one whose claims are worth looking at.
+        let named_keys = NamedKeys::default();
+        let (marks, named) = (named_keys.clone(), queue.clone());
         let claims = claims.inspect(move |event| {
             if let Ok(claim) = event {
                 if let Some(key) = populator_key(claim) {
+                    marks.mark(&key);
                     named.add(&key);
                 }
             }
@@ -137,7 +141,13 @@ impl Triggers {
             classes,
             claims: claim_copy,
             volumes: volume_copy,
+            named_keys,
         }
+    }
+
+    /// The transfer keys that Pending claims have named in `dataSourceRef`.
+    pub fn named_keys(&self) -> NamedKeys {
+        self.named_keys.clone()
     }
 
     /// The StorageClasses (a few small objects: their annotations carry the
@@ -155,6 +165,41 @@ impl Triggers {
     /// The PersistentVolumes, as the reflector last saw them.
     pub fn volumes(&self) -> Reflector<PersistentVolume> {
         self.volumes.clone()
+    }
+}
+
+/// The transfer keys (`namespace/name`) that a Pending claim has named in
+/// `dataSourceRef` since the key was last found named by none: the only
+/// keys whose reconcile looks through the claims for ones that wait on it,
+/// so that the look costs nothing where no claim names a transfer. Each
+/// mark is counted, so that a look that began before a claim's event never
+/// forgets the mark that event made.
+#[derive(Debug, Clone, Default)]
+pub struct NamedKeys(Arc<std::sync::Mutex<HashMap<String, u64>>>);
+
+impl NamedKeys {
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A claim named `key`.
+    pub fn mark(&self, key: &str) {
+        *self.keys().entry(key.to_owned()).or_default() += 1;
+    }
+
+    /// The count of `key`'s marks, if a claim named it since it was last
+    /// forgotten: pass it to [`NamedKeys::forget`].
+    pub fn marked(&self, key: &str) -> Option<u64> {
+        self.keys().get(key).copied()
+    }
+
+    /// A look that began at `seen` marks found no Pending claim naming
+    /// `key`: forget it, unless a claim named it since.
+    pub fn forget(&self, key: &str, seen: u64) {
+        let mut keys = self.keys();
+        if keys.get(key) == Some(&seen) {
+            keys.remove(key);
+        }
     }
 }
 

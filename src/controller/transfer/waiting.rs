@@ -1,10 +1,12 @@
 //! Claims that wait on a request (DESIGN §2.3): a claim whose
 //! `dataSourceRef` names a NamespaceTransfer is left alone by the
 //! provisioner, so nothing but us can tell its owner that it waits in
-//! vain. Every reconcile of a transfer's key (even one that names no
-//! object: a claim's event queues the key it names) looks at the claims
-//! that name it, and warns each one the transfer cannot serve, again every
-//! [`CLAIM_POLL`] while it waits.
+//! vain. A claim's event queues the key it names (even one that names no
+//! object) and marks it ([`super::super::watch::NamedKeys`]); every
+//! reconcile of a marked key looks at the claims that name it, and warns
+//! each one the transfer cannot serve, again every [`CLAIM_POLL`] while it
+//! waits. A key no Pending claim names any more is forgotten, so that the
+//! other transfers' reconciles never look.
 //!
 //! What a claim is told is one pure function, [`unserved`], of the object
 //! its reference finds; a claim a populating request may still adopt is
@@ -123,13 +125,20 @@ impl TransferController {
         name: &str,
         t: Option<&NamespaceTransfer>,
     ) -> Result<Next, Error> {
+        // Only a key a claim has named is worth a look through the claims.
+        let key = format!("{namespace}/{name}");
+        let Some(seen) = self.named.marked(&key) else {
+            return Ok(Next::Done);
+        };
         let claims = self.cluster.claims_naming_transfers(namespace).await?;
         let mut waiting = false;
+        let mut named = false;
         for claim in claims.iter().map(Claim::from) {
             let pending = claim.volume_name.is_none() && !claim.deleting;
             if !pending || !claim.names_request(namespace, name) {
                 continue;
             }
+            named = true;
             let Some((reason, note)) = unserved(t, namespace, name, &claim.uid) else {
                 continue;
             };
@@ -145,6 +154,9 @@ impl TransferController {
                     .publish(&regarding, Severity::Warning, reason, "Populate", &note)
                     .await;
             }
+        }
+        if !named {
+            self.named.forget(&key, seen);
         }
         Ok(if waiting {
             Next::After(CLAIM_POLL)

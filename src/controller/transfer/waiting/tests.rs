@@ -124,3 +124,22 @@ fn a_waiting_claim_is_told_once_per_poll_however_often_its_transfer_is_reconcile
     t.due("c", start + CLAIM_POLL * 5);
     assert_eq!(t.0.len(), 1);
 }
+
+#[test]
+fn a_key_is_forgotten_only_if_no_claim_named_it_since_the_look_began() {
+    use crate::controller::watch::NamedKeys;
+    let keys = NamedKeys::default();
+    assert_eq!(
+        keys.marked("dev/take"),
+        None,
+        "never named: never looked at"
+    );
+    keys.mark("dev/take");
+    let seen = keys.marked("dev/take").unwrap();
+    // A claim's event lands while a look that found none is under way.
+    keys.mark("dev/take");
+    keys.forget("dev/take", seen);
+    let seen = keys.marked("dev/take").expect("the later mark is kept");
+    keys.forget("dev/take", seen);
+    assert_eq!(keys.marked("dev/take"), None);
+}
