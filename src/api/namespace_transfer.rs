@@ -786,6 +786,13 @@ impl NamespaceTransfer {
     }
 }
 
+/// Whether a claim's `spec.dataSourceRef` names a NamespaceTransfer (DESIGN
+/// §2.3): the claim asks a populating request for its volume.
+pub fn names_a_transfer(r: &k8s_openapi::api::core::v1::TypedObjectReference) -> bool {
+    r.api_group.as_deref() == Some(crate::api::GROUP)
+        && r.kind == crate::api::NAMESPACE_TRANSFERS.kind
+}
+
 fn non_empty_or<'a>(value: &'a str, default: &'a str) -> &'a str {
     if value.is_empty() {
         default

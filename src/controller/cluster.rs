@@ -327,10 +327,7 @@ impl Cluster {
             c.spec
                 .as_ref()
                 .and_then(|s| s.data_source_ref.as_ref())
-                .is_some_and(|r| {
-                    r.api_group.as_deref() == Some(crate::api::GROUP)
-                        && r.kind == crate::api::NAMESPACE_TRANSFERS.kind
-                })
+                .is_some_and(crate::api::namespace_transfer::names_a_transfer)
         };
         if let Some(cache) = &self.cache {
             if let Some(Ok(())) = cache.claims.wait_until_ready().now_or_never() {

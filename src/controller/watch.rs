@@ -210,8 +210,7 @@ fn populator_key(claim: &PersistentVolumeClaim) -> Option<String> {
     let spec = claim.spec.as_ref()?;
     let r = spec.data_source_ref.as_ref()?;
     let ns = namespace(claim);
-    let ours = r.api_group.as_deref() == Some(crate::api::GROUP)
-        && r.kind == crate::api::NAMESPACE_TRANSFERS.kind
+    let ours = crate::api::namespace_transfer::names_a_transfer(r)
         && r.namespace
             .as_deref()
             .is_none_or(|n| n.is_empty() || n == ns);

@@ -311,10 +311,10 @@ pub fn decide(f: &Facts) -> Action {
 /// being as the rollback left it (a clone a watch copy does not show yet
 /// would be left behind; the model check found this). C1 rests on the
 /// count of a standing offer's clones alive, which no precondition fences
-/// either. An adoption rests on the claim's fit, which a watch copy may not
-/// show changed (bound elsewhere, deleted): a watch copy that does not show another pair's clone yet would
+/// either: a watch copy that does not show another pair's clone yet would
 /// make one clone more than `maxClones` (the two-pair model check found
-/// this).
+/// this). An adoption (R3 of a populating request) rests on the claim's
+/// fit, which a watch copy may not show changed (bound elsewhere, gone).
 pub fn needs_live_facts(action: &Action) -> bool {
     matches!(
         action,

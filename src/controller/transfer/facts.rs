@@ -29,10 +29,9 @@
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
 use crate::api::namespace_transfer::{
-    NamespaceTransfer, ANNOTATION_CLONE_FOR, ANNOTATION_DESTINATION_LOST,
+    names_a_transfer, NamespaceTransfer, ANNOTATION_CLONE_FOR, ANNOTATION_DESTINATION_LOST,
     ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK, FINALIZER_TRANSFER_PROTECTION,
 };
-use crate::api::{GROUP, NAMESPACE_TRANSFERS};
 
 /// Everything one decision is made on.
 #[derive(Debug, Clone)]
@@ -362,9 +361,7 @@ impl From<&PersistentVolumeClaim> for Claim {
             populator: spec
                 .data_source_ref
                 .as_ref()
-                .filter(|r| {
-                    r.api_group.as_deref() == Some(GROUP) && r.kind == NAMESPACE_TRANSFERS.kind
-                })
+                .filter(|r| names_a_transfer(r))
                 .map(|r| PopulatorRef {
                     name: r.name.clone(),
                     namespace: r.namespace.clone().filter(|ns| !ns.is_empty()),
@@ -421,6 +418,11 @@ impl From<&PersistentVolume> for Volume {
             volume_attributes_class_name: spec.volume_attributes_class_name,
         }
     }
+}
+
+/// A `volumeMode` as kube reads it: unset means `Filesystem`.
+pub fn volume_mode_or_default(mode: &Option<String>) -> String {
+    mode.clone().unwrap_or_else(|| "Filesystem".to_owned())
 }
 
 /// A resource quantity (`1Gi`, `500M`, `1.5Ti`, `1e9`) in bytes; `None` when

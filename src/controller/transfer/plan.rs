@@ -888,27 +888,33 @@ fn adopt(f: &Facts, p: &mut Plan, reference: &ClaimReference) {
     );
     let misfit = |c: &Claim| f.volume.as_ref().and_then(|v| super::decide::misfit(c, v));
     for other in f.claimants.iter().filter(|c| c.uid != reference.uid) {
-        let (reason, note) = match misfit(other) {
-            Some(why) => (
-                REASON_CLAIM_MISMATCH,
-                format!("NamespaceTransfer {ns}/{request} cannot give this claim its volume: {why}"),
-            ),
-            None => (
+        match misfit(other) {
+            Some(why) => tell_misfit(p, d, other, &why),
+            None => p.event(
+                claim_reference(ns, &other.name, Some(&other.uid)),
+                Severity::Warning,
                 super::waiting::REASON_NOT_ADOPTED,
+                "Adopt",
                 format!(
                     "NamespaceTransfer {ns}/{request} moves one volume, and adopted PersistentVolumeClaim {}, an older claim that names it",
                     reference.name
                 ),
             ),
-        };
-        p.event(
-            claim_reference(ns, &other.name, Some(&other.uid)),
-            Severity::Warning,
-            reason,
-            "Adopt",
-            note,
-        );
+        }
     }
+}
+
+/// A Warning on `claim`, which names the request `d` and does not fit the
+/// volume: `why`.
+fn tell_misfit(p: &mut Plan, d: &NamespaceTransfer, claim: &Claim, why: &str) {
+    let (ns, request) = (d.own_namespace(), name_of(d));
+    p.event(
+        claim_reference(ns, &claim.name, Some(&claim.uid)),
+        Severity::Warning,
+        REASON_CLAIM_MISMATCH,
+        "Adopt",
+        format!("NamespaceTransfer {ns}/{request} cannot give this claim its volume: {why}"),
+    );
 }
 
 /// A populating request that waits for a claim: every claim that names it
@@ -917,15 +923,8 @@ fn claims_told(f: &Facts, p: &mut Plan) {
     let (Some(d), Some(volume)) = (other(f), &f.volume) else {
         return;
     };
-    let (ns, request) = (d.own_namespace(), name_of(d));
     for (claim, why) in misfits(f, volume) {
-        p.event(
-            claim_reference(ns, &claim.name, Some(&claim.uid)),
-            Severity::Warning,
-            REASON_CLAIM_MISMATCH,
-            "Adopt",
-            format!("NamespaceTransfer {ns}/{request} cannot give this claim its volume: {why}"),
-        );
+        tell_misfit(p, d, claim, &why);
     }
 }
 

@@ -7,7 +7,9 @@
 //! without comparing classes, so every rule it would skip is checked here,
 //! before R3 records the claim and again before R4 points the volume at it.
 
-use crate::controller::transfer::facts::{quantity_bytes, Claim, Facts, Volume};
+use crate::controller::transfer::facts::{
+    quantity_bytes, volume_mode_or_default, Claim, Facts, Volume,
+};
 
 /// Why `claim` cannot receive `volume`; `None` when it can: Pending with no
 /// `volumeName`, not deleting, no selector, the volume's class, access
@@ -43,12 +45,13 @@ pub fn misfit(claim: &Claim, volume: &Volume) -> Option<String> {
             volume.access_modes.join(", ")
         ));
     }
-    let mode = |m: &Option<String>| m.clone().unwrap_or_else(|| "Filesystem".to_owned());
-    if mode(&shape.volume_mode) != mode(&volume.volume_mode) {
+    let (mode, volume_mode) = (
+        volume_mode_or_default(&shape.volume_mode),
+        volume_mode_or_default(&volume.volume_mode),
+    );
+    if mode != volume_mode {
         return Some(format!(
-            "its volumeMode {} is not the volume's {}",
-            mode(&shape.volume_mode),
-            mode(&volume.volume_mode)
+            "its volumeMode {mode} is not the volume's {volume_mode}"
         ));
     }
     if shape.volume_attributes_class_name != volume.volume_attributes_class_name {

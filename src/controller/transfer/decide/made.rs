@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::controller::transfer::facts::{
-    larger_quantity, quantity_bytes, Claim, ClaimShape, Volume,
+    larger_quantity, quantity_bytes, volume_mode_or_default, Claim, ClaimShape, Volume,
 };
 
 use crate::api::namespace_transfer::{
@@ -96,7 +96,6 @@ pub fn made_as(claim: &Claim, expected: &PersistentVolumeClaim) -> bool {
 
 /// Whether a claim's shape is `want`'s, request compared as a quantity.
 pub(super) fn same_shape(have: &ClaimShape, want: &ClaimShape) -> bool {
-    let mode = |m: &Option<String>| m.clone().unwrap_or_else(|| "Filesystem".to_owned());
     let mut want_modes = want.access_modes.clone();
     let mut have_modes = have.access_modes.clone();
     want_modes.sort();
@@ -112,7 +111,7 @@ pub(super) fn same_shape(have: &ClaimShape, want: &ClaimShape) -> bool {
         && have.storage_class_name.clone().unwrap_or_default()
             == want.storage_class_name.clone().unwrap_or_default()
         && want_modes == have_modes
-        && mode(&have.volume_mode) == mode(&want.volume_mode)
+        && volume_mode_or_default(&have.volume_mode) == volume_mode_or_default(&want.volume_mode)
         && have.volume_attributes_class_name == want.volume_attributes_class_name
         && same_request
 }
