@@ -1337,3 +1337,171 @@ fn a_pods_generic_ephemeral_volume_receives_the_moved_volume_and_goes_with_the_p
         claim_json(admin(), dst, "app-scratch").is_none()
     });
 }
+
+/// The NamespaceTransfers of `namespace` that `parent` made for its claims.
+fn made_by(namespace: &str, parent: &str) -> Vec<serde_json::Value> {
+    let list: serde_json::Value =
+        serde_json::from_str(&admin().ok(&["get", "nst", "-n", namespace, "-o", "json"])).unwrap();
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            t["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|o| o["kind"] == "NamespaceTransfer" && o["name"] == parent)
+        })
+        .cloned()
+        .collect()
+}
+
+/// The volume handles bound to `claims` of `namespace`, once each is Bound.
+fn bound_handles(namespace: &str, claims: &[&str]) -> Vec<String> {
+    claims
+        .iter()
+        .map(|claim| {
+            eventually(&format!("{namespace}/{claim} to be Bound"), WAIT, || {
+                claim_json(admin(), namespace, claim)
+                    .is_some_and(|c| c["status"]["phase"] == "Bound")
+            });
+            handle_of(namespace, claim)
+        })
+        .collect()
+}
+
+#[test]
+fn a_statefulsets_claims_naming_a_populating_clone_request_each_get_their_own_clone() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let (dst, src) = (&s.dst.name, &s.src.name);
+    standing_offer(admin(), src, "fixtures", "db", dst, 3);
+    populating_clone_request(admin(), dst, "db-clones", src, "db");
+    // A claim that asks for more than the source holds: refused before
+    // anything is cloned for it, and told why.
+    admin()
+        .apply(&populated_claim_yaml(
+            dst,
+            "too-big",
+            "db-clones",
+            ALLOWED_CLASS,
+            "ReadWriteOnce",
+            "5Gi",
+        ))
+        .unwrap();
+    // Three replicas at once (no kubelet runs their pods here), each with
+    // its own claim from the template.
+    admin()
+        .apply(&format!(
+            "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: web\n  namespace: {dst}\nspec:\n  replicas: 3\n  podManagementPolicy: Parallel\n  serviceName: web\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n      - name: app\n        image: registry.invalid/app\n        volumeMounts:\n        - {{name: data, mountPath: /data}}\n  volumeClaimTemplates:\n  - metadata:\n      name: data\n    spec:\n      accessModes: [ReadWriteOnce]\n      storageClassName: {ALLOWED_CLASS}\n      resources:\n        requests:\n          storage: 1Gi\n      dataSourceRef:\n        apiGroup: storage.transfer.k8s.io\n        kind: NamespaceTransfer\n        name: db-clones\n"
+        ))
+        .unwrap();
+    let claims = ["data-web-0", "data-web-1", "data-web-2"];
+    let uids: Vec<String> = claims.iter().map(|c| uid_once_made(dst, c)).collect();
+    let handles = bound_handles(dst, &claims);
+    // Three distinct clones of the source, each made once, none the source.
+    let clones = clones_of(&cp().csi, &s.handle);
+    assert_eq!(clones.len(), 3, "three clones, each made once: {clones:?}");
+    for (claim, handle) in claims.iter().zip(&handles) {
+        assert_ne!(handle, &s.handle, "{claim} got the source's own volume");
+    }
+    assert_eq!(
+        handles
+            .iter()
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
+        3,
+        "{handles:?}"
+    );
+    for (claim, made) in claims.iter().zip(&uids) {
+        let c = claim_json(admin(), dst, claim).unwrap();
+        assert_eq!(&uid(&c), made, "{claim} is the StatefulSet's own claim");
+        let events = events_about(admin(), dst, "PersistentVolumeClaim", claim);
+        assert!(
+            events
+                .iter()
+                .any(|e| e.starts_with("Adopted: NamespaceTransfer")),
+            "{claim}: {events:?}"
+        );
+    }
+    // The standing request lists the claims it serves.
+    let standing = wait_status(admin(), dst, "db-clones", "list three served", WAIT, |t| {
+        t["status"]["served"]
+            .as_array()
+            .is_some_and(|s| s.iter().filter(|c| c["phase"] == "Completed").count() == 3)
+    });
+    assert_eq!(standing["status"]["reason"], "Serving", "{standing}");
+    let served: Vec<&str> = standing["status"]["served"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["phase"] == "Completed")
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    for claim in claims {
+        assert!(served.contains(&claim), "{claim} not in {served:?}");
+    }
+    // The misfit: its request failed before C1, and it is told why.
+    eventually("too-big to be told why it gets no clone", WAIT, || {
+        let events = events_about(admin(), dst, "PersistentVolumeClaim", "too-big");
+        events
+            .iter()
+            .any(|e| e.starts_with("ClaimNotServed") && e.contains("ClaimMismatch"))
+    });
+    let big = claim_json(admin(), dst, "too-big").unwrap();
+    assert_eq!(big["status"]["phase"], "Pending");
+    assert_eq!(
+        clones_of(&cp().csi, &s.handle).len(),
+        3,
+        "no clone for the misfit"
+    );
+    assert_eq!(made_by(dst, "db-clones").len(), 4, "one request per claim");
+    // Scaled to 0 and its claims deleted: each clone destroyed once, the
+    // source never; the requests for the claims that went go too.
+    admin().ok(&["scale", "statefulset", "web", "-n", dst, "--replicas=0"]);
+    for (claim, handle) in claims.iter().zip(&handles) {
+        assert_deleting_the_claim_deletes_the_volume_once(admin(), &cp().csi, dst, claim, handle);
+    }
+    s.assert_never_deleted_by_driver();
+    s.assert_source_untouched();
+    eventually("the requests of the deleted claims to go", WAIT, || {
+        made_by(dst, "db-clones").len() == 1
+    });
+    // Deleting the standing request deletes what it made, then itself.
+    admin().ok(&["delete", "nst", "db-clones", "-n", dst, "--wait=false"]);
+    eventually("the standing request and its requests to go", WAIT, || {
+        transfer_json(admin(), dst, "db-clones").is_none() && made_by(dst, "db-clones").is_empty()
+    });
+}
+
+#[test]
+fn a_pods_generic_ephemeral_volume_gets_a_clone_that_is_destroyed_with_the_pod() {
+    let s = setup("1Gi", ALLOWED_CLASS);
+    let (dst, src) = (&s.dst.name, &s.src.name);
+    standing_offer(admin(), src, "fixtures", "db", dst, 2);
+    populating_clone_request(admin(), dst, "db-clones", src, "db");
+    admin()
+        .apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: app\n  namespace: {dst}\nspec:\n  containers:\n  - name: app\n    image: registry.invalid/app\n    volumeMounts:\n    - {{name: scratch, mountPath: /scratch}}\n  volumes:\n  - name: scratch\n    ephemeral:\n      volumeClaimTemplate:\n        spec:\n          accessModes: [ReadWriteOnce]\n          storageClassName: {ALLOWED_CLASS}\n          resources:\n            requests:\n              storage: 1Gi\n          dataSourceRef:\n            apiGroup: storage.transfer.k8s.io\n            kind: NamespaceTransfer\n            name: db-clones\n"
+        ))
+        .unwrap();
+    let made = uid_once_made(dst, "app-scratch");
+    let handle = bound_handles(dst, &["app-scratch"]).remove(0);
+    assert_ne!(handle, s.handle);
+    assert_eq!(clones_of(&cp().csi, &s.handle).len(), 1);
+    let claim = claim_json(admin(), dst, "app-scratch").unwrap();
+    assert_eq!(uid(&claim), made);
+    assert_eq!(
+        claim["metadata"]["ownerReferences"][0]["kind"], "Pod",
+        "{claim}"
+    );
+    // The pod goes: kube's garbage collector takes its claim, and the clone
+    // is destroyed exactly once; the source never.
+    delete_pod(admin(), dst, "app");
+    cp().csi.assert_deleted_once(&handle, WAIT);
+    eventually("the pod's claim to go", WAIT, || {
+        claim_json(admin(), dst, "app-scratch").is_none()
+    });
+    s.assert_never_deleted_by_driver();
+    s.assert_source_untouched();
+}

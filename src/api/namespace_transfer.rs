@@ -15,7 +15,7 @@
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Serialize};
 
 use crate::api::errors::FieldCause;
@@ -66,6 +66,12 @@ pub const ANNOTATION_CLONE_OF: &str = "storage.transfer.k8s.io/clone-of";
 /// own, which the source namespace may not learn): the pairs of one standing
 /// offer share its lock, and a clone's five-character name suffix may repeat.
 pub const ANNOTATION_CLONE_FOR: &str = "storage.transfer.k8s.io/clone-for";
+
+/// Annotation on the request a standing populating Clone request makes for
+/// one claim (DESIGN §2.3): the uid of that claim, the only one the request
+/// may adopt. The request is controlled by the standing one (its
+/// ownerReference), whose name the claim names in `dataSourceRef`.
+pub const ANNOTATION_SERVES_CLAIM: &str = "storage.transfer.k8s.io/serves-claim";
 
 /// Label on a clone's PersistentVolume naming the uid of the offer it was
 /// cloned under (R2; never removed): what a standing offer's `maxClones`
@@ -189,7 +195,10 @@ pub struct TransferDestination {
     /// of this namespace whose `spec.dataSourceRef` names this transfer
     /// (`{apiGroup: storage.transfer.k8s.io, kind: NamespaceTransfer, name: ...}`),
     /// as a volume populator. A Move serves one claim, the oldest that fits the
-    /// volume. `name` must then be empty.
+    /// volume. A Clone serves every such claim, each with a clone of its own,
+    /// through a request the server makes for that claim (named after this one,
+    /// controlled by it, and listed in `status.served`). `name` must then be
+    /// empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub populate: Option<bool>,
 }
@@ -352,6 +361,11 @@ pub struct NamespaceTransferStatus {
     /// namespace's business.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<PairRecord>,
+    /// On a populating Clone request: the claims that name it, each with the
+    /// request made for it and how that request stands, oldest claim first.
+    /// At most [`MAX_SERVED_LISTED`] are listed; the message counts them all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub served: Vec<ServedClaim>,
     /// The latest observations of the transfer's state: PeerMatched, Authorized,
     /// SourceReleased, Rebound and Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -513,6 +527,27 @@ pub struct ClaimReference {
     pub uid: String,
 }
 
+/// A claim a populating Clone request serves, and the request made for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServedClaim {
+    /// The claim's name, in the request's namespace.
+    pub name: String,
+    /// The claim's uid.
+    pub uid: String,
+    /// The NamespaceTransfer made for the claim, in the same namespace.
+    pub transfer: String,
+    /// That transfer's phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<NamespaceTransferPhase>,
+    /// That transfer's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// How many claims `status.served` lists at most.
+pub const MAX_SERVED_LISTED: usize = 100;
+
 /// What the rebind needs to know about the source claim, saved when the claim is
 /// locked (step R1) and used to create the destination claim (step R3) and to commit
 /// (step R4).
@@ -578,6 +613,53 @@ impl NamespaceTransfer {
     /// (`spec.destination.populate`, DESIGN §2.3) instead of creating one.
     pub fn populates(&self) -> bool {
         self.spec.destination.populate == Some(true)
+    }
+
+    /// Whether this is a standing populating request (DESIGN §2.3): a
+    /// Destination-role Clone request with `populate: true` that is not
+    /// itself one made for a claim ([`Self::served_claim_uid`]). It pairs
+    /// with no offer; it makes a request for every claim that names it.
+    pub fn is_standing_request(&self) -> bool {
+        self.populates()
+            && self.mode() == TransferMode::Clone
+            && self.role().ok() == Some(Role::Destination)
+            && self.served_claim_uid().is_none()
+    }
+
+    /// On a request a standing populating request made for one claim: that
+    /// claim's uid ([`ANNOTATION_SERVES_CLAIM`]), when the request is
+    /// controlled by a NamespaceTransfer ([`Self::populating_parent`]).
+    pub fn served_claim_uid(&self) -> Option<&str> {
+        self.populating_parent()?;
+        self.metadata
+            .annotations
+            .as_ref()?
+            .get(ANNOTATION_SERVES_CLAIM)
+            .map(String::as_str)
+            .filter(|uid| !uid.is_empty())
+    }
+
+    /// The NamespaceTransfer that controls this populating Clone request:
+    /// the standing request that made it for one of its claims.
+    pub fn populating_parent(&self) -> Option<&OwnerReference> {
+        if !self.populates() || self.mode() != TransferMode::Clone {
+            return None;
+        }
+        self.metadata.owner_references.iter().flatten().find(|r| {
+            r.controller == Some(true)
+                && r.kind == crate::api::NAMESPACE_TRANSFERS.kind
+                && r.api_version == crate::api::GROUP_VERSION
+        })
+    }
+
+    /// The name a claim's `dataSourceRef` gives to ask this populating
+    /// request for a volume: its own, or for a request made for one claim,
+    /// its standing request's.
+    pub fn populated_name(&self) -> &str {
+        match (self.served_claim_uid(), self.populating_parent()) {
+            (Some(_), Some(parent)) => &parent.name,
+            _ => self.metadata.name.as_deref().unwrap_or_default(),
+        }
     }
 
     /// How many of a standing offer's clones may exist at once:
@@ -772,15 +854,6 @@ impl NamespaceTransfer {
                 &spec.destination.name,
                 "must be empty when spec.destination.populate is true: the claims that \
                  name this transfer in dataSourceRef receive the volume",
-            );
-        }
-        if self.mode() == TransferMode::Clone {
-            // Not yet: a populating Clone request serves every claim that
-            // names it, one pair each, which the standing pairs do not run.
-            errs.not_supported(
-                "spec.mode",
-                TransferMode::Clone.as_str(),
-                &[TransferMode::Move.as_str()],
             );
         }
     }

@@ -27,6 +27,8 @@
 //!   the TTL).
 //! - `destination` and `standing`: a Destination-role object's own
 //!   reconcile, and standing clone offers with their pairs.
+//! - `serving`: standing populating requests, which make a request for
+//!   every claim that names them.
 //! - this module: the reconcile's entry, and the loop that asks `decide`,
 //!   answers its questions ([`decide::Question`]: users, rights, admission,
 //!   live reads), and hands the first action that writes to the executor;
@@ -62,6 +64,7 @@ mod destination;
 mod execute;
 mod gather;
 mod plan;
+mod serving;
 mod standing;
 mod status;
 mod waiting;
@@ -242,6 +245,7 @@ impl TransferController {
             return Ok(told);
         };
         let next = match role_of(&t) {
+            Some(Role::Destination) if t.is_standing_request() => self.tend_request(t).await?,
             Some(Role::Destination) => self.reconcile_destination(t).await?,
             Some(Role::Source) if t.is_standing_offer() => self.tend_offer(t).await?,
             Some(Role::Source | Role::Both) => self.drive(t).await?,

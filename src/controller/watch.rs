@@ -407,6 +407,11 @@ fn related(t: &NamespaceTransfer, known: &HashMap<String, NamespaceTransfer>) ->
             .filter(|o| are_peers(t, o) || are_peers(o, t))
             .map(object_key),
     );
+    // A request made for one claim: the standing request that made it
+    // lists how it stands.
+    if let (Some(_), Some(parent)) = (t.served_claim_uid(), t.populating_parent()) {
+        keys.push(format!("{}/{}", t.own_namespace(), parent.name));
+    }
     keys
 }
 

@@ -283,8 +283,14 @@ pub fn plan_request(
     ))
     .map(|mut hint| {
         if a.populate {
+            let which = if a.create.clone {
+                "Every claim in {ns} gets a clone of its own"
+            } else {
+                "A claim in {ns} receives the volume"
+            }
+            .replace("{ns}", ns);
             hint.push_str(&format!(
-                "\nA claim in {ns} receives the volume when its spec.dataSourceRef is {{apiGroup: storage.transfer.k8s.io, kind: NamespaceTransfer, name: {name}}}"
+                "\n{which} when its spec.dataSourceRef is {{apiGroup: storage.transfer.k8s.io, kind: NamespaceTransfer, name: {name}}}"
             ));
         }
         hint

@@ -155,6 +155,29 @@ fn a_populating_request_names_no_claim_and_tells_how_a_claim_names_it() {
 }
 
 #[test]
+fn a_populating_clone_request_serves_every_claim_and_tells_how_to_offer_standing_clones() {
+    let (t, hint) = plan_request(
+        "dev",
+        &request_of(
+            "kubectl-transfer request prod/db --clone --populate --transfer-name db-clones",
+        ),
+    )
+    .unwrap();
+    assert!(t.is_standing_request(), "{t:?}");
+    assert_eq!(crate::api::meta::Object::validate_create(&t), Vec::new());
+    let hint = hint.unwrap();
+    // A standing offer: no --name.
+    assert!(
+        hint.contains("kubectl transfer offer db --to dev --clone -n prod"),
+        "{hint}"
+    );
+    assert!(
+        hint.contains("Every claim in dev gets a clone of its own when its spec.dataSourceRef is {apiGroup: storage.transfer.k8s.io, kind: NamespaceTransfer, name: db-clones}"),
+        "{hint}"
+    );
+}
+
+#[test]
 fn a_destination_equal_to_the_source_without_a_new_name_is_a_usage_error() {
     let err = plan_offer("prod", &offer_of("kubectl-transfer offer db --to prod")).unwrap_err();
     assert_eq!(err.exit_code(), 2);

@@ -692,3 +692,32 @@ pub(crate) fn populating_request(
     let populate = "  destination:\n    populate: true\n";
     request_with(k, namespace, name, source, claim, populate)
 }
+
+/// A standing populating Clone request `namespace/name` for clones of
+/// `source/claim`: every claim naming it gets a clone of its own.
+pub(crate) fn populating_clone_request(
+    k: &Kubectl,
+    namespace: &str,
+    name: &str,
+    source: &str,
+    claim: &str,
+) -> String {
+    let populate = "  mode: Clone\n  destination:\n    populate: true\n";
+    request_with(k, namespace, name, source, claim, populate)
+}
+
+/// A standing clone offer `source/name` of `claim` to `destination`, at
+/// most `max` alive.
+pub(crate) fn standing_offer(
+    k: &Kubectl,
+    source: &str,
+    name: &str,
+    claim: &str,
+    destination: &str,
+    max: u32,
+) -> String {
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {source}\nspec:\n  mode: Clone\n  maxClones: {max}\n  source:\n    name: {claim}\n  destination:\n    namespace: {destination}\n"
+    ))
+    .unwrap_or_else(|e| panic!("standing offer {source}/{name}: {e}"))
+}

@@ -100,6 +100,47 @@ fn a_populating_request_keeps_its_destination_name_empty_and_is_valid() {
 }
 
 #[test]
+fn a_populating_clone_request_is_standing_until_a_transfer_controls_it_for_one_claim() {
+    let mut t = defaulted(
+        "dev",
+        json!({"source": {"namespace": "prod", "name": "db"}, "destination": {"populate": true}, "mode": "Clone"}),
+    );
+    t.metadata.name = Some("db-clones".to_owned());
+    assert_eq!(t.validate_create(), Vec::new());
+    assert!(t.is_standing_request());
+    assert_eq!(t.populated_name(), "db-clones");
+    // An annotation alone makes no request for one claim: only the
+    // standing request it is controlled by does.
+    t.metadata.annotations = Some(
+        [(ANNOTATION_SERVES_CLAIM.to_owned(), "claim-uid".to_owned())]
+            .into_iter()
+            .collect(),
+    );
+    assert!(t.is_standing_request());
+    assert_eq!(t.served_claim_uid(), None);
+    let owner = |kind: &str, controller| OwnerReference {
+        api_version: crate::api::GROUP_VERSION.to_owned(),
+        kind: kind.to_owned(),
+        name: "parent".to_owned(),
+        uid: "parent-uid".to_owned(),
+        controller: Some(controller),
+        block_owner_deletion: None,
+    };
+    t.metadata.owner_references = Some(vec![owner("NamespaceTransfer", false)]);
+    assert!(t.is_standing_request(), "an owner that does not control");
+    t.metadata.owner_references = Some(vec![owner("EphemeralClaim", true)]);
+    assert!(t.is_standing_request(), "a controller of another kind");
+    t.metadata.owner_references = Some(vec![owner("NamespaceTransfer", true)]);
+    assert!(!t.is_standing_request());
+    assert_eq!(t.served_claim_uid(), Some("claim-uid"));
+    assert_eq!(t.populated_name(), "parent");
+    // A Move request is never one made for a claim.
+    t.spec.mode = Some(TransferMode::Move);
+    assert_eq!(t.served_claim_uid(), None);
+    assert!(!t.is_standing_request());
+}
+
+#[test]
 fn populate_cannot_change_after_create() {
     let old = defaulted(
         "dev",
@@ -344,12 +385,6 @@ fn each_spec_rule_names_its_field() {
             "dev",
             json!({"source": {"namespace": "prod", "name": "db"}, "destination": {"name": "data", "populate": true}}),
             vec![("spec.destination.name", "FieldValueInvalid")],
-        ),
-        (
-            "populate in Clone mode (not yet)",
-            "dev",
-            json!({"source": {"namespace": "prod", "name": "db"}, "destination": {"populate": true}, "mode": "Clone"}),
-            vec![("spec.mode", "FieldValueNotSupported")],
         ),
     ];
     for (case, ns, spec, expected) in cases {

@@ -211,6 +211,14 @@ impl Claim {
             p.name == name && p.namespace.as_deref().is_none_or(|ns| ns == namespace)
         })
     }
+
+    /// Whether the claim is one the populating request `d` may serve: it
+    /// names `d` (or, for a request made for one claim, `d`'s standing
+    /// request, and is that claim, uid and all).
+    pub fn asks(&self, d: &NamespaceTransfer) -> bool {
+        self.names_request(d.own_namespace(), d.populated_name())
+            && d.served_claim_uid().is_none_or(|uid| uid == self.uid)
+    }
 }
 
 /// The parts of a claim's spec the destination claim copies, and what else

@@ -15,8 +15,8 @@ use crate::controller::cluster::{Cluster, ClusterError};
 use crate::controller::{object_key, Error};
 
 use super::decide::{
-    destination_claim, destination_of, moved_claim_name_of, name_of, peer_or_self,
-    recorded_destination, recorded_source, uid_of, Refusal, Side,
+    destination_claim, destination_of, moved_claim_name_of, peer_or_self, recorded_destination,
+    recorded_source, uid_of, Refusal, Side,
 };
 use super::facts::{Admission, Claim, ClassPolicy, Facts, Peer, Volume};
 use super::matching::{is_active, is_named, role_of};
@@ -108,7 +108,7 @@ impl TransferController {
                     .await?
                     .iter()
                     .map(Claim::from)
-                    .filter(|c| c.names_request(d.own_namespace(), name_of(d)))
+                    .filter(|c| c.asks(d))
                     .collect();
                 found.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
                 found

@@ -149,10 +149,12 @@ fn uid_of(t: &NamespaceTransfer) -> &str {
 
 /// Whether Source-role `s` and Destination-role `d` are peers: the same
 /// source claim and mode, `d` in `s`'s destination namespace, and `s`'s
-/// destination name empty or equal to `d`'s.
+/// destination name empty or equal to `d`'s. A standing populating request
+/// is nobody's peer: the requests it makes for its claims are.
 pub fn are_peers(s: &NamespaceTransfer, d: &NamespaceTransfer) -> bool {
     role_of(s) == Some(Role::Source)
         && role_of(d) == Some(Role::Destination)
+        && !d.is_standing_request()
         && s.source_namespace() == d.source_namespace()
         && s.spec.source.name == d.spec.source.name
         && source_kind(s) == source_kind(d)

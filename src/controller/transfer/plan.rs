@@ -866,15 +866,18 @@ fn adopt(f: &Facts, p: &mut Plan, reference: &ClaimReference) {
     record_destination(f, p, reference.clone());
     p.point(Step::CreateDestination.name());
     let Some(d) = other(f) else { return };
-    p.writes.push(Write::Status {
-        on: On::Peer,
-        change: StatusChange {
-            say: None,
-            edit: Edit::Destination(reference.clone()),
-            peer_of: None,
-            peer_phase: None,
-        },
-    });
+    // A standing offer's pair keeps its record on the request already.
+    if !is_standing_pair(&f.source) {
+        p.writes.push(Write::Status {
+            on: On::Peer,
+            change: StatusChange {
+                say: None,
+                edit: Edit::Destination(reference.clone()),
+                peer_of: None,
+                peer_phase: None,
+            },
+        });
+    }
     let (ns, request) = (d.own_namespace(), name_of(d));
     p.event(
         claim_reference(ns, &reference.name, Some(&reference.uid)),

@@ -32,6 +32,9 @@ pub(super) const REASON_TRANSFER_NOT_FOUND: &str = "TransferNotFound";
 pub(super) const REASON_TRANSFER_NOT_POPULATING: &str = "TransferNotPopulating";
 /// Reason: the Move request the claim names adopted another claim.
 pub(super) const REASON_NOT_ADOPTED: &str = "NotAdopted";
+/// Reason: the request a standing populating request made for the claim
+/// finished without serving it.
+pub(super) const REASON_CLAIM_NOT_SERVED: &str = "ClaimNotServed";
 
 /// Why a claim `claim_uid` that names `namespace/name` in `dataSourceRef`
 /// cannot receive a volume from the object found there (`t`), as an
@@ -70,7 +73,33 @@ pub(super) fn unserved(
     if t.metadata.deletion_timestamp.is_some() {
         return not_populating("is being deleted".to_owned());
     }
+    if t.served_claim_uid().is_some_and(|uid| uid != claim_uid) {
+        return not_populating(format!(
+            "was made for another claim by NamespaceTransfer {namespace}/{}; name that one",
+            t.populated_name()
+        ));
+    }
     let status = t.status.as_ref();
+    if t.is_standing_request() {
+        let phase = status.and_then(|st| st.phase);
+        if let Some(phase) = phase.filter(|p| p.is_finished()) {
+            return not_populating(format!("is {phase}"));
+        }
+        // The request made for this claim says what went wrong with it.
+        let made = status
+            .into_iter()
+            .flat_map(|st| &st.served)
+            .find(|c| c.uid == claim_uid)?;
+        let phase = made.phase.filter(|p| p.is_finished())?;
+        return Some((
+            REASON_CLAIM_NOT_SERVED,
+            format!(
+                "NamespaceTransfer {namespace}/{}, made for this claim, is {phase} ({}); delete the claim and create it again to ask again",
+                made.transfer,
+                made.reason.as_deref().unwrap_or("no reason given")
+            ),
+        ));
+    }
     let adopted = status.and_then(|st| st.destination_claim.as_ref());
     if adopted.is_some_and(|c| c.uid == claim_uid) {
         return None;

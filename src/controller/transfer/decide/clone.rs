@@ -9,11 +9,13 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::controller::transfer::facts::{Claim, ClassPolicy, Facts, Peer};
+use crate::controller::transfer::facts::{Claim, ClassPolicy, Facts, Peer, Volume};
 
+use super::adopt::{candidate, misfits};
 use super::{
-    destination_of, finish_failed, has_finalizer, recorded_source, rights_and_admission, uid_of,
-    wait, Action, Report, REASON_CLONE_NEEDS_CONSUMER, REASON_CLONING, REASON_SOURCE_NOT_FOUND,
+    destination_of, destination_text, finish_failed, has_finalizer, recorded_source,
+    rights_and_admission, uid_of, wait, Action, Report, REASON_CLAIM_MISMATCH,
+    REASON_CLONE_NEEDS_CONSUMER, REASON_CLONING, REASON_SOURCE_NOT_FOUND,
     REASON_STORAGE_CLASS_NOT_ALLOWED, REASON_WAITING_FOR_CAPACITY,
 };
 use crate::api::namespace_transfer::{
@@ -61,6 +63,12 @@ pub(super) fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Act
                      clone a claim of a class with volumeBindingMode Immediate"
                 ),
             )));
+        }
+        if d.populates() {
+            // Nothing is cloned for a claim the clone could not be given to.
+            if let Some(refusal) = unfit_for_clone(f, d, origin) {
+                return Some(refusal);
+            }
         }
         if !has_finalizer(s) || !has_finalizer(d) {
             return Some(Action::Protect);
@@ -130,6 +138,57 @@ pub(super) fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Act
         ),
         false,
     ))
+}
+
+/// The volume a clone of `origin` gets: its class, access modes and
+/// volumeMode, no volume attributes class (C1 asks for none), and at least
+/// its request (a provisioner may round up, never down).
+pub(super) fn volume_to_be(origin: &Claim) -> Volume {
+    let shape = &origin.shape;
+    Volume {
+        name: String::new(),
+        uid: String::new(),
+        resource_version: String::new(),
+        claim_ref: None,
+        reclaim_policy: String::new(),
+        original_policy: None,
+        marker: None,
+        destination_lost: None,
+        phase: String::new(),
+        storage_class_name: shape.storage_class_name.clone(),
+        capacity: shape.request.clone(),
+        access_modes: shape.access_modes.clone(),
+        volume_mode: shape.volume_mode.clone(),
+        volume_attributes_class_name: None,
+    }
+}
+
+/// Before C1 of a populating Clone request: a refusal when no claim that
+/// asks it could receive a clone of `origin` ([`volume_to_be`]), so that
+/// nothing is made in the source namespace for a claim that cannot have it.
+/// The request made for one claim fails (that claim cannot change into one
+/// that fits: its class, modes and mode are immutable); `None` while a
+/// claim fits.
+fn unfit_for_clone(f: &Facts, d: &NamespaceTransfer, origin: &Claim) -> Option<Action> {
+    let volume = volume_to_be(origin);
+    if candidate(f, &volume).is_some() {
+        return None;
+    }
+    let (ns, name) = (d.own_namespace(), d.populated_name());
+    let destination = match misfits(f, &volume).first() {
+        Some((claim, why)) => format!(
+            "PersistentVolumeClaim {ns}/{} cannot receive a clone of the volume: {why}",
+            claim.name
+        ),
+        None => format!(
+            "no claim that names NamespaceTransfer {ns}/{name} is waiting for a volume any more; nothing was cloned"
+        ),
+    };
+    Some(finish_failed(Report {
+        reason: REASON_CLAIM_MISMATCH,
+        source: destination_text(REASON_CLAIM_MISMATCH).to_owned(),
+        destination,
+    }))
 }
 
 /// The claim the protocol moves: the source claim in Move mode, its clone

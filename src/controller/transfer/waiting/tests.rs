@@ -143,3 +143,57 @@ fn a_key_is_forgotten_only_if_no_claim_named_it_since_the_look_began() {
     keys.forget("dev/take", seen);
     assert_eq!(keys.marked("dev/take"), None);
 }
+
+#[test]
+fn a_claim_whose_request_from_a_standing_request_failed_is_told_so_and_how_to_ask_again() {
+    let mut standing = request(Some(true));
+    standing.spec.mode = Some(crate::api::namespace_transfer::TransferMode::Clone);
+    assert!(standing.is_standing_request());
+    // Under way, or not reached yet: the request made for it speaks.
+    assert_eq!(told(Some(&standing), "uid-data"), None);
+    standing.status.as_mut().unwrap().served = vec![crate::api::namespace_transfer::ServedClaim {
+        name: "data".to_owned(),
+        uid: "uid-data".to_owned(),
+        transfer: "take-1a2b3c4d".to_owned(),
+        phase: Some(Phase::Failed),
+        reason: Some("ClaimMismatch".to_owned()),
+    }];
+    let (reason, note) = told(Some(&standing), "uid-data").unwrap();
+    assert_eq!(reason, REASON_CLAIM_NOT_SERVED);
+    assert!(note.contains("take-1a2b3c4d"), "{note}");
+    assert!(note.contains("ClaimMismatch"), "{note}");
+    assert_eq!(told(Some(&standing), "uid-other"), None);
+    standing.status.as_mut().unwrap().phase = Some(Phase::Cancelled);
+    assert_eq!(
+        told(Some(&standing), "uid-other").map(|(r, _)| r),
+        Some(REASON_TRANSFER_NOT_POPULATING)
+    );
+}
+
+#[test]
+fn a_claim_naming_a_request_made_for_another_claim_is_told_which_to_name() {
+    let mut made = request(Some(true));
+    made.spec.mode = Some(crate::api::namespace_transfer::TransferMode::Clone);
+    made.metadata.annotations = Some(
+        [(
+            crate::api::namespace_transfer::ANNOTATION_SERVES_CLAIM.to_owned(),
+            "uid-data".to_owned(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    made.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: crate::api::GROUP_VERSION.to_owned(),
+            kind: "NamespaceTransfer".to_owned(),
+            name: "clones".to_owned(),
+            uid: "uid-clones".to_owned(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        },
+    ]);
+    assert_eq!(told(Some(&made), "uid-data"), None);
+    let (reason, note) = told(Some(&made), "uid-intruder").unwrap();
+    assert_eq!(reason, REASON_TRANSFER_NOT_POPULATING);
+    assert!(note.contains("dev/clones"), "{note}");
+}

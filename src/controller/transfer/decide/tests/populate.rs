@@ -322,3 +322,60 @@ fn after_the_commit_an_adopted_claim_is_waited_on_and_never_unlocked() {
         decide(&f)
     );
 }
+
+// ----- Clone: a request made for one claim ---------------------------------------
+
+/// A Clone pair whose request serves the claims that name it, nothing made.
+fn clone_populating() -> Facts {
+    let mut f = clone_fresh();
+    populating(&mut f);
+    f.rights = Some(Ok(()));
+    f
+}
+
+#[test]
+fn a_clone_is_made_only_for_a_claim_that_a_clone_of_the_source_fits() {
+    let mut f = clone_populating();
+    f.claimants = vec![asking("data", DATA_UID, 1_500)];
+    assert!(
+        matches!(decide(&f), Action::CreateClone(_)),
+        "{:?}",
+        decide(&f)
+    );
+    // Bigger than the source, whose size the clone gets: nothing is made.
+    let mut big = asking("data", DATA_UID, 1_500);
+    big.shape.request = Some("5Gi".to_owned());
+    f.claimants = vec![big];
+    match decide(&f) {
+        Action::Finish { phase, report } => {
+            assert_eq!(phase, Phase::Failed);
+            assert_eq!(report.reason, REASON_CLAIM_MISMATCH);
+            assert!(
+                report
+                    .destination
+                    .contains("dev/data cannot receive a clone"),
+                "{report:?}"
+            );
+            assert!(
+                !report.source.contains("5Gi"),
+                "the source side reads no claim: {report:?}"
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Another class, or a claim that went: nothing is made either.
+    let mut other_class = asking("data", DATA_UID, 1_500);
+    other_class.shape.storage_class_name = Some("slow".to_owned());
+    f.claimants = vec![other_class];
+    assert!(matches!(decide(&f), Action::Finish { .. }));
+    f.claimants = Vec::new();
+    match decide(&f) {
+        Action::Finish { report, .. } => {
+            assert!(
+                report.destination.contains("nothing was cloned"),
+                "{report:?}"
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
