@@ -657,6 +657,83 @@ fn a_standing_offers_clones_crashed_after_any_step_each_arrive_once_to_a_request
     }
 }
 
+/// Where a clone for a claim that names a populating Clone request can be
+/// crashed that a standing offer's other pairs do not cross: right after
+/// the request for the claim is made, and at the adoption (R3, the claim
+/// held and pinned); then the commit and the end.
+const POPULATE_POINTS: [&str; 6] = ["Populate", "C1", "R3", "ProtectDestination#1", "R4", "R6"];
+
+#[test]
+fn a_clone_for_a_claim_naming_a_populating_request_crashed_at_any_of_its_own_points_arrives_once_in_that_claim(
+) {
+    let (cp, _turn) = turn();
+    for point in POPULATE_POINTS {
+        restart(cp, &[("STA_FAULT_EXIT_AFTER", point)]);
+        let s = setup(cp);
+        let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+        let (src, dst) = (&s.src.name, &s.dst.name);
+        let k = cp.kubectl();
+        k.apply(&populated_claim_yaml(
+            dst,
+            "data",
+            "clones",
+            ALLOWED_CLASS,
+            "ReadWriteOnce",
+            "1Gi",
+        ))
+        .unwrap();
+        let uid = claim_json(k, dst, "data").unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // The offer last: nothing starts before every object is in.
+        populating_clone_request(cp.direct(), dst, "clones", src, "db");
+        standing_offer(cp.direct(), src, "give", "db", dst, 2);
+        assert_crashed_after(cp, point);
+        restart(cp, &[]);
+        eventually(&format!("after {point}: data to be Bound"), WAIT, || {
+            claim_json(k, dst, "data").is_some_and(|c| c["status"]["phase"] == "Bound")
+        });
+        let data = claim_json(k, dst, "data").unwrap();
+        assert_eq!(
+            data["metadata"]["uid"],
+            uid.as_str(),
+            "after {point}: the tenant's claim"
+        );
+        let clones: Vec<String> = clones_of(&cp.csi, &s.handle)
+            .iter()
+            .map(|c| c.volume_id().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(
+            clones.len(),
+            1,
+            "after {point}: one clone, made once: {clones:?}"
+        );
+        let (_, held) = ephemeral::bound_volume_of(k, dst, "data");
+        assert_eq!(held, clones[0], "after {point}: the clone is in the claim");
+        eventually("no clone claim left in the source namespace", WAIT, || {
+            k.ok(&["get", "pvc", "-n", src, "-o", "name"]).trim() == "persistentvolumeclaim/db"
+        });
+        wait_status(
+            cp.direct(),
+            dst,
+            "clones",
+            "list the claim served",
+            WAIT,
+            |t| {
+                t["status"]["served"][0]["uid"] == uid.as_str()
+                    && t["status"]["served"][0]["phase"] == "Completed"
+                    && t["status"]["served"]
+                        .as_array()
+                        .is_some_and(|a| a.len() == 1)
+            },
+        );
+        s.assert_source_untouched(cp, recorder);
+        cp.csi.assert_never_deleted(&clones[0]);
+        println!("populating clone, crash after {point}: one clone, in the claim");
+    }
+}
+
 #[test]
 fn a_standing_offer_that_recounts_between_a_pairs_two_r1_writes_counts_its_clone_once() {
     let (cp, _turn) = turn();

@@ -11,7 +11,8 @@
 //!   before step R4, so that a test can change the world in between.
 //!   `R1-count` is a point inside a standing offer's pair's R1: after the
 //!   offer's write of the pair's record and count, before the request's
-//!   state (R1's second write).
+//!   state (R1's second write). `Populate` is right after a standing
+//!   populating request made a request for one of its claims.
 
 use super::transfer::Step;
 

@@ -53,6 +53,9 @@ pub(super) const REASON_SERVING: &str = "Serving";
 /// Reason of the Warning on a claim whose request kube-apiserver refused.
 pub(super) const REASON_REQUEST_REFUSED: &str = "RequestRefused";
 
+/// The fault-injection point right after a request for a claim is made.
+pub(super) const POPULATE: &str = "Populate";
+
 /// How many requests one turn makes at most; the next turn makes more.
 pub(super) const MADE_PER_TURN: usize = 10;
 
@@ -387,6 +390,7 @@ impl TransferController {
         let namespace = r.own_namespace();
         match self.store.create(&ctx, namespace, request.clone()).await {
             Ok(made) => {
+                crate::controller::fault::after_named(POPULATE);
                 if let Some(claim) = claim {
                     let note = format!(
                         "NamespaceTransfer {namespace}/{} clones {}/{} for this claim",
