@@ -686,9 +686,10 @@ fn a_clone_for_a_claim_naming_a_populating_request_crashed_at_any_of_its_own_poi
             .as_str()
             .unwrap()
             .to_owned();
-        // The offer last: nothing starts before every object is in.
-        populating_clone_request(cp.direct(), dst, "clones", src, "db");
+        // The request last: a claim naming it gets its child request at
+        // once (the point Populate), so the offer must already be in.
         standing_offer(cp.direct(), src, "give", "db", dst, 2);
+        populating_clone_request(cp.direct(), dst, "clones", src, "db");
         assert_crashed_after(cp, point);
         restart(cp, &[]);
         eventually(&format!("after {point}: data to be Bound"), WAIT, || {
