@@ -1145,7 +1145,7 @@ fn claims_made_to_grab_a_populating_move_are_told_why_and_only_the_oldest_that_f
     let s = setup("1Gi", ALLOWED_CLASS);
     let (dst, src) = (&s.dst.name, &s.src.name);
     let request = "db-from-src";
-    // Three claims shaped to grab the volume, each refused for one thing.
+    // Claims shaped to grab the volume, each refused for one thing.
     let grabs = [
         (
             "grab-class",
@@ -1167,6 +1167,15 @@ fn claims_made_to_grab_a_populating_move_are_told_why_and_only_the_oldest_that_f
             "ReadWriteMany",
             "1Gi",
             "access mode ReadWriteMany",
+        ),
+        // Quota counts a claim by its request: one smaller than the
+        // source's would hold the volume for less than was charged for it.
+        (
+            "grab-small",
+            ALLOWED_CLASS,
+            "ReadWriteOnce",
+            "1Mi",
+            "less than the 1Gi the volume's claim requests",
         ),
     ];
     for (name, class, mode, size, _) in grabs {
@@ -1228,7 +1237,7 @@ fn claims_made_to_grab_a_populating_move_are_told_why_and_only_the_oldest_that_f
             request,
             ALLOWED_CLASS,
             "ReadWriteOnce",
-            "512Mi",
+            "1Gi",
         ))
         .unwrap();
     wait_phase(admin(), dst, request, "Completed", WAIT);

@@ -62,7 +62,7 @@ mod clone;
 mod finish;
 mod made;
 
-pub use adopt::{adopted_misfit, candidate, misfit, misfits};
+pub use adopt::{adopted_misfit, candidate, charged, misfit, misfits};
 use clone::{before_clone_bound, is_our_clone};
 pub use clone::{clone_claim, moved_claim_name, moved_claim_name_of};
 use finish::{forward, roll_back, tidy};
@@ -665,7 +665,7 @@ fn after_lock(f: &Facts, d: &NamespaceTransfer, snapshot: &SourceClaimSnapshot) 
             Some(c) if c.uid == recorded.uid && !c.deleting => {
                 // An adopted claim is the tenant's: it must still fit (once
                 // held, it names our volume: that is ours, and fits).
-                if let Some(why) = d.populates().then(|| adopted_misfit(c, volume)).flatten() {
+                if let Some(why) = d.populates().then(|| adopted_misfit(f, c, volume)).flatten() {
                     // What is wrong with the claim is the destination's to read.
                     return finish_failed(Report {
                         reason: REASON_CLAIM_MISMATCH,

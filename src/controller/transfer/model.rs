@@ -547,7 +547,7 @@ impl World {
     }
 
     /// A claim the tenant wrote, as the controller reads it: naming the
-    /// request, a request within the volume.
+    /// request, requesting what the source claim requests.
     fn tenant_view(&self, c: &Pvc) -> Claim {
         let mut claim = Self::claim(c, "db", false);
         // Pinned to the volume by the hold before R4 (or bound).
@@ -557,6 +557,8 @@ impl World {
             namespace: None,
         });
         claim.shape.extras = true;
+        // What the source claim requests, as the quota must be charged.
+        claim.shape.request = Some("1Gi".to_owned());
         claim
     }
 

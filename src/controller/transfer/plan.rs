@@ -889,7 +889,12 @@ fn adopt(f: &Facts, p: &mut Plan, reference: &ClaimReference) {
             received_from(&f.source)
         ),
     );
-    let misfit = |c: &Claim| f.volume.as_ref().and_then(|v| super::decide::misfit(c, v));
+    let charged = super::decide::charged(f);
+    let misfit = |c: &Claim| {
+        f.volume
+            .as_ref()
+            .and_then(|v| super::decide::misfit(c, v, charged))
+    };
     for other in f.claimants.iter().filter(|c| c.uid != reference.uid) {
         match misfit(other) {
             Some(why) => tell_misfit(p, d, other, &why),

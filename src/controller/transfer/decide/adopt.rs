@@ -11,12 +11,17 @@ use crate::controller::transfer::facts::{
     quantity_bytes, volume_mode_or_default, Claim, Facts, Volume,
 };
 
+use super::recorded_source;
+
 /// Why `claim` cannot receive `volume`; `None` when it can: Pending with no
 /// `volumeName`, not deleting, no selector, the volume's class, access
 /// modes within the volume's, the same volumeMode and volume attributes
 /// class (kube binds no claim to a volume of another), and a request no
-/// larger than the volume.
-pub fn misfit(claim: &Claim, volume: &Volume) -> Option<String> {
+/// larger than the volume and no smaller than `charged`, the request of
+/// the claim the volume comes from ([`charged`]): a namespace's quota counts
+/// a claim by its request, so a smaller one would receive more than its
+/// quota was charged for (a claim the transfer makes copies that request).
+pub fn misfit(claim: &Claim, volume: &Volume, charged: Option<&str>) -> Option<String> {
     let shape = &claim.shape;
     if claim.deleting {
         return Some("it is being deleted".to_owned());
@@ -79,6 +84,15 @@ pub fn misfit(claim: &Claim, volume: &Volume) -> Option<String> {
             ))
         }
     }
+    if let (Some(r), Some(least)) = (requested, charged.and_then(quantity_bytes)) {
+        if r < least {
+            return Some(format!(
+                "it requests {}, less than the {} the volume's claim requests: the namespace's quota counts a claim by its request, so ask for at least that",
+                shape.request.as_deref().unwrap_or_default(),
+                charged.unwrap_or_default()
+            ));
+        }
+    }
     if shape.selector_or_limits {
         return Some(
             "it sets a selector or resource limits, which a moved volume does not answer to"
@@ -90,26 +104,56 @@ pub fn misfit(claim: &Claim, volume: &Volume) -> Option<String> {
 
 /// Why the claim R3 adopted can no longer receive `volume`: as [`misfit`],
 /// except that naming `volume` itself is what the hold before R4 does.
-pub fn adopted_misfit(claim: &Claim, volume: &Volume) -> Option<String> {
+pub fn adopted_misfit(f: &Facts, claim: &Claim, volume: &Volume) -> Option<String> {
     if claim.volume_name.as_deref() == Some(volume.name.as_str()) {
         let unpinned = Claim {
             volume_name: None,
             ..claim.clone()
         };
-        return misfit(&unpinned, volume);
+        return misfit(&unpinned, volume, charged(f));
     }
-    misfit(claim, volume)
+    misfit(claim, volume, charged(f))
+}
+
+/// The request the claim that holds the pair's volume makes: the one R1
+/// recorded, or before R1 the moved claim's (the source claim, or its
+/// clone). A claim that receives the volume is charged at least that.
+pub fn charged(f: &Facts) -> Option<&str> {
+    match recorded_source(&f.source) {
+        Some(snapshot) => snapshot.storage_request.as_ref().map(|q| q.0.as_str()),
+        None => f.moved_claim.as_ref()?.shape.request.as_deref(),
+    }
 }
 
 /// The claim R3 adopts: the oldest of the candidates that fits `volume`.
 pub fn candidate<'a>(f: &'a Facts, volume: &Volume) -> Option<&'a Claim> {
-    f.claimants.iter().find(|c| misfit(c, volume).is_none())
+    candidate_charged(f, volume, charged(f))
+}
+
+/// [`candidate`], charged `charged`.
+pub(super) fn candidate_charged<'a>(
+    f: &'a Facts,
+    volume: &Volume,
+    charged: Option<&str>,
+) -> Option<&'a Claim> {
+    f.claimants
+        .iter()
+        .find(|c| misfit(c, volume, charged).is_none())
 }
 
 /// The candidates that do not fit `volume`, each with why.
 pub fn misfits<'a>(f: &'a Facts, volume: &Volume) -> Vec<(&'a Claim, String)> {
+    misfits_charged(f, volume, charged(f))
+}
+
+/// [`misfits`], charged `charged`.
+pub(super) fn misfits_charged<'a>(
+    f: &'a Facts,
+    volume: &Volume,
+    charged: Option<&str>,
+) -> Vec<(&'a Claim, String)> {
     f.claimants
         .iter()
-        .filter_map(|c| misfit(c, volume).map(|why| (c, why)))
+        .filter_map(|c| misfit(c, volume, charged).map(|why| (c, why)))
         .collect()
 }

@@ -114,7 +114,7 @@ type Change = Box<dyn Fn(&mut Claim)>;
 fn every_claim_made_to_grab_the_volume_is_refused_for_what_it_asks() {
     let v = volume(Some(("prod", "db", CLAIM_UID)));
     let fits = asking("data", DATA_UID, 1_500);
-    assert_eq!(misfit(&fits, &v), None);
+    assert_eq!(misfit(&fits, &v, Some("1Gi")), None);
     let cases: Vec<(&str, Change)> = vec![
         (
             "storageClassName",
@@ -129,6 +129,10 @@ fn every_claim_made_to_grab_the_volume_is_refused_for_what_it_asks() {
             Box::new(|c| c.shape.request = Some("3Gi".to_owned())),
         ),
         ("more than the volume", Box::new(|c| c.shape.request = None)),
+        (
+            "less than the 1Gi the volume's claim requests",
+            Box::new(|c| c.shape.request = Some("512Mi".to_owned())),
+        ),
         (
             "access mode ReadWriteMany",
             Box::new(|c| c.shape.access_modes = vec!["ReadWriteMany".to_owned()]),
@@ -152,14 +156,14 @@ fn every_claim_made_to_grab_the_volume_is_refused_for_what_it_asks() {
     for (said, change) in cases {
         let mut c = fits.clone();
         change(&mut c);
-        let why = misfit(&c, &v).unwrap_or_else(|| panic!("{said}: {c:?} fits"));
+        let why = misfit(&c, &v, Some("1Gi")).unwrap_or_else(|| panic!("{said}: {c:?} fits"));
         assert!(why.contains(said), "{said}: {why}");
     }
     // Exactly the volume's size, a subset of its modes: fits.
     let mut c = fits.clone();
     c.shape.request = Some("2Gi".to_owned());
     c.shape.volume_mode = None;
-    assert_eq!(misfit(&c, &v), None);
+    assert_eq!(misfit(&c, &v, Some("1Gi")), None);
 }
 
 #[test]
