@@ -38,6 +38,13 @@
 //! request whose offer is gone is finished and holds no finalizer; a
 //! deleted offer is gone.
 //!
+//! In populate mode ([`Offered::start_populate`], DESIGN §2.3) the two
+//! requests are the ones a standing populating request made for the
+//! claims `dev/a` and `dev/b` its tenant wrote: each adopts its claim (the
+//! real candidates, misfit checks and adoption writes) instead of making
+//! one, and two more invariants hold: the controller never deletes a
+//! tenant's claim, and makes no claim of its own in `dev`.
+//!
 //! This file holds the world and the controller's turns; `offer/writes.rs`
 //! performs a plan's writes on it, and `offer/space.rs` holds the
 //! invariants above and every step from a state.
@@ -55,12 +62,14 @@ use crate::api::namespace_transfer::{
     NamespaceTransferStatus, TransferDestination, TransferMode, TransferSource,
     FINALIZER_TRANSFER_PROTECTION,
 };
-use crate::controller::transfer::decide::{decide, has_finalizer, Action, Question};
+use crate::controller::transfer::decide::{
+    decide, destination_of, has_finalizer, recorded_destination, Action, Question,
+};
 use crate::controller::transfer::destination::{
     destination_turn, unmatched, unmatched_past_deadline, Deadline, Found, Turn,
 };
 use crate::controller::transfer::facts::{
-    Admission, Claim, ClaimRef, ClaimShape, ClassPolicy, Facts, Peer, Volume,
+    Admission, Claim, ClaimRef, ClaimShape, ClassPolicy, Facts, Peer, PopulatorRef, Volume,
 };
 use crate::controller::transfer::matching::{
     destination_view, is_active, is_named, receiver_uid, role_of, standing_pairs,
@@ -68,6 +77,7 @@ use crate::controller::transfer::matching::{
 use crate::controller::transfer::plan::{
     finished_alone, plan, ClaimChange, ClusterWrite, Edit, On, VolumeChange, Write,
 };
+use crate::controller::transfer::serving::request_for;
 use crate::controller::transfer::standing::{
     count_alive, offer_turn, recount, standing_view, OfferNext, OfferWrite,
 };
@@ -164,6 +174,14 @@ pub(super) struct Offered {
     deleted: BTreeSet<String>,
     /// The uids of the destination claims the controller made.
     ours: BTreeSet<String>,
+    /// Populate mode (DESIGN §2.3): the requests are the ones a standing
+    /// populating request made for the claims its tenant wrote (`dev/a`,
+    /// `dev/b`), and each adopts its claim instead of creating one.
+    populate: bool,
+    /// Populate mode: the uids of the claims the tenant wrote.
+    tenants: BTreeSet<String>,
+    /// Whether the controller deleted a claim the tenant wrote.
+    deleted_tenant: bool,
 }
 
 impl Eq for Offered {}
@@ -185,6 +203,9 @@ impl Hash for Offered {
         self.owner_released.hash(h);
         self.deleted.hash(h);
         self.ours.hash(h);
+        self.populate.hash(h);
+        self.tenants.hash(h);
+        self.deleted_tenant.hash(h);
     }
 }
 
@@ -249,6 +270,30 @@ fn origin() -> Claim {
     }
 }
 
+/// The claim `dev/<name>` its tenant wrote: Pending, shaped as `prod/db`
+/// and requesting as much, naming the standing request `clones` in
+/// `dataSourceRef`.
+fn tenant_claim(name: &str, uid: &str) -> Claim {
+    let db = origin();
+    Claim {
+        name: name.to_owned(),
+        uid: uid.to_owned(),
+        resource_version: format!("{uid}/1"),
+        phase: "Pending".to_owned(),
+        volume_name: None,
+        populator: Some(PopulatorRef {
+            name: "clones".to_owned(),
+            namespace: None,
+        }),
+        shape: ClaimShape {
+            volume_name: None,
+            extras: true,
+            ..db.shape
+        },
+        ..db
+    }
+}
+
 /// The resourceVersion after `rv`. Each object counts its own versions
 /// (`<name or uid>/<n>`): the protocol only ever compares an object's
 /// version with one it read of the same object, and a count per object
@@ -286,9 +331,14 @@ fn update_status(
 }
 
 impl Offered {
-    /// The offer and its two requests, none reconciled yet, with `allowed`
-    /// moves.
+    /// The offer and its two requests, opened ([`Self::opened`]), with
+    /// `allowed` moves.
     pub(super) fn start(allowed: u16) -> Self {
+        Self::unopened(allowed).opened()
+    }
+
+    /// The offer and its two requests, none reconciled yet.
+    fn unopened(allowed: u16) -> Self {
         let offer = transfer(
             "prod",
             "give",
@@ -342,13 +392,61 @@ impl Offered {
             owner_released: BTreeSet::new(),
             deleted: BTreeSet::new(),
             ours: BTreeSet::new(),
+            populate: false,
+            tenants: BTreeSet::new(),
+            deleted_tenant: false,
         };
         assert_ne!(
             world.clone_name(0),
             world.clone_name(1),
             "the two requests' clones must have their own names"
         );
-        world.opened()
+        world
+    }
+
+    /// Populate mode: the tenant wrote `dev/a` and `dev/b`, Pending, each
+    /// naming the standing request `dev/clones` in `dataSourceRef`, and
+    /// `clones` made one request for each ([`request_for`]: its name here
+    /// is the model's). `clones`' own turn is not modelled: what it makes
+    /// is these two requests.
+    /// With `both` false, only `dev/a` and its request: a space small
+    /// enough to walk whole under a tenant's move or a crash.
+    pub(super) fn start_populate(allowed: u16, both: bool) -> Self {
+        let mut w = Self::unopened(allowed);
+        w.populate = true;
+        let parent = transfer(
+            "dev",
+            "clones",
+            "uid-40",
+            NamespaceTransferSpec {
+                source: TransferSource {
+                    namespace: "prod".to_owned(),
+                    name: "db".to_owned(),
+                    ..TransferSource::default()
+                },
+                destination: TransferDestination {
+                    namespace: "dev".to_owned(),
+                    name: String::new(),
+                    populate: Some(true),
+                },
+                ..NamespaceTransferSpec::default()
+            },
+        );
+        if !both {
+            w.requests[1] = None;
+        }
+        for (i, (name, uid, claim)) in REQUESTS.into_iter().enumerate().take(1 + usize::from(both))
+        {
+            let written = tenant_claim(claim, &format!("uid-t{i}"));
+            let made = request_for(&parent, &written);
+            let mut d = transfer("dev", name, uid, made.spec);
+            d.metadata.annotations = made.metadata.annotations;
+            d.metadata.owner_references = made.metadata.owner_references;
+            w.requests[i] = Some(d);
+            w.tenants.insert(written.uid.clone());
+            w.claims.insert(key("dev", claim), written);
+        }
+        w.opened()
     }
 
     /// This world once the offer has said it is open and each request has
@@ -452,7 +550,15 @@ impl Offered {
         let moved = claims
             .get(&key("prod", &s.clone_claim_name(&receiver_uid(s, d))))
             .cloned();
-        let destination = claims.get(&key("dev", &d.spec.destination.name)).cloned();
+        // A populating request's claim is the one R3 recorded; before that
+        // it has candidates (as `gather` reads them).
+        let destination = claims.get(&key("dev", destination_of(&view, d).1)).cloned();
+        let mut claimants: Vec<Claim> = if d.populates() && recorded_destination(&view).is_none() {
+            claims.values().filter(|c| c.asks(d)).cloned().collect()
+        } else {
+            Vec::new()
+        };
+        claimants.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
         let recorded = view
             .status
             .as_ref()
@@ -479,7 +585,7 @@ impl Offered {
             clone_timeout: 3_000,
             clone_waits_for_consumer: None,
             at_capacity,
-            claimants: Vec::new(),
+            claimants,
             destination_claim: destination,
             volume,
             class: ClassPolicy::Allowed,
@@ -649,12 +755,18 @@ impl Offered {
     }
 
     /// Whether the `claimRef` of volume `name`, made for request `i`'s
-    /// clone, names that clone or a destination claim the controller made.
+    /// clone, names that clone or a destination claim the controller made
+    /// (in populate mode: the one claim request `i` was made for).
     fn names_ours(&self, i: usize, name: &str, r: &ClaimRef) -> bool {
+        let destination = if self.populate {
+            r.name == REQUESTS[i].2 && self.tenants.contains(&r.uid)
+        } else {
+            self.ours.contains(&r.uid)
+        };
         (r.namespace == "prod"
             && r.name == self.clone_name(i)
             && name == Self::volume_name(i, &r.uid))
-            || (r.namespace == "dev" && self.ours.contains(&r.uid))
+            || (r.namespace == "dev" && destination)
     }
 
     fn phase_of(&self, i: usize) -> Option<Phase> {

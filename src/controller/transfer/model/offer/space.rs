@@ -6,6 +6,15 @@ use super::*;
 
 impl Space for Offered {
     fn safety(&self) -> Result<(), String> {
+        if self.deleted_tenant {
+            return Err("the controller deleted a claim its tenant wrote".to_owned());
+        }
+        if self.populate && !self.ours.is_empty() {
+            return Err(format!(
+                "a populating request made a claim of its own: {:?}",
+                self.ours
+            ));
+        }
         let alive = self.alive();
         if alive > MAX_CLONES {
             return Err(format!("{alive} clones alive, over maxClones {MAX_CLONES}"));

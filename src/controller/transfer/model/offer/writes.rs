@@ -241,6 +241,7 @@ impl Offered {
                     .filter(|c| c.uid == *uid)
                 {
                     Some(c) => {
+                        self.deleted_tenant |= self.tenants.contains(uid);
                         if !c.deleting {
                             c.deleting = true;
                             c.resource_version = next(&c.resource_version);
