@@ -76,6 +76,21 @@ pub enum Writer {
 pub const SYSTEM_MASTERS: &str = "system:masters";
 
 impl Context {
+    /// A write the controllers make in a tenant's name, as if `user` made
+    /// it: admitted as a client write (the cluster's policies and webhooks
+    /// govern it as one the tenant filed itself), recorded under this
+    /// server's field manager, fenced by the controllers' term.
+    pub fn on_behalf_of(user: Requester, fence: Fence) -> Self {
+        Self {
+            user,
+            dry_run: false,
+            writer: Writer::Client,
+            manager: CONTROLLER_MANAGER.to_owned(),
+            notes: Notes::default(),
+            fence: Some(fence),
+        }
+    }
+
     /// The name the write's fields are recorded under.
     pub fn field_manager(&self) -> &str {
         if self.manager.is_empty() && self.writer == Writer::Controller {

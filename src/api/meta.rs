@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
 use serde::{Deserialize, Serialize};
 
 use crate::api::errors::FieldCause;
@@ -219,6 +219,20 @@ pub fn set_finalizer(meta: &mut ObjectMeta, finalizer: &str, present: bool) {
     }
     if finalizers.is_empty() {
         meta.finalizers = None;
+    }
+}
+
+/// The ownerReference that makes `owner`, an object of our `kind`, the
+/// controller of another object (garbage collection deletes that object
+/// with it).
+pub fn controller_ref(kind: &ResourceInfo, owner: &ObjectMeta) -> OwnerReference {
+    OwnerReference {
+        api_version: crate::api::GROUP_VERSION.to_owned(),
+        kind: kind.kind.to_owned(),
+        name: owner.name.clone().unwrap_or_default(),
+        uid: owner.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: None,
     }
 }
 

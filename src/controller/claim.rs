@@ -728,14 +728,7 @@ pub fn claim_from_template(ec: &EphemeralClaim, owner_uid: &str) -> PersistentVo
             labels: (!labels.is_empty()).then_some(labels),
             annotations: (!annotations.is_empty()).then_some(annotations),
             owner_references: Some(vec![
-                OwnerReference {
-                    api_version: GROUP_VERSION.to_owned(),
-                    kind: EPHEMERAL_CLAIMS.kind.to_owned(),
-                    name: name_of(ec).to_owned(),
-                    uid: uid_of(ec).to_owned(),
-                    controller: Some(true),
-                    block_owner_deletion: None,
-                },
+                apimeta::controller_ref(&EPHEMERAL_CLAIMS, &ec.metadata),
                 OwnerReference {
                     api_version: OWNER_API_VERSION_V1.to_owned(),
                     kind: OWNER_KIND_POD.to_owned(),

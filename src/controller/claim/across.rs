@@ -35,7 +35,7 @@ use crate::api::namespace_transfer::{
     TransferMode, TransferSource,
 };
 use crate::controller::transfer::matching::is_active;
-use crate::registry::{DeleteOptions, ListOptions, Writer};
+use crate::registry::{DeleteOptions, ListOptions};
 
 /// Condition: the source namespace consents (a standing clone offer there).
 pub const CONDITION_SOURCE_CONSENTED: &str = "SourceConsented";
@@ -209,18 +209,8 @@ impl ClaimController {
         let Some(requester) = ec.spec.requester.clone() else {
             return Ok(Next::Done);
         };
-        // The request is the tenant's, filed on its behalf: admitted as a
-        // client write (the cluster's policies and webhooks on transfers
-        // govern it as one the tenant filed itself), under the tenant's
-        // name, and recorded as this server's fields.
-        let ctx = Context {
-            user: requester,
-            dry_run: false,
-            writer: Writer::Client,
-            manager: crate::registry::CONTROLLER_MANAGER.to_owned(),
-            notes: Default::default(),
-            fence: Some(self.leadership.fence().clone()),
-        };
+        // The request is the tenant's, filed on its behalf.
+        let ctx = Context::on_behalf_of(requester, self.leadership.fence().clone());
         self.leadership.check()?;
         match self.transfers.create(&ctx, namespace, request).await {
             Ok(_) => {
@@ -411,14 +401,10 @@ pub fn clone_request(
         metadata: ObjectMeta {
             name: ec.metadata.name.clone(),
             namespace: ec.metadata.namespace.clone(),
-            owner_references: Some(vec![OwnerReference {
-                api_version: GROUP_VERSION.to_owned(),
-                kind: EPHEMERAL_CLAIMS.kind.to_owned(),
-                name: name_of(ec).to_owned(),
-                uid: uid_of(ec).to_owned(),
-                controller: Some(true),
-                block_owner_deletion: None,
-            }]),
+            owner_references: Some(vec![apimeta::controller_ref(
+                &EPHEMERAL_CLAIMS,
+                &ec.metadata,
+            )]),
             ..ObjectMeta::default()
         },
         spec: NamespaceTransferSpec {

@@ -29,18 +29,19 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::errors::ApiError;
+use crate::api::meta::controller_ref;
 use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferSpec,
     NamespaceTransferStatus, ServedClaim, TransferDestination, TransferMode,
     ANNOTATION_SERVES_CLAIM, CONDITION_PEER_MATCHED, MAX_SERVED_LISTED, REASON_DEADLINE_EXCEEDED,
 };
-use crate::api::{GROUP_VERSION, NAMESPACE_TRANSFERS};
+use crate::api::NAMESPACE_TRANSFERS;
 use crate::controller::events::{claim_reference, reference_to, Severity};
 use crate::controller::{Error, Next};
-use crate::registry::{Context, ListOptions, Writer};
+use crate::registry::{Context, ListOptions};
 
 use super::decide::{has_finalizer, name_of, remaining, uid_of, Report};
 use super::facts::Claim;
@@ -260,14 +261,7 @@ pub(super) fn request_for(r: &NamespaceTransfer, claim: &Claim) -> NamespaceTran
                     .into_iter()
                     .collect(),
             ),
-            owner_references: Some(vec![OwnerReference {
-                api_version: GROUP_VERSION.to_owned(),
-                kind: NAMESPACE_TRANSFERS.kind.to_owned(),
-                name: name_of(r).to_owned(),
-                uid: uid_of(r).to_owned(),
-                controller: Some(true),
-                block_owner_deletion: None,
-            }]),
+            owner_references: Some(vec![controller_ref(&NAMESPACE_TRANSFERS, &r.metadata)]),
             ..ObjectMeta::default()
         },
         spec: NamespaceTransferSpec {
@@ -375,14 +369,7 @@ impl TransferController {
         let Some(requester) = r.spec.requester.clone() else {
             return Ok(());
         };
-        let ctx = Context {
-            user: requester,
-            dry_run: false,
-            writer: Writer::Client,
-            manager: crate::registry::CONTROLLER_MANAGER.to_owned(),
-            notes: Default::default(),
-            fence: Some(self.leadership.fence().clone()),
-        };
+        let ctx = Context::on_behalf_of(requester, self.leadership.fence().clone());
         self.leadership.check()?;
         let claim = request
             .served_claim_uid()

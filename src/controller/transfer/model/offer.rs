@@ -408,30 +408,20 @@ impl Offered {
     /// naming the standing request `dev/clones` in `dataSourceRef`, and
     /// `clones` made one request for each ([`request_for`]: its name here
     /// is the model's). `clones`' own turn is not modelled: what it makes
-    /// is these two requests.
-    /// With `both` false, only `dev/a` and its request: a space small
-    /// enough to walk whole under a tenant's move or a crash.
+    /// is these two requests. With `both` false, only `dev/a` and its
+    /// request: a space small enough to walk whole under a tenant's move or
+    /// a crash.
     pub(super) fn start_populate(allowed: u16, both: bool) -> Self {
         let mut w = Self::unopened(allowed);
         w.populate = true;
-        let parent = transfer(
-            "dev",
-            "clones",
-            "uid-40",
-            NamespaceTransferSpec {
-                source: TransferSource {
-                    namespace: "prod".to_owned(),
-                    name: "db".to_owned(),
-                    ..TransferSource::default()
-                },
-                destination: TransferDestination {
-                    namespace: "dev".to_owned(),
-                    name: String::new(),
-                    populate: Some(true),
-                },
-                ..NamespaceTransferSpec::default()
-            },
-        );
+        // The plain request's spec, populating.
+        let mut spec = w.requests[0]
+            .as_ref()
+            .map(|d| d.spec.clone())
+            .unwrap_or_default();
+        spec.destination.name = String::new();
+        spec.destination.populate = Some(true);
+        let parent = transfer("dev", "clones", "uid-40", spec);
         if !both {
             w.requests[1] = None;
         }
