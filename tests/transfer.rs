@@ -1464,7 +1464,27 @@ fn a_statefulsets_claims_naming_a_populating_clone_request_each_get_their_own_cl
         3,
         "no clone for the misfit"
     );
-    assert_eq!(made_by(dst, "db-clones").len(), 4, "one request per claim");
+    let children = made_by(dst, "db-clones");
+    assert_eq!(children.len(), 4, "one request per claim");
+    // Which claim a request serves is set at create or never: removing it
+    // would turn a request under way into a standing one.
+    let child = children[0]["metadata"]["name"].as_str().unwrap();
+    let refused = admin().run(&[
+        "annotate",
+        "nst",
+        child,
+        "-n",
+        dst,
+        "storage.transfer.k8s.io/serves-claim-",
+    ]);
+    assert!(
+        !refused.success
+            && refused.stderr.contains(
+                "metadata.annotations[storage.transfer.k8s.io/serves-claim]: Invalid value"
+            )
+            && refused.stderr.contains("field is immutable"),
+        "{refused:?}"
+    );
     // Scaled to 0 and its claims deleted: each clone destroyed once, the
     // source never; the requests for the claims that went go too.
     admin().ok(&["scale", "statefulset", "web", "-n", dst, "--replicas=0"]);

@@ -70,7 +70,8 @@ pub const ANNOTATION_CLONE_FOR: &str = "storage.transfer.k8s.io/clone-for";
 /// Annotation on the request a standing populating Clone request makes for
 /// one claim (DESIGN §2.3): the uid of that claim, the only one the request
 /// may adopt. The request is controlled by the standing one (its
-/// ownerReference), whose name the claim names in `dataSourceRef`.
+/// ownerReference), whose name the claim names in `dataSourceRef`. Set at
+/// create or never: an update may not add, change or remove it.
 pub const ANNOTATION_SERVES_CLAIM: &str = "storage.transfer.k8s.io/serves-claim";
 
 /// Label on a clone's PersistentVolume naming the uid of the offer it was
@@ -626,17 +627,16 @@ impl NamespaceTransfer {
             && self.served_claim_uid().is_none()
     }
 
-    /// On a request a standing populating request made for one claim: that
-    /// claim's uid ([`ANNOTATION_SERVES_CLAIM`]), when the request is
-    /// controlled by a NamespaceTransfer ([`Self::populating_parent`]).
+    /// On a populating Clone request made for one claim (by a standing
+    /// request, or by hand): that claim's uid ([`ANNOTATION_SERVES_CLAIM`],
+    /// set at create or never). It stays one made for a claim when its
+    /// owner goes or is removed, so that no edit turns a request under way
+    /// into a standing one.
     pub fn served_claim_uid(&self) -> Option<&str> {
-        self.populating_parent()?;
-        self.metadata
-            .annotations
-            .as_ref()?
-            .get(ANNOTATION_SERVES_CLAIM)
-            .map(String::as_str)
-            .filter(|uid| !uid.is_empty())
+        if !self.populates() || self.mode() != TransferMode::Clone {
+            return None;
+        }
+        serves_claim(self).filter(|uid| !uid.is_empty())
     }
 
     /// The NamespaceTransfer that controls this populating Clone request:
@@ -874,6 +874,15 @@ fn non_empty_or<'a>(value: &'a str, default: &'a str) -> &'a str {
     }
 }
 
+/// `t`'s [`ANNOTATION_SERVES_CLAIM`], whatever its spec.
+fn serves_claim(t: &NamespaceTransfer) -> Option<&str> {
+    t.metadata
+        .annotations
+        .as_ref()?
+        .get(ANNOTATION_SERVES_CLAIM)
+        .map(String::as_str)
+}
+
 /// One `field is immutable` cause per spec field that differs, naming the leaf.
 fn validate_spec_unchanged(
     errs: &mut FieldErrors,
@@ -1003,6 +1012,15 @@ impl Object for NamespaceTransfer {
         let mut errs = FieldErrors::new();
         errs.extend(self.validate_create());
         validate_spec_unchanged(&mut errs, &self.spec, &old.spec);
+        // Which claim a request serves decides what it is (a standing
+        // request or one made for a claim): set at create or never.
+        let (new, was) = (serves_claim(self), serves_claim(old));
+        if new != was {
+            errs.immutable(
+                &format!("metadata.annotations[{ANNOTATION_SERVES_CLAIM}]"),
+                new,
+            );
+        }
         errs.into_causes()
     }
 }

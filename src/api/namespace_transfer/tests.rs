@@ -100,7 +100,7 @@ fn a_populating_request_keeps_its_destination_name_empty_and_is_valid() {
 }
 
 #[test]
-fn a_populating_clone_request_is_standing_until_a_transfer_controls_it_for_one_claim() {
+fn a_populating_clone_request_is_standing_unless_it_names_the_one_claim_it_serves() {
     let mut t = defaulted(
         "dev",
         json!({"source": {"namespace": "prod", "name": "db"}, "destination": {"populate": true}, "mode": "Clone"}),
@@ -109,15 +109,15 @@ fn a_populating_clone_request_is_standing_until_a_transfer_controls_it_for_one_c
     assert_eq!(t.validate_create(), Vec::new());
     assert!(t.is_standing_request());
     assert_eq!(t.populated_name(), "db-clones");
-    // An annotation alone makes no request for one claim: only the
-    // standing request it is controlled by does.
+    // Made for one claim: by hand, it is asked for by its own name...
     t.metadata.annotations = Some(
         [(ANNOTATION_SERVES_CLAIM.to_owned(), "claim-uid".to_owned())]
             .into_iter()
             .collect(),
     );
-    assert!(t.is_standing_request());
-    assert_eq!(t.served_claim_uid(), None);
+    assert!(!t.is_standing_request());
+    assert_eq!(t.served_claim_uid(), Some("claim-uid"));
+    assert_eq!(t.populated_name(), "db-clones");
     let owner = |kind: &str, controller| OwnerReference {
         api_version: crate::api::GROUP_VERSION.to_owned(),
         kind: kind.to_owned(),
@@ -127,17 +127,71 @@ fn a_populating_clone_request_is_standing_until_a_transfer_controls_it_for_one_c
         block_owner_deletion: None,
     };
     t.metadata.owner_references = Some(vec![owner("NamespaceTransfer", false)]);
-    assert!(t.is_standing_request(), "an owner that does not control");
+    assert_eq!(
+        t.populated_name(),
+        "db-clones",
+        "an owner that does not control"
+    );
     t.metadata.owner_references = Some(vec![owner("EphemeralClaim", true)]);
-    assert!(t.is_standing_request(), "a controller of another kind");
+    assert_eq!(
+        t.populated_name(),
+        "db-clones",
+        "a controller of another kind"
+    );
+    // ...and by a standing request, by that request's name.
     t.metadata.owner_references = Some(vec![owner("NamespaceTransfer", true)]);
     assert!(!t.is_standing_request());
     assert_eq!(t.served_claim_uid(), Some("claim-uid"));
     assert_eq!(t.populated_name(), "parent");
+    // Its owner gone (an orphaning delete), it still serves that claim
+    // alone: never a standing request.
+    t.metadata.owner_references = None;
+    assert!(!t.is_standing_request());
+    assert_eq!(t.served_claim_uid(), Some("claim-uid"));
     // A Move request is never one made for a claim.
     t.spec.mode = Some(TransferMode::Move);
     assert_eq!(t.served_claim_uid(), None);
     assert!(!t.is_standing_request());
+}
+
+#[test]
+fn the_claim_a_request_serves_is_set_at_create_or_never() {
+    let field = format!("metadata.annotations[{ANNOTATION_SERVES_CLAIM}]");
+    let standing = defaulted(
+        "dev",
+        json!({"source": {"namespace": "prod", "name": "db"}, "destination": {"populate": true}, "mode": "Clone"}),
+    );
+    let serving = |uid: &str| {
+        let mut t = standing.clone();
+        t.metadata.annotations = Some(
+            [(ANNOTATION_SERVES_CLAIM.to_owned(), uid.to_owned())]
+                .into_iter()
+                .collect(),
+        );
+        t
+    };
+    let refused = |new: &NamespaceTransfer, old: &NamespaceTransfer| {
+        let causes = new.validate_update(old);
+        fields_and_reasons(&causes)
+            .iter()
+            .map(|(f, r)| (f.to_string(), r.to_string()))
+            .collect::<Vec<_>>()
+    };
+    let immutable = vec![(field.clone(), "FieldValueInvalid".to_owned())];
+    // Added (a standing request turned into one for a claim), changed, or
+    // removed (one under way turned into a standing request).
+    assert_eq!(refused(&serving("a"), &standing), immutable);
+    assert_eq!(refused(&serving("b"), &serving("a")), immutable);
+    assert_eq!(refused(&standing, &serving("a")), immutable);
+    // Other annotations come and go.
+    let mut labelled = serving("a");
+    labelled
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("team".to_owned(), "db".to_owned());
+    assert_eq!(refused(&labelled, &serving("a")), Vec::new());
 }
 
 #[test]
