@@ -143,6 +143,18 @@ pub(super) fn serving_turn(
         }
         return turn;
     }
+    let by_uid: HashMap<&str, &Claim> = claims.iter().map(|c| (c.uid.as_str(), c)).collect();
+    // A finished request whose claim is gone has nothing left to say (the
+    // standing request finished or not).
+    turn.delete = made
+        .iter()
+        .filter(|t| !is_active(t) && t.metadata.deletion_timestamp.is_none())
+        .filter(|t| {
+            t.served_claim_uid()
+                .is_none_or(|uid| !by_uid.contains_key(uid))
+        })
+        .map(|t| (*t).clone())
+        .collect();
     if !is_active(r) {
         return turn;
     }
@@ -152,12 +164,11 @@ pub(super) fn serving_turn(
             phase: Phase::Failed,
             report: Report::shared(
                 REASON_DEADLINE_EXCEEDED,
-                "activeDeadlineSeconds passed; no more claims are served, and those under way go on",
+                "activeDeadlineSeconds passed; no more claims are served, and those under way go on until this request is deleted (by its ttlSecondsAfterFinished too), which cancels them",
             ),
         });
         return turn;
     }
-    let by_uid: HashMap<&str, &Claim> = claims.iter().map(|c| (c.uid.as_str(), c)).collect();
     let made_for_uid: HashMap<&str, &NamespaceTransfer> = made
         .iter()
         .filter_map(|t| t.served_claim_uid().map(|uid| (uid, *t)))
@@ -169,17 +180,7 @@ pub(super) fn serving_turn(
         .map(|c| request_for(r, c))
         .collect();
     turn.protect = !turn.make.is_empty() && !has_finalizer(r);
-    // A finished request whose claim is gone has nothing left to say.
-    turn.delete = made
-        .iter()
-        .filter(|t| !is_active(t) && t.metadata.deletion_timestamp.is_none())
-        .filter(|t| {
-            t.served_claim_uid()
-                .is_none_or(|uid| !by_uid.contains_key(uid))
-        })
-        .map(|t| (*t).clone())
-        .collect();
-    let (served, message) = served_of(r, claims, made);
+    let (served, message) = served_of(r, claims, &made_for_uid);
     let current = r.status.as_ref();
     let changed = current.and_then(|st| st.phase) != Some(Phase::WaitingForPeer)
         || current.and_then(|st| st.message.as_deref()) != Some(message.as_str())
@@ -196,39 +197,53 @@ fn waits_for_volume(claim: &Claim) -> bool {
     claim.volume_name.is_none() && !claim.deleting && matches!(claim.phase.as_str(), "" | "Pending")
 }
 
-/// The claims standing request `r` serves (oldest claim first, at most
-/// [`MAX_SERVED_LISTED`]) and its message, which counts them all.
+/// The claims standing request `r` serves, by the request made for each
+/// (`made_for_uid`), and its message, which counts them all. At most
+/// [`MAX_SERVED_LISTED`] are listed: those whose request failed first (a
+/// claim is told why it waits from this list), then those under way, then
+/// those served; oldest claim first within each.
 fn served_of(
     r: &NamespaceTransfer,
     claims: &[Claim],
-    made: &[&NamespaceTransfer],
+    made_for_uid: &HashMap<&str, &NamespaceTransfer>,
 ) -> (Vec<ServedClaim>, String) {
-    let mut served = Vec::new();
+    let mut listed = Vec::new();
     let (mut done, mut failed, mut under_way) = (0usize, 0usize, 0usize);
     for claim in claims {
-        let Some(t) = made
-            .iter()
-            .find(|t| t.served_claim_uid() == Some(claim.uid.as_str()))
-        else {
+        let Some(t) = made_for_uid.get(claim.uid.as_str()) else {
             continue;
         };
         let status = t.status.as_ref();
         let phase = status.and_then(|st| st.phase);
-        match phase {
-            Some(Phase::Completed) => done += 1,
-            Some(p) if p.is_finished() => failed += 1,
-            _ => under_way += 1,
-        }
-        if served.len() < MAX_SERVED_LISTED {
-            served.push(ServedClaim {
-                name: claim.name.clone(),
-                uid: claim.uid.clone(),
-                transfer: name_of(t).to_owned(),
-                phase,
-                reason: status.and_then(|st| st.reason.clone()),
-            });
-        }
+        let rank = match phase {
+            Some(Phase::Completed) => {
+                done += 1;
+                2
+            }
+            Some(p) if p.is_finished() => {
+                failed += 1;
+                0
+            }
+            _ => {
+                under_way += 1;
+                1
+            }
+        };
+        listed.push((rank, claim, *t, phase));
     }
+    // Stable: oldest first within a rank.
+    listed.sort_by_key(|(rank, ..)| *rank);
+    let served = listed
+        .into_iter()
+        .take(MAX_SERVED_LISTED)
+        .map(|(_, claim, t, phase)| ServedClaim {
+            name: claim.name.clone(),
+            uid: claim.uid.clone(),
+            transfer: name_of(t).to_owned(),
+            phase,
+            reason: t.status.as_ref().and_then(|st| st.reason.clone()),
+        })
+        .collect();
     let message = format!(
         "serving the claims of this namespace that name NamespaceTransfer {} in dataSourceRef, each with a clone of {}/{}: {done} served, {under_way} under way, {failed} failed",
         name_of(r),

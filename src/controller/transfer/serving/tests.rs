@@ -249,3 +249,58 @@ fn a_request_someone_else_controls_or_for_no_claim_is_not_the_standing_requests(
     elsewhere.metadata.namespace = Some("prod".to_owned());
     assert!(!made_for(&elsewhere, &r));
 }
+
+#[test]
+fn past_the_listing_bound_the_claims_whose_request_failed_are_listed_first() {
+    let r = standing();
+    let total = MAX_SERVED_LISTED + 5;
+    let claims: Vec<Claim> = (0..total)
+        .map(|i| claim(&format!("c{i:03}"), NOW - 1_000 + i as i64, "Bound"))
+        .collect();
+    // The oldest are served; the newest two failed.
+    let made_for: Vec<NamespaceTransfer> = claims
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let phase = if i + 2 >= total {
+                Phase::Failed
+            } else {
+                Phase::Completed
+            };
+            made(&r, c, Some(phase))
+        })
+        .collect();
+    let refs: Vec<&NamespaceTransfer> = made_for.iter().collect();
+    let turn = serving_turn(&r, &claims, &refs, NOW);
+    let Some(ServingWrite::Serving { served, message }) = &turn.write else {
+        panic!("{:?}", turn.write);
+    };
+    assert_eq!(served.len(), MAX_SERVED_LISTED);
+    let names: Vec<&str> = served.iter().take(3).map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        vec!["c103", "c104", "c000"],
+        "failed first, then oldest"
+    );
+    assert!(
+        message.contains(&format!("{} served", total - 2)) && message.contains("2 failed"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_finished_standing_request_still_deletes_the_finished_requests_whose_claim_went() {
+    let mut r = standing();
+    r.status.as_mut().unwrap().phase = Some(Phase::Failed);
+    let went = made(
+        &r,
+        &claim("went", NOW - 30, "Pending"),
+        Some(Phase::Completed),
+    );
+    let stays_claim = claim("stays", NOW - 20, "Bound");
+    let stays = made(&r, &stays_claim, Some(Phase::Completed));
+    let turn = serving_turn(&r, &[stays_claim], &[&went, &stays], NOW);
+    let deleted: Vec<&str> = turn.delete.iter().map(name_of).collect();
+    assert_eq!(deleted, vec![name_of(&went)]);
+    assert!(turn.make.is_empty() && turn.write.is_none(), "{turn:?}");
+}

@@ -383,3 +383,55 @@ fn a_clone_is_made_only_for_a_claim_that_a_clone_of_the_source_fits() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+#[test]
+fn a_request_made_for_a_claim_that_went_after_its_clone_was_made_fails_instead_of_keeping_the_clone(
+) {
+    let mut f = clone_populating();
+    // Made by the standing request `clones` for `dev/data` alone.
+    if let Peer::Found(d) = &mut f.peer {
+        let parent = ObjectMeta {
+            name: Some("clones".to_owned()),
+            uid: Some("uid-clones".to_owned()),
+            ..ObjectMeta::default()
+        };
+        d.metadata.owner_references = Some(vec![crate::api::meta::controller_ref(
+            &crate::api::NAMESPACE_TRANSFERS,
+            &parent,
+        )]);
+        d.metadata.annotations = Some(
+            [(
+                crate::api::namespace_transfer::ANNOTATION_SERVES_CLAIM.to_owned(),
+                DATA_UID.to_owned(),
+            )]
+            .into_iter()
+            .collect(),
+        );
+    }
+    let mut data = asking("data", DATA_UID, 1_500);
+    data.populator = Some(PopulatorRef {
+        name: "clones".to_owned(),
+        namespace: None,
+    });
+    f.claimants = vec![data];
+    // The clone made and bound; the claim still there: on to the lock.
+    let mut clone = made_clone(&f);
+    clone.phase = "Bound".to_owned();
+    clone.volume_name = Some("pv-db".to_owned());
+    clone.shape.volume_name = clone.volume_name.clone();
+    f.volume = Some(volume(Some(("prod", &clone.name, &clone.uid))));
+    f.moved_claim = Some(clone);
+    assert!(
+        !matches!(decide(&f), Action::Finish { .. } | Action::Wait { .. }),
+        "{:?}",
+        decide(&f)
+    );
+    // The claim went: C1 made the clone locked, so the pair ends (and its
+    // rollback deletes the clone) rather than wait for a claim that can
+    // never come.
+    assert_eq!(f.moved_claim.as_ref().unwrap().lock.as_deref(), Some(S_UID));
+    f.claimants = Vec::new();
+    let report = assert_finish(decide(&f), Phase::Failed, REASON_CLAIM_MISMATCH);
+    assert!(report.destination.contains("went"), "{report:?}");
+    assert!(!report.source.contains("data"), "{report:?}");
+}

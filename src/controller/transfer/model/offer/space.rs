@@ -59,6 +59,14 @@ impl Space for Offered {
                     "request {i}'s offer is gone, and it still holds on"
                 ));
             }
+            // A request made for a claim that went keeps no clone for it.
+            let claim_gone = !self.claims.contains_key(&key("dev", REQUESTS[i].2));
+            let clone = self.claims.get(&key("prod", &self.clone_name(i)));
+            if self.populate && claim_gone && is_active(d) && clone.is_some_and(|c| !c.deleting) {
+                return Err(format!(
+                    "request {i}'s claim went, and it keeps its clone: {clone:?}"
+                ));
+            }
             let dest_deleted = self.made
                 & [OfferMove::DeleteDestinationA, OfferMove::DeleteDestinationB][i] as u16
                 != 0;
