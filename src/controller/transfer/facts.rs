@@ -221,6 +221,15 @@ impl Claim {
     }
 }
 
+/// The claims among `claims` that populating request `d` may serve
+/// ([`Claim::asks`]), oldest first (by creation, then name): R3's
+/// candidates.
+pub fn claimants_of(d: &NamespaceTransfer, claims: impl IntoIterator<Item = Claim>) -> Vec<Claim> {
+    let mut found: Vec<Claim> = claims.into_iter().filter(|c| c.asks(d)).collect();
+    found.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+    found
+}
+
 /// The parts of a claim's spec the destination claim copies, and what else
 /// would make a claim something R3 did not make.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]

@@ -18,7 +18,7 @@ use super::decide::{
     destination_claim, destination_of, moved_claim_name_of, peer_or_self, recorded_destination,
     recorded_source, uid_of, Refusal, Side,
 };
-use super::facts::{Admission, Claim, ClassPolicy, Facts, Peer, Volume};
+use super::facts::{claimants_of, Admission, Claim, ClassPolicy, Facts, Peer, Volume};
 use super::matching::{is_active, is_named, role_of};
 use super::{matching, TransferController};
 
@@ -102,17 +102,14 @@ impl TransferController {
             ),
         )?;
         let claimants = match populating.filter(|_| recorded_destination(&s).is_none()) {
-            Some(d) => {
-                let mut found: Vec<Claim> = cluster
+            Some(d) => claimants_of(
+                d,
+                cluster
                     .claims_naming_transfers(d.own_namespace())
                     .await?
                     .iter()
-                    .map(Claim::from)
-                    .filter(|c| c.asks(d))
-                    .collect();
-                found.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
-                found
-            }
+                    .map(Claim::from),
+            ),
             None => Vec::new(),
         };
         let clone_failure = match moved_claim

@@ -105,37 +105,36 @@ pub fn misfit(claim: &Claim, volume: &Volume, charged: Option<&str>) -> Option<S
 /// Why the claim R3 adopted can no longer receive `volume`: as [`misfit`],
 /// except that naming `volume` itself is what the hold before R4 does.
 pub fn adopted_misfit(f: &Facts, claim: &Claim, volume: &Volume) -> Option<String> {
+    let charged = charged(f);
     if claim.volume_name.as_deref() == Some(volume.name.as_str()) {
         let unpinned = Claim {
             volume_name: None,
             ..claim.clone()
         };
-        return misfit(&unpinned, volume, charged(f));
+        return misfit(&unpinned, volume, charged);
     }
-    misfit(claim, volume, charged(f))
+    misfit(claim, volume, charged)
 }
 
 /// The request the claim that holds the pair's volume makes: the one R1
 /// recorded, or before R1 the moved claim's (the source claim, or its
-/// clone). A claim that receives the volume is charged at least that.
+/// clone), or before C1 the origin's (which the clone copies). A claim that
+/// receives the volume is charged at least that.
 pub fn charged(f: &Facts) -> Option<&str> {
-    match recorded_source(&f.source) {
-        Some(snapshot) => snapshot.storage_request.as_ref().map(|q| q.0.as_str()),
-        None => f.moved_claim.as_ref()?.shape.request.as_deref(),
+    if let Some(snapshot) = recorded_source(&f.source) {
+        return snapshot.storage_request.as_ref().map(|q| q.0.as_str());
     }
+    f.moved_claim
+        .as_ref()
+        .or(f.clone_source.as_ref())?
+        .shape
+        .request
+        .as_deref()
 }
 
 /// The claim R3 adopts: the oldest of the candidates that fits `volume`.
 pub fn candidate<'a>(f: &'a Facts, volume: &Volume) -> Option<&'a Claim> {
-    candidate_charged(f, volume, charged(f))
-}
-
-/// [`candidate`], charged `charged`.
-pub(super) fn candidate_charged<'a>(
-    f: &'a Facts,
-    volume: &Volume,
-    charged: Option<&str>,
-) -> Option<&'a Claim> {
+    let charged = charged(f);
     f.claimants
         .iter()
         .find(|c| misfit(c, volume, charged).is_none())
@@ -143,15 +142,7 @@ pub(super) fn candidate_charged<'a>(
 
 /// The candidates that do not fit `volume`, each with why.
 pub fn misfits<'a>(f: &'a Facts, volume: &Volume) -> Vec<(&'a Claim, String)> {
-    misfits_charged(f, volume, charged(f))
-}
-
-/// [`misfits`], charged `charged`.
-pub(super) fn misfits_charged<'a>(
-    f: &'a Facts,
-    volume: &Volume,
-    charged: Option<&str>,
-) -> Vec<(&'a Claim, String)> {
+    let charged = charged(f);
     f.claimants
         .iter()
         .filter_map(|c| misfit(c, volume, charged).map(|why| (c, why)))

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::controller::transfer::facts::{Claim, ClassPolicy, Facts, Peer, Volume};
 
-use super::adopt::{candidate_charged, misfits_charged};
+use super::adopt::{candidate, misfits};
 use super::{
     destination_of, destination_text, finish_failed, has_finalizer, recorded_source,
     rights_and_admission, uid_of, wait, Action, Report, REASON_CLAIM_MISMATCH,
@@ -171,12 +171,11 @@ pub(super) fn volume_to_be(origin: &Claim) -> Volume {
 /// claim fits.
 fn unfit_for_clone(f: &Facts, d: &NamespaceTransfer, origin: &Claim) -> Option<Action> {
     let volume = volume_to_be(origin);
-    let charged = origin.shape.request.as_deref();
-    if candidate_charged(f, &volume, charged).is_some() {
+    if candidate(f, &volume).is_some() {
         return None;
     }
     let (ns, name) = (d.own_namespace(), d.populated_name());
-    let destination = match misfits_charged(f, &volume, charged).first() {
+    let destination = match misfits(f, &volume).first() {
         Some((claim, why)) => format!(
             "PersistentVolumeClaim {ns}/{} cannot receive a clone of the volume: {why}",
             claim.name

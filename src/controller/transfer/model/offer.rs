@@ -69,7 +69,8 @@ use crate::controller::transfer::destination::{
     destination_turn, unmatched, unmatched_past_deadline, Deadline, Found, Turn,
 };
 use crate::controller::transfer::facts::{
-    Admission, Claim, ClaimRef, ClaimShape, ClassPolicy, Facts, Peer, PopulatorRef, Volume,
+    claimants_of, Admission, Claim, ClaimRef, ClaimShape, ClassPolicy, Facts, Peer, PopulatorRef,
+    Volume,
 };
 use crate::controller::transfer::matching::{
     destination_view, is_active, is_named, receiver_uid, role_of, standing_pairs,
@@ -543,12 +544,11 @@ impl Offered {
         // A populating request's claim is the one R3 recorded; before that
         // it has candidates (as `gather` reads them).
         let destination = claims.get(&key("dev", destination_of(&view, d).1)).cloned();
-        let mut claimants: Vec<Claim> = if d.populates() && recorded_destination(&view).is_none() {
-            claims.values().filter(|c| c.asks(d)).cloned().collect()
+        let claimants = if d.populates() && recorded_destination(&view).is_none() {
+            claimants_of(d, claims.values().cloned())
         } else {
             Vec::new()
         };
-        claimants.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
         let recorded = view
             .status
             .as_ref()
