@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::api::ephemeral_claim::EphemeralClaim;
 use crate::api::errors::ApiError;
 use crate::api::meta::{Object, Requester};
-use crate::api::namespace_transfer::{NamespaceTransfer, Role, TransferMode};
+use crate::api::namespace_transfer::{NamespaceTransfer, Role, TransferMode, SNAPSHOT_GROUP};
 use crate::authz::{Attributes, Authorizer, Decision, ResourceAttributes};
 use crate::registry::{Admission, Context};
 
@@ -41,6 +41,17 @@ impl Right {
         }
     }
 
+    fn snapshots(verb: &'static str, namespace: &str, name: &str, because: &'static str) -> Self {
+        Self {
+            verb,
+            group: SNAPSHOT_GROUP.to_owned(),
+            resource: "volumesnapshots".to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            because,
+        }
+    }
+
     /// `delete persistentvolumeclaims "db" in namespace "prod"`.
     pub fn describe(&self) -> String {
         let resource = if self.group.is_empty() {
@@ -60,10 +71,29 @@ impl Right {
 /// The rights a NamespaceTransfer's requester needs (§2.1.2, §2.1.5a):
 /// giving a claim away is deleting it from the source namespace; giving a
 /// clone of it is reading it and creating a claim (the clone) there;
-/// receiving either is creating a claim in the destination namespace.
+/// receiving either is creating a claim in the destination namespace. A
+/// VolumeSnapshot (§2.1.7) is given away by deleting it, and received by
+/// creating one.
 pub fn transfer_rights(obj: &NamespaceTransfer) -> Vec<Right> {
     let source_ns = obj.source_namespace();
     let source = obj.spec.source.name.as_str();
+    if obj.moves_snapshot() {
+        let give = || Right::snapshots("delete", source_ns, source, "giving a snapshot away");
+        let receive = || {
+            Right::snapshots(
+                "create",
+                obj.destination_namespace(),
+                "",
+                "receiving a snapshot",
+            )
+        };
+        return match obj.role() {
+            Ok(Role::Source) => vec![give()],
+            Ok(Role::Destination) => vec![receive()],
+            Ok(Role::Both) => vec![give(), receive()],
+            Err(_) => Vec::new(),
+        };
+    }
     let give = || match obj.mode() {
         TransferMode::Move => vec![Right::pvcs(
             "delete",

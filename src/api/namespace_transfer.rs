@@ -23,8 +23,13 @@ use crate::api::meta::{string_enum_schema, Object, Requester};
 use crate::api::validation::{self, BadValue, FieldErrors};
 use crate::api::NAMESPACE_TRANSFERS;
 
-/// The only `spec.source.kind` of v1alpha1, and its default.
+/// `spec.source.kind` for a claim's volume, and the default.
 pub const SOURCE_KIND_PERSISTENT_VOLUME_CLAIM: &str = "PersistentVolumeClaim";
+/// `spec.source.kind` for a VolumeSnapshot (group `snapshot.storage.k8s.io`,
+/// DESIGN §2.1.7).
+pub const SOURCE_KIND_VOLUME_SNAPSHOT: &str = "VolumeSnapshot";
+/// The API group of VolumeSnapshots, their contents and classes.
+pub const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
 
 /// Condition: a peer transfer has been matched (§2.1.3).
 pub const CONDITION_PEER_MATCHED: &str = "PeerMatched";
@@ -88,6 +93,10 @@ pub const ANNOTATION_TRANSFER_LOCK: &str = "storage.transfer.k8s.io/transfer";
 /// PV annotation recording the reclaim policy to restore (R2).
 pub const ANNOTATION_ORIGINAL_RECLAIM_POLICY: &str =
     "storage.transfer.k8s.io/original-reclaim-policy";
+/// VolumeSnapshotContent annotation recording the deletion policy to restore
+/// (the snapshot protocol's R2).
+pub const ANNOTATION_ORIGINAL_DELETION_POLICY: &str =
+    "storage.transfer.k8s.io/original-deletion-policy";
 /// Destination-PVC annotation naming the source claim, `<namespace>/<name>` (R3).
 pub const ANNOTATION_TRANSFERRED_FROM: &str = "storage.transfer.k8s.io/transferred-from";
 /// PV annotation naming the uid of a destination claim that was deleted after
@@ -161,12 +170,13 @@ pub struct NamespaceTransferSpec {
     pub max_clones: Option<i32>,
 }
 
-/// The claim whose volume is transferred.
+/// The claim whose volume is transferred, or the VolumeSnapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TransferSource {
-    /// The kind of the source object. Only `PersistentVolumeClaim` (the default) is
-    /// supported in v1alpha1.
+    /// The kind of the source object: `PersistentVolumeClaim` (the default), or
+    /// `VolumeSnapshot` (group `snapshot.storage.k8s.io`), which moves the snapshot
+    /// itself to a VolumeSnapshot of the destination namespace (mode `Move` only).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
     /// The namespace of the source claim. Defaults to the transfer's own namespace.
@@ -347,6 +357,17 @@ pub struct NamespaceTransferStatus {
     /// volume away (Source or Both) only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination_claim: Option<ClaimReference>,
+    /// For a VolumeSnapshot source: the snapshot given away and its content,
+    /// recorded when the snapshot was locked (R1). Set on the side that gives
+    /// it away (Source or Both) only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_snapshot: Option<SourceSnapshotRecord>,
+    /// For a VolumeSnapshot source: the destination snapshot and the content
+    /// made for it, recorded right after they were created (R3). The move is
+    /// committed once that content is bound to that snapshot (by uid) and
+    /// ready to use. Set on the side that gives the snapshot away only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_snapshot: Option<SnapshotReference>,
     /// When the transfer completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
@@ -528,6 +549,38 @@ pub struct ClaimReference {
     pub uid: String,
 }
 
+/// What the move of a VolumeSnapshot needs to know about the source snapshot,
+/// saved when it is locked (R1).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceSnapshotRecord {
+    /// The snapshot's name, in the source namespace.
+    pub name: String,
+    /// Its uid, so that a snapshot recreated under the same name is never
+    /// mistaken for it.
+    pub uid: String,
+    /// The VolumeSnapshotContent it was bound to.
+    pub content_name: String,
+    /// Its `status.restoreSize`, if the driver reported one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_size: Option<Quantity>,
+}
+
+/// The VolumeSnapshot a move made in the destination namespace, and the
+/// VolumeSnapshotContent made for it (R3).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotReference {
+    /// The snapshot's namespace.
+    pub namespace: String,
+    /// The snapshot's name.
+    pub name: String,
+    /// The snapshot's uid.
+    pub uid: String,
+    /// The content made for it.
+    pub content_name: String,
+}
+
 /// A claim a populating Clone request serves, and the request made for it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -594,6 +647,11 @@ impl NamespaceTransfer {
     /// `spec.destination.namespace`, or its default, the transfer's own namespace.
     pub fn destination_namespace(&self) -> &str {
         non_empty_or(&self.spec.destination.namespace, self.own_namespace())
+    }
+
+    /// Whether the source is a VolumeSnapshot (DESIGN §2.1.7), not a claim.
+    pub fn moves_snapshot(&self) -> bool {
+        self.spec.source.kind == SOURCE_KIND_VOLUME_SNAPSHOT
     }
 
     /// `spec.mode`, or its default, `Move`.
@@ -742,12 +800,30 @@ impl NamespaceTransfer {
     fn validate_spec(&self, errs: &mut FieldErrors) {
         let spec = &self.spec;
         let kind = spec.source.kind.as_str();
-        if !kind.is_empty() && kind != SOURCE_KIND_PERSISTENT_VOLUME_CLAIM {
+        if !kind.is_empty()
+            && kind != SOURCE_KIND_PERSISTENT_VOLUME_CLAIM
+            && kind != SOURCE_KIND_VOLUME_SNAPSHOT
+        {
             errs.not_supported(
                 "spec.source.kind",
                 kind,
-                &[SOURCE_KIND_PERSISTENT_VOLUME_CLAIM],
+                &[
+                    SOURCE_KIND_PERSISTENT_VOLUME_CLAIM,
+                    SOURCE_KIND_VOLUME_SNAPSHOT,
+                ],
             );
+        }
+        if kind == SOURCE_KIND_VOLUME_SNAPSHOT {
+            if self.mode() == TransferMode::Clone {
+                errs.not_supported("spec.mode", TransferMode::Clone.as_str(), &["Move"]);
+            }
+            if spec.destination.populate == Some(true) {
+                errs.invalid(
+                    "spec.destination.populate",
+                    "true",
+                    "a VolumeSnapshot is received as a VolumeSnapshot, not into a claim",
+                );
+            }
         }
         if !spec.source.namespace.is_empty() {
             validation::validate_dns1123_label(

@@ -595,5 +595,7 @@ pub fn pod_uses_claim(pod: &Pod, claim: &str) -> bool {
     names_claim(pod, spec, claim)
 }
 
+mod snapshots;
+
 #[cfg(test)]
 mod tests;

@@ -59,6 +59,7 @@
 pub mod decide;
 pub mod facts;
 pub mod matching;
+pub mod snapshot;
 
 mod destination;
 mod execute;

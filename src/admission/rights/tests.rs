@@ -118,3 +118,39 @@ fn a_claim_cloned_from_another_namespace_needs_only_to_create_its_claim() {
         "the consent is prod's standing offer, not the requester's right to read prod"
     );
 }
+
+#[test]
+fn a_snapshot_is_given_by_deleting_it_and_received_by_creating_one() {
+    let source = transfer(
+        "prod",
+        serde_json::json!({"source": {"kind": "VolumeSnapshot", "name": "nightly"},
+                           "destination": {"namespace": "dev"}}),
+    );
+    let give = transfer_rights(&source);
+    assert_eq!(
+        give,
+        [Right::snapshots(
+            "delete",
+            "prod",
+            "nightly",
+            "giving a snapshot away"
+        )]
+    );
+    assert_eq!(
+        give[0].describe(),
+        "delete volumesnapshots.snapshot.storage.k8s.io \"nightly\" in namespace \"prod\""
+    );
+    let destination = transfer(
+        "dev",
+        serde_json::json!({"source": {"kind": "VolumeSnapshot", "namespace": "prod", "name": "nightly"}}),
+    );
+    assert_eq!(
+        transfer_rights(&destination),
+        [Right::snapshots(
+            "create",
+            "dev",
+            "",
+            "receiving a snapshot"
+        )]
+    );
+}

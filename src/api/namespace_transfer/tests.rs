@@ -366,9 +366,9 @@ fn each_spec_rule_names_its_field() {
             vec![("spec.destination.name", "FieldValueInvalid")],
         ),
         (
-            "source kind other than PersistentVolumeClaim",
+            "source kind neither PersistentVolumeClaim nor VolumeSnapshot",
             "dev",
-            json!({"source": {"kind": "VolumeSnapshot", "namespace": "prod", "name": "db"}}),
+            json!({"source": {"kind": "Secret", "namespace": "prod", "name": "db"}}),
             vec![("spec.source.kind", "FieldValueNotSupported")],
         ),
         (
@@ -458,14 +458,39 @@ fn a_zero_ttl_and_a_one_second_deadline_are_allowed() {
 }
 
 #[test]
-fn an_unsupported_source_kind_lists_the_supported_one() {
+fn an_unsupported_source_kind_lists_the_supported_ones() {
     let t = defaulted(
         "dev",
-        json!({"source": {"kind": "VolumeSnapshot", "namespace": "prod", "name": "db"}}),
+        json!({"source": {"kind": "ConfigMap", "namespace": "prod", "name": "db"}}),
     );
     assert_eq!(
         t.validate_create()[0].message,
-        "Unsupported value: \"VolumeSnapshot\": supported values: \"PersistentVolumeClaim\""
+        "Unsupported value: \"ConfigMap\": supported values: \"PersistentVolumeClaim\", \"VolumeSnapshot\""
+    );
+}
+
+#[test]
+fn a_volume_snapshot_source_is_valid_in_move_mode() {
+    let t = defaulted(
+        "dev",
+        json!({"source": {"kind": "VolumeSnapshot", "namespace": "prod", "name": "nightly"}}),
+    );
+    assert!(t.validate_create().is_empty(), "{:?}", t.validate_create());
+    assert!(t.moves_snapshot());
+}
+
+#[test]
+fn a_volume_snapshot_source_refuses_clone_mode_and_populate() {
+    let t = defaulted(
+        "dev",
+        json!({"source": {"kind": "VolumeSnapshot", "namespace": "prod", "name": "nightly"},
+               "mode": "Clone", "destination": {"populate": true}}),
+    );
+    let fields: Vec<_> = t.validate_create().into_iter().map(|c| c.field).collect();
+    assert!(fields.contains(&"spec.mode".to_owned()), "{fields:?}");
+    assert!(
+        fields.contains(&"spec.destination.populate".to_owned()),
+        "{fields:?}"
     );
 }
 

@@ -61,6 +61,7 @@ mod adopt;
 mod clone;
 mod finish;
 mod made;
+pub mod snapshot;
 
 pub use adopt::{adopted_misfit, candidate, charged, misfit, misfits};
 use clone::{before_clone_bound, is_our_clone};
@@ -257,6 +258,8 @@ pub enum Action {
     DropFinalizers,
     /// Delete the finished source object once its TTL has passed.
     Expire,
+    /// A step of moving a VolumeSnapshot (DESIGN §2.1.7).
+    Snapshot(snapshot::SnapshotAction),
 }
 
 /// A fact the decision asks for ([`Action::Ask`]), gathered only when a
@@ -292,6 +295,9 @@ impl Question {
 /// ([`Question::LiveReads`]) when the facts are watch copies.
 pub fn decide(f: &Facts) -> Action {
     if let Some(refused) = &f.refused {
+        if f.snapshot.is_some() {
+            return snapshot::after_refusal(f, refused);
+        }
         return after_refusal(f, refused);
     }
     let action = protocol(f);
@@ -377,6 +383,9 @@ fn after_refusal(f: &Facts, refused: &Refused) -> Action {
 
 /// The protocol itself, on the facts as gathered.
 fn protocol(f: &Facts) -> Action {
+    if let Some(snapshots) = &f.snapshot {
+        return snapshot::protocol(f, snapshots);
+    }
     let s = &f.source;
     let status = s.status.as_ref();
     let phase = status.and_then(|st| st.phase);
@@ -398,70 +407,11 @@ fn protocol(f: &Facts) -> Action {
 // ----- before the commit ---------------------------------------------------------
 
 fn active(f: &Facts) -> Action {
-    let s = &f.source;
-    let d = match &f.peer {
-        Peer::Itself => s,
-        Peer::Found(d) => d.as_ref(),
-        Peer::Gone => {
-            return cancel("the matched transfer in the destination namespace was deleted")
-        }
-        Peer::Unmatched => {
-            let recorded_peer = s.status.as_ref().and_then(|st| st.peer.as_ref()).is_some();
-            if recorded_peer || recorded_source(s).is_some() {
-                return cancel("the matched transfer in the destination namespace was deleted");
-            }
-            if deadline_passed(s, f.now) {
-                return finish_failed(Report::shared(
-                    REASON_DEADLINE_EXCEEDED,
-                    "activeDeadlineSeconds passed before the transfer was matched",
-                ));
-            }
-            return Action::Wait {
-                phase: Phase::WaitingForPeer,
-                report: Report::shared(
-                    REASON_WAITING_FOR_PEER,
-                    format!(
-                        "waiting for a NamespaceTransfer in namespace {:?} that requests claim {:?}",
-                        s.destination_namespace(),
-                        s.spec.source.name
-                    ),
-                ),
-                in_use: false,
-                // Its peer's arrival is an event on our own objects; only
-                // a deadline needs a timer.
-                after: remaining(s, f.now),
-            };
-        }
+    let d = match paired(f) {
+        Pairing::Ready(d) => d,
+        Pairing::Act(action) => return action,
     };
-    for t in [s, d] {
-        if t.metadata.deletion_timestamp.is_some() {
-            return cancel(&format!(
-                "NamespaceTransfer {}/{} was deleted before the volume was handed over",
-                t.own_namespace(),
-                name_of(t)
-            ));
-        }
-    }
-    if deadline_passed(s, f.now) || deadline_passed(d, f.now) {
-        return finish_failed(Report::shared(
-            REASON_DEADLINE_EXCEEDED,
-            "activeDeadlineSeconds passed before the volume could be moved",
-        ));
-    }
-    if s.mode() != d.mode() {
-        // Matching pairs equal modes; a rename has one.
-        return finish_failed(Report::shared(
-            REASON_MODE_NOT_SUPPORTED,
-            format!(
-                "the two sides ask for different modes ({} and {})",
-                s.mode(),
-                d.mode()
-            ),
-        ));
-    }
-    if !match_recorded(s, d) {
-        return Action::RecordMatch;
-    }
+    let s = &f.source;
     match recorded_source(s) {
         None => {
             if s.mode() == TransferMode::Clone {
@@ -473,6 +423,94 @@ fn active(f: &Facts) -> Action {
         }
         Some(snapshot) => after_lock(f, d, snapshot),
     }
+}
+
+/// What [`paired`] found: the peer to go on with, or what to do instead.
+enum Pairing<'a> {
+    Ready(&'a NamespaceTransfer),
+    Act(Action),
+}
+
+/// Before the commit, what any pair checks first, whatever it moves: its
+/// peer (found, gone, or not yet matched), either side's deletion, the
+/// deadlines, equal modes, and the match recorded on both. The peer, or
+/// the action those checks call for.
+fn paired(f: &Facts) -> Pairing<'_> {
+    let s = &f.source;
+    let d = match &f.peer {
+        Peer::Itself => s,
+        Peer::Found(d) => d.as_ref(),
+        Peer::Gone => {
+            return Pairing::Act(cancel(
+                "the matched transfer in the destination namespace was deleted",
+            ))
+        }
+        Peer::Unmatched => {
+            let recorded_peer = s.status.as_ref().and_then(|st| st.peer.as_ref()).is_some();
+            let locked = recorded_source(s).is_some() || snapshot::recorded_source(s).is_some();
+            if recorded_peer || locked {
+                return Pairing::Act(cancel(
+                    "the matched transfer in the destination namespace was deleted",
+                ));
+            }
+            if deadline_passed(s, f.now) {
+                return Pairing::Act(finish_failed(Report::shared(
+                    REASON_DEADLINE_EXCEEDED,
+                    "activeDeadlineSeconds passed before the transfer was matched",
+                )));
+            }
+            let what = if s.moves_snapshot() {
+                "VolumeSnapshot"
+            } else {
+                "claim"
+            };
+            return Pairing::Act(Action::Wait {
+                phase: Phase::WaitingForPeer,
+                report: Report::shared(
+                    REASON_WAITING_FOR_PEER,
+                    format!(
+                        "waiting for a NamespaceTransfer in namespace {:?} that requests {what} {:?}",
+                        s.destination_namespace(),
+                        s.spec.source.name
+                    ),
+                ),
+                in_use: false,
+                // Its peer's arrival is an event on our own objects; only
+                // a deadline needs a timer.
+                after: remaining(s, f.now),
+            });
+        }
+    };
+    for t in [s, d] {
+        if t.metadata.deletion_timestamp.is_some() {
+            return Pairing::Act(cancel(&format!(
+                "NamespaceTransfer {}/{} was deleted before the volume was handed over",
+                t.own_namespace(),
+                name_of(t)
+            )));
+        }
+    }
+    if deadline_passed(s, f.now) || deadline_passed(d, f.now) {
+        return Pairing::Act(finish_failed(Report::shared(
+            REASON_DEADLINE_EXCEEDED,
+            "activeDeadlineSeconds passed before the volume could be moved",
+        )));
+    }
+    if s.mode() != d.mode() {
+        // Matching pairs equal modes; a rename has one.
+        return Pairing::Act(finish_failed(Report::shared(
+            REASON_MODE_NOT_SUPPORTED,
+            format!(
+                "the two sides ask for different modes ({} and {})",
+                s.mode(),
+                d.mode()
+            ),
+        )));
+    }
+    if !match_recorded(s, d) {
+        return Pairing::Act(Action::RecordMatch);
+    }
+    Pairing::Ready(d)
 }
 
 /// The peer object of the facts, if there is one to write to.

@@ -119,8 +119,9 @@ pub(super) fn destination_turn<'a>(d: &NamespaceTransfer, found: Found<'a>, now:
             Phase::WaitingForPeer,
             REASON_WAITING_FOR_PEER,
             format!(
-                "waiting for a NamespaceTransfer in namespace {:?} that offers claim {:?} to this namespace",
+                "waiting for a NamespaceTransfer in namespace {:?} that offers {} {:?} to this namespace",
                 d.source_namespace(),
+                if d.moves_snapshot() { "VolumeSnapshot" } else { "claim" },
                 d.spec.source.name
             ),
         ),

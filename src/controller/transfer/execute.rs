@@ -17,6 +17,7 @@ use crate::controller::{fault, object_key, Error, Next};
 
 use super::decide::{peer_or_self, Action, Refused};
 use super::facts::Facts;
+use super::plan::snapshot::SnapshotWrite;
 use super::plan::{label, plan, ClusterWrite, Edit, EventWrite, On, Plan, StatusChange, Write};
 use super::status::{apply_change, now};
 use super::{Step, TransferController};
@@ -63,6 +64,8 @@ pub(super) trait Hands {
     async fn publish(&self, regarding: &ObjectReference, event: &EventWrite);
     /// Reconciles `t` again.
     fn wake(&self, t: &NamespaceTransfer);
+    /// A write to a VolumeSnapshot or its content; a create's uid.
+    async fn snapshot(&self, write: &SnapshotWrite) -> Result<Option<String>, ClusterError>;
 }
 
 impl TransferController {
@@ -145,6 +148,11 @@ pub(super) async fn perform(
                         reference.uid = created.clone().unwrap_or_default();
                     }
                 }
+                if let Edit::SnapshotDestination(reference) = &mut change.edit {
+                    if reference.uid.is_empty() {
+                        reference.uid = created.clone().unwrap_or_default();
+                    }
+                }
                 let phase = hands.status(t, &change, (s, peer), written).await?;
                 if *on == On::Source {
                     written = phase;
@@ -172,6 +180,23 @@ pub(super) async fn perform(
                     hands.wake(t);
                 }
             }
+            Write::Snapshot(w) => match hands.snapshot(w).await {
+                Ok(uid) => created = uid.or(created),
+                // Every snapshot write is conditional (a resourceVersion or
+                // uid), and a create that finds its object made stops too.
+                Err(
+                    ClusterError::Conflict { .. }
+                    | ClusterError::NotFound { .. }
+                    | ClusterError::AlreadyExists { .. },
+                ) => return stop,
+                Err(ClusterError::Refused { message, .. }) if w.may_be_refused() => {
+                    return Ok(Outcome::Refused(Refused {
+                        step: p.step.unwrap_or(Step::CreateDestination),
+                        message,
+                    }))
+                }
+                Err(e) => return Err(e.into()),
+            },
         }
         // A crash right after an Event leaves the cluster as a crash right
         // before it did: no decision reads an Event. Not a boundary.
@@ -254,6 +279,44 @@ impl Hands for TransferController {
 
     fn wake(&self, t: &NamespaceTransfer) {
         self.queue.add(&object_key(t));
+    }
+
+    async fn snapshot(&self, write: &SnapshotWrite) -> Result<Option<String>, ClusterError> {
+        let c = &self.cluster;
+        match write {
+            SnapshotWrite::Snapshot {
+                namespace, name, ..
+            } => c
+                .patch_volume_snapshot(namespace, name, &write.patch())
+                .await
+                .map(|()| None),
+            SnapshotWrite::Content { name, .. } => c
+                .patch_snapshot_content(name, &write.patch())
+                .await
+                .map(|()| None),
+            SnapshotWrite::CreateContent(object) => {
+                c.create_snapshot_content(object).await.map(Some)
+            }
+            SnapshotWrite::CreateSnapshot { namespace, object } => {
+                c.create_volume_snapshot(namespace, object).await.map(Some)
+            }
+            SnapshotWrite::DeleteSnapshot {
+                namespace,
+                name,
+                uid,
+            } => c
+                .delete_volume_snapshot(namespace, name, uid)
+                .await
+                .map(|()| None),
+            SnapshotWrite::DeleteContent {
+                name,
+                uid,
+                resource_version,
+            } => c
+                .delete_snapshot_content(name, uid, Some(resource_version))
+                .await
+                .map(|()| None),
+        }
     }
 }
 

@@ -98,6 +98,10 @@ pub struct Facts {
     /// admission, a webhook): the step and the API's message. The decision
     /// says what that means; nothing was made.
     pub refused: Option<Refused>,
+    /// For a VolumeSnapshot source (DESIGN §2.1.7): the snapshots and
+    /// contents the move decides on. The claim and volume facts above are
+    /// then all empty.
+    pub snapshot: Option<super::snapshot::SnapshotFacts>,
 }
 
 /// A create or delete of a protocol step that kube-apiserver refused.

@@ -14,13 +14,14 @@ use crate::api::namespace_transfer::{
 use crate::controller::cluster::{Cluster, ClusterError};
 use crate::controller::{object_key, Error};
 
+use super::decide::snapshot as snapshot_decide;
 use super::decide::{
     destination_claim, destination_of, moved_claim_name_of, peer_or_self, recorded_destination,
     recorded_source, uid_of, Refusal, Side,
 };
 use super::facts::{claimants_of, Admission, Claim, ClassPolicy, Facts, Peer, Volume};
 use super::matching::{is_active, is_named, role_of};
-use super::{matching, TransferController};
+use super::{matching, snapshot, TransferController};
 
 impl TransferController {
     /// Reads every fact the decision needs: our objects live from etcd,
@@ -57,6 +58,9 @@ impl TransferController {
                 None => Peer::Unmatched,
             }
         };
+        if s.moves_snapshot() {
+            return self.gather_snapshot(s, peer).await;
+        }
         let source_ns = s.source_namespace().to_owned();
         let clone_mode = s.mode() == TransferMode::Clone;
         // The claim the protocol moves: the source claim, or its clone.
@@ -197,7 +201,147 @@ impl TransferController {
             admission: None,
             live,
             refused: None,
+            snapshot: None,
         })
+    }
+
+    /// The facts of a snapshot move (DESIGN §2.1.7), all read live: the
+    /// snapshot controller's objects have no watch copy here. The claim and
+    /// volume facts stay empty.
+    async fn gather_snapshot(&self, s: NamespaceTransfer, peer: Peer) -> Result<Facts, Error> {
+        let c = &self.cluster;
+        let source_ns = s.source_namespace().to_owned();
+        let record = snapshot_decide::recorded_source(&s).cloned();
+        let recorded_dest = snapshot_decide::recorded_destination(&s).cloned();
+        let destination = match (&recorded_dest, &peer) {
+            (Some(dest), _) => Some((dest.namespace.as_str(), dest.name.as_str())),
+            (None, Peer::Itself) => Some(destination_of(&s, &s)),
+            (None, Peer::Found(d)) => Some(destination_of(&s, d)),
+            (None, _) => None,
+        }
+        .map(|(ns, name)| (ns.to_owned(), name.to_owned()));
+        let source_name = record
+            .as_ref()
+            .map_or(s.spec.source.name.clone(), |r| r.name.clone());
+        let new_content_name = snapshot::content_name(&s);
+        let (source, new_content, dest) = tokio::try_join!(
+            c.volume_snapshot(&source_ns, &source_name),
+            c.snapshot_content(&new_content_name),
+            async {
+                match &destination {
+                    Some((ns, name)) if !name.is_empty() => c.volume_snapshot(ns, name).await,
+                    _ => Ok(None),
+                }
+            },
+        )?;
+        let source = source.as_ref().map(snapshot::Snapshot::from);
+        let old_name = record
+            .as_ref()
+            .map(|r| r.content_name.clone())
+            .or_else(|| source.as_ref().and_then(|x| x.bound_content.clone()));
+        let old_content = match &old_name {
+            Some(name) => c
+                .snapshot_content(name)
+                .await?
+                .as_ref()
+                .map(snapshot::Content::from),
+            None => None,
+        };
+        let class = old_content
+            .as_ref()
+            .and_then(|o| o.class.clone())
+            .or_else(|| source.as_ref().and_then(|x| x.class.clone()));
+        let refused_by_class = self
+            .snapshot_class_policy(&source_ns, &source_name, class.as_deref())
+            .await?;
+        let mine = uid_of(&s).to_owned();
+        let lock_holder_active = match source.as_ref().and_then(|x| x.lock.clone()) {
+            Some(holder) if holder != mine => self
+                .all_transfers()
+                .await?
+                .iter()
+                .any(|t| is_active(t) && t.metadata.uid.as_deref() == Some(holder.as_str())),
+            _ => false,
+        };
+        let snapshots = snapshot::SnapshotFacts {
+            source,
+            old_content,
+            new_content: new_content.as_ref().map(snapshot::Content::from),
+            destination: dest.as_ref().map(snapshot::Snapshot::from),
+            refused_by_class,
+            lock_holder_active,
+        };
+        Ok(Facts {
+            now: Timestamp::now().as_second(),
+            allow_all_storage_classes: self.options.allow_all_storage_classes,
+            source: s,
+            peer,
+            moved_claim: None,
+            clone_source: None,
+            clone_failure: None,
+            clone_timeout: 0,
+            clone_waits_for_consumer: None,
+            at_capacity: false,
+            destination_claim: None,
+            claimants: Vec::new(),
+            volume: None,
+            class: ClassPolicy::Unknown,
+            users: None,
+            lock_holder_active: false,
+            rights: None,
+            admission: None,
+            live: true,
+            refused: None,
+            snapshot: Some(snapshots),
+        })
+    }
+
+    /// Why the VolumeSnapshotClass `class` of the snapshot `namespace/name`
+    /// keeps it from moving, if it does: it lacks the opt-in (unless the
+    /// server allows every class), or its snapshotter secret is templated
+    /// by the snapshot's namespace or name.
+    async fn snapshot_class_policy(
+        &self,
+        namespace: &str,
+        name: &str,
+        class: Option<&str>,
+    ) -> Result<Option<String>, Error> {
+        let object = format!("VolumeSnapshot {namespace}/{name}");
+        let Some(class) = class else {
+            return Ok((!self.options.allow_all_storage_classes).then(|| {
+                format!("{object} has no VolumeSnapshotClass, and this server does not run with --allow-all-storage-classes")
+            }));
+        };
+        let Some(found) = self.cluster.snapshot_class(class).await? else {
+            return Ok(Some(format!(
+                "VolumeSnapshotClass {class:?} of {object} does not exist"
+            )));
+        };
+        let parameters: std::collections::BTreeMap<String, String> = found
+            .data
+            .get("parameters")
+            .cloned()
+            .and_then(|p| serde_json::from_value(p).ok())
+            .unwrap_or_default();
+        if let Some(why) = snapshot::templated_secret(&parameters) {
+            return Ok(Some(format!(
+                "VolumeSnapshotClass {class:?} of {object} cannot move it: {why}"
+            )));
+        }
+        if self.options.allow_all_storage_classes {
+            return Ok(None);
+        }
+        let allowed = found
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_ALLOW_NAMESPACE_TRANSFER))
+            .is_some_and(|v| v == "true");
+        Ok((!allowed).then(|| {
+            format!(
+                "VolumeSnapshotClass {class:?} of {object} does not allow namespace transfers: it lacks the annotation {ANNOTATION_ALLOW_NAMESPACE_TRANSFER}: \"true\""
+            )
+        }))
     }
 
     /// Whether the volume's StorageClass allows transfers.
@@ -260,6 +404,16 @@ impl TransferController {
     /// The pods that use the claim the protocol moves (the source claim or
     /// its clone), live.
     pub(super) async fn users_of(&self, f: &Facts) -> Result<Vec<String>, Error> {
+        if f.source.moves_snapshot() {
+            // A snapshot's users are the claims being restored from it.
+            let s = &f.source;
+            let name = snapshot_decide::recorded_source(s)
+                .map_or(s.spec.source.name.as_str(), |r| r.name.as_str());
+            return Ok(self
+                .cluster
+                .claims_restoring_from(s.source_namespace(), name)
+                .await?);
+        }
         let Some(name) = moved_claim_name_of(&f.source, &f.peer) else {
             // The decision asks only once the claim is known; never answer
             // "nobody" for a claim that is not.

@@ -675,6 +675,7 @@ impl World {
             admission: None,
             live: self.cache.is_none(),
             refused: None,
+            snapshot: None,
         }
     }
 

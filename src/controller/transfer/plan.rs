@@ -40,12 +40,14 @@
 //! variant of [`Write`]), never for a new action.
 
 mod cluster;
+pub(super) mod snapshot;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
 
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus,
-    PairRecord, Role, SourceClaimSnapshot, TransferStepName as StepName,
+    PairRecord, Role, SnapshotReference, SourceClaimSnapshot, SourceSnapshotRecord,
+    TransferStepName as StepName,
 };
 use crate::controller::events::{claim_reference, reference_to, Severity};
 use crate::controller::{object_key, Next};
@@ -54,6 +56,7 @@ pub(super) use cluster::{cluster_writes, ClusterWrite};
 #[cfg(test)]
 pub(super) use cluster::{ClaimChange, VolumeChange};
 
+use super::decide::snapshot::{label as snapshot_label, step_of as snapshot_step_of};
 use super::decide::{
     destination_of, in_use_message, misfits, moved_claim_name_of, name_of, peer_or_self,
     recorded_destination, recorded_source, Action, Report, REASON_CLAIM_MISMATCH, REASON_COMPLETED,
@@ -98,6 +101,8 @@ pub(super) enum Write {
     Event(EventWrite),
     /// Reconcile one of our objects again (it is not woken otherwise).
     Wake(On),
+    /// A write to a VolumeSnapshot or its content (DESIGN §2.1.7).
+    Snapshot(snapshot::SnapshotWrite),
 }
 
 /// A status edit: say `say` (reason and message) first, then `edit`, then
@@ -166,6 +171,17 @@ pub(super) enum Edit {
     PairRecord(Box<PairRecord>),
     /// The peer shows this outcome of the source object's.
     Mirror(Box<NamespaceTransferStatus>),
+    /// A snapshot move's R1: Rebinding, `SourceReleased=True` saying
+    /// `released`, the step; on the source object also R1's record.
+    SnapshotLocked {
+        record: Option<SourceSnapshotRecord>,
+        released: String,
+    },
+    /// A snapshot move's R3 memory. An empty uid means the snapshot the
+    /// create before this write made.
+    SnapshotDestination(SnapshotReference),
+    /// A snapshot move's R6: Completed, `Ready=True`, the step.
+    SnapshotCompleted,
 }
 
 /// An Event to publish.
@@ -270,6 +286,7 @@ pub(super) fn label(action: &Action) -> &'static str {
         Action::Mirror => "Mirror",
         Action::DropFinalizers => "DropFinalizers",
         Action::Expire => "Expire",
+        Action::Snapshot(a) => snapshot_label(a),
     }
 }
 
@@ -288,6 +305,7 @@ pub(super) fn step_of(action: &Action) -> Option<Step> {
         Action::Commit { .. } => Some(Step::Commit),
         Action::ReleaseSource { .. } => Some(Step::ReleaseSource),
         Action::UnlockDestination | Action::Settle { .. } | Action::Complete => Some(Step::Settle),
+        Action::Snapshot(a) => snapshot_step_of(a),
         Action::Nothing { .. }
         | Action::Wait { .. }
         | Action::RecordMatch
@@ -329,7 +347,10 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                 in_use,
             });
             let was = s.status.as_ref().and_then(|st| st.reason.as_deref());
-            if was != Some(report.reason) && report.reason == REASON_SOURCE_IN_USE {
+            if was != Some(report.reason)
+                && report.reason == REASON_SOURCE_IN_USE
+                && f.snapshot.is_none()
+            {
                 let claim = claim_reference(
                     source_ns,
                     &moved_claim_name_of(s, &f.peer).unwrap_or_default(),
@@ -611,6 +632,7 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                 report.source.clone(),
             );
         }
+        Action::Snapshot(a) => snapshot::plan(f, &mut p, a),
         Action::Mirror => {
             if other(f).is_some() && !is_standing_pair(s) {
                 let status = s.status.clone().unwrap_or_default();

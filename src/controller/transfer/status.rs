@@ -276,7 +276,12 @@ pub(super) fn apply_change(
             st.reason = None;
         }
         Edit::Committed { rebound } => {
-            set(st, CONDITION_REBOUND, true, "ClaimRefMoved", rebound);
+            let how = if t.moves_snapshot() {
+                "SnapshotBound"
+            } else {
+                "ClaimRefMoved"
+            };
+            set(st, CONDITION_REBOUND, true, how, rebound);
             st.reason = None;
             st.record_step(StepName::Committed, now);
         }
@@ -312,6 +317,26 @@ pub(super) fn apply_change(
             }
         }
         Edit::Mirror(status) => mirror(st, status, source, t),
+        Edit::SnapshotLocked { record, released } => {
+            st.phase = Some(Phase::Rebinding);
+            st.reason = None;
+            if let Some(record) = record {
+                st.source_snapshot = Some(record.clone());
+            }
+            set(st, CONDITION_SOURCE_RELEASED, true, "NotInUse", released);
+            st.record_step(StepName::Locked, now);
+        }
+        Edit::SnapshotDestination(reference) => {
+            st.destination_snapshot = Some(reference.clone());
+            st.record_step(StepName::Created, now);
+        }
+        Edit::SnapshotCompleted => {
+            st.phase = Some(Phase::Completed);
+            st.completion_time = Some(now.clone());
+            let message = said();
+            set(st, CONDITION_READY, true, REASON_COMPLETED, &message);
+            st.record_step(StepName::Settled, now);
+        }
     }
     let recorded_peer = match change.peer_of {
         Some(On::Source) => Some(source),

@@ -177,6 +177,7 @@ pub(in crate::controller::transfer) fn fresh() -> Facts {
         admission: None,
         live: true,
         refused: None,
+        snapshot: None,
     }
 }
 

@@ -17,6 +17,7 @@ use crate::controller::transfer::decide::tests::{
 use crate::controller::transfer::decide::{
     snapshot_of, Action, Question, Report, REASON_DESTINATION_LOST,
 };
+use crate::controller::transfer::plan::snapshot::SnapshotWrite;
 use crate::controller::transfer::plan::{plan, Edit, On, Write};
 
 /// One call the executor made.
@@ -29,6 +30,7 @@ enum Made {
     Delete(String),
     Event(ObjectReference, &'static str, String),
     Wake(String),
+    Snapshot(SnapshotWrite),
 }
 
 /// A fake that records every call, gives created claims the uid
@@ -122,6 +124,15 @@ impl Hands for Recorder {
     fn wake(&self, t: &NamespaceTransfer) {
         let _ = self.record(Made::Wake(uid(t)));
     }
+
+    async fn snapshot(&self, write: &SnapshotWrite) -> Result<Option<String>, ClusterError> {
+        self.record(Made::Snapshot(write.clone()))?;
+        Ok(matches!(
+            write,
+            SnapshotWrite::CreateContent(_) | SnapshotWrite::CreateSnapshot { .. }
+        )
+        .then(|| "uid-created".to_owned()))
+    }
 }
 
 /// What performing `p` must come to: each write of the plan, to the object
@@ -148,6 +159,11 @@ fn expected(f: &Facts, p: &Plan) -> Vec<Made> {
                         r.uid = "uid-created".to_owned();
                     }
                 }
+                if let Edit::SnapshotDestination(r) = &mut change.edit {
+                    if r.uid.is_empty() {
+                        r.uid = "uid-created".to_owned();
+                    }
+                }
                 object(*on).map(|u| Made::Status(u, change))
             }
             Write::Finalizer { on, present } => object(*on).map(|u| Made::Finalizer(u, *present)),
@@ -160,6 +176,7 @@ fn expected(f: &Facts, p: &Plan) -> Vec<Made> {
                 Some(Made::Event(regarding, e.reason, e.note.clone()))
             }
             Write::Wake(on) => object(*on).map(Made::Wake),
+            Write::Snapshot(w) => Some(Made::Snapshot(w.clone())),
         })
         .collect()
 }

@@ -585,6 +585,7 @@ impl Offered {
             admission: None,
             live: live || self.cache.is_none(),
             refused: None,
+            snapshot: None,
         })
     }
 

@@ -252,6 +252,10 @@ impl World {
                         | Edit::Committed { .. }
                         | Edit::Step(_)
                         | Edit::PairRecord(_) => {}
+                        // A snapshot move's records: not a claim's pair.
+                        Edit::SnapshotLocked { .. }
+                        | Edit::SnapshotDestination(_)
+                        | Edit::SnapshotCompleted => {}
                     }
                     match change.peer_of {
                         Some(On::Source) => t.peer = Some(su),
@@ -277,6 +281,9 @@ impl World {
                 true
             }
             Write::Event(_) | Write::Wake(_) => true,
+            // A claim's pair plans no snapshot write (`model/snapshot.rs`
+            // checks those).
+            Write::Snapshot(_) => false,
         }
     }
 

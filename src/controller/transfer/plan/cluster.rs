@@ -371,7 +371,8 @@ pub(in crate::controller::transfer) fn cluster_writes(
         | Action::DestinationLost { .. }
         | Action::Mirror
         | Action::DropFinalizers
-        | Action::Expire => Vec::new(),
+        | Action::Expire
+        | Action::Snapshot(_) => Vec::new(),
     };
     writes.into_iter().flatten().collect()
 }

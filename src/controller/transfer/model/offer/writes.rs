@@ -124,6 +124,8 @@ impl Offered {
                 true
             }
             Write::Event(_) | Write::Wake(_) => true,
+            // An offer of a claim plans no snapshot write.
+            Write::Snapshot(_) => false,
         }
     }
 
