@@ -1,16 +1,19 @@
 //! The command line of `kubectl transfer`: its commands, kubectl's global
-//! flags it honours, and the checks of its arguments that need no server.
+//! flags it honours, and the checks of its arguments that need no server,
+//! among them what a target names: a claim (`db`), or a VolumeSnapshot
+//! (`snapshot/nightly`).
 
 use std::fmt;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::api::namespace_transfer::SOURCE_KIND_VOLUME_SNAPSHOT;
 use crate::api::validation;
 
-/// Move a PersistentVolumeClaim's volume to another namespace. Both
-/// namespaces consent: the source side offers, the destination side
-/// requests. No data is copied.
+/// Move a PersistentVolumeClaim's volume, or a VolumeSnapshot, to another
+/// namespace. Both namespaces consent: the source side offers, the
+/// destination side requests. No data is copied.
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl-transfer",
@@ -18,6 +21,7 @@ use crate::api::validation;
     version,
     about,
     after_help = "Flags go after the command: `kubectl transfer offer db --to dev -n prod`.\n\
+                  A VolumeSnapshot is named snapshot/NAME: `kubectl transfer offer snapshot/nightly --to dev -n prod`.\n\
                   Exit codes: 0 done (Completed), 1 refused or an error, 2 bad usage, \
                   3 Failed, 4 Cancelled, 5 --timeout passed."
 )]
@@ -68,9 +72,11 @@ pub struct Global {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// The source side: offer CLAIM, in this namespace, to another namespace.
+    /// The source side: offer CLAIM (or snapshot/NAME, a VolumeSnapshot), in
+    /// this namespace, to another namespace.
     Offer(Offer),
-    /// The destination side: ask for NAMESPACE/CLAIM to be moved into this namespace.
+    /// The destination side: ask for NAMESPACE/CLAIM (or
+    /// NAMESPACE/snapshot/NAME) to be moved into this namespace.
     Request(Request),
     /// Show a transfer's phase and the steps it has passed.
     Status(Status),
@@ -87,14 +93,16 @@ pub enum Command {
 /// What offer and request share.
 #[derive(Debug, Clone, Args)]
 pub struct Create {
-    /// The name of the claim to create on the destination side (default: the source claim's).
+    /// The name of the claim (or snapshot) to create on the destination side
+    /// (default: the source's).
     #[arg(long, value_name = "NEW")]
     pub name: Option<String>,
     /// Hand over a clone of the claim and keep the original (mode Clone).
     /// On offer without --name: a standing offer, one clone per request.
+    /// Not for a snapshot, which only moves.
     #[arg(long)]
     pub clone: bool,
-    /// The NamespaceTransfer's own name (default: CLAIM-to-NAMESPACE or CLAIM-from-NAMESPACE).
+    /// The NamespaceTransfer's own name (default: NAME-to-NAMESPACE or NAME-from-NAMESPACE).
     #[arg(long = "transfer-name", value_name = "NAME")]
     pub transfer_name: Option<String>,
     #[command(flatten)]
@@ -109,10 +117,11 @@ pub struct Create {
 
 #[derive(Debug, Clone, Args)]
 pub struct Offer {
-    /// The claim to give away, in this namespace.
-    #[arg(value_name = "CLAIM")]
-    pub claim: String,
-    /// The namespace that receives the volume.
+    /// What to give away, in this namespace: CLAIM, a PersistentVolumeClaim
+    /// (or pvc/CLAIM); snapshot/NAME (or volumesnapshot/NAME), a VolumeSnapshot.
+    #[arg(value_name = "[snapshot/]NAME")]
+    pub source: String,
+    /// The namespace that receives the volume or the snapshot.
     #[arg(long, value_name = "NAMESPACE")]
     pub to: String,
     #[command(flatten)]
@@ -121,11 +130,14 @@ pub struct Offer {
 
 #[derive(Debug, Clone, Args)]
 pub struct Request {
-    /// The claim to receive, as NAMESPACE/CLAIM.
-    #[arg(value_name = "NAMESPACE/CLAIM")]
+    /// What to receive: NAMESPACE/CLAIM, a PersistentVolumeClaim (or
+    /// NAMESPACE/pvc/CLAIM); NAMESPACE/snapshot/NAME (or
+    /// NAMESPACE/volumesnapshot/NAME), a VolumeSnapshot.
+    #[arg(value_name = "NAMESPACE/[snapshot/]NAME")]
     pub source: String,
     /// Create no claim: the claims of this namespace whose dataSourceRef names
-    /// the transfer receive the volume (a volume populator). Not with --name.
+    /// the transfer receive the volume (a volume populator). Not with --name,
+    /// nor for a snapshot.
     #[arg(long, conflicts_with = "name")]
     pub populate: bool,
     #[command(flatten)]
@@ -215,20 +227,127 @@ impl fmt::Display for Usage {
     }
 }
 
-/// `NAMESPACE/CLAIM`, each part a valid name.
-pub fn parse_source(text: &str) -> Result<(String, String), Usage> {
+/// What a transfer moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A PersistentVolumeClaim's volume: `db`, or `pvc/db`.
+    Claim,
+    /// A VolumeSnapshot (`spec.source.kind: VolumeSnapshot`): `snapshot/db`
+    /// or `volumesnapshot/db`. It only moves: no clone, no populating.
+    Snapshot,
+}
+
+impl Kind {
+    /// The kind a target's first word names, as kubectl would accept it.
+    fn from_word(word: &str) -> Option<Kind> {
+        match word {
+            "pvc" | "pvcs" | "persistentvolumeclaim" | "persistentvolumeclaims" => {
+                Some(Kind::Claim)
+            }
+            "snapshot" | "snapshots" | "volumesnapshot" | "volumesnapshots" => Some(Kind::Snapshot),
+            _ => None,
+        }
+    }
+
+    /// The word a person uses for it: `claim` or `snapshot`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Kind::Claim => "claim",
+            Kind::Snapshot => "snapshot",
+        }
+    }
+
+    /// `spec.source.kind`: left empty for a claim (the server's default),
+    /// `VolumeSnapshot` for a snapshot.
+    pub fn source_kind(self) -> &'static str {
+        match self {
+            Kind::Claim => "",
+            Kind::Snapshot => SOURCE_KIND_VOLUME_SNAPSHOT,
+        }
+    }
+}
+
+/// What a command names: a claim or a snapshot, by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub kind: Kind,
+    pub name: String,
+}
+
+impl Target {
+    pub fn claim(name: &str) -> Self {
+        Self {
+            kind: Kind::Claim,
+            name: name.to_owned(),
+        }
+    }
+
+    pub fn snapshot(name: &str) -> Self {
+        Self {
+            kind: Kind::Snapshot,
+            name: name.to_owned(),
+        }
+    }
+}
+
+/// As the plugin writes it back in a hint: `db` for a claim, as always;
+/// `snapshot/nightly` for a snapshot.
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            Kind::Claim => f.write_str(&self.name),
+            Kind::Snapshot => write!(f, "snapshot/{}", self.name),
+        }
+    }
+}
+
+/// `NAME` or `KIND/NAME`: the kind and the name, if `text` has that shape
+/// and names a kind; the name is not checked yet.
+fn split_target(text: &str) -> Option<(Kind, &str)> {
+    let (kind, name) = match text.split_once('/') {
+        None => (Kind::Claim, text),
+        Some((word, name)) => (Kind::from_word(word)?, name),
+    };
+    (!name.is_empty() && !name.contains('/')).then_some((kind, name))
+}
+
+/// What `offer` gives away: `CLAIM`, `pvc/CLAIM`, `snapshot/NAME` or
+/// `volumesnapshot/NAME`, the name a valid one.
+pub fn parse_target(text: &str) -> Result<Target, Usage> {
+    let (kind, name) = split_target(text).ok_or_else(|| {
+        Usage(format!(
+            "{text:?} is neither CLAIM nor snapshot/NAME: give the claim's name, as in db, or the VolumeSnapshot's, as in snapshot/nightly"
+        ))
+    })?;
+    check_name(kind, name)?;
+    Ok(Target {
+        kind,
+        name: name.to_owned(),
+    })
+}
+
+/// What `request` receives: `NAMESPACE/CLAIM` or `NAMESPACE/snapshot/NAME`
+/// (or the other words [`parse_target`] takes), each part a valid name.
+pub fn parse_source(text: &str) -> Result<(String, Target), Usage> {
     let bad = || {
         Usage(format!(
-            "{text:?} is not NAMESPACE/CLAIM: give the source namespace and the claim's name, as in prod/db"
+            "{text:?} is not NAMESPACE/CLAIM or NAMESPACE/snapshot/NAME: give the source namespace and the claim's name, as in prod/db, or the VolumeSnapshot's, as in prod/snapshot/nightly"
         ))
     };
-    let (namespace, claim) = text.split_once('/').ok_or_else(bad)?;
-    if claim.contains('/') || namespace.is_empty() || claim.is_empty() {
+    let (namespace, rest) = text.split_once('/').ok_or_else(bad)?;
+    if namespace.is_empty() {
         return Err(bad());
     }
+    let (kind, name) = split_target(rest).ok_or_else(bad)?;
     check_namespace(namespace)?;
-    check_claim(claim)?;
-    Ok((namespace.to_owned(), claim.to_owned()))
+    check_name(kind, name)?;
+    Ok((
+        namespace.to_owned(),
+        Target {
+            kind,
+            name: name.to_owned(),
+        },
+    ))
 }
 
 /// A namespace name: a DNS-1123 label.
@@ -241,11 +360,14 @@ pub fn check_namespace(name: &str) -> Result<(), Usage> {
     }
 }
 
-/// A claim name: a DNS-1123 subdomain.
-pub fn check_claim(name: &str) -> Result<(), Usage> {
+/// A claim's or a snapshot's name: a DNS-1123 subdomain.
+pub fn check_name(kind: Kind, name: &str) -> Result<(), Usage> {
     match validation::is_dns1123_subdomain(name).first() {
         None => Ok(()),
-        Some(why) => Err(Usage(format!("{name:?} is not a valid claim name: {why}"))),
+        Some(why) => Err(Usage(format!(
+            "{name:?} is not a valid {} name: {why}",
+            kind.noun()
+        ))),
     }
 }
 

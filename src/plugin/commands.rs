@@ -1,7 +1,8 @@
 //! The commands of `kubectl transfer`, each a few API calls as the user the
 //! kubeconfig names: offer and request create a NamespaceTransfer (or ask
-//! the server's admission about one, `--dry-run=server`), status and
-//! `--wait` follow one by watching it, list lists, cancel deletes.
+//! the server's admission about one, `--dry-run=server`) for a claim or a
+//! VolumeSnapshot, status and `--wait` follow one by watching it, list
+//! lists, cancel deletes.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -10,18 +11,22 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
 use kube::{Api, Client, Config};
 
-use super::args::{self, Cli, Command, Create, DryRun, Global, Output, Shell};
+use super::args::{self, Cli, Command, Create, DryRun, Global, Kind, Output, Shell, Target};
 use super::error::{explain, Doing, Failure, Served};
 use super::output;
 use super::progress::{self, Follower};
 use crate::api::meta::is_condition_true;
 use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferSpec, TransferDestination,
-    TransferMode, TransferSource, TransferStepName, CONDITION_REBOUND,
+    TransferMode, TransferSource, TransferStepName, CONDITION_REBOUND, SNAPSHOT_GROUP,
+    SOURCE_KIND_VOLUME_SNAPSHOT,
 };
 use crate::api::{GROUP_VERSION, NAMESPACE_TRANSFERS};
 
@@ -166,9 +171,34 @@ async fn connect(g: &Global) -> Result<Session, Failure> {
 async fn offer(session: &Session, a: args::Offer) -> Result<(), Failure> {
     let (t, hint) = plan_offer(&session.namespace, &a)?;
     if a.create.dry_run != DryRun::Client {
-        claim_exists(session, &a.claim).await?;
+        let source = &t.spec.source.name;
+        if t.moves_snapshot() {
+            snapshot_exists(session, source).await?;
+        } else {
+            claim_exists(session, source).await?;
+        }
     }
     create(session, t, &a.create, hint).await
+}
+
+/// A snapshot only moves: `--clone` (and on a request `--populate`) cannot
+/// go with one. Mode Clone from a snapshot (restore it, then move the
+/// claim) is not supported yet.
+fn refuse_for_snapshot(target: &Target, clone: bool, populate: bool) -> Result<(), Failure> {
+    if target.kind != Kind::Snapshot {
+        return Ok(());
+    }
+    if clone {
+        return Err(Failure::Usage(format!(
+            "--clone cannot go with {target}: a VolumeSnapshot only moves. To hand over a copy, restore the snapshot into a claim and transfer that claim"
+        )));
+    }
+    if populate {
+        return Err(Failure::Usage(format!(
+            "--populate cannot go with {target}: a VolumeSnapshot is received as a VolumeSnapshot, not into a claim; drop --populate"
+        )));
+    }
+    Ok(())
 }
 
 /// The transfer `offer` creates in namespace `ns`, and the line that tells
@@ -177,27 +207,29 @@ pub fn plan_offer(
     ns: &str,
     a: &args::Offer,
 ) -> Result<(NamespaceTransfer, Option<String>), Failure> {
-    args::check_claim(&a.claim)?;
+    let target = args::parse_target(&a.source)?;
+    refuse_for_snapshot(&target, a.create.clone, false)?;
+    let noun = target.kind.noun();
     args::check_namespace(&a.to)?;
     if let Some(name) = &a.create.name {
-        args::check_claim(name)?;
+        args::check_name(target.kind, name)?;
     }
     if a.to == ns {
         match &a.create.name {
             None => {
                 return Err(Failure::Usage(format!(
-                    "--to {ns} is the claim's own namespace: that is a rename, so pass --name NEW, the claim's new name"
+                    "--to {ns} is the {noun}'s own namespace: that is a rename, so pass --name NEW, the {noun}'s new name"
                 )))
             }
-            Some(name) if *name == a.claim => {
+            Some(name) if *name == target.name => {
                 return Err(Failure::Usage(format!(
-                    "--name {name} is the claim's own name: a rename needs another name"
+                    "--name {name} is the {noun}'s own name: a rename needs another name"
                 )))
             }
             Some(_) => {}
         }
     }
-    let name = transfer_name(&a.create, &a.claim, "to", &a.to)?;
+    let name = transfer_name(&a.create, &target.name, "to", &a.to)?;
     if a.create.clone && a.create.name.is_none() && a.create.wait.wait {
         return Err(Failure::Usage(format!(
             "--clone without --name is a standing offer, which never finishes by itself: drop --wait, and follow each request in {} instead",
@@ -208,7 +240,8 @@ pub fn plan_offer(
         &name,
         ns,
         TransferSource {
-            name: a.claim.clone(),
+            kind: target.kind.source_kind().to_owned(),
+            name: target.name.clone(),
             ..TransferSource::default()
         },
         TransferDestination {
@@ -220,8 +253,8 @@ pub fn plan_offer(
     );
     let hint = (a.to != ns).then(|| {
         let mut line = format!(
-            "Next, in namespace {}: kubectl transfer request {ns}/{}",
-            a.to, a.claim
+            "Next, in namespace {}: kubectl transfer request {ns}/{target}",
+            a.to
         );
         if let Some(new) = &a.create.name {
             line.push_str(&format!(" --name {new}"));
@@ -246,24 +279,25 @@ pub fn plan_request(
     ns: &str,
     a: &args::Request,
 ) -> Result<(NamespaceTransfer, Option<String>), Failure> {
-    let (source_ns, claim) = args::parse_source(&a.source)?;
+    let (source_ns, target) = args::parse_source(&a.source)?;
+    refuse_for_snapshot(&target, a.create.clone, a.populate)?;
     if let Some(name) = &a.create.name {
-        args::check_claim(name)?;
+        args::check_name(target.kind, name)?;
     }
     if source_ns == ns {
         return Err(Failure::Usage(format!(
-            "{} is in this namespace ({ns}): a transfer within one namespace is a rename; run `kubectl transfer offer {claim} --to {ns} --name NEW -n {ns}`",
+            "{} is in this namespace ({ns}): a transfer within one namespace is a rename; run `kubectl transfer offer {target} --to {ns} --name NEW -n {ns}`",
             a.source
         )));
     }
-    let name = transfer_name(&a.create, &claim, "from", &source_ns)?;
+    let name = transfer_name(&a.create, &target.name, "from", &source_ns)?;
     let t = transfer(
         &name,
         ns,
         TransferSource {
+            kind: target.kind.source_kind().to_owned(),
             namespace: source_ns.clone(),
-            name: claim.clone(),
-            ..TransferSource::default()
+            name: target.name.clone(),
         },
         TransferDestination {
             namespace: String::new(),
@@ -273,7 +307,7 @@ pub fn plan_request(
         a.create.clone,
     );
     let hint = Some(format!(
-        "The owner of namespace {source_ns} offers it with: kubectl transfer offer {claim} --to {ns}{}{} -n {source_ns}",
+        "The owner of namespace {source_ns} offers it with: kubectl transfer offer {target} --to {ns}{}{} -n {source_ns}",
         a.create
             .name
             .as_ref()
@@ -298,12 +332,12 @@ pub fn plan_request(
     Ok((t, hint))
 }
 
-/// `--transfer-name`, or `<claim>-<to|from>-<namespace>`.
-fn transfer_name(c: &Create, claim: &str, word: &str, other: &str) -> Result<String, Failure> {
+/// `--transfer-name`, or `<claim or snapshot>-<to|from>-<namespace>`.
+fn transfer_name(c: &Create, source: &str, word: &str, other: &str) -> Result<String, Failure> {
     let name = c
         .transfer_name
         .clone()
-        .unwrap_or_else(|| format!("{claim}-{word}-{other}"));
+        .unwrap_or_else(|| format!("{source}-{word}-{other}"));
     if let Some(why) = crate::api::validation::is_dns1123_subdomain(&name).first() {
         return Err(Failure::Usage(format!(
             "{name:?} cannot name a transfer ({why}): choose a name with --transfer-name"
@@ -350,6 +384,41 @@ async fn claim_exists(session: &Session, claim: &str) -> Result<(), Failure> {
                 Served::NotInstalled => super::error::not_installed(),
                 _ => format!(
                     "There is no PersistentVolumeClaim {claim} in namespace {ns}. `kubectl get pvc -n {ns}` lists the claims there."
+                ),
+            };
+            Err(Failure::Refused(text))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `snapshot.storage.k8s.io/v1` VolumeSnapshots, read without the
+/// snapshot controller's types.
+fn volume_snapshots() -> ApiResource {
+    let gvk = GroupVersionKind::gvk(SNAPSHOT_GROUP, "v1", SOURCE_KIND_VOLUME_SNAPSHOT);
+    ApiResource::from_gvk_with_plural(&gvk, "volumesnapshots")
+}
+
+/// As [`claim_exists`], for a VolumeSnapshot: one that does not exist is
+/// caught now rather than as `SourceNotFound`. A cluster that serves no
+/// VolumeSnapshots is told apart from a snapshot that is not there; a user
+/// who may not read snapshots is not stopped.
+async fn snapshot_exists(session: &Session, snapshot: &str) -> Result<(), Failure> {
+    let ns = &session.namespace;
+    let snapshots: Api<DynamicObject> =
+        Api::namespaced_with(session.client.clone(), ns, &volume_snapshots());
+    match snapshots.get(snapshot).await {
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            // A missing object names itself in the details; a missing
+            // resource does not.
+            let missing_object = status.details.as_ref().is_some_and(|d| d.name == snapshot);
+            let text = match served(&session.client).await {
+                Served::NotInstalled => super::error::not_installed(),
+                _ if missing_object => format!(
+                    "There is no VolumeSnapshot {snapshot} in namespace {ns}. `kubectl get volumesnapshot -n {ns}` lists the snapshots there."
+                ),
+                _ => format!(
+                    "This cluster serves no VolumeSnapshots ({SNAPSHOT_GROUP}/v1), so there is no snapshot {snapshot} to move. Ask a cluster administrator to install the snapshot controller and its CRDs."
                 ),
             };
             Err(Failure::Refused(text))
@@ -461,13 +530,13 @@ async fn follow(
             Err(_) => {
                 let state = last
                     .as_ref()
-                    .and_then(|t| t.status.as_ref())
-                    .map(|st| {
+                    .and_then(|t| Some((t, t.status.as_ref()?)))
+                    .map(|(t, st)| {
                         let phase = st.phase.unwrap_or(Phase::Pending);
                         let why = st
                             .message
                             .clone()
-                            .unwrap_or_else(|| progress::phase_text(phase).to_owned());
+                            .unwrap_or_else(|| progress::phase_text(t, phase).to_owned());
                         format!("it is still {phase}: {why}")
                     })
                     .unwrap_or_else(|| "it has no status yet".to_owned());
@@ -675,6 +744,11 @@ async fn list(session: &Session, a: args::List) -> Result<(), Failure> {
 async fn cancel(session: &Session, a: args::Cancel) -> Result<(), Failure> {
     let api = session.transfers();
     let t = get(session, &api, &a.name).await?;
+    let noun = if t.moves_snapshot() {
+        "snapshot"
+    } else {
+        "claim"
+    };
     let st = t.status.as_ref();
     let phase = st.and_then(|s| s.phase);
     let committed = st.is_some_and(|s| {
@@ -702,7 +776,7 @@ async fn cancel(session: &Session, a: args::Cancel) -> Result<(), Failure> {
         _ if committed => format!(
             "{what} deleted: it is past its commit point, so it completes first and then goes"
         ),
-        _ => format!("{what} cancelled: the source claim stays as it was"),
+        _ => format!("{what} cancelled: the source {noun} stays as it was"),
     };
     print(&format!("{line}\n"));
     Ok(())

@@ -1,6 +1,6 @@
 //! What `kubectl transfer` prints: objects as `-o yaml|json|name`, the table
-//! of `list`, the summary of `status`, and the advice a finished transfer's
-//! reason carries.
+//! of `list`, the summary of `status` (which names a VolumeSnapshot source as
+//! one), and the advice a finished transfer's reason carries.
 
 use std::borrow::Cow;
 
@@ -243,8 +243,14 @@ pub fn summary(t: &NamespaceTransfer, now: Timestamp) -> String {
     } else {
         format!("{}/{}", t.destination_namespace(), t.spec.destination.name)
     };
+    // A claim is `prod/db`, as always; a snapshot says what it is.
+    let kind = if t.moves_snapshot() {
+        "VolumeSnapshot "
+    } else {
+        ""
+    };
     let mut out = format!(
-        "NamespaceTransfer {}/{}: {role} side of a {} of {}/{} to {destination}\n",
+        "NamespaceTransfer {}/{}: {role} side of a {} of {kind}{}/{} to {destination}\n",
         t.own_namespace(),
         name_of(t),
         t.mode(),
@@ -287,16 +293,18 @@ pub fn summary(t: &NamespaceTransfer, now: Timestamp) -> String {
 pub fn advice(reason: &str) -> Option<&'static str> {
     Some(match reason {
         "Forbidden" => "A side no longer holds a right the transfer needs. Restore the right, then create both transfers again.",
-        "SourceNotFound" => "Check the claim's name with `kubectl get pvc` in the source namespace, then create both transfers again.",
-        "DestinationExists" => "A claim of that name exists in the destination namespace. Request it under another name with --name NEW.",
+        "SourceNotFound" => "Check the source's name in the source namespace (`kubectl get pvc`, or `kubectl get volumesnapshot` for a snapshot), then create both transfers again.",
+        "DestinationExists" => "A claim (for a snapshot, a VolumeSnapshot) of that name exists in the destination namespace. Request it under another name with --name NEW.",
         "DeadlineExceeded" => "The transfer waited longer than its activeDeadlineSeconds. Create it again when the other side is ready.",
         "StorageClassNotAllowed" => "Ask a cluster administrator to allow transfers for the volume's StorageClass (the annotation storage.transfer.k8s.io/allow-namespace-transfer: \"true\").",
-        "DestinationRefused" => "The destination namespace's quota or admission refused the new claim. Make room or ask its administrator, then create both transfers again.",
+        "DestinationRefused" => "The destination namespace's quota or admission refused the new claim (or snapshot). Make room or ask its administrator, then create both transfers again.",
         "Deleted" => "A side's transfer was deleted before the volume was handed over; the source is as it was. To move it after all, both sides create their transfers again.",
         "ModeNotSupported" => "Both sides must ask for the same mode: --clone on both, or on neither.",
         "CloneFailed" => "The storage driver could not clone the claim. See `kubectl get events` in the source namespace.",
         "CloneNeedsConsumer" => "The source claim's StorageClass binds WaitForFirstConsumer, so a clone would never be provisioned. Offer a claim of a class with volumeBindingMode Immediate.",
-        "VolumeChanged" => "The volume changed while the transfer ran. Create both transfers again.",
+        "VolumeChanged" => "The volume (or the snapshot) changed while the transfer ran. Create both transfers again.",
+        "SnapshotClassNotAllowed" => "Ask a cluster administrator to allow transfers for the snapshot's VolumeSnapshotClass (the annotation storage.transfer.k8s.io/allow-namespace-transfer: \"true\"). A class whose snapshotter secret is named after the snapshot's namespace or name cannot allow them.",
+        "SnapshotInGroup" => "The snapshot belongs to a VolumeGroupSnapshot, which owns it: it cannot move on its own.",
         _ => return None,
     })
 }

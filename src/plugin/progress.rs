@@ -1,7 +1,9 @@
 //! A transfer's progress as a person follows it: the waits (for the peer, for
-//! the claim's pods) and the protocol's steps, each with its time, derived
-//! from the transfer's status alone; and the two ways of drawing it, a live
-//! display on a terminal and one plain line per change when piped.
+//! the claim's pods, or for the claims a snapshot is being restored into) and
+//! the protocol's steps, each with its time and in the words of what moves (a
+//! claim's volume or a VolumeSnapshot), derived from the transfer's status
+//! alone; and the two ways of drawing it, a live display on a terminal and
+//! one plain line per change when piped.
 //!
 //! [`timeline`] is pure: the status in, the lines out. [`Follower`] keeps what
 //! it has printed, so that a watch that sees the same status twice, or a
@@ -26,7 +28,8 @@ use crate::api::namespace_transfer::{
 pub enum Stage {
     /// Matched with the transfer in the other namespace.
     Peer,
-    /// No pod uses the claim any more (Move), or the clone is made (Clone).
+    /// No pod uses the claim any more (Move), or the clone is made (Clone);
+    /// for a snapshot, no claim is being restored from it.
     Pods,
     Step(TransferStepName),
 }
@@ -119,6 +122,7 @@ pub fn timeline(t: &NamespaceTransfer) -> (Vec<Line>, Option<Line>) {
     };
     if let Some(at) = unused {
         let detail = match t.mode() {
+            _ if t.moves_snapshot() => "no claim is being restored from the snapshot",
             TransferMode::Move => "no pod uses the claim",
             TransferMode::Clone => "the clone is made and no pod uses it",
         };
@@ -147,7 +151,7 @@ pub fn timeline(t: &NamespaceTransfer) -> (Vec<Line>, Option<Line>) {
         detail: st
             .message
             .clone()
-            .unwrap_or_else(|| phase_text(phase).to_owned()),
+            .unwrap_or_else(|| phase_text(t, phase).to_owned()),
     });
     (lines, waiting)
 }
@@ -182,6 +186,9 @@ pub fn outcome(t: &NamespaceTransfer) -> Option<Outcome> {
 }
 
 fn step_detail(t: &NamespaceTransfer, step: TransferStepName) -> String {
+    if t.moves_snapshot() {
+        return snapshot_step_detail(t, step);
+    }
     let st = t.status.as_ref();
     let source = st.and_then(|s| s.source_claim.as_ref());
     let destination = st.and_then(|s| s.destination_claim.as_ref());
@@ -213,8 +220,53 @@ fn step_detail(t: &NamespaceTransfer, step: TransferStepName) -> String {
     }
 }
 
-/// What a phase means, when the server gave no message.
-pub fn phase_text(phase: Phase) -> &'static str {
+/// A snapshot move's steps: the source side names the snapshots (its
+/// status records them); the destination side, which never learns the
+/// source's content, reads the same steps in general words.
+fn snapshot_step_detail(t: &NamespaceTransfer, step: TransferStepName) -> String {
+    let st = t.status.as_ref();
+    let source = st.and_then(|s| s.source_snapshot.as_ref());
+    let destination = st.and_then(|s| s.destination_snapshot.as_ref());
+    match step {
+        TransferStepName::Locked => match source {
+            Some(snap) => format!(
+                "{}/{} (content {})",
+                t.source_namespace(),
+                snap.name,
+                snap.content_name
+            ),
+            None => "the source snapshot".to_owned(),
+        },
+        TransferStepName::Retained => "the snapshot content's deletionPolicy is Retain".to_owned(),
+        TransferStepName::Created => match destination {
+            Some(d) => format!("{}/{} (content {})", d.namespace, d.name, d.content_name),
+            None => "the destination snapshot".to_owned(),
+        },
+        TransferStepName::Committed => {
+            "the destination snapshot is bound to its content and ready to use".to_owned()
+        }
+        TransferStepName::Released => {
+            "the source snapshot is deleted; the stored snapshot stays".to_owned()
+        }
+        TransferStepName::Settled => {
+            "the destination snapshot's content has the original deletionPolicy back".to_owned()
+        }
+    }
+}
+
+/// What a phase means, when the server gave no message, in the words of
+/// what `t` moves.
+pub fn phase_text(t: &NamespaceTransfer, phase: Phase) -> &'static str {
+    if t.moves_snapshot() {
+        match phase {
+            Phase::WaitingForRelease => {
+                return "waiting until the snapshot is ready and no claim is being restored from it"
+            }
+            Phase::Rebinding => return "the snapshot is being handed over",
+            Phase::Completed => return "the snapshot was handed over",
+            _ => {}
+        }
+    }
     match phase {
         Phase::Pending => "accepted, not yet looked at",
         Phase::WaitingForPeer => "waiting for the transfer in the other namespace",

@@ -9,10 +9,10 @@ use kube::core::Status;
 use serde_json::json;
 
 use super::args::Output;
-use super::args::{parse_duration, parse_source, Cli, Command};
+use super::args::{parse_duration, parse_source, parse_target, Cli, Command, Kind, Target};
 use super::commands::{plan_offer, plan_request};
 use super::error::{explain, holder_of, Doing, Failure, Served};
-use super::output::{age, object, one_line, summary, table};
+use super::output::{advice, age, object, one_line, summary, table};
 use super::progress::{timeline, Follower, Line, Stage, What};
 use crate::api::namespace_transfer::{NamespaceTransfer, TransferStepName};
 
@@ -59,7 +59,7 @@ fn source_side(status: serde_json::Value) -> NamespaceTransfer {
 fn a_source_is_namespace_slash_claim_and_nothing_else() {
     assert_eq!(
         parse_source("prod/db").unwrap(),
-        ("prod".to_owned(), "db".to_owned())
+        ("prod".to_owned(), Target::claim("db"))
     );
     for bad in [
         "db",
@@ -631,8 +631,351 @@ fn a_standing_offer_cannot_be_waited_for_and_dry_run_takes_its_value_with_equals
     assert_eq!(err.exit_code(), 2);
     assert!(err.to_string().contains("standing offer"), "{err}");
     let o = offer_of("kubectl-transfer offer db --dry-run --to dev");
-    assert_eq!(o.claim, "db");
+    assert_eq!(o.source, "db");
     assert_eq!(o.create.dry_run, super::args::DryRun::Client);
     let o = offer_of("kubectl-transfer offer db --dry-run=server --to dev");
     assert_eq!(o.create.dry_run, super::args::DryRun::Server);
+}
+
+fn snapshot_source_side(status: serde_json::Value) -> NamespaceTransfer {
+    shown(json!({
+        "metadata": {"name": "nightly-to-dev", "namespace": "prod", "creationTimestamp": time(0)},
+        "spec": {"source": {"kind": "VolumeSnapshot", "name": "nightly"}, "destination": {"namespace": "dev"}},
+        "status": status,
+    }))
+}
+
+#[test]
+fn a_target_names_a_claim_or_a_snapshot_and_no_other_kind() {
+    assert_eq!(parse_target("db").unwrap(), Target::claim("db"));
+    assert_eq!(parse_target("pvc/db").unwrap(), Target::claim("db"));
+    for snapshot in [
+        "snapshot/nightly",
+        "volumesnapshot/nightly",
+        "volumesnapshots/nightly",
+    ] {
+        assert_eq!(
+            parse_target(snapshot).unwrap(),
+            Target::snapshot("nightly"),
+            "{snapshot}"
+        );
+    }
+    for bad in ["secret/db", "snapshot/", "snapshot/a/b", "/db", ""] {
+        let err = parse_target(bad).unwrap_err();
+        assert!(err.0.contains("snapshot/NAME"), "{bad:?}: {err}");
+    }
+    let err = parse_target("snapshot/Nightly").unwrap_err();
+    assert!(err.0.contains("not a valid snapshot name"), "{err}");
+    let err = parse_target("Db").unwrap_err();
+    assert!(err.0.contains("not a valid claim name"), "{err}");
+}
+
+#[test]
+fn a_source_may_name_a_snapshot_between_its_namespace_and_its_name() {
+    assert_eq!(
+        parse_source("prod/snapshot/nightly").unwrap(),
+        ("prod".to_owned(), Target::snapshot("nightly"))
+    );
+    assert_eq!(
+        parse_source("prod/volumesnapshot/nightly").unwrap(),
+        ("prod".to_owned(), Target::snapshot("nightly"))
+    );
+    assert_eq!(
+        parse_source("prod/pvc/db").unwrap(),
+        ("prod".to_owned(), Target::claim("db"))
+    );
+    // Two parts are always NAMESPACE/CLAIM: a namespace may be called
+    // `snapshot`.
+    assert_eq!(
+        parse_source("snapshot/nightly").unwrap(),
+        ("snapshot".to_owned(), Target::claim("nightly"))
+    );
+    for bad in [
+        "prod/secret/db",
+        "prod/snapshot/",
+        "prod/snapshot/a/b",
+        "/snapshot/nightly",
+    ] {
+        let err = parse_source(bad).unwrap_err();
+        assert!(
+            err.0.contains("NAMESPACE/snapshot/NAME") || err.0.contains("not a valid"),
+            "{bad:?}: {err}"
+        );
+    }
+    let err = parse_source("prod/snapshot/Nightly").unwrap_err();
+    assert!(err.0.contains("not a valid snapshot name"), "{err}");
+}
+
+#[test]
+fn an_offer_of_a_snapshot_sets_its_kind_and_tells_the_other_side_to_request_the_snapshot() {
+    for line in [
+        "kubectl-transfer offer snapshot/nightly --to dev",
+        "kubectl-transfer offer volumesnapshot/nightly --to dev",
+    ] {
+        let (t, hint) = plan_offer("prod", &offer_of(line)).unwrap();
+        assert_eq!(t.metadata.name.as_deref(), Some("nightly-to-dev"), "{line}");
+        assert_eq!(t.spec.source.kind, "VolumeSnapshot");
+        assert_eq!(t.spec.source.name, "nightly");
+        assert_eq!(t.spec.source.namespace, "");
+        assert_eq!(t.spec.destination.namespace, "dev");
+        assert_eq!(t.spec.destination.name, "");
+        assert!(t.moves_snapshot());
+        assert_eq!(t.mode().as_str(), "Move");
+        assert_eq!(t.role().unwrap().as_str(), "Source");
+        assert_eq!(crate::api::meta::Object::validate_create(&t), Vec::new());
+        assert_eq!(
+            hint.unwrap(),
+            "Next, in namespace dev: kubectl transfer request prod/snapshot/nightly -n dev"
+        );
+        assert!(
+            object(&t, Output::Yaml).contains("kind: VolumeSnapshot"),
+            "what --dry-run=client prints names the kind"
+        );
+    }
+    let (t, hint) = plan_offer(
+        "prod",
+        &offer_of("kubectl-transfer offer snapshot/nightly --to dev --name restored"),
+    )
+    .unwrap();
+    assert_eq!(t.spec.destination.name, "restored");
+    assert_eq!(
+        hint.unwrap(),
+        "Next, in namespace dev: kubectl transfer request prod/snapshot/nightly --name restored -n dev"
+    );
+}
+
+#[test]
+fn an_offer_of_a_claim_sends_no_kind_as_before() {
+    let (t, _) = plan_offer("prod", &offer_of("kubectl-transfer offer pvc/db --to dev")).unwrap();
+    assert_eq!(t.spec.source.kind, "");
+    assert_eq!(t.spec.source.name, "db");
+    assert_eq!(t.metadata.name.as_deref(), Some("db-to-dev"));
+    assert!(!t.moves_snapshot());
+    assert!(!object(&t, Output::Yaml).contains("kind: PersistentVolumeClaim"));
+}
+
+#[test]
+fn a_request_for_a_snapshot_names_its_namespace_kind_and_name_and_how_the_source_offers_it() {
+    for line in [
+        "kubectl-transfer request prod/snapshot/nightly --name restored",
+        "kubectl-transfer request prod/volumesnapshot/nightly --name restored",
+    ] {
+        let (t, hint) = plan_request("dev", &request_of(line)).unwrap();
+        assert_eq!(
+            t.metadata.name.as_deref(),
+            Some("nightly-from-prod"),
+            "{line}"
+        );
+        assert_eq!(t.metadata.namespace.as_deref(), Some("dev"));
+        assert_eq!(t.spec.source.kind, "VolumeSnapshot");
+        assert_eq!(t.spec.source.namespace, "prod");
+        assert_eq!(t.spec.source.name, "nightly");
+        assert_eq!(t.spec.destination.name, "restored");
+        assert_eq!(t.spec.destination.populate, None);
+        assert_eq!(t.role().unwrap().as_str(), "Destination");
+        assert_eq!(crate::api::meta::Object::validate_create(&t), Vec::new());
+        assert_eq!(
+            hint.unwrap(),
+            "The owner of namespace prod offers it with: kubectl transfer offer snapshot/nightly --to dev --name restored -n prod"
+        );
+    }
+    // Without --name the server names the new snapshot after the source's.
+    let (t, _) = plan_request(
+        "dev",
+        &request_of("kubectl-transfer request prod/snapshot/nightly"),
+    )
+    .unwrap();
+    assert_eq!(t.spec.destination.name, "");
+}
+
+#[test]
+fn a_snapshot_with_clone_or_populate_is_a_usage_error_that_says_a_snapshot_only_moves() {
+    let err = plan_offer(
+        "prod",
+        &offer_of("kubectl-transfer offer snapshot/nightly --to dev --clone"),
+    )
+    .unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("--clone"), "{err}");
+    assert!(err.to_string().contains("only moves"), "{err}");
+    let err = plan_request(
+        "dev",
+        &request_of("kubectl-transfer request prod/snapshot/nightly --clone --name copy"),
+    )
+    .unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("only moves"), "{err}");
+    let err = plan_request(
+        "dev",
+        &request_of("kubectl-transfer request prod/snapshot/nightly --populate"),
+    )
+    .unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("--populate"), "{err}");
+    assert!(err.to_string().contains("not into a claim"), "{err}");
+}
+
+#[test]
+fn a_snapshot_renamed_in_its_own_namespace_is_told_in_the_words_of_a_snapshot() {
+    let err = plan_offer(
+        "prod",
+        &offer_of("kubectl-transfer offer snapshot/nightly --to prod"),
+    )
+    .unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(
+        err.to_string()
+            .contains("the snapshot's own namespace: that is a rename"),
+        "{err}"
+    );
+    let err = plan_request(
+        "prod",
+        &request_of("kubectl-transfer request prod/snapshot/nightly"),
+    )
+    .unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(
+        err.to_string()
+            .contains("kubectl transfer offer snapshot/nightly --to prod --name NEW -n prod"),
+        "{err}"
+    );
+    let err = plan_offer(
+        "prod",
+        &offer_of("kubectl-transfer offer snapshot/nightly --to dev --name Bad"),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("not a valid snapshot name"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_snapshot_moves_summary_and_steps_speak_of_snapshots_not_claims() {
+    let steps: Vec<_> = TransferStepName::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, s)| json!({"name": s.as_str(), "time": time(10 + i as i64)}))
+        .collect();
+    let t = snapshot_source_side(json!({
+        "phase": "Completed",
+        "role": "Source",
+        "reason": "Completed",
+        "message": "VolumeSnapshot prod/nightly moved to dev/nightly",
+        "peer": {"namespace": "dev", "name": "nightly-from-prod"},
+        "sourceSnapshot": {"name": "nightly", "uid": "u", "contentName": "snapcontent-1"},
+        "destinationSnapshot": {"namespace": "dev", "name": "nightly", "uid": "v",
+                                "contentName": "snapcontent-transfer-w"},
+        "conditions": [
+            {"type": "PeerMatched", "status": "True", "reason": "Matched", "message": "", "lastTransitionTime": time(3)},
+            {"type": "SourceReleased", "status": "True", "reason": "NotInUse", "message": "", "lastTransitionTime": time(10)},
+        ],
+        "steps": steps,
+    }));
+    let (lines, waiting) = timeline(&t);
+    assert!(waiting.is_none());
+    assert_eq!(lines.len(), 8);
+    assert_eq!(
+        lines[1].detail,
+        "no claim is being restored from the snapshot"
+    );
+    assert_eq!(lines[2].detail, "prod/nightly (content snapcontent-1)");
+    assert_eq!(
+        lines[4].detail,
+        "dev/nightly (content snapcontent-transfer-w)"
+    );
+    let text = summary(&t, at(60));
+    assert!(
+        text.starts_with(
+            "NamespaceTransfer prod/nightly-to-dev: Source side of a Move of VolumeSnapshot prod/nightly to dev/(any name)\n"
+        ),
+        "{text}"
+    );
+    for claim_words in ["volume's reclaim policy", "claim is bound", "no pod uses"] {
+        assert!(!text.contains(claim_words), "{claim_words}: {text}");
+    }
+    assert!(
+        text.ends_with("Completed: VolumeSnapshot prod/nightly moved to dev/nightly\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_destination_side_of_a_snapshot_move_never_names_the_sources_content() {
+    let t = shown(json!({
+        "metadata": {"name": "nightly-from-prod", "namespace": "dev", "creationTimestamp": time(0)},
+        "spec": {"source": {"kind": "VolumeSnapshot", "namespace": "prod", "name": "nightly"},
+                 "destination": {"name": "nightly"}},
+        "status": {
+            "phase": "Rebinding", "role": "Destination",
+            "peer": {"namespace": "prod", "name": "nightly-to-dev"},
+            "steps": [{"name": "Locked", "time": time(5)}, {"name": "Retained", "time": time(6)},
+                      {"name": "Created", "time": time(7)}],
+        },
+    }));
+    let (lines, waiting) = timeline(&t);
+    let details: Vec<_> = lines.iter().map(|l| l.detail.as_str()).collect();
+    assert_eq!(
+        details,
+        [
+            "with prod/nightly-to-dev",
+            "no claim is being restored from the snapshot",
+            "the source snapshot",
+            "the snapshot content's deletionPolicy is Retain",
+            "the destination snapshot",
+        ]
+    );
+    assert_eq!(waiting.unwrap().detail, "the snapshot is being handed over");
+    let text = summary(&t, at(10));
+    assert!(
+        text.starts_with(
+            "NamespaceTransfer dev/nightly-from-prod: Destination side of a Move of VolumeSnapshot prod/nightly to dev/nightly\n"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("snapcontent"), "{text}");
+}
+
+#[test]
+fn a_snapshot_waiting_without_a_message_waits_for_the_snapshot_not_for_pods() {
+    let t = snapshot_source_side(json!({"phase": "WaitingForRelease"}));
+    let waiting = timeline(&t).1.unwrap();
+    assert_eq!(
+        waiting.detail,
+        "waiting until the snapshot is ready and no claim is being restored from it"
+    );
+    let claim = source_side(json!({"phase": "WaitingForRelease"}));
+    assert_eq!(
+        timeline(&claim).1.unwrap().detail,
+        "waiting until no pod uses the claim"
+    );
+}
+
+#[test]
+fn a_snapshot_moves_reasons_carry_advice() {
+    let class = advice("SnapshotClassNotAllowed").unwrap();
+    assert!(class.contains("VolumeSnapshotClass"), "{class}");
+    assert!(
+        class.contains("storage.transfer.k8s.io/allow-namespace-transfer"),
+        "{class}"
+    );
+    assert!(advice("SnapshotInGroup")
+        .unwrap()
+        .contains("VolumeGroupSnapshot"));
+    assert!(advice("SourceNotFound")
+        .unwrap()
+        .contains("kubectl get volumesnapshot"));
+    assert_eq!(advice("SnapshotNotReady"), None, "a wait, not an end");
+}
+
+#[test]
+fn the_kind_of_a_target_is_a_claim_unless_it_says_snapshot() {
+    let o = offer_of("kubectl-transfer offer snapshot/nightly --to dev");
+    assert_eq!(o.source, "snapshot/nightly");
+    assert_eq!(parse_target(&o.source).unwrap().kind, Kind::Snapshot);
+    assert_eq!(Kind::Snapshot.noun(), "snapshot");
+    assert_eq!(Kind::Snapshot.source_kind(), "VolumeSnapshot");
+    assert_eq!(Kind::Claim.source_kind(), "");
+    assert_eq!(Target::snapshot("nightly").to_string(), "snapshot/nightly");
+    assert_eq!(Target::claim("db").to_string(), "db");
 }

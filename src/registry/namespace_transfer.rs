@@ -2,8 +2,10 @@
 //! (Name, Role, Mode, Source, Destination, Phase, Age), field selectors, and the
 //! claims an active transfer holds alone (DESIGN §2.1.2 item 3): a Source-role
 //! transfer its source claim, a Destination-role transfer its destination claim
-//! name, a rename (`Both`) both. The transfer-protection finalizer is the
-//! controller's alone.
+//! name, a rename (`Both`) both; for a VolumeSnapshot source (§2.1.7), the
+//! source and destination snapshots instead, under keys of their own, so that
+//! a snapshot and a claim of the same name never hold each other up. The
+//! transfer-protection finalizer is the controller's alone.
 
 use serde_json::Value;
 
@@ -11,6 +13,12 @@ use crate::api::namespace_transfer::{NamespaceTransfer, Role, FINALIZER_TRANSFER
 
 use super::strategy::{age_cell, text_cell, Strategy, UniqueClaim};
 use super::table::TableColumn;
+
+/// What a VolumeSnapshot transfer's Source and Destination cells, and its
+/// index keys, put before `namespace/name` (`volumesnapshot/prod/db`, as
+/// kubectl names the resource). A claim's are `prod/db` alone, as they
+/// always were.
+const SNAPSHOT_PREFIX: &str = "volumesnapshot/";
 
 /// `namespacetransfers.storage.transfer.k8s.io`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -24,22 +32,30 @@ impl Strategy for NamespaceTransferStrategy {
     }
 
     fn unique_claims(&self, obj: &NamespaceTransfer) -> Vec<UniqueClaim> {
+        // A claim's keys are `source/<ns>/<name>`, as they always were; a
+        // snapshot's carry its kind as one more segment, which no claim's
+        // key has (a name holds no `/`).
+        let (key, noun) = if obj.moves_snapshot() {
+            (SNAPSHOT_PREFIX, "snapshot")
+        } else {
+            ("", "claim")
+        };
         let source = || {
-            let claim = format!("{}/{}", obj.source_namespace(), obj.spec.source.name);
+            let object = format!("{}/{}", obj.source_namespace(), obj.spec.source.name);
             UniqueClaim {
-                index: format!("source/{claim}"),
-                what: format!("source claim {claim}"),
+                index: format!("source/{key}{object}"),
+                what: format!("source {noun} {object}"),
             }
         };
-        // Defaulting names the destination claim on the destination side, and
+        // Defaulting names the destination object on the destination side, and
         // validation requires it for a rename; only an offer may leave it open.
         let destination = || {
             let name = &obj.spec.destination.name;
             (!name.is_empty()).then(|| {
-                let claim = format!("{}/{name}", obj.destination_namespace());
+                let object = format!("{}/{name}", obj.destination_namespace());
                 UniqueClaim {
-                    index: format!("destination/{claim}"),
-                    what: format!("destination claim {claim}"),
+                    index: format!("destination/{key}{object}"),
+                    what: format!("destination {noun} {object}"),
                 }
             })
         };
@@ -69,17 +85,17 @@ impl Strategy for NamespaceTransferStrategy {
             TableColumn::new(
                 "Mode",
                 "string",
-                "Move hands over the claim's own volume; Clone a clone of it.",
+                "Move hands over the claim's own volume (or the VolumeSnapshot itself); Clone a clone of it.",
             ),
             TableColumn::new(
                 "Source",
                 "string",
-                "The claim given away, as namespace/name.",
+                "The claim given away, as namespace/name; a VolumeSnapshot as volumesnapshot/namespace/name.",
             ),
             TableColumn::new(
                 "Destination",
                 "string",
-                "The claim to create, as namespace/name; * for any name the destination picks; <populate> for the claims that name a populating request, until it adopts one.",
+                "The claim to create, as namespace/name; a VolumeSnapshot as volumesnapshot/namespace/name; * for any name the destination picks; <populate> for the claims that name a populating request, until it adopts one.",
             ),
             TableColumn::new("Phase", "string", "Where the transfer is in its protocol."),
             TableColumn::age(),
@@ -113,17 +129,22 @@ impl Strategy for NamespaceTransferStrategy {
             .and_then(|s| s.phase)
             .map(|p| p.as_str())
             .unwrap_or_default();
+        let kind = if obj.moves_snapshot() {
+            SNAPSHOT_PREFIX
+        } else {
+            ""
+        };
         vec![
             text_cell(obj.metadata.name.clone().unwrap_or_default()),
             text_cell(role),
             text_cell(obj.mode().as_str()),
             text_cell(format!(
-                "{}/{}",
+                "{kind}{}/{}",
                 obj.source_namespace(),
                 obj.spec.source.name
             )),
             text_cell(format!(
-                "{}/{destination_name}",
+                "{kind}{}/{destination_name}",
                 obj.destination_namespace()
             )),
             text_cell(phase),
