@@ -53,6 +53,7 @@
 
 mod cluster;
 mod offer;
+mod snapshot;
 mod writes;
 
 use std::collections::HashSet;

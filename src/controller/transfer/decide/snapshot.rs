@@ -7,9 +7,12 @@
 //! - **R3** make the new content (the same backend snapshot, `Retain`,
 //!   pre-bound to the destination snapshot) and the destination snapshot
 //!   naming it (after the rights are confirmed once more), and record them;
-//! - **R4, the commit**, is a fact the snapshot controller makes, never a
-//!   status of ours: the new content names the destination snapshot by uid
-//!   and is ready, and that snapshot names the content and is ready;
+//! - **R4, the commit**, is a fact the snapshot controller makes: the new
+//!   content names the destination snapshot by uid and is ready, and that
+//!   snapshot names the content and is ready. Once seen it is recorded (the
+//!   Committed step) before anything else, because unlike a volume's
+//!   `claimRef` the fact does not last: the destination's tenant may delete
+//!   its snapshot right after;
 //! - **R5** delete the source snapshot, then the old content (both under
 //!   `Retain`: the backend snapshot is not touched);
 //! - **R6** restore the recorded policy on the new content, take our lock
@@ -29,8 +32,9 @@
 //!   old content's marks (its policy restored only while its own snapshot
 //!   is still bound to it), then the lock.
 //! - **After the commit only forward**, also when a side is deleted: a
-//!   destination snapshot deleted after it leaves the new content under
-//!   `Retain`, for an administrator.
+//!   destination snapshot deleted after it, before R6, leaves the new
+//!   content under `Retain`, for an administrator. R5 comes only after R4's
+//!   record, so a source is never released for a commit not seen.
 //! - **The destination learns** the snapshot's name, size and readiness,
 //!   never the source's content or handle: its reports name only its own
 //!   snapshot.
@@ -204,7 +208,11 @@ pub(super) fn protocol(f: &Facts, sf: &SnapshotFacts) -> Action {
         return roll_back(f, sf);
     }
     if let Some(dest) = recorded_destination(s) {
-        if committed(s, sf, dest) {
+        // The commit, seen now or recorded when it was seen: the
+        // destination's tenant may delete its snapshot and content after
+        // it, and the move still only goes forward (the model check found
+        // a move that had released its source and then rolled back).
+        if has_step(s, StepName::Committed) || committed(sf, dest) {
             return forward(f, sf, dest);
         }
     }
@@ -220,32 +228,20 @@ pub(super) fn protocol(f: &Facts, sf: &SnapshotFacts) -> Action {
 
 /// Whether the commit happened: the new content names the destination
 /// snapshot by its uid and is ready, and that snapshot is bound to it and
-/// ready (both ways). Once R5 has begun, the content's side alone: the
-/// source is going, so the move only goes forward, even if the destination
-/// snapshot was deleted since.
-fn committed(s: &NamespaceTransfer, sf: &SnapshotFacts, dest: &SnapshotReference) -> bool {
+/// ready (both ways). A fact of the snapshot controller's; R4's record
+/// (the Committed step) only remembers that it was seen.
+fn committed(sf: &SnapshotFacts, dest: &SnapshotReference) -> bool {
     let Some(content) = sf.new_content.as_ref().filter(|c| {
         c.name == dest.content_name && c.names(&dest.namespace, &dest.name, &dest.uid) && c.ready
     }) else {
         return false;
     };
-    let both_ways = sf.destination.as_ref().is_some_and(|x| {
+    sf.destination.as_ref().is_some_and(|x| {
         x.uid == dest.uid
             && !x.deleting
             && x.bound_content.as_deref() == Some(content.name.as_str())
             && x.ready
-    });
-    both_ways || source_released(s, sf)
-}
-
-/// Whether R5 has begun: the snapshot recorded at R1 is gone or going.
-fn source_released(s: &NamespaceTransfer, sf: &SnapshotFacts) -> bool {
-    let Some(record) = recorded_source(s) else {
-        return false;
-    };
-    !sf.source
-        .as_ref()
-        .is_some_and(|x| x.uid == record.uid && !x.deleting)
+    })
 }
 
 fn source_words(s: &NamespaceTransfer) -> String {
@@ -583,12 +579,15 @@ fn forward(f: &Facts, sf: &SnapshotFacts, dest: &SnapshotReference) -> Action {
         return act(SnapshotAction::Committed);
     }
     if let Some(record) = recorded_source(s) {
-        // R5: the source snapshot, then its content.
-        if let Some(source) = sf
-            .source
-            .as_ref()
-            .filter(|x| x.uid == record.uid && !x.deleting)
-        {
+        // R5: the source snapshot, then, once it is gone, its content (the
+        // snapshot controller keeps a snapshot a claim is being restored
+        // from, and the restore reads its content).
+        if let Some(source) = sf.source.as_ref().filter(|x| x.uid == record.uid) {
+            if source.deleting {
+                return Action::Nothing {
+                    after: Some(BIND_POLL),
+                };
+            }
             return act(SnapshotAction::ReleaseSource {
                 uid: source.uid.clone(),
             });
@@ -698,13 +697,17 @@ fn roll_back(f: &Facts, sf: &SnapshotFacts) -> Action {
             });
         }
     }
+    // The destination snapshot: the one recorded, or any that names the
+    // content we made (a tenant's copy of R3's would be bound to it, and
+    // hold the source's backend snapshot after a move that never happened;
+    // the model check found this). Its content is under Retain: deleting it
+    // leaves the backend alone.
     let recorded = recorded_destination(s);
+    let ours = content_name(s);
     if let Some(x) = sf.destination.as_ref().filter(|x| {
         !x.deleting
-            && match recorded {
-                Some(dest) => x.uid == dest.uid,
-                None => made_destination(s, x),
-            }
+            && (recorded.is_some_and(|dest| x.uid == dest.uid)
+                || x.content_source.as_deref() == Some(ours.as_str()))
     }) {
         return act(SnapshotAction::DeleteDestination { uid: x.uid.clone() });
     }

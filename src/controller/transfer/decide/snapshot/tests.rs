@@ -459,10 +459,23 @@ fn a_destination_deleted_after_the_source_went_is_reported_lost_and_its_content_
 }
 
 #[test]
-fn a_destination_deleted_before_the_source_went_rolls_the_move_back() {
-    // Bound, then deleted by its tenant before R5: not committed any more,
-    // so the source keeps its snapshot.
-    let mut f = committed_recorded();
+fn a_destination_deleted_before_the_commit_was_recorded_rolls_the_move_back() {
+    // Bound, then deleted by its tenant before R4's record: the source keeps
+    // its snapshot.
+    let mut f = bound();
     sf(&mut f).destination.as_mut().unwrap().deleting = true;
     assert_eq!(reason(&decide(&f)), REASON_VOLUME_CHANGED);
+}
+
+#[test]
+fn a_destination_deleted_after_the_commit_was_recorded_still_releases_the_source() {
+    let mut f = committed_recorded();
+    sf(&mut f).destination.as_mut().unwrap().deleting = true;
+    sf(&mut f).new_content = None;
+    assert_eq!(
+        decide(&f),
+        act(SnapshotAction::ReleaseSource {
+            uid: "snap-1".to_owned()
+        })
+    );
 }
