@@ -22,6 +22,7 @@ mod scenario;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use scenario::snapshots;
 use scenario::*;
 use sta_testenv::{ControlPlane, Kubectl, Namespace, Options};
 
@@ -1104,4 +1105,111 @@ fn a_tenant_cannot_remove_the_transfer_protection_finalizer_mid_protocol() {
     restart(cp, &[]);
     wait_phase(cp.direct(), &s.src.name, "give", "Completed", WAIT);
     cp.csi.assert_never_deleted(&s.handle);
+}
+
+/// Snapshot moves (DESIGN §2.1.7), each begun by `begin` and checked by
+/// `done`, with the server crashing once at each boundary `crossed` does
+/// not list yet, until a move crosses no new one (as
+/// [`crash_at_every_new_boundary`] does for claims). The crashes and the
+/// moves.
+fn crash_snapshot_moves_at_every_new_boundary(
+    cp: &ControlPlane,
+    crossed: &std::path::Path,
+    begin: impl Fn(&Kubectl, &snapshots::SnapshotSetup),
+    done: impl Fn(&snapshots::SnapshotSetup),
+) -> (usize, usize) {
+    let spec = every_new_boundary(crossed);
+    let every = [("STA_FAULT_EXIT_AFTER", spec.as_str())];
+    let (mut crashes, mut moves) = (0, 0);
+    let mut quiet = Duration::from_secs(8);
+    loop {
+        moves += 1;
+        assert!(moves <= 10, "still new boundaries after 10 moves");
+        restart(cp, &every);
+        let s = snapshots::SnapshotSetup::new(cp, snapshots::SNAP_ALLOWED);
+        begin(cp.direct(), &s);
+        let before = crashes;
+        let mut since = Instant::now();
+        while let Some(code) = cp.wait_for_server_exit(quiet) {
+            assert_eq!(code, FAULT_EXIT_CODE, "after {crashes} crashes");
+            quiet = quiet.max(since.elapsed() * 3);
+            crashes += 1;
+            assert!(crashes < 300, "the moves never settle");
+            restart(cp, &every);
+            since = Instant::now();
+        }
+        restart(cp, &[]);
+        done(&s);
+        if crashes == before {
+            return (crashes, moves);
+        }
+    }
+}
+
+/// The server dies once right after every write of a snapshot move, on
+/// its way to completion and on a rollback's (the destination's quota
+/// refuses its snapshot), and still each move completes or leaves the
+/// source exactly as it was, and the driver never deletes the backend
+/// snapshot.
+#[test]
+fn a_snapshot_move_crashed_once_after_every_write_completes_or_restores_the_source() {
+    let (cp, _turn) = turn();
+    snapshots::ensure_snapshot_classes(cp.kubectl());
+    let crossed = cp.logs_dir().join("snapshot-crossed.txt");
+    let _ = std::fs::remove_file(&crossed);
+    let (crashes, moves) = crash_snapshot_moves_at_every_new_boundary(
+        cp,
+        &crossed,
+        |k, s| s.consent(k),
+        |s| {
+            s.assert_moved(cp.kubectl(), &cp.csi, WAIT);
+        },
+    );
+    println!("snapshot moves: {crashes} crashes over {moves} moves, each completed");
+    let (refused_crashes, refused) = crash_snapshot_moves_at_every_new_boundary(
+        cp,
+        &crossed,
+        |k, s| {
+            quota(
+                cp.kubectl(),
+                &s.dst.name,
+                "{count/volumesnapshots.snapshot.storage.k8s.io: \"0\", persistentvolumeclaims: \"10\"}",
+                WAIT,
+            );
+            s.consent(k);
+        },
+        |s| {
+            let give = wait_phase(cp.kubectl(), &s.src.name, "give", "Failed", WAIT);
+            assert_eq!(give["status"]["reason"], "DestinationRefused", "{give}");
+            s.assert_source_untouched(cp.kubectl(), &cp.csi, WAIT);
+            let made = format!(
+                "snapcontent-transfer-{}",
+                give["metadata"]["uid"].as_str().unwrap()
+            );
+            eventually("the content made for it to go", WAIT, || {
+                snapshots::content_json(cp.kubectl(), &made).is_none()
+            });
+        },
+    );
+    println!(
+        "refused snapshot moves: {refused_crashes} crashes over {refused} moves, each rolled back"
+    );
+    let boundaries = std::fs::read_to_string(&crossed).unwrap_or_default();
+    for step in [
+        "R1",
+        "R2",
+        "R3",
+        "R4",
+        "R5",
+        "R6",
+        "SnapshotDeleteContent#1",
+        "SnapshotUnmark#1",
+    ] {
+        assert!(
+            boundaries
+                .lines()
+                .any(|l| l.split(' ').any(|token| token == step)),
+            "no crash after {step}: {boundaries}"
+        );
+    }
 }

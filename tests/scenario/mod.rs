@@ -10,6 +10,7 @@
 #![allow(dead_code)] // Each test binary uses its own subset.
 
 pub(crate) mod many;
+pub(crate) mod snapshots;
 
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
