@@ -9,6 +9,11 @@
 //!   request's `ADDED` event to the first event showing `<dst>/db` `Bound`.
 //! - [`clone_latency`] and its baseline [`csi_clone_baseline`]: a Clone-mode
 //!   transfer of a CSI volume against the driver's own same-namespace clone.
+//! - [`snapshot_move_latency`] and its baseline [`snapshot_bind_baseline`]:
+//!   a VolumeSnapshot moved to another namespace, from the second consent to
+//!   the destination snapshot `readyToUse`, against the snapshot
+//!   controller's own bind of a pre-provisioned snapshot (a content with the
+//!   same handle, then a snapshot naming it, to `readyToUse`).
 //! - [`kcm_bind_baseline`]: an `Available` volume whose `claimRef` names a claim
 //!   that does not exist yet (no uid), then that claim, created with
 //!   `spec.volumeName` = the volume. The clock runs from the claim's `ADDED`
@@ -132,6 +137,92 @@ pub(crate) fn csi_clone_baseline(
     runs: usize,
 ) -> Vec<TransferTiming> {
     each_capacity(cp, capacities, runs, one_csi_clone)
+}
+
+/// Moves a VolumeSnapshot from a fresh source namespace to a fresh
+/// destination namespace `runs` times, and returns the time from the second
+/// consent (the request's `ADDED`) to the first event showing the
+/// destination's snapshot `readyToUse`. Each run checks that the move
+/// completed and that the driver never deleted the backend snapshot.
+pub(crate) fn snapshot_move_latency(cp: &ControlPlane, runs: usize) -> Vec<Duration> {
+    scenario::ensure_classes(cp.kubectl());
+    scenario::snapshots::ensure_snapshot_classes(cp.kubectl());
+    let mut leftovers = Leftovers::default();
+    let timings = (0..runs)
+        .map(|_| one_snapshot_move(cp, &mut leftovers))
+        .collect();
+    leftovers.clean_up(cp.kubectl());
+    timings
+}
+
+/// The snapshot controller's own bind of a pre-provisioned snapshot, the
+/// baseline [`snapshot_move_latency`] is compared with: a content naming
+/// the backend snapshot of a ready snapshot (`Retain`, pre-bound to a
+/// snapshot of another namespace), then that snapshot, created naming the
+/// content; from its `ADDED` event to its first event showing it
+/// `readyToUse`. This is the bind the move's R3 hands the snapshot
+/// controller, so the difference is what the rest of the protocol costs.
+pub(crate) fn snapshot_bind_baseline(cp: &ControlPlane, runs: usize) -> Vec<Duration> {
+    scenario::ensure_classes(cp.kubectl());
+    scenario::snapshots::ensure_snapshot_classes(cp.kubectl());
+    let mut leftovers = Leftovers::default();
+    let timings = (0..runs)
+        .map(|_| one_snapshot_bind(cp, &mut leftovers))
+        .collect();
+    leftovers.clean_up(cp.kubectl());
+    timings
+}
+
+fn is_ready(event: &Value) -> bool {
+    event["object"]["status"]["readyToUse"] == true
+}
+
+/// One snapshot moved; see [`snapshot_move_latency`].
+fn one_snapshot_move(cp: &ControlPlane, leftovers: &mut Leftovers) -> Duration {
+    use scenario::snapshots::{give_snapshot, take_snapshot, SnapshotSetup, SNAP_ALLOWED};
+    let k = cp.kubectl();
+    let s = SnapshotSetup::new(cp, SNAP_ALLOWED);
+    give_snapshot(k, &s.src.name, "give", "nightly", &s.dst.name);
+    scenario::wait_phase(k, &s.src.name, "give", "WaitingForPeer", WAIT);
+    let snapshot = EventWatch::start(cp, "volumesnapshots", &s.dst.name, "nightly");
+    let request = EventWatch::start(cp, "namespacetransfers", &s.dst.name, "take");
+    take_snapshot(k, &s.dst.name, "take", &s.src.name, "nightly");
+    let second_consent = request.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let ready = snapshot.first("readyToUse", WAIT, is_ready);
+    let latency = ready.duration_since(second_consent);
+    drop((snapshot, request));
+    let content = s.assert_moved(k, &cp.csi, WAIT);
+    leftovers.contents.push(content);
+    leftovers.namespaces.extend([s.src, s.dst]);
+    latency
+}
+
+/// One pre-provisioned bind by the snapshot controller; see
+/// [`snapshot_bind_baseline`].
+fn one_snapshot_bind(cp: &ControlPlane, leftovers: &mut Leftovers) -> Duration {
+    use scenario::snapshots::{SnapshotSetup, SNAP_ALLOWED};
+    let k = cp.kubectl();
+    let s = SnapshotSetup::new(cp, SNAP_ALLOWED);
+    let content = scenario::unique("bench-snapcontent");
+    let dst = &s.dst.name;
+    k.apply(&format!(
+        "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshotContent\nmetadata:\n  name: {content}\nspec:\n  deletionPolicy: Retain\n  driver: {driver}\n  source:\n    snapshotHandle: \"{handle}\"\n  volumeSnapshotClassName: {SNAP_ALLOWED}\n  volumeSnapshotRef:\n    apiVersion: snapshot.storage.k8s.io/v1\n    kind: VolumeSnapshot\n    namespace: {dst}\n    name: nightly\n",
+        driver = sta_testenv::csi::DRIVER,
+        handle = s.handle,
+    ))
+    .unwrap_or_else(|e| panic!("creating content {content}: {e}"));
+    leftovers.contents.push(content.clone());
+    let watch = EventWatch::start(cp, "volumesnapshots", dst, "nightly");
+    k.apply(&format!(
+        "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: nightly\n  namespace: {dst}\nspec:\n  volumeSnapshotClassName: {SNAP_ALLOWED}\n  source:\n    volumeSnapshotContentName: {content}\n"
+    ))
+    .unwrap_or_else(|e| panic!("creating snapshot {dst}/nightly: {e}"));
+    let created = watch.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let ready = watch.first("readyToUse", WAIT, is_ready);
+    let latency = ready.duration_since(created);
+    drop(watch);
+    leftovers.namespaces.extend([s.src, s.dst]);
+    latency
 }
 
 /// `one` run `runs` times for each of `capacities`, then the cleanup.
@@ -486,6 +577,8 @@ impl Drop for EventWatch {
 struct Leftovers {
     namespaces: Vec<Namespace>,
     volumes: Vec<String>,
+    /// VolumeSnapshotContents under Retain, which no namespace takes along.
+    contents: Vec<String>,
 }
 
 impl Leftovers {
@@ -502,13 +595,23 @@ impl Leftovers {
             .map(|n| format!("namespace/{}", n.name))
             .collect();
         let namespaces: Vec<&str> = namespaces.iter().map(String::as_str).collect();
-        let steps: [(&[&str], &[&str]); 3] = [
+        let contents: Vec<String> = self
+            .contents
+            .iter()
+            .map(|c| format!("volumesnapshotcontent/{c}"))
+            .collect();
+        let contents: Vec<&str> = contents.iter().map(String::as_str).collect();
+        let steps: [(&[&str], &[&str]); 4] = [
             (&["delete", "--wait=false", "--ignore-not-found"], &volumes),
             (
                 &["delete", "--timeout=120s", "--ignore-not-found"],
                 &namespaces,
             ),
             (&["wait", "--for=delete", "--timeout=60s"], &volumes),
+            (
+                &["delete", "--wait=false", "--ignore-not-found"],
+                &contents,
+            ),
         ];
         for (verb, objects) in steps {
             if objects.is_empty() {
