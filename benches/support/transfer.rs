@@ -608,10 +608,7 @@ impl Leftovers {
                 &namespaces,
             ),
             (&["wait", "--for=delete", "--timeout=60s"], &volumes),
-            (
-                &["delete", "--wait=false", "--ignore-not-found"],
-                &contents,
-            ),
+            (&["delete", "--wait=false", "--ignore-not-found"], &contents),
         ];
         for (verb, objects) in steps {
             if objects.is_empty() {
