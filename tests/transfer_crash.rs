@@ -504,6 +504,28 @@ fn crash_at_every_new_boundary(
     begin: impl Fn(&Kubectl, &Setup),
     done: impl Fn(&Setup, VolumeRecorder),
 ) -> (usize, usize) {
+    crash_each_new_boundary_of(
+        cp,
+        crossed,
+        || {
+            let s = setup(cp);
+            let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+            (s, recorder)
+        },
+        |k, (s, _)| begin(k, s),
+        |(s, recorder)| done(&s, recorder),
+    )
+}
+
+/// The loop of [`crash_at_every_new_boundary`], for any kind of pair:
+/// each run is made by `setup`, begun by `begin`, checked by `done`.
+fn crash_each_new_boundary_of<S>(
+    cp: &ControlPlane,
+    crossed: &std::path::Path,
+    setup: impl Fn() -> S,
+    begin: impl Fn(&Kubectl, &S),
+    done: impl Fn(S),
+) -> (usize, usize) {
     let spec = every_new_boundary(crossed);
     let every = [("STA_FAULT_EXIT_AFTER", spec.as_str())];
     let (mut crashes, mut transfers) = (0, 0);
@@ -516,8 +538,7 @@ fn crash_at_every_new_boundary(
         transfers += 1;
         assert!(transfers <= 10, "still new boundaries after 10 transfers");
         restart(cp, &every);
-        let s = setup(cp);
-        let recorder = VolumeRecorder::start(cp.kubectl(), &s.pv);
+        let s = setup();
         begin(cp.direct(), &s);
         let before = crashes;
         let mut since = Instant::now();
@@ -530,7 +551,7 @@ fn crash_at_every_new_boundary(
             since = Instant::now();
         }
         restart(cp, &[]);
-        done(&s, recorder);
+        done(s);
         if crashes == before {
             return (crashes, transfers);
         }
@@ -1107,45 +1128,6 @@ fn a_tenant_cannot_remove_the_transfer_protection_finalizer_mid_protocol() {
     cp.csi.assert_never_deleted(&s.handle);
 }
 
-/// Snapshot moves (DESIGN §2.1.7), each begun by `begin` and checked by
-/// `done`, with the server crashing once at each boundary `crossed` does
-/// not list yet, until a move crosses no new one (as
-/// [`crash_at_every_new_boundary`] does for claims). The crashes and the
-/// moves.
-fn crash_snapshot_moves_at_every_new_boundary(
-    cp: &ControlPlane,
-    crossed: &std::path::Path,
-    begin: impl Fn(&Kubectl, &snapshots::SnapshotSetup),
-    done: impl Fn(&snapshots::SnapshotSetup),
-) -> (usize, usize) {
-    let spec = every_new_boundary(crossed);
-    let every = [("STA_FAULT_EXIT_AFTER", spec.as_str())];
-    let (mut crashes, mut moves) = (0, 0);
-    let mut quiet = Duration::from_secs(8);
-    loop {
-        moves += 1;
-        assert!(moves <= 10, "still new boundaries after 10 moves");
-        restart(cp, &every);
-        let s = snapshots::SnapshotSetup::new(cp, snapshots::SNAP_ALLOWED);
-        begin(cp.direct(), &s);
-        let before = crashes;
-        let mut since = Instant::now();
-        while let Some(code) = cp.wait_for_server_exit(quiet) {
-            assert_eq!(code, FAULT_EXIT_CODE, "after {crashes} crashes");
-            quiet = quiet.max(since.elapsed() * 3);
-            crashes += 1;
-            assert!(crashes < 300, "the moves never settle");
-            restart(cp, &every);
-            since = Instant::now();
-        }
-        restart(cp, &[]);
-        done(&s);
-        if crashes == before {
-            return (crashes, moves);
-        }
-    }
-}
-
 /// The server dies once right after every write of a snapshot move, on
 /// its way to completion and on a rollback's (the destination's quota
 /// refuses its snapshot), and still each move completes or leaves the
@@ -1157,18 +1139,21 @@ fn a_snapshot_move_crashed_once_after_every_write_completes_or_restores_the_sour
     snapshots::ensure_snapshot_classes(cp.kubectl());
     let crossed = cp.logs_dir().join("snapshot-crossed.txt");
     let _ = std::fs::remove_file(&crossed);
-    let (crashes, moves) = crash_snapshot_moves_at_every_new_boundary(
+    let snapshot = || snapshots::SnapshotSetup::new(cp, snapshots::SNAP_ALLOWED);
+    let (crashes, moves) = crash_each_new_boundary_of(
         cp,
         &crossed,
+        snapshot,
         |k, s| s.consent(k),
         |s| {
             s.assert_moved(cp.kubectl(), &cp.csi, WAIT);
         },
     );
     println!("snapshot moves: {crashes} crashes over {moves} moves, each completed");
-    let (refused_crashes, refused) = crash_snapshot_moves_at_every_new_boundary(
+    let (refused_crashes, refused) = crash_each_new_boundary_of(
         cp,
         &crossed,
+        snapshot,
         |k, s| {
             quota(
                 cp.kubectl(),

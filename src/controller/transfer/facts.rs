@@ -104,6 +104,42 @@ pub struct Facts {
     pub snapshot: Option<super::snapshot::SnapshotFacts>,
 }
 
+impl Facts {
+    /// The facts of a snapshot move (DESIGN §2.1.7) at `now`: the pair and
+    /// `snapshots`, every claim and volume fact empty, the questions not
+    /// asked yet, read live.
+    pub fn of_snapshot_move(
+        now: i64,
+        source: NamespaceTransfer,
+        peer: Peer,
+        snapshots: super::snapshot::SnapshotFacts,
+    ) -> Self {
+        Self {
+            now,
+            allow_all_storage_classes: false,
+            source,
+            peer,
+            moved_claim: None,
+            clone_source: None,
+            clone_failure: None,
+            clone_timeout: 0,
+            clone_waits_for_consumer: None,
+            at_capacity: false,
+            destination_claim: None,
+            claimants: Vec::new(),
+            volume: None,
+            class: ClassPolicy::Unknown,
+            users: None,
+            lock_holder_active: false,
+            rights: None,
+            admission: None,
+            live: true,
+            refused: None,
+            snapshot: Some(snapshots),
+        }
+    }
+}
+
 /// A create or delete of a protocol step that kube-apiserver refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {

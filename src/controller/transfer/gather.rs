@@ -271,29 +271,9 @@ impl TransferController {
             refused_by_class,
             lock_holder_active,
         };
-        Ok(Facts {
-            now: Timestamp::now().as_second(),
-            allow_all_storage_classes: self.options.allow_all_storage_classes,
-            source: s,
-            peer,
-            moved_claim: None,
-            clone_source: None,
-            clone_failure: None,
-            clone_timeout: 0,
-            clone_waits_for_consumer: None,
-            at_capacity: false,
-            destination_claim: None,
-            claimants: Vec::new(),
-            volume: None,
-            class: ClassPolicy::Unknown,
-            users: None,
-            lock_holder_active: false,
-            rights: None,
-            admission: None,
-            live: true,
-            refused: None,
-            snapshot: Some(snapshots),
-        })
+        let mut facts = Facts::of_snapshot_move(Timestamp::now().as_second(), s, peer, snapshots);
+        facts.allow_all_storage_classes = self.options.allow_all_storage_classes;
+        Ok(facts)
     }
 
     /// Why the VolumeSnapshotClass `class` of the snapshot `namespace/name`

@@ -225,7 +225,7 @@ fn field_descriptions_are_kept_and_reflowed_into_paragraphs() {
         .unwrap();
     assert_eq!(
         kind,
-        "The kind of the source object. Only `PersistentVolumeClaim` (the default) is supported in v1alpha1."
+        "The kind of the source object: `PersistentVolumeClaim` (the default), or `VolumeSnapshot` (group `snapshot.storage.k8s.io`), which moves the snapshot itself to a VolumeSnapshot of the destination namespace (mode `Move` only)."
     );
     assert_eq!(source["properties"]["name"]["type"], "string");
     assert!(source["properties"]["namespace"]["description"]

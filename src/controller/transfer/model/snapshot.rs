@@ -51,7 +51,7 @@ use crate::api::namespace_transfer::{
 };
 use crate::controller::transfer::decide::{decide, Action, Question, REASON_DESTINATION_LOST};
 use crate::controller::transfer::destination::{destination_turn, Found, Turn};
-use crate::controller::transfer::facts::{ClassPolicy, Facts, Peer, Refusal, Side};
+use crate::controller::transfer::facts::{Facts, Peer, Refusal, Side};
 use crate::controller::transfer::matching::{destination_view, peer_uid};
 use crate::controller::transfer::plan::snapshot::{ContentChange, SnapshotChange, SnapshotWrite};
 use crate::controller::transfer::plan::{plan, Edit, On, Write};
@@ -422,29 +422,7 @@ impl SnapWorld {
             refused_by_class: None,
             lock_holder_active: false,
         };
-        Facts {
-            now: 2_000,
-            allow_all_storage_classes: false,
-            source: s,
-            peer,
-            moved_claim: None,
-            clone_source: None,
-            clone_failure: None,
-            clone_timeout: 0,
-            clone_waits_for_consumer: None,
-            at_capacity: false,
-            destination_claim: None,
-            claimants: Vec::new(),
-            volume: None,
-            class: ClassPolicy::Unknown,
-            users: None,
-            lock_holder_active: false,
-            rights: None,
-            admission: None,
-            live: true,
-            refused: None,
-            snapshot: Some(snapshots),
-        }
+        Facts::of_snapshot_move(2_000, s, peer, snapshots)
     }
 
     /// The decision on what this world shows, its questions answered.
