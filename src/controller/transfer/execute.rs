@@ -189,7 +189,11 @@ pub(super) async fn perform(
                     | ClusterError::NotFound { .. }
                     | ClusterError::AlreadyExists { .. },
                 ) => return stop,
-                Err(ClusterError::Refused { message, .. }) if w.may_be_refused() => {
+                // Only a step's create or R5's delete is a fact to decide
+                // on; a rollback's refused delete is an error, tried again.
+                Err(ClusterError::Refused { message, .. })
+                    if w.may_be_refused() && p.step.is_some() =>
+                {
                     return Ok(Outcome::Refused(Refused {
                         step: p.step.unwrap_or(Step::CreateDestination),
                         message,

@@ -247,13 +247,16 @@ impl TransferController {
                 .map(snapshot::Content::from),
             None => None,
         };
-        let class = old_content
-            .as_ref()
-            .and_then(|o| o.class.clone())
-            .or_else(|| source.as_ref().and_then(|x| x.class.clone()));
-        let refused_by_class = self
-            .snapshot_class_policy(&source_ns, &source_name, class.as_deref())
-            .await?;
+        // The content's class decides, not the snapshot's, which its
+        // tenant may change; before the content is known, nothing is
+        // decided on it (the move waits for a bound, ready snapshot).
+        let refused_by_class = match &old_content {
+            Some(content) => {
+                self.snapshot_class_policy(&source_ns, &source_name, content)
+                    .await?
+            }
+            None => None,
+        };
         let mine = uid_of(&s).to_owned();
         let lock_holder_active = match source.as_ref().and_then(|x| x.lock.clone()) {
             Some(holder) if holder != mine => self
@@ -276,18 +279,19 @@ impl TransferController {
         Ok(facts)
     }
 
-    /// Why the VolumeSnapshotClass `class` of the snapshot `namespace/name`
-    /// keeps it from moving, if it does: it lacks the opt-in (unless the
-    /// server allows every class), or its snapshotter secret is templated
-    /// by the snapshot's namespace or name.
+    /// Why the VolumeSnapshotClass of `content` (the snapshot
+    /// `namespace/name`'s) keeps it from moving, if it does: there is none,
+    /// or it lacks the opt-in (unless the server allows every class), or it
+    /// is another driver's, or its snapshotter secret is templated by the
+    /// snapshot's namespace or name.
     async fn snapshot_class_policy(
         &self,
         namespace: &str,
         name: &str,
-        class: Option<&str>,
+        content: &snapshot::Content,
     ) -> Result<Option<String>, Error> {
         let object = format!("VolumeSnapshot {namespace}/{name}");
-        let Some(class) = class else {
+        let Some(class) = content.class.as_deref() else {
             return Ok((!self.options.allow_all_storage_classes).then(|| {
                 format!("{object} has no VolumeSnapshotClass, and this server does not run with --allow-all-storage-classes")
             }));
@@ -303,6 +307,14 @@ impl TransferController {
             .cloned()
             .and_then(|p| serde_json::from_value(p).ok())
             .unwrap_or_default();
+        let driver = found.data.get("driver").and_then(serde_json::Value::as_str);
+        if driver != Some(content.driver.as_str()) {
+            return Ok(Some(format!(
+                "VolumeSnapshotClass {class:?} of {object} is for driver {:?}, not the snapshot's {:?}",
+                driver.unwrap_or_default(),
+                content.driver
+            )));
+        }
         if let Some(why) = snapshot::templated_secret(&parameters) {
             return Ok(Some(format!(
                 "VolumeSnapshotClass {class:?} of {object} cannot move it: {why}"

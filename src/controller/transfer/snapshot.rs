@@ -13,7 +13,11 @@
 //! - a snapshot deleted while its content is under `Delete` takes the content
 //!   and the backend snapshot with it; under `Retain` only the snapshot goes;
 //! - the csi-snapshotter calls `DeleteSnapshot` only for a content being
-//!   deleted under `Delete`.
+//!   deleted under `Delete`, and lets a deleted content go only when it is
+//!   unbound and pre-provisioned, or marked being-deleted (which the
+//!   snapshot controller does only while it processes its snapshot's
+//!   deletion: a snapshot that vanished otherwise never marks it, so the
+//!   move marks a content itself, under `Retain`, before deleting it).
 //!
 //! So the backend snapshot is never at risk while every content that names
 //! it is under `Retain`, and the move keeps it so from R2 until only one
@@ -35,6 +39,12 @@ pub const DELETION_SECRET_ANNOTATIONS: [&str; 2] = [
     "snapshot.storage.kubernetes.io/deletion-secret-name",
     "snapshot.storage.kubernetes.io/deletion-secret-namespace",
 ];
+
+/// The annotation the snapshot controller puts on a content whose snapshot
+/// is being deleted; without it the csi-snapshotter never lets a deleted
+/// content go (it keeps its bound-protection finalizer).
+pub const ANNOTATION_BEING_DELETED: &str =
+    "snapshot.storage.kubernetes.io/volumesnapshot-being-deleted";
 
 /// The class parameters that name the snapshotter's secret; a value that
 /// names the snapshot's namespace or name would name the source namespace's
@@ -120,6 +130,8 @@ pub struct Content {
     /// The deletion-secret annotations.
     pub secrets: BTreeMap<String, String>,
     pub deleting: bool,
+    /// [`ANNOTATION_BEING_DELETED`]: a deletion the csi-snapshotter acts on.
+    pub being_deleted: bool,
     /// A member of a group snapshot (`status.volumeGroupSnapshotHandle`).
     pub in_group: bool,
 }
@@ -193,6 +205,7 @@ impl From<&DynamicObject> for Content {
             original_policy: annotation(o, ANNOTATION_ORIGINAL_DELETION_POLICY),
             secrets,
             deleting: o.metadata.deletion_timestamp.is_some(),
+            being_deleted: annotation(o, ANNOTATION_BEING_DELETED).is_some(),
             in_group: text(d, "/status/volumeGroupSnapshotHandle").is_some(),
         }
     }

@@ -56,6 +56,7 @@ use crate::controller::transfer::decide::finish::tidy;
 use crate::controller::transfer::facts::Facts;
 use crate::controller::transfer::snapshot::{
     content_name, is_made_content, new_content, new_snapshot, Snapshot, SnapshotFacts,
+    DELETION_SECRET_ANNOTATIONS,
 };
 use crate::controller::transfer::Step;
 
@@ -112,6 +113,9 @@ pub enum SnapshotAction {
     /// Rollback: the new content back under `Retain` before anything else
     /// (it never leaves it before the commit; this is the fence).
     Rehold { resource_version: String },
+    /// Before a content is deleted (the old one at R5, the new one in a
+    /// rollback): mark it being-deleted, under `Retain`, at this version.
+    MarkDeleting { old: bool, resource_version: String },
     /// Rollback: delete the new content, under `Retain` at this version.
     DeleteContent {
         uid: String,
@@ -138,13 +142,14 @@ pub fn step_of(action: &SnapshotAction) -> Option<Step> {
         | SnapshotAction::CreateDestination(_)
         | SnapshotAction::RecordDestination(_) => Some(Step::CreateDestination),
         SnapshotAction::Committed => Some(Step::Commit),
-        SnapshotAction::ReleaseSource { .. } | SnapshotAction::DeleteOldContent { .. } => {
-            Some(Step::ReleaseSource)
-        }
+        SnapshotAction::ReleaseSource { .. }
+        | SnapshotAction::DeleteOldContent { .. }
+        | SnapshotAction::MarkDeleting { old: true, .. } => Some(Step::ReleaseSource),
         SnapshotAction::Settle { .. }
         | SnapshotAction::UnlockDestination { .. }
         | SnapshotAction::Complete => Some(Step::Settle),
         SnapshotAction::Rehold { .. }
+        | SnapshotAction::MarkDeleting { old: false, .. }
         | SnapshotAction::DeleteContent { .. }
         | SnapshotAction::DeleteDestination { .. }
         | SnapshotAction::Unmark { .. }
@@ -168,6 +173,7 @@ pub fn label(action: &SnapshotAction) -> &'static str {
         SnapshotAction::UnlockDestination { .. } => "SnapshotUnlockDestination",
         SnapshotAction::Complete => "SnapshotComplete",
         SnapshotAction::Rehold { .. } => "SnapshotRehold",
+        SnapshotAction::MarkDeleting { .. } => "SnapshotMarkDeleting",
         SnapshotAction::DeleteContent { .. } => "SnapshotDeleteContent",
         SnapshotAction::DeleteDestination { .. } => "SnapshotDeleteDestination",
         SnapshotAction::Unmark { .. } => "SnapshotUnmark",
@@ -300,6 +306,21 @@ fn before_lock(f: &Facts, sf: &SnapshotFacts, d: &NamespaceTransfer) -> Action {
     }
     if let Some(why) = &sf.refused_by_class {
         return finish_failed(report(REASON_SNAPSHOT_CLASS_NOT_ALLOWED, why.clone()));
+    }
+    if old
+        .secrets
+        .get(DELETION_SECRET_ANNOTATIONS[1])
+        .map(String::as_str)
+        == Some(s.source_namespace())
+    {
+        return finish_failed(report(
+            REASON_SNAPSHOT_CLASS_NOT_ALLOWED,
+            format!(
+                "VolumeSnapshotContent {}'s deletion secret is in the source namespace {:?}; the destination's snapshot cannot depend on it",
+                old.name,
+                s.source_namespace()
+            ),
+        ));
     }
     if source.lock.as_deref().is_some_and(|l| l != mine) && sf.lock_holder_active {
         return wait(
@@ -557,7 +578,9 @@ fn after_lock(
     };
     Action::Wait {
         phase: Phase::Rebinding,
-        report: Report::shared(REASON_WAITING_FOR_BINDING, message),
+        // What the snapshot controller reports may quote the backend's
+        // handle: the source side's to read.
+        report: report(REASON_WAITING_FOR_BINDING, message),
         in_use: false,
         after: Some(BIND_POLL),
     }
@@ -579,32 +602,14 @@ fn forward(f: &Facts, sf: &SnapshotFacts, dest: &SnapshotReference) -> Action {
         return act(SnapshotAction::Committed);
     }
     if let Some(record) = recorded_source(s) {
-        // R5: the source snapshot, then, once it is gone, its content (the
-        // snapshot controller keeps a snapshot a claim is being restored
-        // from, and the restore reads its content).
-        if let Some(source) = sf.source.as_ref().filter(|x| x.uid == record.uid) {
-            if source.deleting {
-                return Action::Nothing {
-                    after: Some(BIND_POLL),
-                };
-            }
-            return act(SnapshotAction::ReleaseSource {
-                uid: source.uid.clone(),
-            });
-        }
-        if let Some(old) = sf
+        let old = sf
             .old_content
             .as_ref()
-            .filter(|c| c.name == record.content_name)
-        {
-            if old.deleting {
-                return Action::Nothing {
-                    after: Some(BIND_POLL),
-                };
-            }
-            if old.marker.as_deref() != Some(mine) || old.deletion_policy != "Retain" {
-                // Never deleted unless ours under Retain, and the new
-                // content keeps Retain while this one could delete too.
+            .filter(|c| c.name == record.content_name);
+        // Nothing of the source is let go unless its content is ours under
+        // Retain: someone may have given it its policy back since R2.
+        if let Some(old) = old {
+            if old.marker.as_deref() != Some(mine) {
                 return Action::Wait {
                     phase: Phase::Rebinding,
                     report: report(
@@ -618,6 +623,44 @@ fn forward(f: &Facts, sf: &SnapshotFacts, dest: &SnapshotReference) -> Action {
                     after: Some(RELEASE_RETRY),
                 };
             }
+            if old.deletion_policy != "Retain" {
+                return act(SnapshotAction::Retain {
+                    resource_version: old.resource_version.clone(),
+                    policy: old
+                        .original_policy
+                        .clone()
+                        .unwrap_or_else(|| old.deletion_policy.clone()),
+                });
+            }
+        }
+        // R5: the source snapshot, then, once it is gone, its content (the
+        // snapshot controller keeps a snapshot a claim is being restored
+        // from, and the restore reads its content).
+        if let Some(source) = sf.source.as_ref().filter(|x| x.uid == record.uid) {
+            if source.deleting {
+                return Action::Nothing {
+                    after: Some(BIND_POLL),
+                };
+            }
+            return act(SnapshotAction::ReleaseSource {
+                uid: source.uid.clone(),
+            });
+        }
+        if let Some(old) = old {
+            // Marked first: a snapshot that vanished without the snapshot
+            // controller's processing never marked it, and the
+            // csi-snapshotter would keep it for ever.
+            if !old.being_deleted {
+                return act(SnapshotAction::MarkDeleting {
+                    old: true,
+                    resource_version: old.resource_version.clone(),
+                });
+            }
+            if old.deleting {
+                return Action::Nothing {
+                    after: Some(BIND_POLL),
+                };
+            }
             return act(SnapshotAction::DeleteOldContent {
                 uid: old.uid.clone(),
                 resource_version: old.resource_version.clone(),
@@ -625,23 +668,25 @@ fn forward(f: &Facts, sf: &SnapshotFacts, dest: &SnapshotReference) -> Action {
         }
     }
     let Some(content) = sf.new_content.as_ref() else {
-        return lost(f, dest);
+        return lost(f, dest, false);
     };
     let live = sf
         .destination
         .as_ref()
         .filter(|x| x.uid == dest.uid && !x.deleting);
     let Some(x) = live else {
-        return lost(f, dest);
+        return lost(f, dest, content.deletion_policy == "Retain");
     };
     // R6.
     if content.marker.as_deref() == Some(mine) {
         return act(SnapshotAction::Settle {
             resource_version: content.resource_version.clone(),
+            // Without a record, never Delete: an administrator's Retain
+            // stays.
             policy: content
                 .original_policy
                 .clone()
-                .unwrap_or_else(|| "Delete".to_owned()),
+                .unwrap_or_else(|| "Retain".to_owned()),
         });
     }
     if x.lock.as_deref() == Some(mine) {
@@ -652,18 +697,27 @@ fn forward(f: &Facts, sf: &SnapshotFacts, dest: &SnapshotReference) -> Action {
     act(SnapshotAction::Complete)
 }
 
-/// After the commit the destination snapshot is gone: say so once, keep
-/// the new content under `Retain`, and let the pair go.
-fn lost(f: &Facts, dest: &SnapshotReference) -> Action {
+/// After the commit the destination snapshot is gone: say so once, and let
+/// the pair go. Before R6 its content stays under `Retain` (`kept`), for an
+/// administrator; after R6 it was the destination's to delete.
+fn lost(f: &Facts, dest: &SnapshotReference, kept: bool) -> Action {
     let s = &f.source;
     let reason = s.status.as_ref().and_then(|st| st.reason.as_deref());
     if reason != Some(REASON_DESTINATION_LOST) {
+        let what = if kept {
+            format!(
+                "; VolumeSnapshotContent {} keeps the backend snapshot (deletionPolicy Retain) for an administrator",
+                dest.content_name
+            )
+        } else {
+            String::new()
+        };
         return Action::DestinationLost {
             report: report(
                 REASON_DESTINATION_LOST,
                 format!(
-                    "VolumeSnapshot {}/{} was deleted after the snapshot was handed to it; VolumeSnapshotContent {} keeps the backend snapshot (deletionPolicy Retain) for an administrator",
-                    dest.namespace, dest.name, dest.content_name
+                    "VolumeSnapshot {}/{} was deleted after the snapshot was handed to it{what}",
+                    dest.namespace, dest.name
                 ),
             ),
         };
@@ -687,6 +741,12 @@ fn roll_back(f: &Facts, sf: &SnapshotFacts) -> Action {
     {
         if content.deletion_policy != "Retain" {
             return act(SnapshotAction::Rehold {
+                resource_version: content.resource_version.clone(),
+            });
+        }
+        if !content.being_deleted {
+            return act(SnapshotAction::MarkDeleting {
+                old: false,
                 resource_version: content.resource_version.clone(),
             });
         }
@@ -774,7 +834,9 @@ pub(super) fn after_refusal(f: &Facts, refused: &Refused) -> Action {
         _ => {
             let (dest_ns, dest_name) =
                 super::peer_or_self(f).map_or(("", ""), |d| destination_of(s, d));
-            finish_failed(Report::shared(
+            // The content's refusal may quote its handle or secret: the
+            // source side's to read.
+            finish_failed(report(
                 REASON_DESTINATION_REFUSED,
                 format!(
                     "creating VolumeSnapshot {dest_ns}/{dest_name} (or its content) was refused: {message}"
@@ -817,6 +879,12 @@ pub fn destination_text(reason: &str) -> &'static str {
         REASON_FORBIDDEN => "refused: the source side no longer holds a right the transfer needs",
         "Locked" => "the source snapshot is locked for the transfer; it is being handed over",
         REASON_COMPLETED => "the snapshot was handed over",
+        REASON_WAITING_FOR_BINDING => {
+            "waiting for the snapshot controller to bind the new snapshot and report it ready"
+        }
+        REASON_DESTINATION_REFUSED => {
+            "refused: creating the new snapshot or its content was refused (quota, admission); the source side's transfer says why"
+        }
         other => super::destination_text(other),
     }
 }

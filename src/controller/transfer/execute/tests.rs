@@ -464,3 +464,54 @@ fn an_unconditional_write_whose_object_is_gone_is_skipped_and_the_plan_goes_on()
     assert_eq!(run(&hands, &f, &commit), Outcome::Next(Next::Now));
     assert_eq!(hands.made(), expected(&f, &p));
 }
+
+/// A snapshot move's facts: `fresh()` with a VolumeSnapshot source.
+fn snapshot_move() -> Facts {
+    let mut f = fresh();
+    f.source.spec.source.kind = "VolumeSnapshot".to_owned();
+    f.moved_claim = None;
+    f.volume = None;
+    f.snapshot = Some(crate::controller::transfer::snapshot::SnapshotFacts::default());
+    f
+}
+
+#[test]
+fn a_refused_create_of_the_destination_snapshot_comes_back_as_r3s_fact() {
+    use crate::controller::transfer::decide::snapshot::SnapshotAction;
+    let f = snapshot_move();
+    let action = Action::Snapshot(SnapshotAction::CreateDestination(Box::new(
+        serde_json::json!({"metadata": {"name": "db"}}),
+    )));
+    let refused = ClusterError::Refused {
+        code: 403,
+        reason: "Forbidden".to_owned(),
+        message: "exceeded quota".to_owned(),
+    };
+    let hands = Recorder::failing(0, refused);
+    assert_eq!(
+        run(&hands, &f, &action),
+        Outcome::Refused(Refused {
+            step: Step::CreateDestination,
+            message: "exceeded quota".to_owned(),
+        })
+    );
+    assert_eq!(hands.made().len(), 1, "nothing recorded after it");
+}
+
+#[test]
+fn a_rollbacks_refused_delete_is_an_error_to_try_again_not_a_fact_about_r3() {
+    use crate::controller::transfer::decide::snapshot::SnapshotAction;
+    let f = snapshot_move();
+    let action = Action::Snapshot(SnapshotAction::DeleteDestination {
+        uid: "uid-snap".to_owned(),
+    });
+    let refused = ClusterError::Refused {
+        code: 403,
+        reason: "Forbidden".to_owned(),
+        message: "denied by a webhook".to_owned(),
+    };
+    let hands = Recorder::failing(0, refused);
+    let p = plan(&f, &action);
+    let outcome = futures::executor::block_on(perform(&hands, &f, label(&action), &p));
+    assert!(outcome.is_err(), "{outcome:?}");
+}

@@ -147,9 +147,14 @@ pub(super) enum SnapMove {
     RevokeRight = 1 << 8,
     StaleGather = 1 << 9,
     StaleAct = 1 << 10,
+    /// The source snapshot's tenant strips its finalizers and deletes it:
+    /// it goes without the snapshot controller marking its content.
+    VanishSourceSnapshot = 1 << 11,
+    /// The same, of the destination snapshot.
+    VanishDestinationSnapshot = 1 << 12,
 }
 
-pub(super) const SNAP_MOVES: [SnapMove; 11] = [
+pub(super) const SNAP_MOVES: [SnapMove; 13] = [
     SnapMove::DeleteSourceSnapshot,
     SnapMove::DeleteDestinationSnapshot,
     SnapMove::DeleteSource,
@@ -161,6 +166,8 @@ pub(super) const SNAP_MOVES: [SnapMove; 11] = [
     SnapMove::RevokeRight,
     SnapMove::StaleGather,
     SnapMove::StaleAct,
+    SnapMove::VanishSourceSnapshot,
+    SnapMove::VanishDestinationSnapshot,
 ];
 
 /// The world of the snapshot model.
@@ -383,6 +390,7 @@ impl SnapWorld {
                 .map(|d| if d { "Delete" } else { "Retain" }.to_owned()),
             secrets: Default::default(),
             deleting: c.deleting,
+            being_deleted: c.being_deleted,
             in_group: false,
         }
     }
@@ -599,6 +607,10 @@ impl SnapWorld {
                         c.delete = false;
                     }
                     ContentChange::Rehold => c.delete = false,
+                    ContentChange::BeingDeleted => {
+                        c.being_deleted = true;
+                        c.delete = false;
+                    }
                     ContentChange::Unmark { policy } => {
                         c.marker = false;
                         c.original_delete = None;
@@ -871,6 +883,18 @@ impl SnapWorld {
                     w.s.deleting = true;
                     ok
                 }
+                SnapMove::VanishSourceSnapshot => {
+                    let ok = w.source.is_some();
+                    w.source = None;
+                    w.source_deleted_by_tenant = true;
+                    ok
+                }
+                SnapMove::VanishDestinationSnapshot => {
+                    let ok = w.dest.is_some();
+                    w.dest = None;
+                    w.dest_deleted_by_tenant = true;
+                    ok
+                }
                 SnapMove::DeleteRequest => {
                     let ok = w.d.exists && !w.d.deleting;
                     w.d.deleting = true;
@@ -1019,6 +1043,12 @@ impl SnapWorld {
         }
         if self.deletions > 0 && !(self.source_deleted_by_tenant || self.dest_deleted_by_tenant) {
             return Err("the backend snapshot was deleted".into());
+        }
+        // Nothing waits for ever on a content being deleted: the
+        // csi-snapshotter lets a deleted content go only once it is marked.
+        let going = |c: &Option<Cont>| c.as_ref().is_some_and(|c| c.deleting);
+        if self.s.exists && (going(&self.old) || going(&self.new)) {
+            return Err("settled with a content being deleted that never goes".into());
         }
         Ok(())
     }

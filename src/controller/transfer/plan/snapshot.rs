@@ -17,6 +17,7 @@ use crate::controller::transfer::decide::snapshot::{
 };
 use crate::controller::transfer::decide::{destination_of, peer_or_self, uid_of, Report};
 use crate::controller::transfer::facts::Facts;
+use crate::controller::transfer::snapshot::ANNOTATION_BEING_DELETED;
 
 /// One write to a VolumeSnapshot or a VolumeSnapshotContent.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +76,9 @@ pub(in crate::controller::transfer) enum ContentChange {
     },
     /// The rollback's fence: `Retain`, nothing else.
     Rehold,
+    /// Before a delete: marked being-deleted (so that the csi-snapshotter
+    /// lets it go once deleted), and `Retain`.
+    BeingDeleted,
     /// R6 and the rollback: take our marks off, and set the policy to
     /// `policy` when there is one.
     Unmark { policy: Option<String> },
@@ -128,6 +132,10 @@ impl SnapshotWrite {
                         "spec": {"deletionPolicy": "Retain"},
                     }),
                     ContentChange::Rehold => json!({"spec": {"deletionPolicy": "Retain"}}),
+                    ContentChange::BeingDeleted => json!({
+                        "metadata": {"annotations": {ANNOTATION_BEING_DELETED: "yes"}},
+                        "spec": {"deletionPolicy": "Retain"},
+                    }),
                     ContentChange::Unmark { policy } => {
                         let mut patch = json!({"metadata": {"annotations": {
                             ANNOTATION_TRANSFER_LOCK: null,
@@ -365,6 +373,25 @@ pub(super) fn plan(f: &Facts, p: &mut Plan, action: &SnapshotAction) {
                     name: dest_content.name.clone(),
                     resource_version: resource_version.clone(),
                     change: ContentChange::Rehold,
+                },
+            );
+        }
+        SnapshotAction::MarkDeleting {
+            old,
+            resource_version,
+        } => {
+            let name = if *old {
+                old_content()
+            } else {
+                Some(crate::controller::transfer::snapshot::content_name(s))
+            };
+            let Some(name) = name else { return };
+            write(
+                p,
+                SnapshotWrite::Content {
+                    name,
+                    resource_version: resource_version.clone(),
+                    change: ContentChange::BeingDeleted,
                 },
             );
         }

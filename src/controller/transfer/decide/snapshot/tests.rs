@@ -214,6 +214,32 @@ fn a_snapshot_not_ready_waits_and_a_missing_one_fails() {
 }
 
 #[test]
+fn a_deletion_secret_in_the_source_namespace_keeps_the_snapshot_from_moving() {
+    let mut f = matched();
+    sf(&mut f).old_content.as_mut().unwrap().secrets.insert(
+        "snapshot.storage.kubernetes.io/deletion-secret-namespace".to_owned(),
+        "prod".to_owned(),
+    );
+    assert_eq!(reason(&decide(&f)), REASON_SNAPSHOT_CLASS_NOT_ALLOWED);
+}
+
+#[test]
+fn what_the_snapshot_controller_reports_while_binding_is_the_source_sides_to_read() {
+    let mut f = created();
+    sf(&mut f).destination.as_mut().unwrap().error =
+        Some("ListSnapshots of handle h-1 failed".to_owned());
+    let Action::Wait { report, .. } = decide(&f) else {
+        panic!("{:?}", decide(&f));
+    };
+    assert!(report.source.contains("h-1"), "{}", report.source);
+    assert!(
+        !report.destination.contains("h-1"),
+        "{}",
+        report.destination
+    );
+}
+
+#[test]
 fn a_class_that_does_not_opt_in_fails_the_pair_before_anything_is_touched() {
     let mut f = matched();
     sf(&mut f).refused_by_class = Some("not opted in".to_owned());
@@ -328,6 +354,15 @@ fn after_the_commit_the_source_goes_then_its_content_then_the_policy_comes_back(
         })
     );
     sf(&mut f).source = None;
+    // Marked being-deleted first, so that the csi-snapshotter lets it go.
+    assert_eq!(
+        decide(&f),
+        act(SnapshotAction::MarkDeleting {
+            old: true,
+            resource_version: "6".to_owned()
+        })
+    );
+    sf(&mut f).old_content.as_mut().unwrap().being_deleted = true;
     assert_eq!(
         decide(&f),
         act(SnapshotAction::DeleteOldContent {
@@ -376,10 +411,28 @@ fn a_cancellation_before_the_commit_is_decided_and_after_it_the_move_goes_on() {
 }
 
 #[test]
-fn an_old_content_someone_gave_delete_back_is_never_deleted_and_the_new_one_stays_retained() {
+fn an_old_content_given_delete_back_after_the_commit_is_held_under_retain_before_anything_goes() {
+    for source_gone in [false, true] {
+        let mut f = committed_recorded();
+        if source_gone {
+            sf(&mut f).source = None;
+        }
+        sf(&mut f).old_content.as_mut().unwrap().deletion_policy = "Delete".to_owned();
+        assert_eq!(
+            decide(&f),
+            act(SnapshotAction::Retain {
+                resource_version: "6".to_owned(),
+                policy: "Delete".to_owned()
+            }),
+            "source gone: {source_gone}"
+        );
+    }
+}
+
+#[test]
+fn an_old_content_someone_else_marked_after_the_commit_is_never_deleted_nor_its_snapshot() {
     let mut f = committed_recorded();
-    sf(&mut f).source = None;
-    sf(&mut f).old_content.as_mut().unwrap().deletion_policy = "Delete".to_owned();
+    sf(&mut f).old_content.as_mut().unwrap().marker = Some("someone".to_owned());
     let action = decide(&f);
     assert!(matches!(action, Action::Wait { .. }), "{action:?}");
     assert_eq!(reason(&action), REASON_VOLUME_CHANGED);
@@ -388,6 +441,14 @@ fn an_old_content_someone_gave_delete_back_is_never_deleted_and_the_new_one_stay
 #[test]
 fn a_rollback_deletes_the_new_content_first_then_the_destination_then_restores_the_old() {
     let mut f = finished(created(), Phase::Cancelled);
+    assert_eq!(
+        decide(&f),
+        act(SnapshotAction::MarkDeleting {
+            old: false,
+            resource_version: "30".to_owned()
+        })
+    );
+    sf(&mut f).new_content.as_mut().unwrap().being_deleted = true;
     assert_eq!(
         decide(&f),
         act(SnapshotAction::DeleteContent {
