@@ -28,7 +28,7 @@ sample="${STA_TEST_SAMPLE:-}"
 features=(--workspace --locked --features fault-injection)
 # The slowest binaries by name, longest first: started first, they do not
 # leave one job running alone at the end.
-heaviest=(fairness transfer_crash client_go storage_transfer_apiserver transfer_scale transfer chaos etcd_cluster ephemeral_claim hostile testenv)
+heaviest=(fairness transfer_crash snapshot_crash client_go storage_transfer_apiserver transfer_scale transfer chaos etcd_cluster ephemeral_claim hostile testenv)
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT

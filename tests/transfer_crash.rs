@@ -22,16 +22,14 @@ mod scenario;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use scenario::snapshots;
+use scenario::crash::{
+    self, crash_each_new_boundary_of, env, every_new_boundary, restart, FAULT_EXIT_CODE,
+};
 use scenario::*;
-use sta_testenv::{ControlPlane, Kubectl, Namespace, Options};
+use sta_testenv::{ControlPlane, Kubectl, Namespace};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
 const WAIT: Duration = Duration::from_secs(90);
-/// The exit code of an injected crash (src/controller/fault.rs).
-const FAULT_EXIT_CODE: i32 = 86;
-/// A short lease, so that a restarted server leads again within seconds.
-const LEASE: &str = "--leader-elect-lease-duration=2s";
 
 static CP: OnceLock<ControlPlane> = OnceLock::new();
 static TURN: Mutex<()> = Mutex::new(());
@@ -39,27 +37,8 @@ static TURN: Mutex<()> = Mutex::new(());
 /// The control plane, and the right to restart its server.
 fn turn() -> (&'static ControlPlane, MutexGuard<'static, ()>) {
     let guard = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    let cp = CP.get_or_init(|| {
-        let mut opts = Options::for_tests(BIN);
-        opts.server_args.push(LEASE.to_owned());
-        let cp = ControlPlane::start(opts).unwrap_or_else(|e| panic!("{e}"));
-        ensure_classes(cp.kubectl());
-        cp
-    });
+    let cp = CP.get_or_init(|| crash::private_control_plane(BIN));
     (cp, guard)
-}
-
-fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
-/// Restarts the server with `fault` in its environment (or none).
-fn restart(cp: &ControlPlane, fault: &[(&str, &str)]) {
-    cp.restart_server(&[], &env(fault))
-        .unwrap_or_else(|e| panic!("restarting the server: {e}"));
 }
 
 struct Setup {
@@ -466,12 +445,6 @@ fn change_the_world_after(
     restart(cp, &[("STA_FAULT_EXIT_AFTER", &spec)]);
 }
 
-/// The `STA_FAULT_EXIT_AFTER` that crashes the server once at each
-/// boundary `crossed` does not list yet, and adds it there.
-fn every_new_boundary(crossed: &std::path::Path) -> String {
-    format!("*:{}", crossed.display())
-}
-
 /// Where a Clone pair stands once the destination's quota refused it: both
 /// sides Failed with the quota's message, the clone made once and deleted,
 /// no destination claim, and the source as it was.
@@ -515,47 +488,6 @@ fn crash_at_every_new_boundary(
         |k, (s, _)| begin(k, s),
         |(s, recorder)| done(&s, recorder),
     )
-}
-
-/// The loop of [`crash_at_every_new_boundary`], for any kind of pair:
-/// each run is made by `setup`, begun by `begin`, checked by `done`.
-fn crash_each_new_boundary_of<S>(
-    cp: &ControlPlane,
-    crossed: &std::path::Path,
-    setup: impl Fn() -> S,
-    begin: impl Fn(&Kubectl, &S),
-    done: impl Fn(S),
-) -> (usize, usize) {
-    let spec = every_new_boundary(crossed);
-    let every = [("STA_FAULT_EXIT_AFTER", spec.as_str())];
-    let (mut crashes, mut transfers) = (0, 0);
-    // A server that makes no new write for `quiet` has nothing left to
-    // write. A restarted server leads and crashes within about 2 s (its
-    // predecessor's lease is 2 s); `quiet` stays three times the longest
-    // wait for a crash seen, so a slow machine widens it.
-    let mut quiet = Duration::from_secs(8);
-    loop {
-        transfers += 1;
-        assert!(transfers <= 10, "still new boundaries after 10 transfers");
-        restart(cp, &every);
-        let s = setup();
-        begin(cp.direct(), &s);
-        let before = crashes;
-        let mut since = Instant::now();
-        while let Some(code) = cp.wait_for_server_exit(quiet) {
-            assert_eq!(code, FAULT_EXIT_CODE, "after {crashes} crashes");
-            quiet = quiet.max(since.elapsed() * 3);
-            crashes += 1;
-            assert!(crashes < 300, "the transfers never settle");
-            restart(cp, &every);
-            since = Instant::now();
-        }
-        restart(cp, &[]);
-        done(s);
-        if crashes == before {
-            return (crashes, transfers);
-        }
-    }
 }
 
 /// Where a Clone pair stands once it completed: the source claim and its
@@ -1126,75 +1058,4 @@ fn a_tenant_cannot_remove_the_transfer_protection_finalizer_mid_protocol() {
     restart(cp, &[]);
     wait_phase(cp.direct(), &s.src.name, "give", "Completed", WAIT);
     cp.csi.assert_never_deleted(&s.handle);
-}
-
-/// The server dies once right after every write of a snapshot move, on
-/// its way to completion and on a rollback's (the destination's quota
-/// refuses its snapshot), and still each move completes or leaves the
-/// source exactly as it was, and the driver never deletes the backend
-/// snapshot.
-#[test]
-fn a_snapshot_move_crashed_once_after_every_write_completes_or_restores_the_source() {
-    let (cp, _turn) = turn();
-    snapshots::ensure_snapshot_classes(cp.kubectl());
-    let crossed = cp.logs_dir().join("snapshot-crossed.txt");
-    let _ = std::fs::remove_file(&crossed);
-    let snapshot = || snapshots::SnapshotSetup::new(cp, snapshots::SNAP_ALLOWED);
-    let (crashes, moves) = crash_each_new_boundary_of(
-        cp,
-        &crossed,
-        snapshot,
-        |k, s| s.consent(k),
-        |s| {
-            s.assert_moved(cp.kubectl(), &cp.csi, WAIT);
-        },
-    );
-    println!("snapshot moves: {crashes} crashes over {moves} moves, each completed");
-    let (refused_crashes, refused) = crash_each_new_boundary_of(
-        cp,
-        &crossed,
-        snapshot,
-        |k, s| {
-            quota(
-                cp.kubectl(),
-                &s.dst.name,
-                "{count/volumesnapshots.snapshot.storage.k8s.io: \"0\", persistentvolumeclaims: \"10\"}",
-                WAIT,
-            );
-            s.consent(k);
-        },
-        |s| {
-            let give = wait_phase(cp.kubectl(), &s.src.name, "give", "Failed", WAIT);
-            assert_eq!(give["status"]["reason"], "DestinationRefused", "{give}");
-            s.assert_source_untouched(cp.kubectl(), &cp.csi, WAIT);
-            let made = format!(
-                "snapcontent-transfer-{}",
-                give["metadata"]["uid"].as_str().unwrap()
-            );
-            eventually("the content made for it to go", WAIT, || {
-                snapshots::content_json(cp.kubectl(), &made).is_none()
-            });
-        },
-    );
-    println!(
-        "refused snapshot moves: {refused_crashes} crashes over {refused} moves, each rolled back"
-    );
-    let boundaries = std::fs::read_to_string(&crossed).unwrap_or_default();
-    for step in [
-        "R1",
-        "R2",
-        "R3",
-        "R4",
-        "R5",
-        "R6",
-        "SnapshotDeleteContent#1",
-        "SnapshotUnmark#1",
-    ] {
-        assert!(
-            boundaries
-                .lines()
-                .any(|l| l.split(' ').any(|token| token == step)),
-            "no crash after {step}: {boundaries}"
-        );
-    }
 }

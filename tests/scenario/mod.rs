@@ -9,6 +9,8 @@
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
+#[cfg(feature = "fault-injection")]
+pub(crate) mod crash;
 pub(crate) mod many;
 pub(crate) mod snapshots;
 
