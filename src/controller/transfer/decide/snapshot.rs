@@ -55,7 +55,7 @@ use crate::api::namespace_transfer::{
 use crate::controller::transfer::decide::finish::tidy;
 use crate::controller::transfer::facts::Facts;
 use crate::controller::transfer::snapshot::{
-    content_name, is_made_content, new_content, new_snapshot, Snapshot, SnapshotFacts,
+    content_name, is_made_content, new_content, new_snapshot, Content, Snapshot, SnapshotFacts,
     DELETION_SECRET_ANNOTATIONS,
 };
 use crate::controller::transfer::Step;
@@ -492,15 +492,8 @@ fn after_lock(
             policy: old.deletion_policy.clone(),
         });
     }
-    if old.deletion_policy != "Retain" {
-        // Someone gave it its policy back: under Retain again first.
-        return act(SnapshotAction::Retain {
-            resource_version: old.resource_version.clone(),
-            policy: old
-                .original_policy
-                .clone()
-                .unwrap_or_else(|| old.deletion_policy.clone()),
-        });
+    if let Some(action) = held_again(old) {
+        return action;
     }
 
     // R3: the new content and the destination snapshot, made by us.
@@ -586,6 +579,20 @@ fn after_lock(
     }
 }
 
+/// R2 again, for an old content of ours that someone gave its policy back
+/// since: under `Retain` before anything else, its recorded policy kept.
+fn held_again(old: &Content) -> Option<Action> {
+    (old.deletion_policy != "Retain").then(|| {
+        act(SnapshotAction::Retain {
+            resource_version: old.resource_version.clone(),
+            policy: old
+                .original_policy
+                .clone()
+                .unwrap_or_else(|| old.deletion_policy.clone()),
+        })
+    })
+}
+
 /// Whether `x` is the destination snapshot R3 makes: locked by us, and
 /// naming our content.
 fn made_destination(s: &NamespaceTransfer, x: &Snapshot) -> bool {
@@ -623,14 +630,8 @@ fn forward(f: &Facts, sf: &SnapshotFacts, dest: &SnapshotReference) -> Action {
                     after: Some(RELEASE_RETRY),
                 };
             }
-            if old.deletion_policy != "Retain" {
-                return act(SnapshotAction::Retain {
-                    resource_version: old.resource_version.clone(),
-                    policy: old
-                        .original_policy
-                        .clone()
-                        .unwrap_or_else(|| old.deletion_policy.clone()),
-                });
+            if let Some(action) = held_again(old) {
+                return action;
             }
         }
         // R5: the source snapshot, then, once it is gone, its content (the
