@@ -161,16 +161,18 @@ fn a_tenant_who_may_not_delete_the_snapshot_may_not_offer_it() {
 }
 
 #[test]
-fn a_snapshot_mode_other_than_move_is_refused_with_the_field_named() {
-    let src = cp().namespace("snap-clone").unwrap();
+fn a_moved_snapshot_received_into_a_claim_is_refused_with_the_field_named() {
+    let dst = cp().namespace("snap-populate").unwrap();
     let refused = admin()
         .apply(&format!(
-            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: give\n  namespace: {}\nspec:\n  mode: Clone\n  source:\n    kind: VolumeSnapshot\n    name: nightly\n  destination:\n    namespace: elsewhere\n",
-            src.name
+            "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: take\n  namespace: {}\nspec:\n  source:\n    kind: VolumeSnapshot\n    namespace: elsewhere\n    name: nightly\n  destination:\n    populate: true\n",
+            dst.name
         ))
         .unwrap_err()
         .to_string();
-    assert!(refused.contains("spec.mode"), "{refused}");
+    assert!(refused.contains("spec.destination.populate"), "{refused}");
+    assert!(refused.contains("mode: Clone"), "{refused}");
+    assert!(transfer_json(admin(), &dst.name, "take").is_none());
 }
 
 #[test]
@@ -248,4 +250,199 @@ fn kubectl_get_shows_a_snapshot_transfer_by_its_kind() {
     wait_phase(admin(), &s.src.name, "give", "Completed", WAIT);
     let table = admin().ok(&["get", "nst", "give", "-n", &s.src.name]);
     assert!(table.contains("volumesnapshot/"), "{table}");
+}
+
+/// The backend volume `namespace/claim` is bound to, checked to be a restore
+/// of the backend snapshot `handle` by the driver's own CreateVolume.
+fn restored_volume(k: &Kubectl, namespace: &str, claim: &str, handle: &str) -> String {
+    let pvc = claim_json(k, namespace, claim).unwrap();
+    assert_eq!(pvc["status"]["phase"], "Bound", "{pvc}");
+    let pv = volume_json(k, pvc["spec"]["volumeName"].as_str().unwrap()).unwrap();
+    let volume = pv["spec"]["csi"]["volumeHandle"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let created = cp().csi.creation_of(&volume).unwrap();
+    assert_eq!(
+        created.request["volume_content_source"]["Type"]["Snapshot"]["snapshot_id"], handle,
+        "{namespace}/{claim} is a restore of {handle}: {}",
+        created.request
+    );
+    volume
+}
+
+/// The source snapshot is where it was, as it was: same uid, bound to its
+/// content, ready, unlocked; the content unmarked and under `Delete`.
+#[track_caller]
+fn assert_snapshot_stays(s: &SnapshotSetup) {
+    let x = snapshot_json(admin(), &s.src.name, "nightly").unwrap();
+    assert_eq!(x["metadata"]["uid"], s.uid.as_str());
+    assert_eq!(x["status"]["readyToUse"], true);
+    assert_eq!(x["status"]["boundVolumeSnapshotContentName"], s.content);
+    assert!(x["metadata"]["annotations"]
+        .get("storage.transfer.k8s.io/transfer")
+        .is_none());
+    let c = content_json(admin(), &s.content).unwrap();
+    assert_eq!(c["spec"]["deletionPolicy"], "Delete");
+    assert!(c["metadata"]["annotations"]
+        .get("storage.transfer.k8s.io/transfer")
+        .is_none());
+    s.assert_backend_kept(&cp().csi);
+}
+
+#[test]
+fn a_snapshot_is_cloned_across_namespaces_as_a_restore_beside_it_and_the_snapshot_stays() {
+    let s = setup(SNAP_ALLOWED);
+    let k = admin();
+    snapshot_clone(
+        k,
+        &s.dst.name,
+        "take",
+        &s.src.name,
+        "nightly",
+        "{name: copy}",
+    );
+    snapshot_clone(
+        k,
+        &s.src.name,
+        "give",
+        "",
+        "nightly",
+        &format!("{{namespace: {}, name: copy}}", s.dst.name),
+    );
+    let done = wait_phase(k, &s.src.name, "give", "Completed", WAIT);
+    wait_phase(k, &s.dst.name, "take", "Completed", WAIT);
+    // The restore was made in the class of the claim the snapshot was taken
+    // from, at the snapshot's size, and moved; nothing of it is left beside
+    // the snapshot.
+    let copy = claim_json(k, &s.dst.name, "copy").unwrap();
+    assert_eq!(copy["spec"]["storageClassName"], ALLOWED_CLASS);
+    restored_volume(k, &s.dst.name, "copy", &s.handle);
+    let restore = done["status"]["sourceClaim"]["name"].as_str().unwrap();
+    assert!(claim_json(k, &s.src.name, restore).is_none(), "{restore}");
+    assert_snapshot_stays(&s);
+    // kubectl shows what was cloned.
+    let row = k.ok(&["get", "nst", "give", "-n", &s.src.name, "--no-headers"]);
+    assert!(
+        row.contains(&format!("volumesnapshot/{}/nightly", s.src.name))
+            && row.contains(&format!(" {}/copy", s.dst.name)),
+        "{row}"
+    );
+}
+
+#[test]
+fn a_standing_snapshot_offer_restores_a_copy_for_a_request_a_claim_that_names_one_and_an_ephemeral_claim(
+) {
+    let s = setup(SNAP_ALLOWED);
+    let k = admin();
+    let (src, dst) = (&s.src.name, &s.dst.name);
+    snapshot_clone(
+        k,
+        src,
+        "nightly-to-ci",
+        "",
+        "nightly",
+        &format!("{{namespace: {dst}}}"),
+    );
+    // A request for a claim of its own name.
+    snapshot_clone(k, dst, "one", src, "nightly", "{name: copy-one}");
+    // A populating request, and a claim that names it: the restore takes
+    // that claim's size (larger than the snapshot's).
+    snapshot_clone(k, dst, "fill", src, "nightly", "{populate: true}");
+    k.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\n  namespace: {dst}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {ALLOWED_CLASS}\n  resources: {{requests: {{storage: 2Gi}}}}\n  dataSourceRef: {{apiGroup: storage.transfer.k8s.io, kind: NamespaceTransfer, name: fill}}\n"
+    ))
+    .unwrap();
+    // An EphemeralClaim of a pod, whose template names the snapshot.
+    k.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: runner\n  namespace: {dst}\nspec:\n  nodeName: test-node\n  containers:\n  - name: app\n    image: registry.invalid/app\n    volumeMounts: [{{name: data, mountPath: /data}}]\n  volumes:\n  - name: data\n    persistentVolumeClaim: {{claimName: runner-scratch}}\n"
+    ))
+    .unwrap();
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: EphemeralClaim\nmetadata:\n  name: scratch\n  namespace: {dst}\nspec:\n  owner: {{apiVersion: v1, kind: Pod, name: runner}}\n  claimTemplate:\n    spec:\n      accessModes: [ReadWriteOnce]\n      storageClassName: {ALLOWED_CLASS}\n      resources: {{requests: {{storage: 1Gi}}}}\n      dataSourceRef: {{apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, namespace: {src}, name: nightly}}\n"
+    ))
+    .unwrap();
+    wait_phase(k, dst, "one", "Completed", WAIT);
+    // A populating request stands, serving each claim that names it.
+    eventually(
+        "the claim that names the request to be served",
+        WAIT,
+        || {
+            transfer_json(k, dst, "fill").is_some_and(|t| {
+                t["status"]["message"].as_str().is_some_and(|m| {
+                    m.contains("a restore of VolumeSnapshot") && m.contains("1 served")
+                })
+            })
+        },
+    );
+    eventually("the EphemeralClaim's restore to arrive", WAIT, || {
+        k.run(&[
+            "get",
+            "ephemeralclaim",
+            "scratch",
+            "-n",
+            dst,
+            "-o",
+            "jsonpath={.status.phase}",
+        ])
+        .stdout
+            == "Bound"
+    });
+    let volumes = [
+        restored_volume(k, dst, "copy-one", &s.handle),
+        restored_volume(k, dst, "data", &s.handle),
+        restored_volume(k, dst, "runner-scratch", &s.handle),
+    ];
+    assert!(
+        volumes[0] != volumes[1] && volumes[1] != volumes[2] && volumes[0] != volumes[2],
+        "three restores of their own: {volumes:?}"
+    );
+    let data = claim_json(k, dst, "data").unwrap();
+    assert_eq!(data["status"]["capacity"]["storage"], "2Gi", "{data}");
+    // The offer still stands, and the snapshot is where it was.
+    let offer = transfer_json(k, src, "nightly-to-ci").unwrap();
+    assert!(
+        !matches!(
+            offer["status"]["phase"].as_str(),
+            Some("Completed" | "Failed" | "Cancelled")
+        ),
+        "{offer}"
+    );
+    assert_snapshot_stays(&s);
+}
+
+#[test]
+fn a_clone_of_a_snapshot_that_is_not_ready_waits_and_restores_nothing() {
+    let s = setup(SNAP_ALLOWED);
+    let k = admin();
+    // A snapshot of a claim that does not exist is never ready.
+    k.apply(&format!(
+        "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: pending\n  namespace: {}\nspec:\n  volumeSnapshotClassName: {SNAP_ALLOWED}\n  source:\n    persistentVolumeClaimName: nowhere\n",
+        s.src.name
+    ))
+    .unwrap();
+    snapshot_clone(
+        k,
+        &s.dst.name,
+        "take",
+        &s.src.name,
+        "pending",
+        "{name: copy}",
+    );
+    snapshot_clone(
+        k,
+        &s.src.name,
+        "give",
+        "",
+        "pending",
+        &format!("{{namespace: {}, name: copy}}", s.dst.name),
+    );
+    eventually("the clone to wait for the snapshot", WAIT, || {
+        reason(k, &s.src.name, "give") == "SnapshotNotReady"
+    });
+    let said = transfer_json(k, &s.dst.name, "take").unwrap();
+    assert_eq!(said["status"]["reason"], "SnapshotNotReady", "{said}");
+    let claims = k.ok(&["get", "pvc", "-n", &s.src.name, "-o", "name"]);
+    assert_eq!(claims.trim(), "persistentvolumeclaim/db", "{claims}");
+    assert!(claim_json(k, &s.dst.name, "copy").is_none());
 }

@@ -73,7 +73,8 @@ impl Right {
 /// clone of it is reading it and creating a claim (the clone) there;
 /// receiving either is creating a claim in the destination namespace. A
 /// VolumeSnapshot (§2.1.7) is given away by deleting it, and received by
-/// creating one.
+/// creating one; a clone of it by reading it and creating the claim restored
+/// from it, and received as any claim.
 pub fn transfer_rights(obj: &NamespaceTransfer) -> Vec<Right> {
     let source_ns = obj.source_namespace();
     let source = obj.spec.source.name.as_str();
@@ -95,6 +96,10 @@ pub fn transfer_rights(obj: &NamespaceTransfer) -> Vec<Right> {
         };
     }
     let give = || match obj.mode() {
+        TransferMode::Clone if obj.source_is_snapshot() => vec![
+            Right::snapshots("get", source_ns, source, "giving a clone of it"),
+            Right::pvcs("create", source_ns, "", "restoring the clone"),
+        ],
         TransferMode::Move => vec![Right::pvcs(
             "delete",
             source_ns,

@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::errors::FieldCause;
 use crate::api::meta::{string_enum_schema, Object, Requester};
+use crate::api::namespace_transfer::{
+    NamespaceTransfer, SNAPSHOT_GROUP, SOURCE_KIND_PERSISTENT_VOLUME_CLAIM,
+    SOURCE_KIND_VOLUME_SNAPSHOT,
+};
 use crate::api::validation::{self, BadValue, FieldErrors};
 use crate::api::EPHEMERAL_CLAIMS;
 
@@ -286,12 +290,13 @@ impl EphemeralClaim {
         self.spec.release_policy.unwrap_or_default()
     }
 
-    /// The claim in another namespace the template clones, `(namespace,
-    /// name)`: a `dataSourceRef` to a PersistentVolumeClaim whose namespace
-    /// is not this one (DESIGN §2.2, ephemeral clones across namespaces).
-    /// That reference never reaches kube-apiserver: the clone comes through
-    /// a standing clone offer in that namespace.
-    pub fn cross_namespace_source(&self) -> Option<(&str, &str)> {
+    /// What in another namespace the template clones: a `dataSourceRef` to a
+    /// PersistentVolumeClaim, or to a VolumeSnapshot (group
+    /// `snapshot.storage.k8s.io`), whose namespace is not this one (DESIGN
+    /// §2.2, ephemeral clones across namespaces). That reference never
+    /// reaches kube-apiserver: the clone comes through a standing clone offer
+    /// in that namespace.
+    pub fn cross_namespace_source(&self) -> Option<CrossSource<'_>> {
         let own = self.metadata.namespace.as_deref().unwrap_or_default();
         let source = self
             .spec
@@ -304,9 +309,19 @@ impl EphemeralClaim {
             .namespace
             .as_deref()
             .filter(|ns| !ns.is_empty() && *ns != own)?;
-        let claim = source.api_group.as_deref().unwrap_or_default().is_empty()
-            && source.kind == "PersistentVolumeClaim";
-        claim.then_some((namespace, source.name.as_str()))
+        let kind = match (
+            source.api_group.as_deref().unwrap_or_default(),
+            source.kind.as_str(),
+        ) {
+            ("", SOURCE_KIND_PERSISTENT_VOLUME_CLAIM) => SOURCE_KIND_PERSISTENT_VOLUME_CLAIM,
+            (SNAPSHOT_GROUP, SOURCE_KIND_VOLUME_SNAPSHOT) => SOURCE_KIND_VOLUME_SNAPSHOT,
+            _ => return None,
+        };
+        Some(CrossSource {
+            kind,
+            namespace,
+            name: source.name.as_str(),
+        })
     }
 
     /// Why the claim template is unsafe to make a claim from, if it is
@@ -350,8 +365,8 @@ impl EphemeralClaim {
                 errs.invalid(
                     "spec.claimTemplate.spec.dataSourceRef.namespace",
                     source.namespace.as_deref().unwrap_or_default(),
-                    "only a PersistentVolumeClaim may be cloned from another namespace, through \
-                     a standing clone offer there",
+                    "only a PersistentVolumeClaim or a VolumeSnapshot may be cloned from another \
+                     namespace, through a standing clone offer there",
                 );
             }
         }
@@ -657,3 +672,29 @@ impl Object for EphemeralClaim {
 
 #[cfg(test)]
 mod tests;
+
+/// What an EphemeralClaim clones from another namespace
+/// ([`EphemeralClaim::cross_namespace_source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CrossSource<'a> {
+    /// `PersistentVolumeClaim` or `VolumeSnapshot`, as `spec.source.kind`
+    /// spells it.
+    pub kind: &'static str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+impl CrossSource<'_> {
+    /// Whether the transfer `t` gives exactly this: its source's kind,
+    /// namespace and name.
+    pub fn is_source_of(&self, t: &NamespaceTransfer) -> bool {
+        t.source_is_snapshot() == (self.kind == SOURCE_KIND_VOLUME_SNAPSHOT)
+            && t.source_namespace() == self.namespace
+            && t.spec.source.name == self.name
+    }
+
+    /// `PersistentVolumeClaim prod/db`.
+    pub fn describe(&self) -> String {
+        format!("{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}

@@ -64,7 +64,8 @@ pub const DEFAULT_MAX_CLONES: i32 = 10;
 pub const MAX_MAX_CLONES: i32 = 100;
 
 /// Clone-claim annotation naming the claim it was cloned from,
-/// `<namespace>/<name>` (C1).
+/// `<namespace>/<name>`, or the VolumeSnapshot it was restored from,
+/// `volumesnapshot/<namespace>/<name>` (C1).
 pub const ANNOTATION_CLONE_OF: &str = "storage.transfer.k8s.io/clone-of";
 /// Clone-claim annotation naming the receiving transfer it was made for
 /// (C1), by the uid the giving transfer records for it (never the receiver's
@@ -175,8 +176,9 @@ pub struct NamespaceTransferSpec {
 #[serde(rename_all = "camelCase")]
 pub struct TransferSource {
     /// The kind of the source object: `PersistentVolumeClaim` (the default), or
-    /// `VolumeSnapshot` (group `snapshot.storage.k8s.io`), which moves the snapshot
-    /// itself to a VolumeSnapshot of the destination namespace (mode `Move` only).
+    /// `VolumeSnapshot` (group `snapshot.storage.k8s.io`). In mode `Move` the
+    /// snapshot itself moves to a VolumeSnapshot of the destination namespace; in
+    /// mode `Clone` a claim restored from it beside it moves, and the snapshot stays.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
     /// The namespace of the source claim. Defaults to the transfer's own namespace.
@@ -649,9 +651,23 @@ impl NamespaceTransfer {
         non_empty_or(&self.spec.destination.namespace, self.own_namespace())
     }
 
-    /// Whether the source is a VolumeSnapshot (DESIGN §2.1.7), not a claim.
-    pub fn moves_snapshot(&self) -> bool {
+    /// Whether the source is a VolumeSnapshot (DESIGN §2.1.7), not a claim,
+    /// in either mode.
+    pub fn source_is_snapshot(&self) -> bool {
         self.spec.source.kind == SOURCE_KIND_VOLUME_SNAPSHOT
+    }
+
+    /// Whether the VolumeSnapshot itself moves (mode Move): the snapshot
+    /// protocol, not the claim's.
+    pub fn moves_snapshot(&self) -> bool {
+        self.source_is_snapshot() && self.mode() == TransferMode::Move
+    }
+
+    /// Whether a claim restored from the VolumeSnapshot beside it is what
+    /// moves (mode Clone): the claim protocol, with a snapshot as the
+    /// clone's data source.
+    pub fn clones_snapshot(&self) -> bool {
+        self.source_is_snapshot() && self.mode() == TransferMode::Clone
     }
 
     /// `spec.mode`, or its default, `Move`.
@@ -813,17 +829,16 @@ impl NamespaceTransfer {
                 ],
             );
         }
-        if kind == SOURCE_KIND_VOLUME_SNAPSHOT {
-            if self.mode() == TransferMode::Clone {
-                errs.not_supported("spec.mode", TransferMode::Clone.as_str(), &["Move"]);
-            }
-            if spec.destination.populate == Some(true) {
-                errs.invalid(
-                    "spec.destination.populate",
-                    "true",
-                    "a VolumeSnapshot is received as a VolumeSnapshot, not into a claim",
-                );
-            }
+        if kind == SOURCE_KIND_VOLUME_SNAPSHOT
+            && self.mode() == TransferMode::Move
+            && spec.destination.populate == Some(true)
+        {
+            errs.invalid(
+                "spec.destination.populate",
+                "true",
+                "a moved VolumeSnapshot is received as a VolumeSnapshot, not into a claim; \
+                 mode: Clone fills a claim from it",
+            );
         }
         if !spec.source.namespace.is_empty() {
             validation::validate_dns1123_label(

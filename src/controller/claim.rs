@@ -276,7 +276,7 @@ impl ClaimController {
                 Ok(Next::Now)
             }
             Step::CreateClaim => match ec.cross_namespace_source() {
-                Some((source_ns, source)) => self.request_clone(ec, source_ns, source).await,
+                Some(source) => self.request_clone(ec, source).await,
                 None => self.create_claim(ec, observed).await,
             },
             Step::RecordCreated => {

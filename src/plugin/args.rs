@@ -99,7 +99,7 @@ pub struct Create {
     pub name: Option<String>,
     /// Hand over a clone of the claim and keep the original (mode Clone).
     /// On offer without --name: a standing offer, one clone per request.
-    /// Not for a snapshot, which only moves.
+    /// For a snapshot: a claim restored from it, which the snapshot stays.
     #[arg(long)]
     pub clone: bool,
     /// The NamespaceTransfer's own name (default: NAME-to-NAMESPACE or NAME-from-NAMESPACE).
@@ -136,8 +136,8 @@ pub struct Request {
     #[arg(value_name = "NAMESPACE/[snapshot/]NAME")]
     pub source: String,
     /// Create no claim: the claims of this namespace whose dataSourceRef names
-    /// the transfer receive the volume (a volume populator). Not with --name,
-    /// nor for a snapshot.
+    /// the transfer receive the volume (a volume populator). Not with --name;
+    /// for a snapshot, only with --clone.
     #[arg(long, conflicts_with = "name")]
     pub populate: bool,
     #[command(flatten)]
@@ -233,7 +233,8 @@ pub enum Kind {
     /// A PersistentVolumeClaim's volume: `db`, or `pvc/db`.
     Claim,
     /// A VolumeSnapshot (`spec.source.kind: VolumeSnapshot`): `snapshot/db`
-    /// or `volumesnapshot/db`. It only moves: no clone, no populating.
+    /// or `volumesnapshot/db`. It moves as a snapshot, or with `--clone` a
+    /// claim restored from it moves.
     Snapshot,
 }
 

@@ -172,7 +172,7 @@ async fn offer(session: &Session, a: args::Offer) -> Result<(), Failure> {
     let (t, hint) = plan_offer(&session.namespace, &a)?;
     if a.create.dry_run != DryRun::Client {
         let source = &t.spec.source.name;
-        if t.moves_snapshot() {
+        if t.source_is_snapshot() {
             snapshot_exists(session, source).await?;
         } else {
             claim_exists(session, source).await?;
@@ -181,21 +181,12 @@ async fn offer(session: &Session, a: args::Offer) -> Result<(), Failure> {
     create(session, t, &a.create, hint).await
 }
 
-/// A snapshot only moves: `--clone` (and on a request `--populate`) cannot
-/// go with one. Mode Clone from a snapshot (restore it, then move the
-/// claim) is not supported yet.
+/// A snapshot that moves is received as a snapshot: `--populate` goes with
+/// `--clone` only (a claim restored from it), never with a move.
 fn refuse_for_snapshot(target: &Target, clone: bool, populate: bool) -> Result<(), Failure> {
-    if target.kind != Kind::Snapshot {
-        return Ok(());
-    }
-    if clone {
+    if target.kind == Kind::Snapshot && populate && !clone {
         return Err(Failure::Usage(format!(
-            "--clone cannot go with {target}: a VolumeSnapshot only moves. To hand over a copy, restore the snapshot into a claim and transfer that claim"
-        )));
-    }
-    if populate {
-        return Err(Failure::Usage(format!(
-            "--populate cannot go with {target}: a VolumeSnapshot is received as a VolumeSnapshot, not into a claim; drop --populate"
+            "--populate without --clone cannot go with {target}: a moved VolumeSnapshot is received as a VolumeSnapshot, not into a claim; add --clone to fill each claim with a restore of it, or drop --populate"
         )));
     }
     Ok(())

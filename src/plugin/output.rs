@@ -244,7 +244,7 @@ pub fn summary(t: &NamespaceTransfer, now: Timestamp) -> String {
         format!("{}/{}", t.destination_namespace(), t.spec.destination.name)
     };
     // A claim is `prod/db`, as always; a snapshot says what it is.
-    let kind = if t.moves_snapshot() {
+    let kind = if t.source_is_snapshot() {
         "VolumeSnapshot "
     } else {
         ""

@@ -789,22 +789,31 @@ fn a_request_for_a_snapshot_names_its_namespace_kind_and_name_and_how_the_source
 }
 
 #[test]
-fn a_snapshot_with_clone_or_populate_is_a_usage_error_that_says_a_snapshot_only_moves() {
-    let err = plan_offer(
+fn a_snapshot_may_be_cloned_and_populated_but_a_moved_one_is_never_populated() {
+    let (t, hint) = plan_offer(
         "prod",
         &offer_of("kubectl-transfer offer snapshot/nightly --to dev --clone"),
     )
-    .unwrap_err();
-    assert_eq!(err.exit_code(), 2);
-    assert!(err.to_string().contains("--clone"), "{err}");
-    assert!(err.to_string().contains("only moves"), "{err}");
-    let err = plan_request(
-        "dev",
-        &request_of("kubectl-transfer request prod/snapshot/nightly --clone --name copy"),
-    )
-    .unwrap_err();
-    assert_eq!(err.exit_code(), 2);
-    assert!(err.to_string().contains("only moves"), "{err}");
+    .unwrap();
+    assert!(t.clones_snapshot(), "{t:?}");
+    assert!(t.is_standing_offer());
+    assert_eq!(crate::api::meta::Object::validate_create(&t), Vec::new());
+    assert_eq!(
+        hint.unwrap(),
+        "Next, in namespace dev: kubectl transfer request prod/snapshot/nightly --clone -n dev"
+    );
+    for line in [
+        "kubectl-transfer request prod/snapshot/nightly --clone --name copy",
+        "kubectl-transfer request prod/snapshot/nightly --clone --populate",
+    ] {
+        let (t, _) = plan_request("dev", &request_of(line)).unwrap();
+        assert!(t.clones_snapshot(), "{line}");
+        assert_eq!(
+            crate::api::meta::Object::validate_create(&t),
+            Vec::new(),
+            "{line}"
+        );
+    }
     let err = plan_request(
         "dev",
         &request_of("kubectl-transfer request prod/snapshot/nightly --populate"),

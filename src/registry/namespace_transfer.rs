@@ -35,12 +35,17 @@ impl Strategy for NamespaceTransferStrategy {
         // A claim's keys are `source/<ns>/<name>`, as they always were; a
         // snapshot's carry its kind as one more segment, which no claim's
         // key has (a name holds no `/`).
-        let (key, noun) = if obj.moves_snapshot() {
-            (SNAPSHOT_PREFIX, "snapshot")
-        } else {
-            ("", "claim")
+        // A snapshot Clone mode restores gives a claim: its destination
+        // shares the claims' keys.
+        let kind = |snapshot: bool| {
+            if snapshot {
+                (SNAPSHOT_PREFIX, "snapshot")
+            } else {
+                ("", "claim")
+            }
         };
         let source = || {
+            let (key, noun) = kind(obj.source_is_snapshot());
             let object = format!("{}/{}", obj.source_namespace(), obj.spec.source.name);
             UniqueClaim {
                 index: format!("source/{key}{object}"),
@@ -50,6 +55,7 @@ impl Strategy for NamespaceTransferStrategy {
         // Defaulting names the destination object on the destination side, and
         // validation requires it for a rename; only an offer may leave it open.
         let destination = || {
+            let (key, noun) = kind(obj.moves_snapshot());
             let name = &obj.spec.destination.name;
             (!name.is_empty()).then(|| {
                 let object = format!("{}/{name}", obj.destination_namespace());
@@ -90,12 +96,12 @@ impl Strategy for NamespaceTransferStrategy {
             TableColumn::new(
                 "Source",
                 "string",
-                "The claim given away, as namespace/name; a VolumeSnapshot as volumesnapshot/namespace/name.",
+                "The claim given away, as namespace/name; a VolumeSnapshot (moved, or restored into the clone) as volumesnapshot/namespace/name.",
             ),
             TableColumn::new(
                 "Destination",
                 "string",
-                "The claim to create, as namespace/name; a VolumeSnapshot as volumesnapshot/namespace/name; * for any name the destination picks; <populate> for the claims that name a populating request, until it adopts one.",
+                "The claim to create, as namespace/name; a moved VolumeSnapshot as volumesnapshot/namespace/name; * for any name the destination picks; <populate> for the claims that name a populating request, until it adopts one.",
             ),
             TableColumn::new("Phase", "string", "Where the transfer is in its protocol."),
             TableColumn::age(),
@@ -129,22 +135,20 @@ impl Strategy for NamespaceTransferStrategy {
             .and_then(|s| s.phase)
             .map(|p| p.as_str())
             .unwrap_or_default();
-        let kind = if obj.moves_snapshot() {
-            SNAPSHOT_PREFIX
-        } else {
-            ""
-        };
+        let prefix = |snapshot: bool| if snapshot { SNAPSHOT_PREFIX } else { "" };
         vec![
             text_cell(obj.metadata.name.clone().unwrap_or_default()),
             text_cell(role),
             text_cell(obj.mode().as_str()),
             text_cell(format!(
-                "{kind}{}/{}",
+                "{}{}/{}",
+                prefix(obj.source_is_snapshot()),
                 obj.source_namespace(),
                 obj.spec.source.name
             )),
             text_cell(format!(
-                "{kind}{}/{destination_name}",
+                "{}{}/{destination_name}",
+                prefix(obj.moves_snapshot()),
                 obj.destination_namespace()
             )),
             text_cell(phase),

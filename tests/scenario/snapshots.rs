@@ -220,3 +220,25 @@ pub(crate) fn take_snapshot(k: &Kubectl, namespace: &str, name: &str, from: &str
     ))
     .unwrap();
 }
+
+/// A NamespaceTransfer `namespace/name` of mode Clone whose source is the
+/// VolumeSnapshot `from/snapshot` (`from` empty: its own namespace), with
+/// `destination` as the body of its `spec.destination` (flow YAML).
+pub(crate) fn snapshot_clone(
+    k: &Kubectl,
+    namespace: &str,
+    name: &str,
+    from: &str,
+    snapshot: &str,
+    destination: &str,
+) {
+    let from = if from.is_empty() {
+        String::new()
+    } else {
+        format!("    namespace: {from}\n")
+    };
+    k.apply(&format!(
+        "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  mode: Clone\n  source:\n    kind: VolumeSnapshot\n{from}    name: {snapshot}\n  destination: {destination}\n"
+    ))
+    .unwrap_or_else(|e| panic!("snapshot clone {namespace}/{name}: {e}"));
+}

@@ -154,3 +154,28 @@ fn a_snapshot_is_given_by_deleting_it_and_received_by_creating_one() {
         )]
     );
 }
+
+#[test]
+fn a_clone_of_a_snapshot_is_given_by_reading_it_and_restoring_a_claim_and_received_as_a_claim() {
+    let source = transfer(
+        "prod",
+        serde_json::json!({"source": {"kind": "VolumeSnapshot", "name": "nightly"},
+                           "mode": "Clone", "destination": {"namespace": "dev"}}),
+    );
+    assert_eq!(
+        transfer_rights(&source),
+        [
+            Right::snapshots("get", "prod", "nightly", "giving a clone of it"),
+            Right::pvcs("create", "prod", "", "restoring the clone"),
+        ]
+    );
+    let destination = transfer(
+        "dev",
+        serde_json::json!({"source": {"kind": "VolumeSnapshot", "namespace": "prod", "name": "nightly"},
+                           "mode": "Clone"}),
+    );
+    assert_eq!(
+        transfer_rights(&destination),
+        [Right::pvcs("create", "dev", "", "receiving a claim")]
+    );
+}

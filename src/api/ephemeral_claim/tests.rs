@@ -211,11 +211,11 @@ fn each_spec_rule_names_its_field() {
             vec![("metadata.namespace", "FieldValueRequired")],
         ),
         (
-            "a snapshot in another namespace",
+            "a ConfigMap in another namespace",
             |v| {
                 v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] = json!({
-                    "apiGroup": "snapshot.storage.k8s.io",
-                    "kind": "VolumeSnapshot",
+                    "apiGroup": "",
+                    "kind": "ConfigMap",
                     "namespace": "prod",
                     "name": "nightly"
                 })
@@ -683,11 +683,50 @@ fn a_claim_in_another_namespace_is_a_cross_namespace_source_and_one_here_is_not(
             json!({"kind": "PersistentVolumeClaim", "namespace": "prod", "name": "db"})
     });
     assert!(c.validate_create().is_empty(), "{:?}", c.validate_create());
-    assert_eq!(c.cross_namespace_source(), Some(("prod", "db")));
+    let source = c
+        .cross_namespace_source()
+        .expect("a cross-namespace source");
+    assert_eq!(
+        (source.kind, source.namespace, source.name),
+        ("PersistentVolumeClaim", "prod", "db")
+    );
     let own = c.metadata.namespace.clone().unwrap();
     let here = claim_with(|v| {
         v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] =
             json!({"kind": "PersistentVolumeClaim", "namespace": own, "name": "db"})
     });
     assert_eq!(here.cross_namespace_source(), None);
+}
+
+#[test]
+fn a_volume_snapshot_in_another_namespace_is_a_cross_namespace_source_and_a_config_map_is_refused()
+{
+    let c = claim_with(|v| {
+        v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] = json!({
+            "apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
+            "namespace": "prod", "name": "nightly"})
+    });
+    assert!(c.validate_create().is_empty(), "{:?}", c.validate_create());
+    let source = c
+        .cross_namespace_source()
+        .expect("a cross-namespace source");
+    assert_eq!(
+        (source.kind, source.namespace, source.name),
+        ("VolumeSnapshot", "prod", "nightly")
+    );
+    // The kind without its group is not a snapshot.
+    let ungrouped = claim_with(|v| {
+        v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] =
+            json!({"kind": "VolumeSnapshot", "namespace": "prod", "name": "nightly"})
+    });
+    assert_eq!(ungrouped.cross_namespace_source(), None);
+    let fields: Vec<_> = ungrouped
+        .validate_create()
+        .into_iter()
+        .map(|c| c.field)
+        .collect();
+    assert_eq!(
+        fields,
+        vec!["spec.claimTemplate.spec.dataSourceRef.namespace".to_owned()]
+    );
 }

@@ -480,18 +480,28 @@ fn a_volume_snapshot_source_is_valid_in_move_mode() {
 }
 
 #[test]
-fn a_volume_snapshot_source_refuses_clone_mode_and_populate() {
+fn a_moved_volume_snapshot_refuses_populate() {
     let t = defaulted(
         "dev",
         json!({"source": {"kind": "VolumeSnapshot", "namespace": "prod", "name": "nightly"},
-               "mode": "Clone", "destination": {"populate": true}}),
+               "destination": {"populate": true}}),
     );
     let fields: Vec<_> = t.validate_create().into_iter().map(|c| c.field).collect();
-    assert!(fields.contains(&"spec.mode".to_owned()), "{fields:?}");
-    assert!(
-        fields.contains(&"spec.destination.populate".to_owned()),
-        "{fields:?}"
-    );
+    assert_eq!(fields, vec!["spec.destination.populate".to_owned()]);
+}
+
+#[test]
+fn a_volume_snapshot_may_be_cloned_into_a_named_or_a_populated_claim() {
+    for destination in [json!({"name": "copy"}), json!({"populate": true})] {
+        let t = defaulted(
+            "dev",
+            json!({"source": {"kind": "VolumeSnapshot", "namespace": "prod", "name": "nightly"},
+                   "mode": "Clone", "destination": destination}),
+        );
+        assert!(t.validate_create().is_empty(), "{:?}", t.validate_create());
+        assert!(t.clones_snapshot() && t.source_is_snapshot());
+        assert!(!t.moves_snapshot());
+    }
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Ephemeral clones across namespaces (DESIGN §2.2): an EphemeralClaim whose
-//! template's `dataSourceRef` names a PersistentVolumeClaim in another
-//! namespace gets that claim's clone through the other namespace's standing
+//! template's `dataSourceRef` names a PersistentVolumeClaim or a
+//! VolumeSnapshot in another namespace gets a clone of it through the other namespace's standing
 //! clone offer (§2.1.5b), never through kube-apiserver (no
 //! `CrossNamespaceVolumeDataSource` gate is needed).
 //!
@@ -30,9 +30,10 @@
 use serde_json::json;
 
 use super::*;
+use crate::api::ephemeral_claim::CrossSource;
 use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase, NamespaceTransferSpec, TransferDestination,
-    TransferMode, TransferSource,
+    TransferMode, TransferSource, SOURCE_KIND_VOLUME_SNAPSHOT,
 };
 use crate::controller::transfer::matching::is_active;
 use crate::registry::{DeleteOptions, ListOptions};
@@ -149,9 +150,9 @@ impl ClaimController {
     pub(super) async fn request_clone(
         &self,
         ec: &EphemeralClaim,
-        source_namespace: &str,
-        source_name: &str,
+        source: CrossSource<'_>,
     ) -> Result<Next, Error> {
+        let (source_namespace, source_name) = (source.namespace, source.name);
         let namespace = namespace_of(ec);
         if let Some(request) = self.own_request(ec).await? {
             return self.follow(ec, &request).await;
@@ -164,8 +165,7 @@ impl ClaimController {
             t.is_standing_offer()
                 && is_active(t)
                 && t.metadata.deletion_timestamp.is_none()
-                && t.source_namespace() == source_namespace
-                && t.spec.source.name == source_name
+                && source.is_source_of(t)
                 && t.destination_namespace() == namespace
         });
         let key = object_key(ec);
@@ -179,7 +179,9 @@ impl ClaimController {
         }
         let Some(offer) = offer else {
             let message = format!(
-                "waiting for namespace {source_namespace:?} to offer clones of PersistentVolumeClaim {source_name:?} to this namespace: a NamespaceTransfer there with mode: Clone, source.name: {source_name}, destination.namespace: {namespace} and no destination.name"
+                "waiting for namespace {source_namespace:?} to offer clones of {} {source_name:?} to this namespace: a NamespaceTransfer there with mode: Clone, {}source.name: {source_name}, destination.namespace: {namespace} and no destination.name",
+                source.kind,
+                if source.kind == SOURCE_KIND_VOLUME_SNAPSHOT { "source.kind: VolumeSnapshot, " } else { "" },
             );
             let was = ec.status.as_ref().and_then(|st| st.reason.clone());
             self.record(
@@ -205,7 +207,7 @@ impl ClaimController {
             // An offer's event wakes it.
             return Ok(Next::Done);
         };
-        let request = clone_request(ec, source_namespace, source_name);
+        let request = clone_request(ec, source);
         let Some(requester) = ec.spec.requester.clone() else {
             return Ok(Next::Done);
         };
@@ -392,11 +394,7 @@ impl ClaimController {
 
 /// The Clone request an EphemeralClaim makes: its own name, in its
 /// namespace, for its claim's name, controlled by it.
-pub fn clone_request(
-    ec: &EphemeralClaim,
-    source_namespace: &str,
-    source_name: &str,
-) -> NamespaceTransfer {
+pub fn clone_request(ec: &EphemeralClaim, source: CrossSource<'_>) -> NamespaceTransfer {
     NamespaceTransfer {
         metadata: ObjectMeta {
             name: ec.metadata.name.clone(),
@@ -409,9 +407,9 @@ pub fn clone_request(
         },
         spec: NamespaceTransferSpec {
             source: TransferSource {
-                namespace: source_namespace.to_owned(),
-                name: source_name.to_owned(),
-                ..TransferSource::default()
+                kind: source.kind.to_owned(),
+                namespace: source.namespace.to_owned(),
+                name: source.name.to_owned(),
             },
             destination: TransferDestination {
                 namespace: String::new(),
@@ -432,15 +430,14 @@ fn is_request_of(t: &NamespaceTransfer, ec: &EphemeralClaim) -> bool {
         t.metadata.owner_references.iter().flatten().any(|r| {
             r.controller == Some(true) && Some(r.uid.as_str()) == ec.metadata.uid.as_deref()
         });
-    let Some((source_ns, source)) = ec.cross_namespace_source() else {
+    let Some(source) = ec.cross_namespace_source() else {
         return false;
     };
     controlled
         && t.spec.requester.is_some()
         && t.spec.requester == ec.spec.requester
         && t.mode() == TransferMode::Clone
-        && t.source_namespace() == source_ns
-        && t.spec.source.name == source
+        && source.is_source_of(t)
         && t.spec.destination.name == ec.claim_name()
 }
 

@@ -127,14 +127,13 @@ pub fn pod_concerns(ec: &EphemeralClaim, pod: &Pod) -> bool {
 /// to `ec`'s namespace (made, changed or gone) while `ec` may be waiting for
 /// one.
 pub fn transfer_concerns(ec: &EphemeralClaim, t: &NamespaceTransfer) -> bool {
-    let Some((source_namespace, source)) = ec.cross_namespace_source() else {
+    let Some(source) = ec.cross_namespace_source() else {
         return false;
     };
     let own_name =
         t.metadata.namespace == ec.metadata.namespace && t.metadata.name == ec.metadata.name;
     let offers = t.is_standing_offer()
-        && t.source_namespace() == source_namespace
-        && t.spec.source.name == source
+        && source.is_source_of(t)
         && t.destination_namespace() == namespace_of(ec);
     own_name || (offers && may_wait_for_consent(ec))
 }

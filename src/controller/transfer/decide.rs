@@ -65,7 +65,7 @@ pub mod snapshot;
 
 pub use adopt::{adopted_misfit, candidate, charged, misfit, misfits};
 use clone::{before_clone_bound, is_our_clone};
-pub use clone::{clone_claim, moved_claim_name, moved_claim_name_of};
+pub use clone::{clone_claim, moved_claim_name, moved_claim_name_of, restore_shape, RestoreBasis};
 use finish::{forward, roll_back, tidy};
 pub use made::{destination_claim, made_as, snapshot_of};
 
@@ -459,7 +459,7 @@ fn paired(f: &Facts) -> Pairing<'_> {
                     "activeDeadlineSeconds passed before the transfer was matched",
                 )));
             }
-            let what = if s.moves_snapshot() {
+            let what = if s.source_is_snapshot() {
                 "VolumeSnapshot"
             } else {
                 "claim"

@@ -121,7 +121,7 @@ pub(super) fn destination_turn<'a>(d: &NamespaceTransfer, found: Found<'a>, now:
             format!(
                 "waiting for a NamespaceTransfer in namespace {:?} that offers {} {:?} to this namespace",
                 d.source_namespace(),
-                if d.moves_snapshot() { "VolumeSnapshot" } else { "claim" },
+                if d.source_is_snapshot() { "VolumeSnapshot" } else { "claim" },
                 d.spec.source.name
             ),
         ),

@@ -31,6 +31,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use crate::api::namespace_transfer::{
     names_a_transfer, NamespaceTransfer, ANNOTATION_CLONE_FOR, ANNOTATION_DESTINATION_LOST,
     ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK, FINALIZER_TRANSFER_PROTECTION,
+    SNAPSHOT_GROUP, SOURCE_KIND_VOLUME_SNAPSHOT,
 };
 
 /// Everything one decision is made on.
@@ -49,8 +50,14 @@ pub struct Facts {
     /// (`None` until a peer is known and the clone exists).
     pub moved_claim: Option<Claim>,
     /// Clone mode only: the claim `spec.source.name` the clone is made from,
-    /// live. Never locked, annotated or waited on.
+    /// live. Never locked, annotated or waited on. For a VolumeSnapshot
+    /// source, what the snapshot's restore would be: the snapshot's name, and
+    /// the shape `decide::restore_shape` gives the restore (empty once the
+    /// clone exists).
     pub clone_source: Option<Claim>,
+    /// Clone mode of a VolumeSnapshot, before the clone is made: why it
+    /// cannot be restored yet (not ready to use, being deleted).
+    pub origin_not_ready: Option<String>,
     /// Clone mode only, while the clone is Pending: the message of the
     /// latest `ProvisioningFailed` Event on it.
     pub clone_failure: Option<String>,
@@ -121,6 +128,7 @@ impl Facts {
             peer,
             moved_claim: None,
             clone_source: None,
+            origin_not_ready: None,
             clone_failure: None,
             clone_timeout: 0,
             clone_waits_for_consumer: None,
@@ -224,6 +232,25 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// A VolumeSnapshot as the origin of a clone (Clone mode of a snapshot):
+    /// named as it, shaped as its restore.
+    pub fn restore_of(name: &str, uid: &str, shape: ClaimShape) -> Self {
+        Self {
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+            resource_version: String::new(),
+            created: 0,
+            phase: String::new(),
+            volume_name: None,
+            lock: None,
+            clone_for: None,
+            populator: None,
+            deleting: false,
+            finalizers: Vec::new(),
+            shape,
+        }
+    }
+
     /// Whether the claim carries the transfer-protection finalizer, which
     /// keeps a destination claim from going between the commit and the end
     /// of the transfer.
@@ -285,6 +312,9 @@ pub struct ClaimShape {
     /// `spec.dataSource` when it names a claim (`dataSourceRef` the same or
     /// unset): what C1 sets.
     pub data_source_claim: Option<String>,
+    /// `spec.dataSource` when it names a VolumeSnapshot (`dataSourceRef` the
+    /// same or unset): what C1 sets for a clone of a snapshot.
+    pub data_source_snapshot: Option<String>,
     /// A selector, any other data source, ownerReferences or limits: R3 and
     /// C1 set none.
     pub extras: bool,
@@ -373,25 +403,28 @@ impl From<&PersistentVolumeClaim> for Claim {
             .as_ref()
             .and_then(|r| r.limits.as_ref())
             .is_some_and(|l| !l.is_empty());
-        let claim_source = |group: &Option<String>, kind: &str| {
-            group.as_deref().unwrap_or_default().is_empty() && kind == "PersistentVolumeClaim"
-        };
-        let data_source_claim = spec
-            .data_source
-            .as_ref()
-            .filter(|d| claim_source(&d.api_group, &d.kind))
-            .map(|d| d.name.clone());
-        let ref_is_same = match (&spec.data_source_ref, &data_source_claim) {
+        // What C1 sets: a claim or a VolumeSnapshot beside it.
+        let source_of =
+            |group: &Option<String>, kind: &str| match (group.as_deref().unwrap_or_default(), kind)
+            {
+                ("", "PersistentVolumeClaim") => Some(false),
+                (SNAPSHOT_GROUP, SOURCE_KIND_VOLUME_SNAPSHOT) => Some(true),
+                _ => None,
+            };
+        let data_source = spec.data_source.as_ref().and_then(|d| {
+            source_of(&d.api_group, &d.kind).map(|snapshot| (snapshot, d.name.clone()))
+        });
+        let ref_is_same = match (&spec.data_source_ref, &data_source) {
             (None, _) => true,
-            (Some(r), Some(name)) => {
-                claim_source(&r.api_group, &r.kind)
+            (Some(r), Some((snapshot, name))) => {
+                source_of(&r.api_group, &r.kind) == Some(*snapshot)
                     && &r.name == name
                     && r.namespace.as_deref().unwrap_or_default().is_empty()
             }
             (Some(_), None) => false,
         };
         let extras = spec.selector.is_some()
-            || (spec.data_source.is_some() && data_source_claim.is_none())
+            || (spec.data_source.is_some() && data_source.is_none())
             || !ref_is_same
             || limits
             || c.metadata
@@ -432,7 +465,13 @@ impl From<&PersistentVolumeClaim> for Claim {
                 request,
                 volume_attributes_class_name: spec.volume_attributes_class_name,
                 volume_name: spec.volume_name.filter(|v| !v.is_empty()),
-                data_source_claim,
+                data_source_claim: data_source
+                    .clone()
+                    .filter(|(snapshot, _)| !snapshot)
+                    .map(|(_, name)| name),
+                data_source_snapshot: data_source
+                    .filter(|(snapshot, _)| *snapshot)
+                    .map(|(_, name)| name),
                 extras,
                 selector_or_limits: spec.selector.is_some() || limits,
             },

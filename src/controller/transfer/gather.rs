@@ -17,9 +17,26 @@ use crate::controller::{object_key, Error};
 use super::decide::snapshot as snapshot_decide;
 use super::decide::{
     destination_claim, destination_of, moved_claim_name_of, peer_or_self, recorded_destination,
-    recorded_source, uid_of, Refusal, Side,
+    recorded_source, restore_shape, uid_of, Refusal, RestoreBasis, Side,
 };
-use super::facts::{claimants_of, Admission, Claim, ClassPolicy, Facts, Peer, Volume};
+use super::facts::{claimants_of, Admission, Claim, ClaimShape, ClassPolicy, Facts, Peer, Volume};
+
+/// The annotations that make a StorageClass the default, GA and beta.
+const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
+    "storageclass.kubernetes.io/is-default-class",
+    "storageclass.beta.kubernetes.io/is-default-class",
+];
+
+/// What [`TransferController::snapshot_origin`] found.
+#[derive(Debug, Default)]
+struct SnapshotOrigin {
+    /// The snapshot as its restore would be; `None`: it does not exist.
+    origin: Option<Claim>,
+    /// Why it cannot be restored yet.
+    not_ready: Option<String>,
+    /// Why it can never be restored as asked.
+    refused: Option<String>,
+}
 use super::matching::{is_active, is_named, role_of};
 use super::{matching, snapshot, TransferController};
 
@@ -94,11 +111,12 @@ impl TransferController {
                 }
             }
         };
+        let snapshot_origin = s.clones_snapshot();
         let (moved_claim, clone_source, destination_claim) = tokio::try_join!(
             claim(&source_ns, moved.as_deref()),
             claim(
                 &source_ns,
-                clone_mode.then_some(s.spec.source.name.as_str())
+                (clone_mode && !snapshot_origin).then_some(s.spec.source.name.as_str())
             ),
             claim(
                 destination.as_ref().map_or("", |(ns, _)| ns.as_str()),
@@ -115,6 +133,30 @@ impl TransferController {
                     .map(Claim::from),
             ),
             None => Vec::new(),
+        };
+        // A snapshot's clone is its restore: shaped only before C1 makes it.
+        let mut origin_not_ready = None;
+        let mut origin_refused = None;
+        let clone_source = if snapshot_origin {
+            let restore = self
+                .snapshot_origin(
+                    cluster,
+                    &s,
+                    claimants.first(),
+                    moved_claim.is_none() && !matches!(peer, Peer::Unmatched | Peer::Gone),
+                )
+                .await?;
+            origin_not_ready = restore.not_ready;
+            origin_refused = restore.refused;
+            // Once the restore exists, it is the shape its class is read from.
+            restore.origin.map(|mut origin| {
+                if let Some(clone) = &moved_claim {
+                    origin.shape = clone.shape.clone();
+                }
+                origin
+            })
+        } else {
+            clone_source
         };
         let clone_failure = match moved_claim
             .as_ref()
@@ -150,9 +192,19 @@ impl TransferController {
                 self.class_policy(&object, v.storage_class_name.as_deref())
                     .await?
             }
-            // A clone is made in the source claim's class.
+            (None, _) if origin_refused.is_some() => {
+                ClassPolicy::Refused(origin_refused.unwrap_or_default())
+            }
+            // A snapshot not ready has no restore shaped yet.
+            (None, _) if origin_not_ready.is_some() => ClassPolicy::Unknown,
+            // A clone is made in the source claim's class, a restore in the
+            // class restore_shape chose.
             (None, Some(o)) => {
-                let object = format!("PersistentVolumeClaim {source_ns}/{}", o.name);
+                let object = if snapshot_origin {
+                    format!("the restore of VolumeSnapshot {source_ns}/{}", o.name)
+                } else {
+                    format!("PersistentVolumeClaim {source_ns}/{}", o.name)
+                };
                 self.class_policy(&object, o.shape.storage_class_name.as_deref())
                     .await?
             }
@@ -187,6 +239,7 @@ impl TransferController {
             peer,
             moved_claim,
             clone_source,
+            origin_not_ready,
             clone_failure,
             clone_timeout: i64::try_from(self.options.clone_timeout.as_secs()).unwrap_or(i64::MAX),
             clone_waits_for_consumer,
@@ -203,6 +256,127 @@ impl TransferController {
             refused: None,
             snapshot: None,
         })
+    }
+
+    /// The origin of a clone of a VolumeSnapshot (Clone mode, DESIGN
+    /// §2.1.7), live: the snapshot, as the claim its restore would be. Only
+    /// `before_clone` (a pair that has no clone yet) is the restore shaped
+    /// ([`restore_shape`]), which reads the snapshot's content, the claim it
+    /// was taken from and the StorageClasses; afterwards only the snapshot's
+    /// presence matters, as an origin claim's does.
+    async fn snapshot_origin(
+        &self,
+        cluster: &Cluster,
+        s: &NamespaceTransfer,
+        claimant: Option<&Claim>,
+        before_clone: bool,
+    ) -> Result<SnapshotOrigin, Error> {
+        let ns = s.source_namespace();
+        let name = s.spec.source.name.as_str();
+        let Some(found) = cluster.volume_snapshot(ns, name).await? else {
+            return Ok(SnapshotOrigin::default());
+        };
+        let snap = snapshot::Snapshot::from(&found);
+        let mut origin = SnapshotOrigin {
+            origin: Some(Claim::restore_of(
+                &snap.name,
+                &snap.uid,
+                ClaimShape::default(),
+            )),
+            ..SnapshotOrigin::default()
+        };
+        if !before_clone {
+            return Ok(origin);
+        }
+        let object = format!("VolumeSnapshot {ns}/{name}");
+        let content = match snap.bound_content.as_deref().filter(|_| snap.ready) {
+            Some(content) => cluster
+                .snapshot_content(content)
+                .await?
+                .as_ref()
+                .map(snapshot::Content::from),
+            None => None,
+        };
+        let content = match content {
+            Some(content) if !snap.deleting => content,
+            _ => {
+                let why = if snap.deleting {
+                    "is being deleted".to_owned()
+                } else {
+                    match &snap.error {
+                        Some(error) => format!("is not ready to use: {error}"),
+                        None => "is not ready to use yet".to_owned(),
+                    }
+                };
+                origin.not_ready = Some(format!("{object} {why}"));
+                return Ok(origin);
+            }
+        };
+        let taken_from = match snap.volume_source.as_deref().filter(|_| claimant.is_none()) {
+            Some(pvc) => cluster.claim(ns, pvc).await?.as_ref().map(Claim::from),
+            None => None,
+        };
+        let default_class = match (claimant, &taken_from) {
+            (None, None) => self.default_storage_class(),
+            _ => None,
+        };
+        let shape = restore_shape(&RestoreBasis {
+            restore_size: snap.restore_size.as_deref(),
+            source_volume_mode: content.source_volume_mode.as_deref(),
+            claimant,
+            taken_from: taken_from.as_ref(),
+            default_class: default_class.as_deref(),
+        });
+        let shape = match shape {
+            Ok(shape) => shape,
+            Err(why) => {
+                origin.refused = Some(format!("{object} cannot be restored: {why}"));
+                return Ok(origin);
+            }
+        };
+        // A class of another driver could never restore it.
+        if let Some(class) = shape.storage_class_name.as_deref() {
+            let provisioner = self.storage_class(class).await?.map(|c| c.provisioner);
+            if provisioner.as_deref() != Some(content.driver.as_str()) {
+                origin.refused = Some(format!(
+                    "{object} cannot be restored into StorageClass {class:?}: {}",
+                    match provisioner {
+                        Some(p) => format!(
+                            "its provisioner {p:?} is not the snapshot's driver {:?}",
+                            content.driver
+                        ),
+                        None => "it does not exist".to_owned(),
+                    }
+                ));
+                return Ok(origin);
+            }
+        }
+        origin.origin = Some(Claim::restore_of(&snap.name, &snap.uid, shape));
+        Ok(origin)
+    }
+
+    /// The cluster's default StorageClass, as kube's DefaultStorageClass
+    /// admission picks it: of the classes annotated as default, the newest
+    /// (then the first by name).
+    fn default_storage_class(&self) -> Option<String> {
+        let default = |c: &StorageClass| {
+            c.metadata.annotations.as_ref().is_some_and(|a| {
+                DEFAULT_CLASS_ANNOTATIONS
+                    .iter()
+                    .any(|key| a.get(*key).is_some_and(|v| v == "true"))
+            })
+        };
+        self.classes
+            .state()
+            .into_iter()
+            .filter(|c| default(c))
+            .max_by(|a, b| {
+                let created = |c: &StorageClass| c.metadata.creation_timestamp.clone().map(|t| t.0);
+                created(a)
+                    .cmp(&created(b))
+                    .then_with(|| b.metadata.name.cmp(&a.metadata.name))
+            })
+            .and_then(|c| c.metadata.name.clone())
     }
 
     /// The facts of a snapshot move (DESIGN §2.1.7), all read live: the

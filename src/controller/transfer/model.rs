@@ -541,6 +541,7 @@ impl World {
                 volume_attributes_class_name: None,
                 volume_name: volume,
                 data_source_claim: cloned.then(|| "db".to_owned()),
+                data_source_snapshot: None,
                 extras: false,
                 selector_or_limits: false,
             },
@@ -593,6 +594,7 @@ impl World {
                 .source
                 .as_ref()
                 .map(|c| Self::claim(c, self.moved_name(), self.clone_mode)),
+            origin_not_ready: None,
             clone_source: self.clone_mode.then(|| {
                 let mut origin = Self::claim(
                     &Pvc {

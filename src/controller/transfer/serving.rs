@@ -245,8 +245,13 @@ fn served_of(
         })
         .collect();
     let message = format!(
-        "serving the claims of this namespace that name NamespaceTransfer {} in dataSourceRef, each with a clone of {}/{}: {done} served, {under_way} under way, {failed} failed",
+        "serving the claims of this namespace that name NamespaceTransfer {} in dataSourceRef, each with a {} of {}/{}: {done} served, {under_way} under way, {failed} failed",
         name_of(r),
+        if r.source_is_snapshot() {
+            "restore of VolumeSnapshot"
+        } else {
+            "clone"
+        },
         r.source_namespace(),
         r.spec.source.name
     );

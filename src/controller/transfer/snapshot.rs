@@ -89,6 +89,8 @@ pub struct Snapshot {
     pub class: Option<String>,
     /// `spec.source.volumeSnapshotContentName`: a pre-provisioned snapshot.
     pub content_source: Option<String>,
+    /// `spec.source.persistentVolumeClaimName`: the claim it was taken from.
+    pub volume_source: Option<String>,
     /// `status.boundVolumeSnapshotContentName`.
     pub bound_content: Option<String>,
     /// `status.readyToUse`.
@@ -163,6 +165,7 @@ impl From<&DynamicObject> for Snapshot {
             deleting: o.metadata.deletion_timestamp.is_some(),
             class: text(d, "/spec/volumeSnapshotClassName"),
             content_source: text(d, "/spec/source/volumeSnapshotContentName"),
+            volume_source: text(d, "/spec/source/persistentVolumeClaimName"),
             bound_content: text(d, "/status/boundVolumeSnapshotContentName"),
             ready: d.pointer("/status/readyToUse").and_then(Value::as_bool) == Some(true),
             restore_size: d.pointer("/status/restoreSize").and_then(|v| {

@@ -225,7 +225,7 @@ fn field_descriptions_are_kept_and_reflowed_into_paragraphs() {
         .unwrap();
     assert_eq!(
         kind,
-        "The kind of the source object: `PersistentVolumeClaim` (the default), or `VolumeSnapshot` (group `snapshot.storage.k8s.io`), which moves the snapshot itself to a VolumeSnapshot of the destination namespace (mode `Move` only)."
+        "The kind of the source object: `PersistentVolumeClaim` (the default), or `VolumeSnapshot` (group `snapshot.storage.k8s.io`). In mode `Move` the snapshot itself moves to a VolumeSnapshot of the destination namespace; in mode `Clone` a claim restored from it beside it moves, and the snapshot stays."
     );
     assert_eq!(source["properties"]["name"]["type"], "string");
     assert!(source["properties"]["namespace"]["description"]

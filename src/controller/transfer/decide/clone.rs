@@ -1,6 +1,7 @@
 //! Clone mode before the hand-over: C1 makes the clone beside the source
-//! claim, C2 waits for it to be bound, and which claim the protocol moves
-//! (the source claim, or that clone) and under what name.
+//! claim (or restores the source VolumeSnapshot into a claim beside it), C2
+//! waits for it to be bound, and which claim the protocol moves (the source
+//! claim, or that clone) and under what name.
 
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimSpec, TypedLocalObjectReference,
@@ -9,9 +10,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::controller::transfer::facts::{Claim, ClassPolicy, Facts, Peer, Volume};
+use crate::controller::transfer::facts::{
+    larger_quantity, Claim, ClaimShape, ClassPolicy, Facts, Peer, Volume,
+};
 
 use super::adopt::{candidate, misfits};
+use super::snapshot::REASON_SNAPSHOT_NOT_READY;
 use super::{
     destination_of, destination_text, finish_failed, has_finalizer, recorded_source,
     rights_and_admission, uid_of, wait, Action, Report, REASON_CLAIM_MISMATCH,
@@ -21,6 +25,7 @@ use super::{
 use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, TransferMode, ANNOTATION_CLONE_FOR,
     ANNOTATION_CLONE_OF, ANNOTATION_TRANSFER_LOCK, REASON_CLONE_FAILED, REASON_DESTINATION_EXISTS,
+    SNAPSHOT_GROUP, SOURCE_KIND_PERSISTENT_VOLUME_CLAIM, SOURCE_KIND_VOLUME_SNAPSHOT,
 };
 use crate::controller::transfer::matching::receiver_uid;
 
@@ -31,10 +36,15 @@ pub(super) fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Act
     let s = &f.source;
     let source_ns = s.source_namespace();
     let origin_name = s.spec.source.name.as_str();
+    let origin_kind = if s.source_is_snapshot() {
+        SOURCE_KIND_VOLUME_SNAPSHOT
+    } else {
+        SOURCE_KIND_PERSISTENT_VOLUME_CLAIM
+    };
     let Some(origin) = &f.clone_source else {
         return Some(finish_failed(Report::new(
             REASON_SOURCE_NOT_FOUND,
-            format!("PersistentVolumeClaim {source_ns}/{origin_name} does not exist"),
+            format!("{origin_kind} {source_ns}/{origin_name} does not exist"),
         )));
     };
     let (dest_ns, dest_name) = destination_of(s, d);
@@ -58,11 +68,19 @@ pub(super) fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Act
             return Some(finish_failed(Report::new(
                 REASON_CLONE_NEEDS_CONSUMER,
                 format!(
-                    "StorageClass {class:?} of {source_ns}/{origin_name} binds volumes \
-                     WaitForFirstConsumer: a clone no pod uses would never be provisioned; \
-                     clone a claim of a class with volumeBindingMode Immediate"
+                    "StorageClass {class:?} of the clone of {origin_kind} {source_ns}/{origin_name} \
+                     binds volumes WaitForFirstConsumer: a clone no pod uses would never be \
+                     provisioned; clone into a class with volumeBindingMode Immediate"
                 ),
             )));
+        }
+        if let Some(why) = &f.origin_not_ready {
+            // A snapshot is restored only once it is ready to use.
+            return Some(wait(
+                Phase::WaitingForRelease,
+                Report::new(REASON_SNAPSHOT_NOT_READY, why.clone()),
+                false,
+            ));
         }
         if d.populates() {
             // Nothing is cloned for a claim the clone could not be given to.
@@ -219,8 +237,9 @@ pub fn moved_claim_name_of(s: &NamespaceTransfer, peer: &Peer) -> Option<String>
 }
 
 /// The clone C1 makes: in the source namespace, cloned from the source
-/// claim (`dataSource`), in its class, with its modes and request, born
-/// with our lock so that R1 has nothing left to take.
+/// claim or restored from the source VolumeSnapshot (`dataSource`), in the
+/// origin's shape (a snapshot's is [`restore_shape`]'s), born with our lock
+/// so that R1 has nothing left to take.
 pub fn clone_claim(
     s: &NamespaceTransfer,
     d: &NamespaceTransfer,
@@ -230,7 +249,15 @@ pub fn clone_claim(
     let annotations = [
         (
             ANNOTATION_CLONE_OF.to_owned(),
-            format!("{source_ns}/{}", origin.name),
+            format!(
+                "{}{source_ns}/{}",
+                if s.source_is_snapshot() {
+                    "volumesnapshot/"
+                } else {
+                    ""
+                },
+                origin.name
+            ),
         ),
         (ANNOTATION_TRANSFER_LOCK.to_owned(), uid_of(s).to_owned()),
         (ANNOTATION_CLONE_FOR.to_owned(), receiver_uid(s, d)),
@@ -244,10 +271,18 @@ pub fn clone_claim(
             ..ObjectMeta::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
-            data_source: Some(TypedLocalObjectReference {
-                api_group: None,
-                kind: "PersistentVolumeClaim".to_owned(),
-                name: origin.name.clone(),
+            data_source: Some(if s.source_is_snapshot() {
+                TypedLocalObjectReference {
+                    api_group: Some(SNAPSHOT_GROUP.to_owned()),
+                    kind: SOURCE_KIND_VOLUME_SNAPSHOT.to_owned(),
+                    name: origin.name.clone(),
+                }
+            } else {
+                TypedLocalObjectReference {
+                    api_group: None,
+                    kind: SOURCE_KIND_PERSISTENT_VOLUME_CLAIM.to_owned(),
+                    name: origin.name.clone(),
+                }
             }),
             storage_class_name: shape.storage_class_name.clone(),
             access_modes: (!shape.access_modes.is_empty()).then(|| shape.access_modes.clone()),
@@ -265,7 +300,8 @@ pub fn clone_claim(
 /// Whether `clone` (found under the clone's name) is the one C1 made for
 /// this pair: our lock, made for this receiver (`clone-for`: a standing
 /// offer's pairs share its lock, and five characters of a uid may repeat),
-/// cloned from the source claim and from nothing else, and once R1 recorded
+/// cloned from the source claim (or restored from the source snapshot) and
+/// from nothing else, and once R1 recorded
 /// it, that very claim. A claim without our lock is
 /// never adopted, and so never deleted by a rollback. (Only the source
 /// namespace, which consented to the clone, can make a look-alike with our
@@ -274,6 +310,93 @@ pub(super) fn is_our_clone(s: &NamespaceTransfer, receiver: &str, clone: &Claim)
     clone.lock.as_deref() == Some(uid_of(s))
         && clone.clone_for.as_deref() == Some(receiver)
         && !clone.shape.extras
-        && clone.shape.data_source_claim.as_deref() == Some(s.spec.source.name.as_str())
+        && if s.source_is_snapshot() {
+            &clone.shape.data_source_snapshot
+        } else {
+            &clone.shape.data_source_claim
+        }
+        .as_deref()
+            == Some(s.spec.source.name.as_str())
         && recorded_source(s).is_none_or(|snapshot| snapshot.uid == clone.uid)
+}
+
+/// What a claim restored from a VolumeSnapshot can be shaped after (Clone
+/// mode of a snapshot, C1), as gathered.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RestoreBasis<'a> {
+    /// The snapshot's `status.restoreSize`: the least a restore may ask.
+    pub restore_size: Option<&'a str>,
+    /// Its content's `spec.sourceVolumeMode`.
+    pub source_volume_mode: Option<&'a str>,
+    /// A populating request's oldest claim that names it: the claim the
+    /// restore is for.
+    pub claimant: Option<&'a Claim>,
+    /// The claim the snapshot was taken from
+    /// (`spec.source.persistentVolumeClaimName`), while it exists.
+    pub taken_from: Option<&'a Claim>,
+    /// The cluster's default StorageClass.
+    pub default_class: Option<&'a str>,
+}
+
+/// The shape of the claim C1 restores from a VolumeSnapshot, the first that
+/// applies:
+/// 1. for a populating request, the claim it is for: its class, access
+///    modes and volumeMode, and the larger of its request and the
+///    snapshot's restoreSize (so that the restore fits that claim);
+/// 2. the claim the snapshot was taken from, while it exists: its class and
+///    access modes, the content's volumeMode, and the restoreSize;
+/// 3. the cluster's default StorageClass, `ReadWriteOnce`, the content's
+///    volumeMode, and the restoreSize, as kube would restore a claim that
+///    names no class.
+///
+/// Why no restore can be shaped, when none applies.
+pub fn restore_shape(b: &RestoreBasis<'_>) -> Result<ClaimShape, String> {
+    let restore_size = b.restore_size.map(str::to_owned);
+    let mode = b.source_volume_mode.map(str::to_owned);
+    let (storage_class_name, access_modes, volume_mode, request) =
+        match (b.claimant, b.taken_from, b.default_class) {
+            (Some(claim), _, _) => (
+                claim.shape.storage_class_name.clone(),
+                claim.shape.access_modes.clone(),
+                claim.shape.volume_mode.clone(),
+                larger_quantity(claim.shape.request.as_deref(), b.restore_size),
+            ),
+            (None, Some(origin), _) => (
+                origin.shape.storage_class_name.clone(),
+                origin.shape.access_modes.clone(),
+                mode.or(origin.shape.volume_mode.clone()),
+                restore_size.or(origin.shape.request.clone()),
+            ),
+            (None, None, Some(class)) => (
+                Some(class.to_owned()),
+                vec!["ReadWriteOnce".to_owned()],
+                mode,
+                restore_size,
+            ),
+            (None, None, None) => {
+                return Err(
+                    "the claim it was taken from is gone and the cluster has no default \
+                     StorageClass, so nothing says what to restore it into; request it with \
+                     --populate, and the claim that names the request gives its class"
+                        .to_owned(),
+                )
+            }
+        };
+    if request.is_none() {
+        return Err(
+            "it has no restoreSize, so nothing says how large a restore must be".to_owned(),
+        );
+    }
+    Ok(ClaimShape {
+        storage_class_name,
+        access_modes: if access_modes.is_empty() {
+            vec!["ReadWriteOnce".to_owned()]
+        } else {
+            access_modes
+        },
+        volume_mode,
+        request,
+        data_source_snapshot: None,
+        ..ClaimShape::default()
+    })
 }

@@ -108,6 +108,7 @@ pub(super) fn same_shape(have: &ClaimShape, want: &ClaimShape) -> bool {
     !have.extras
         && have.volume_name == want.volume_name
         && have.data_source_claim == want.data_source_claim
+        && have.data_source_snapshot == want.data_source_snapshot
         && have.storage_class_name.clone().unwrap_or_default()
             == want.storage_class_name.clone().unwrap_or_default()
         && want_modes == have_modes

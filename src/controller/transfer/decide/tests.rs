@@ -105,6 +105,7 @@ fn claim(name: &str, uid: &str, volume: Option<&str>) -> Claim {
             volume_attributes_class_name: None,
             volume_name: volume.map(str::to_owned),
             data_source_claim: None,
+            data_source_snapshot: None,
             extras: false,
             selector_or_limits: false,
         },
@@ -162,6 +163,7 @@ pub(in crate::controller::transfer) fn fresh() -> Facts {
         source: s,
         peer: Peer::Found(Box::new(d)),
         moved_claim: Some(claim("db", CLAIM_UID, Some("pv-db"))),
+        origin_not_ready: None,
         clone_source: None,
         clone_failure: None,
         clone_timeout: 300,
@@ -1021,4 +1023,5 @@ fn a_clone_pair_ended_before_the_commit_deletes_its_clone_and_leaves_the_source_
     assert!(!matches!(decide(&f), Action::DeleteClone { .. }));
 }
 
+mod clone_snapshot;
 mod populate;

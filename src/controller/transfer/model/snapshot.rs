@@ -349,6 +349,7 @@ impl SnapWorld {
             lock: x.lock.then(|| format!("uid-{S_UID}")),
             deleting: x.deleting,
             class: Some("fast".to_owned()),
+            volume_source: None,
             content_source: (namespace == "dev").then(|| {
                 if x.names_ours {
                     ours.to_owned()
