@@ -252,75 +252,17 @@ fn kubectl_get_shows_a_snapshot_transfer_by_its_kind() {
     assert!(table.contains("volumesnapshot/"), "{table}");
 }
 
-/// The backend volume `namespace/claim` is bound to, checked to be a restore
-/// of the backend snapshot `handle` by the driver's own CreateVolume.
-fn restored_volume(k: &Kubectl, namespace: &str, claim: &str, handle: &str) -> String {
-    let pvc = claim_json(k, namespace, claim).unwrap();
-    assert_eq!(pvc["status"]["phase"], "Bound", "{pvc}");
-    let pv = volume_json(k, pvc["spec"]["volumeName"].as_str().unwrap()).unwrap();
-    let volume = pv["spec"]["csi"]["volumeHandle"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let created = cp().csi.creation_of(&volume).unwrap();
-    assert_eq!(
-        created.request["volume_content_source"]["Type"]["Snapshot"]["snapshot_id"], handle,
-        "{namespace}/{claim} is a restore of {handle}: {}",
-        created.request
-    );
-    volume
-}
-
-/// The source snapshot is where it was, as it was: same uid, bound to its
-/// content, ready, unlocked; the content unmarked and under `Delete`.
-#[track_caller]
-fn assert_snapshot_stays(s: &SnapshotSetup) {
-    let x = snapshot_json(admin(), &s.src.name, "nightly").unwrap();
-    assert_eq!(x["metadata"]["uid"], s.uid.as_str());
-    assert_eq!(x["status"]["readyToUse"], true);
-    assert_eq!(x["status"]["boundVolumeSnapshotContentName"], s.content);
-    assert!(x["metadata"]["annotations"]
-        .get("storage.transfer.k8s.io/transfer")
-        .is_none());
-    let c = content_json(admin(), &s.content).unwrap();
-    assert_eq!(c["spec"]["deletionPolicy"], "Delete");
-    assert!(c["metadata"]["annotations"]
-        .get("storage.transfer.k8s.io/transfer")
-        .is_none());
-    s.assert_backend_kept(&cp().csi);
-}
-
 #[test]
 fn a_snapshot_is_cloned_across_namespaces_as_a_restore_beside_it_and_the_snapshot_stays() {
     let s = setup(SNAP_ALLOWED);
     let k = admin();
-    snapshot_clone(
-        k,
-        &s.dst.name,
-        "take",
-        &s.src.name,
-        "nightly",
-        "{name: copy}",
-    );
-    snapshot_clone(
-        k,
-        &s.src.name,
-        "give",
-        "",
-        "nightly",
-        &format!("{{namespace: {}, name: copy}}", s.dst.name),
-    );
-    let done = wait_phase(k, &s.src.name, "give", "Completed", WAIT);
-    wait_phase(k, &s.dst.name, "take", "Completed", WAIT);
+    s.clone_consent(k);
     // The restore was made in the class of the claim the snapshot was taken
     // from, at the snapshot's size, and moved; nothing of it is left beside
     // the snapshot.
+    s.assert_cloned(k, &cp().csi, WAIT);
     let copy = claim_json(k, &s.dst.name, "copy").unwrap();
     assert_eq!(copy["spec"]["storageClassName"], ALLOWED_CLASS);
-    restored_volume(k, &s.dst.name, "copy", &s.handle);
-    let restore = done["status"]["sourceClaim"]["name"].as_str().unwrap();
-    assert!(claim_json(k, &s.src.name, restore).is_none(), "{restore}");
-    assert_snapshot_stays(&s);
     // kubectl shows what was cloned.
     let row = k.ok(&["get", "nst", "give", "-n", &s.src.name, "--no-headers"]);
     assert!(
@@ -388,11 +330,8 @@ fn a_standing_snapshot_offer_restores_a_copy_for_a_request_a_claim_that_names_on
         .stdout
             == "Bound"
     });
-    let volumes = [
-        restored_volume(k, dst, "copy-one", &s.handle),
-        restored_volume(k, dst, "data", &s.handle),
-        restored_volume(k, dst, "runner-scratch", &s.handle),
-    ];
+    let volumes = ["copy-one", "data", "runner-scratch"]
+        .map(|claim| s.restored_volume(k, &cp().csi, dst, claim));
     assert!(
         volumes[0] != volumes[1] && volumes[1] != volumes[2] && volumes[0] != volumes[2],
         "three restores of their own: {volumes:?}"
@@ -408,7 +347,7 @@ fn a_standing_snapshot_offer_restores_a_copy_for_a_request_a_claim_that_names_on
         ),
         "{offer}"
     );
-    assert_snapshot_stays(&s);
+    s.assert_snapshot_stays(k, &cp().csi);
 }
 
 #[test]
@@ -445,4 +384,46 @@ fn a_clone_of_a_snapshot_that_is_not_ready_waits_and_restores_nothing() {
     let claims = k.ok(&["get", "pvc", "-n", &s.src.name, "-o", "name"]);
     assert_eq!(claims.trim(), "persistentvolumeclaim/db", "{claims}");
     assert!(claim_json(k, &s.dst.name, "copy").is_none());
+}
+
+#[test]
+fn a_member_of_a_group_snapshot_is_refused_with_its_own_reason_and_stays_untouched() {
+    let s = setup(SNAP_ALLOWED);
+    // The snapshot controller records a member's group in its status; this
+    // harness runs it without the group-snapshot gate, so an administrator
+    // writes what it would, through the status subresource a tenant lacks.
+    admin().ok(&[
+        "patch",
+        "volumesnapshot",
+        "nightly",
+        "-n",
+        &s.src.name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"volumeGroupSnapshotName":"nightly-group"}}"#,
+    ]);
+    let x = snapshot_json(admin(), &s.src.name, "nightly").unwrap();
+    assert_eq!(x["status"]["volumeGroupSnapshotName"], "nightly-group");
+    s.consent(admin());
+    let give = wait_phase(admin(), &s.src.name, "give", "Failed", WAIT);
+    assert_eq!(give["status"]["reason"], "SnapshotInGroup", "{give}");
+    assert!(
+        give["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nightly-group"),
+        "{give}"
+    );
+    let take = wait_phase(admin(), &s.dst.name, "take", "Failed", WAIT);
+    assert_eq!(take["status"]["reason"], "SnapshotInGroup");
+    assert!(
+        !take["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("nightly-group"),
+        "the destination is not told the source's group: {take}"
+    );
+    s.assert_source_untouched(admin(), &cp().csi, WAIT);
+    assert!(snapshot_json(admin(), &s.dst.name, "nightly").is_none());
 }

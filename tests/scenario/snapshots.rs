@@ -156,6 +156,94 @@ impl SnapshotSetup {
         new_content
     }
 
+    /// Both consents of a Clone of `nightly`: `dst/take` receives a restore
+    /// of it as `copy`, `src/give` gives it (the request first, as in
+    /// [`SnapshotSetup::consent`]).
+    pub(crate) fn clone_consent(&self, k: &Kubectl) {
+        snapshot_clone(
+            k,
+            &self.dst.name,
+            "take",
+            &self.src.name,
+            "nightly",
+            "{name: copy}",
+        );
+        snapshot_clone(
+            k,
+            &self.src.name,
+            "give",
+            "",
+            "nightly",
+            &format!("{{namespace: {}, name: copy}}", self.dst.name),
+        );
+    }
+
+    /// Both sides of [`SnapshotSetup::clone_consent`] Completed: `dst/copy`
+    /// Bound to a restore of the backend snapshot, nothing of the restore
+    /// left beside the snapshot, and the snapshot as it was. The source
+    /// side's transfer.
+    #[track_caller]
+    pub(crate) fn assert_cloned(&self, k: &Kubectl, csi: &Csi, wait: std::time::Duration) -> Value {
+        let done = super::wait_phase(k, &self.src.name, "give", "Completed", wait);
+        super::wait_phase(k, &self.dst.name, "take", "Completed", wait);
+        self.restored_volume(k, csi, &self.dst.name, "copy");
+        let restore = done["status"]["sourceClaim"]["name"].as_str().unwrap();
+        assert!(
+            super::claim_json(k, &self.src.name, restore).is_none(),
+            "{restore}"
+        );
+        self.assert_snapshot_stays(k, csi);
+        done
+    }
+
+    /// The backend volume `namespace/claim` is bound to, checked to be a
+    /// restore of the backend snapshot by the driver's own CreateVolume.
+    #[track_caller]
+    pub(crate) fn restored_volume(
+        &self,
+        k: &Kubectl,
+        csi: &Csi,
+        namespace: &str,
+        claim: &str,
+    ) -> String {
+        let pvc = super::claim_json(k, namespace, claim).unwrap();
+        assert_eq!(pvc["status"]["phase"], "Bound", "{pvc}");
+        let pv = super::volume_json(k, pvc["spec"]["volumeName"].as_str().unwrap()).unwrap();
+        let volume = pv["spec"]["csi"]["volumeHandle"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let created = csi.creation_of(&volume).unwrap();
+        assert_eq!(
+            created.request["volume_content_source"]["Type"]["Snapshot"]["snapshot_id"],
+            self.handle.as_str(),
+            "{namespace}/{claim} is a restore of {}: {}",
+            self.handle,
+            created.request
+        );
+        volume
+    }
+
+    /// The source snapshot is where it was, as it was: same uid, bound to
+    /// its content, ready, unlocked; the content unmarked and under
+    /// `Delete`; the backend snapshot never deleted.
+    #[track_caller]
+    pub(crate) fn assert_snapshot_stays(&self, k: &Kubectl, csi: &Csi) {
+        let x = snapshot_json(k, &self.src.name, "nightly").unwrap();
+        assert_eq!(x["metadata"]["uid"], self.uid.as_str());
+        assert_eq!(x["status"]["readyToUse"], true);
+        assert_eq!(x["status"]["boundVolumeSnapshotContentName"], self.content);
+        assert!(x["metadata"]["annotations"]
+            .get("storage.transfer.k8s.io/transfer")
+            .is_none());
+        let c = content_json(k, &self.content).unwrap();
+        assert_eq!(c["spec"]["deletionPolicy"], "Delete");
+        assert!(c["metadata"]["annotations"]
+            .get("storage.transfer.k8s.io/transfer")
+            .is_none());
+        self.assert_backend_kept(csi);
+    }
+
     /// The driver was never asked to delete the backend snapshot.
     #[track_caller]
     pub(crate) fn assert_backend_kept(&self, csi: &Csi) {

@@ -676,57 +676,50 @@ fn the_schema_carries_field_descriptions_for_kubectl_explain() {
     );
 }
 
-#[test]
-fn a_claim_in_another_namespace_is_a_cross_namespace_source_and_one_here_is_not() {
-    let c = claim_with(|v| {
-        v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] =
-            json!({"kind": "PersistentVolumeClaim", "namespace": "prod", "name": "db"})
-    });
-    assert!(c.validate_create().is_empty(), "{:?}", c.validate_create());
+/// What an EphemeralClaim whose template's `dataSourceRef` is `reference`
+/// clones across namespaces, as `(kind, namespace, name)`, and the fields
+/// its validation refuses.
+fn cross_source_of(reference: Value) -> (Option<(String, String, String)>, Vec<String>) {
+    let c = claim_with(|v| v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] = reference);
     let source = c
         .cross_namespace_source()
-        .expect("a cross-namespace source");
-    assert_eq!(
-        (source.kind, source.namespace, source.name),
-        ("PersistentVolumeClaim", "prod", "db")
-    );
-    let own = c.metadata.namespace.clone().unwrap();
-    let here = claim_with(|v| {
-        v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] =
-            json!({"kind": "PersistentVolumeClaim", "namespace": own, "name": "db"})
-    });
-    assert_eq!(here.cross_namespace_source(), None);
+        .map(|s| (s.kind.to_owned(), s.namespace.to_owned(), s.name.to_owned()));
+    let refused = c.validate_create().into_iter().map(|c| c.field).collect();
+    (source, refused)
 }
 
 #[test]
-fn a_volume_snapshot_in_another_namespace_is_a_cross_namespace_source_and_a_config_map_is_refused()
-{
-    let c = claim_with(|v| {
-        v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] = json!({
-            "apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
-            "namespace": "prod", "name": "nightly"})
-    });
-    assert!(c.validate_create().is_empty(), "{:?}", c.validate_create());
-    let source = c
-        .cross_namespace_source()
-        .expect("a cross-namespace source");
-    assert_eq!(
-        (source.kind, source.namespace, source.name),
-        ("VolumeSnapshot", "prod", "nightly")
-    );
-    // The kind without its group is not a snapshot.
-    let ungrouped = claim_with(|v| {
-        v["spec"]["claimTemplate"]["spec"]["dataSourceRef"] =
-            json!({"kind": "VolumeSnapshot", "namespace": "prod", "name": "nightly"})
-    });
-    assert_eq!(ungrouped.cross_namespace_source(), None);
-    let fields: Vec<_> = ungrouped
-        .validate_create()
-        .into_iter()
-        .map(|c| c.field)
-        .collect();
-    assert_eq!(
-        fields,
-        vec!["spec.claimTemplate.spec.dataSourceRef.namespace".to_owned()]
-    );
+fn a_claim_or_a_snapshot_in_another_namespace_is_a_cross_namespace_source_and_nothing_else_is() {
+    let own = claim_with(|_| {}).metadata.namespace.unwrap();
+    let source =
+        |kind: &str, ns: &str, name: &str| Some((kind.to_owned(), ns.to_owned(), name.to_owned()));
+    let refused = vec!["spec.claimTemplate.spec.dataSourceRef.namespace".to_owned()];
+    let cases = [
+        (
+            json!({"kind": "PersistentVolumeClaim", "namespace": "prod", "name": "db"}),
+            (source("PersistentVolumeClaim", "prod", "db"), vec![]),
+        ),
+        (
+            json!({"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
+                   "namespace": "prod", "name": "nightly"}),
+            (source("VolumeSnapshot", "prod", "nightly"), vec![]),
+        ),
+        // Its own namespace is no cross-namespace source.
+        (
+            json!({"kind": "PersistentVolumeClaim", "namespace": own, "name": "db"}),
+            (None, vec![]),
+        ),
+        // A VolumeSnapshot is of its group; the bare kind is not one.
+        (
+            json!({"kind": "VolumeSnapshot", "namespace": "prod", "name": "nightly"}),
+            (None, refused.clone()),
+        ),
+        (
+            json!({"kind": "ConfigMap", "namespace": "prod", "name": "db"}),
+            (None, refused),
+        ),
+    ];
+    for (reference, expected) in cases {
+        assert_eq!(cross_source_of(reference.clone()), expected, "{reference}");
+    }
 }

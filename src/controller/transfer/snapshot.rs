@@ -85,6 +85,8 @@ pub struct Snapshot {
     /// Our lock annotation: the uid of the transfer that holds it.
     pub lock: Option<String>,
     pub deleting: bool,
+    /// `metadata.deletionTimestamp`, Unix seconds (0 if not being deleted).
+    pub deleted_at: i64,
     /// `spec.volumeSnapshotClassName`.
     pub class: Option<String>,
     /// `spec.source.volumeSnapshotContentName`: a pre-provisioned snapshot.
@@ -163,6 +165,11 @@ impl From<&DynamicObject> for Snapshot {
             resource_version: o.metadata.resource_version.clone().unwrap_or_default(),
             lock: annotation(o, ANNOTATION_TRANSFER_LOCK),
             deleting: o.metadata.deletion_timestamp.is_some(),
+            deleted_at: o
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_second()),
             class: text(d, "/spec/volumeSnapshotClassName"),
             content_source: text(d, "/spec/source/volumeSnapshotContentName"),
             volume_source: text(d, "/spec/source/persistentVolumeClaimName"),

@@ -69,6 +69,10 @@ pub const REASON_SNAPSHOT_IN_GROUP: &str = "SnapshotInGroup";
 /// its deletion secret belongs to the source namespace.
 pub const REASON_SNAPSHOT_CLASS_NOT_ALLOWED: &str = "SnapshotClassNotAllowed";
 
+/// How long (seconds) the source snapshot may be being deleted at R5 before
+/// the move says what holds it.
+const HELD_AFTER: i64 = 5;
+
 /// How often a move looks while the snapshot controller binds (it is not
 /// woken by the snapshot controller's writes).
 pub const BIND_POLL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -639,8 +643,26 @@ fn forward(f: &Facts, sf: &SnapshotFacts, dest: &SnapshotReference) -> Action {
         // from, and the restore reads its content).
         if let Some(source) = sf.source.as_ref().filter(|x| x.uid == record.uid) {
             if source.deleting {
-                return Action::Nothing {
-                    after: Some(BIND_POLL),
+                // Gone within a second or so; but a claim still being
+                // restored from it holds it (the snapshot controller's
+                // source protection) for as long as the restore lasts:
+                // that is said, not waited out in silence.
+                if f.now.saturating_sub(source.deleted_at) < HELD_AFTER {
+                    return Action::Nothing {
+                        after: Some(BIND_POLL),
+                    };
+                }
+                return Action::Wait {
+                    phase: Phase::Rebinding,
+                    report: report(
+                        REASON_SOURCE_IN_USE,
+                        format!(
+                            "the snapshot was handed over, but VolumeSnapshot {}/{} is kept while a claim is being restored from it; it goes, and the transfer completes, once that restore is provisioned or its claim deleted",
+                            source.namespace, source.name
+                        ),
+                    ),
+                    in_use: false,
+                    after: Some(super::WAIT_POLL),
                 };
             }
             return act(SnapshotAction::ReleaseSource {

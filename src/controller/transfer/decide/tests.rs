@@ -256,6 +256,30 @@ fn assert_finish(action: Action, phase: Phase, reason: &str) -> Report {
     }
 }
 
+/// The wait `action` is, in `phase` for `reason`, with a timer (nothing
+/// else wakes a pair that waits on objects it does not watch): its report.
+#[track_caller]
+pub(in crate::controller::transfer::decide) fn assert_polled_wait(
+    action: Action,
+    phase: Phase,
+    reason: &str,
+) -> Report {
+    match action {
+        Action::Wait {
+            phase: p,
+            report,
+            after,
+            ..
+        } => {
+            assert_eq!(p, phase, "{report:?}");
+            assert_eq!(report.reason, reason, "{report:?}");
+            assert!(after.is_some(), "a timer wakes it: {report:?}");
+            report
+        }
+        other => panic!("expected Wait {phase:?} {reason}, got {other:?}"),
+    }
+}
+
 #[test]
 fn an_unmatched_offer_waits_for_its_peer() {
     let mut f = fresh();

@@ -348,6 +348,7 @@ impl SnapWorld {
             resource_version: x.rv.to_string(),
             lock: x.lock.then(|| format!("uid-{S_UID}")),
             deleting: x.deleting,
+            deleted_at: 0,
             class: Some("fast".to_owned()),
             volume_source: None,
             content_source: (namespace == "dev").then(|| {

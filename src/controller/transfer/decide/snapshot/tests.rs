@@ -540,3 +540,22 @@ fn a_destination_deleted_after_the_commit_was_recorded_still_releases_the_source
         })
     );
 }
+
+#[test]
+fn a_source_snapshot_held_at_r5_by_a_restore_is_said_after_a_few_seconds_not_waited_out_in_silence()
+{
+    let mut f = committed_recorded();
+    let now = f.now;
+    let x = sf(&mut f).source.as_mut().unwrap();
+    x.deleting = true;
+    x.deleted_at = now - 1;
+    // Being deleted a moment ago: the snapshot controller is at it.
+    assert!(matches!(decide(&f), Action::Nothing { after: Some(_) }));
+    sf(&mut f).source.as_mut().unwrap().deleted_at = now - 60;
+    let report = crate::controller::transfer::decide::tests::assert_polled_wait(
+        decide(&f),
+        Phase::Rebinding,
+        REASON_SOURCE_IN_USE,
+    );
+    assert!(report.source.contains("being restored"), "{report:?}");
+}

@@ -70,20 +70,8 @@ fn a_snapshot_not_ready_to_use_waits_and_nothing_is_restored() {
     let mut f = snapshot_clone_fresh();
     f.rights = Some(Ok(()));
     f.origin_not_ready = Some("VolumeSnapshot prod/db is not ready to use yet".to_owned());
-    match decide(&f) {
-        Action::Wait {
-            phase,
-            report,
-            after,
-            ..
-        } => {
-            assert_eq!(phase, Phase::WaitingForRelease);
-            assert_eq!(report.reason, "SnapshotNotReady");
-            assert!(report.source.contains("not ready"), "{report:?}");
-            assert!(after.is_some(), "nothing else wakes it");
-        }
-        other => panic!("{other:?}"),
-    }
+    let report = assert_polled_wait(decide(&f), Phase::WaitingForRelease, "SnapshotNotReady");
+    assert!(report.source.contains("not ready"), "{report:?}");
 }
 
 #[test]
