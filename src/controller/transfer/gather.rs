@@ -3,6 +3,7 @@
 //! behind the controller's own writes; classes; and, when the decision
 //! asks, pods, both parties' rights and admission dry runs, always live.
 
+use futures::FutureExt as _;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
@@ -137,7 +138,15 @@ impl TransferController {
         // A snapshot's clone is its restore: shaped only before C1 makes it.
         let mut origin_not_ready = None;
         let mut origin_refused = None;
-        let clone_source = if snapshot_origin {
+        // Only before R1 does anything decide on the origin; before C1 on
+        // its restore's shape.
+        let before_lock = recorded_source(&s).is_none()
+            && !s
+                .status
+                .as_ref()
+                .and_then(|st| st.phase)
+                .is_some_and(|p| p.is_finished());
+        let clone_source = if snapshot_origin && before_lock {
             let restore = self
                 .snapshot_origin(
                     cluster,
@@ -155,6 +164,8 @@ impl TransferController {
                 }
                 origin
             })
+        } else if snapshot_origin {
+            None
         } else {
             clone_source
         };
@@ -312,13 +323,13 @@ impl TransferController {
                 return Ok(origin);
             }
         };
-        let taken_from = match snap.volume_source.as_deref().filter(|_| claimant.is_none()) {
+        let taken_from = match snap.volume_source.as_deref() {
             Some(pvc) => cluster.claim(ns, pvc).await?.as_ref().map(Claim::from),
             None => None,
         };
-        let default_class = match (claimant, &taken_from) {
-            (None, None) => self.default_storage_class(),
-            _ => None,
+        let Some(default_class) = self.default_storage_class() else {
+            origin.not_ready = Some("the StorageClasses are not known yet".to_owned());
+            return Ok(origin);
         };
         let shape = restore_shape(&RestoreBasis {
             restore_size: snap.restore_size.as_deref(),
@@ -357,8 +368,13 @@ impl TransferController {
 
     /// The cluster's default StorageClass, as kube's DefaultStorageClass
     /// admission picks it: of the classes annotated as default, the newest
-    /// (then the first by name).
-    fn default_storage_class(&self) -> Option<String> {
+    /// (then the first by name); `None` while the watch copy of the classes
+    /// has not loaded yet (an empty copy is no proof there is none).
+    fn default_storage_class(&self) -> Option<Option<String>> {
+        self.classes
+            .wait_until_ready()
+            .now_or_never()
+            .and_then(Result::ok)?;
         let default = |c: &StorageClass| {
             c.metadata.annotations.as_ref().is_some_and(|a| {
                 DEFAULT_CLASS_ANNOTATIONS
@@ -377,6 +393,7 @@ impl TransferController {
                     .then_with(|| b.metadata.name.cmp(&a.metadata.name))
             })
             .and_then(|c| c.metadata.name.clone())
+            .into()
     }
 
     /// The facts of a snapshot move (DESIGN §2.1.7), all read live: the

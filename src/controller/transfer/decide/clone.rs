@@ -41,12 +41,20 @@ pub(super) fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Act
     } else {
         SOURCE_KIND_PERSISTENT_VOLUME_CLAIM
     };
-    let Some(origin) = &f.clone_source else {
-        return Some(finish_failed(Report::new(
+    let missing = || {
+        Some(finish_failed(origin_report(
+            s,
             REASON_SOURCE_NOT_FOUND,
             format!("{origin_kind} {source_ns}/{origin_name} does not exist"),
-        )));
+        )))
     };
+    // A snapshot's restore, once made, no longer needs it: the snapshot
+    // controller lets a snapshot go as soon as its restore is provisioned,
+    // and the restore is what moves.
+    let origin = f.clone_source.as_ref();
+    if origin.is_none() && !(s.source_is_snapshot() && f.moved_claim.is_some()) {
+        return missing();
+    }
     let (dest_ns, dest_name) = destination_of(s, d);
     if f.destination_claim.is_some() {
         return Some(finish_failed(Report::shared(
@@ -64,6 +72,9 @@ pub(super) fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Act
     }
     let clone_name = moved_claim_name(s, d);
     let Some(clone) = &f.moved_claim else {
+        let Some(origin) = origin else {
+            return missing();
+        };
         if let Some(class) = &f.clone_waits_for_consumer {
             return Some(finish_failed(Report::new(
                 REASON_CLONE_NEEDS_CONSUMER,
@@ -78,7 +89,7 @@ pub(super) fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Act
             // A snapshot is restored only once it is ready to use.
             return Some(wait(
                 Phase::WaitingForRelease,
-                Report::new(REASON_SNAPSHOT_NOT_READY, why.clone()),
+                origin_report(s, REASON_SNAPSHOT_NOT_READY, why.clone()),
                 false,
             ));
         }
@@ -156,6 +167,20 @@ pub(super) fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Act
         ),
         false,
     ))
+}
+
+/// A report about the clone's origin: for a snapshot source, the
+/// destination reads the snapshot's fixed sentence for `reason`.
+fn origin_report(s: &NamespaceTransfer, reason: &'static str, source: String) -> Report {
+    if s.source_is_snapshot() {
+        Report {
+            reason,
+            source,
+            destination: super::snapshot::destination_text(reason).to_owned(),
+        }
+    } else {
+        Report::new(reason, source)
+    }
 }
 
 /// The volume a clone of `origin` gets: its class, access modes and
@@ -338,65 +363,62 @@ pub struct RestoreBasis<'a> {
     pub default_class: Option<&'a str>,
 }
 
-/// The shape of the claim C1 restores from a VolumeSnapshot, the first that
-/// applies:
-/// 1. for a populating request, the claim it is for: its class, access
-///    modes and volumeMode, and the larger of its request and the
-///    snapshot's restoreSize (so that the restore fits that claim);
-/// 2. the claim the snapshot was taken from, while it exists: its class and
-///    access modes, the content's volumeMode, and the restoreSize;
-/// 3. the cluster's default StorageClass, `ReadWriteOnce`, the content's
-///    volumeMode, and the restoreSize, as kube would restore a claim that
-///    names no class.
+/// The shape of the claim C1 restores from a VolumeSnapshot. The restore is
+/// made in the source namespace, so the source decides where its data
+/// lands:
+/// - **class**: that of the claim the snapshot was taken from, while it
+///   exists; else the cluster's default StorageClass, as kube restores a
+///   claim that names none; only when the source has neither, that of the
+///   claim a populating request is for;
+/// - **volumeMode**: the snapshot's own (its content's `sourceVolumeMode`),
+///   else that claim's or the origin's;
+/// - **access modes**: those of the claim it is for, else the origin's,
+///   else `ReadWriteOnce`;
+/// - **size**: the larger of the snapshot's `restoreSize` and the request
+///   of the claim it is for (a restore may be larger than its snapshot).
 ///
-/// Why no restore can be shaped, when none applies.
+/// A claim it is for that does not fit the result (another class or
+/// volumeMode) is then refused as any clone's misfit (`ClaimMismatch`).
+/// Why no restore can be shaped, when none can.
 pub fn restore_shape(b: &RestoreBasis<'_>) -> Result<ClaimShape, String> {
-    let restore_size = b.restore_size.map(str::to_owned);
-    let mode = b.source_volume_mode.map(str::to_owned);
-    let (storage_class_name, access_modes, volume_mode, request) =
-        match (b.claimant, b.taken_from, b.default_class) {
-            (Some(claim), _, _) => (
-                claim.shape.storage_class_name.clone(),
-                claim.shape.access_modes.clone(),
-                claim.shape.volume_mode.clone(),
-                larger_quantity(claim.shape.request.as_deref(), b.restore_size),
-            ),
-            (None, Some(origin), _) => (
-                origin.shape.storage_class_name.clone(),
-                origin.shape.access_modes.clone(),
-                mode.or(origin.shape.volume_mode.clone()),
-                restore_size.or(origin.shape.request.clone()),
-            ),
-            (None, None, Some(class)) => (
-                Some(class.to_owned()),
-                vec!["ReadWriteOnce".to_owned()],
-                mode,
-                restore_size,
-            ),
-            (None, None, None) => {
-                return Err(
-                    "the claim it was taken from is gone and the cluster has no default \
-                     StorageClass, so nothing says what to restore it into; request it with \
-                     --populate, and the claim that names the request gives its class"
-                        .to_owned(),
-                )
-            }
-        };
+    let class_of = |c: Option<&Claim>| c.and_then(|c| c.shape.storage_class_name.clone());
+    let Some(storage_class_name) = class_of(b.taken_from)
+        .or(b.default_class.map(str::to_owned))
+        .or(class_of(b.claimant))
+    else {
+        return Err(
+            "the claim it was taken from is gone and the cluster has no default \
+             StorageClass, so nothing says what to restore it into; request it with \
+             --populate, and the claim that names the request gives its class"
+                .to_owned(),
+        );
+    };
+    let volume_mode = b
+        .source_volume_mode
+        .map(str::to_owned)
+        .or(b.claimant.and_then(|c| c.shape.volume_mode.clone()))
+        .or(b.taken_from.and_then(|c| c.shape.volume_mode.clone()));
+    let access_modes = [b.claimant, b.taken_from]
+        .into_iter()
+        .flatten()
+        .map(|c| c.shape.access_modes.clone())
+        .find(|modes| !modes.is_empty())
+        .unwrap_or_else(|| vec!["ReadWriteOnce".to_owned()]);
+    let request = larger_quantity(
+        b.restore_size,
+        b.claimant.and_then(|c| c.shape.request.as_deref()),
+    )
+    .or(b.taken_from.and_then(|c| c.shape.request.clone()));
     if request.is_none() {
         return Err(
             "it has no restoreSize, so nothing says how large a restore must be".to_owned(),
         );
     }
     Ok(ClaimShape {
-        storage_class_name,
-        access_modes: if access_modes.is_empty() {
-            vec!["ReadWriteOnce".to_owned()]
-        } else {
-            access_modes
-        },
+        storage_class_name: Some(storage_class_name),
+        access_modes,
         volume_mode,
         request,
-        data_source_snapshot: None,
         ..ClaimShape::default()
     })
 }

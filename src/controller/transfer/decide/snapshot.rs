@@ -657,7 +657,7 @@ fn forward(f: &Facts, sf: &SnapshotFacts, dest: &SnapshotReference) -> Action {
                     report: report(
                         REASON_SOURCE_IN_USE,
                         format!(
-                            "the snapshot was handed over, but VolumeSnapshot {}/{} is kept while a claim is being restored from it; it goes, and the transfer completes, once that restore is provisioned or its claim deleted",
+                            "the snapshot was handed over, but VolumeSnapshot {}/{} is still being deleted, most likely kept by a claim being restored from it; it goes, and the transfer completes, once that restore is provisioned or its claim deleted (or whatever else holds it lets go)",
                             source.namespace, source.name
                         ),
                     ),

@@ -72,6 +72,10 @@ fn a_snapshot_not_ready_to_use_waits_and_nothing_is_restored() {
     f.origin_not_ready = Some("VolumeSnapshot prod/db is not ready to use yet".to_owned());
     let report = assert_polled_wait(decide(&f), Phase::WaitingForRelease, "SnapshotNotReady");
     assert!(report.source.contains("not ready"), "{report:?}");
+    assert_eq!(
+        report.destination,
+        "waiting for the source snapshot to be ready to use"
+    );
 }
 
 #[test]
@@ -105,48 +109,62 @@ fn claim_shaped(class: &str, modes: &[&str], mode: Option<&str>, request: &str) 
 }
 
 #[test]
-fn a_restore_is_shaped_by_the_claim_it_is_for_then_by_its_origin_then_by_the_default_class() {
-    let wants = claim_shaped("gold", &["ReadWriteMany"], Some("Block"), "5Gi");
+fn a_restore_lands_in_the_sources_class_and_takes_the_size_and_modes_of_the_claim_it_is_for() {
+    let wants = claim_shaped("gold", &["ReadWriteMany"], Some("Block"), "9Gi");
     let taken_from = claim_shaped("fast", &["ReadWriteOncePod"], None, "10Gi");
-    // 1. The claim it is for, raised to the restoreSize when that is larger.
-    let shape = restore_shape(&RestoreBasis {
+    let basis = RestoreBasis {
         restore_size: Some("8Gi"),
         source_volume_mode: Some("Filesystem"),
         claimant: Some(&wants),
         taken_from: Some(&taken_from),
         default_class: Some("standard"),
-    })
-    .unwrap();
-    assert_eq!(shape.storage_class_name.as_deref(), Some("gold"));
-    assert_eq!(shape.access_modes, vec!["ReadWriteMany".to_owned()]);
-    assert_eq!(shape.volume_mode.as_deref(), Some("Block"));
-    assert_eq!(shape.request.as_deref(), Some("8Gi"));
-    // 2. The claim it was taken from: its class and modes, the snapshot's
-    //    own volume mode and size (the claim may have grown since).
-    let shape = restore_shape(&RestoreBasis {
-        restore_size: Some("8Gi"),
-        source_volume_mode: Some("Filesystem"),
-        claimant: None,
-        taken_from: Some(&taken_from),
-        default_class: Some("standard"),
-    })
-    .unwrap();
+    };
+    // The class of the claim the snapshot was taken from, never the one a
+    // destination's claim asks for; the snapshot's own volumeMode; the
+    // modes and (larger) size of the claim it is for.
+    let shape = restore_shape(&basis).unwrap();
     assert_eq!(shape.storage_class_name.as_deref(), Some("fast"));
-    assert_eq!(shape.access_modes, vec!["ReadWriteOncePod".to_owned()]);
     assert_eq!(shape.volume_mode.as_deref(), Some("Filesystem"));
-    assert_eq!(shape.request.as_deref(), Some("8Gi"));
-    // 3. The default class, ReadWriteOnce.
+    assert_eq!(shape.access_modes, vec!["ReadWriteMany".to_owned()]);
+    assert_eq!(shape.request.as_deref(), Some("9Gi"));
+    // Without that claim: the default class; never below the restoreSize.
+    let small = claim_shaped("gold", &[], None, "1Gi");
     let shape = restore_shape(&RestoreBasis {
-        restore_size: Some("8Gi"),
-        source_volume_mode: None,
-        claimant: None,
+        claimant: Some(&small),
         taken_from: None,
-        default_class: Some("standard"),
+        ..basis
     })
     .unwrap();
     assert_eq!(shape.storage_class_name.as_deref(), Some("standard"));
     assert_eq!(shape.access_modes, vec!["ReadWriteOnce".to_owned()]);
     assert_eq!(shape.request.as_deref(), Some("8Gi"));
+    // Only when the source has neither does the claim it is for name the
+    // class.
+    let shape = restore_shape(&RestoreBasis {
+        taken_from: None,
+        default_class: None,
+        ..basis
+    })
+    .unwrap();
+    assert_eq!(shape.storage_class_name.as_deref(), Some("gold"));
+    // From the origin alone: its class and modes, the snapshot's size.
+    let shape = restore_shape(&RestoreBasis {
+        claimant: None,
+        ..basis
+    })
+    .unwrap();
+    assert_eq!(
+        (
+            shape.storage_class_name.as_deref(),
+            shape.access_modes.clone(),
+            shape.request.as_deref()
+        ),
+        (
+            Some("fast"),
+            vec!["ReadWriteOncePod".to_owned()],
+            Some("8Gi")
+        )
+    );
     // Nothing to go by, or no size: refused, saying why.
     let none = restore_shape(&RestoreBasis {
         restore_size: Some("8Gi"),
@@ -160,4 +178,27 @@ fn a_restore_is_shaped_by_the_claim_it_is_for_then_by_its_origin_then_by_the_def
     })
     .unwrap_err();
     assert!(sizeless.contains("restoreSize"), "{sizeless}");
+}
+
+#[test]
+fn a_snapshot_deleted_once_its_restore_exists_does_not_fail_the_clone() {
+    let mut f = snapshot_clone_fresh();
+    f.rights = Some(Ok(()));
+    let mut made = made_clone(&f);
+    made.phase = "Bound".to_owned();
+    f.moved_claim = Some(made);
+    f.clone_source = None;
+    assert!(
+        !matches!(decide(&f), Action::Finish { .. }),
+        "{:?}",
+        decide(&f)
+    );
+    // Before C1 a missing snapshot fails it, in the snapshot's words on
+    // both sides.
+    f.moved_claim = None;
+    let report = assert_finish(decide(&f), Phase::Failed, REASON_SOURCE_NOT_FOUND);
+    assert_eq!(
+        report.destination,
+        "refused: the source snapshot does not exist"
+    );
 }
