@@ -692,9 +692,4 @@ impl CrossSource<'_> {
             && t.source_namespace() == self.namespace
             && t.spec.source.name == self.name
     }
-
-    /// `PersistentVolumeClaim prod/db`.
-    pub fn describe(&self) -> String {
-        format!("{} {}/{}", self.kind, self.namespace, self.name)
-    }
 }

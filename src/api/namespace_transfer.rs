@@ -657,6 +657,11 @@ impl NamespaceTransfer {
         self.spec.source.kind == SOURCE_KIND_VOLUME_SNAPSHOT
     }
 
+    /// `spec.source.kind`, or its default, `PersistentVolumeClaim`.
+    pub fn source_kind(&self) -> &str {
+        non_empty_or(&self.spec.source.kind, SOURCE_KIND_PERSISTENT_VOLUME_CLAIM)
+    }
+
     /// Whether the VolumeSnapshot itself moves (mode Move): the snapshot
     /// protocol, not the claim's.
     pub fn moves_snapshot(&self) -> bool {

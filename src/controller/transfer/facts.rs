@@ -52,8 +52,8 @@ pub struct Facts {
     /// Clone mode only: the claim `spec.source.name` the clone is made from,
     /// live. Never locked, annotated or waited on. For a VolumeSnapshot
     /// source, what the snapshot's restore would be: the snapshot's name, and
-    /// the shape `decide::restore_shape` gives the restore (empty once the
-    /// clone exists).
+    /// the shape `decide::restore_shape` gives the restore (once the restore
+    /// exists, its own shape); `None` from R1 on, when nothing decides on it.
     pub clone_source: Option<Claim>,
     /// Clone mode of a VolumeSnapshot, before the clone is made: why it
     /// cannot be restored yet (not ready to use, being deleted).

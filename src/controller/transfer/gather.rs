@@ -21,6 +21,8 @@ use super::decide::{
     recorded_source, restore_shape, uid_of, Refusal, RestoreBasis, Side,
 };
 use super::facts::{claimants_of, Admission, Claim, ClaimShape, ClassPolicy, Facts, Peer, Volume};
+use super::matching::{is_active, is_named, role_of};
+use super::{matching, snapshot, TransferController};
 
 /// The annotations that make a StorageClass the default, GA and beta.
 const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
@@ -38,8 +40,6 @@ struct SnapshotOrigin {
     /// Why it can never be restored as asked.
     refused: Option<String>,
 }
-use super::matching::{is_active, is_named, role_of};
-use super::{matching, snapshot, TransferController};
 
 impl TransferController {
     /// Reads every fact the decision needs: our objects live from etcd,
@@ -300,14 +300,11 @@ impl TransferController {
             return Ok(origin);
         }
         let object = format!("VolumeSnapshot {ns}/{name}");
-        let content = match snap.bound_content.as_deref().filter(|_| snap.ready) {
-            Some(content) => cluster
-                .snapshot_content(content)
-                .await?
-                .as_ref()
-                .map(snapshot::Content::from),
-            None => None,
-        };
+        let content = content_named(
+            cluster,
+            snap.bound_content.as_deref().filter(|_| snap.ready),
+        )
+        .await?;
         let content = match content {
             Some(content) if !snap.deleting => content,
             _ => {
@@ -430,14 +427,7 @@ impl TransferController {
             .as_ref()
             .map(|r| r.content_name.clone())
             .or_else(|| source.as_ref().and_then(|x| x.bound_content.clone()));
-        let old_content = match &old_name {
-            Some(name) => c
-                .snapshot_content(name)
-                .await?
-                .as_ref()
-                .map(snapshot::Content::from),
-            None => None,
-        };
+        let old_content = content_named(c, old_name.as_deref()).await?;
         // The content's class decides, not the snapshot's, which its
         // tenant may change; before the content is known, nothing is
         // decided on it (the move waits for a bound, ready snapshot).
@@ -693,4 +683,20 @@ impl TransferController {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// The VolumeSnapshotContent `name`, live, as a move or a restore sees it;
+/// `None` also when there is no name to read.
+async fn content_named(
+    cluster: &Cluster,
+    name: Option<&str>,
+) -> Result<Option<snapshot::Content>, Error> {
+    Ok(match name {
+        Some(name) => cluster
+            .snapshot_content(name)
+            .await?
+            .as_ref()
+            .map(snapshot::Content::from),
+        None => None,
+    })
 }

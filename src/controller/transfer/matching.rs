@@ -157,19 +157,11 @@ pub fn are_peers(s: &NamespaceTransfer, d: &NamespaceTransfer) -> bool {
         && !d.is_standing_request()
         && s.source_namespace() == d.source_namespace()
         && s.spec.source.name == d.spec.source.name
-        && source_kind(s) == source_kind(d)
+        && s.source_kind() == d.source_kind()
         && s.destination_namespace() == d.own_namespace()
         && (s.spec.destination.name.is_empty()
             || s.spec.destination.name == d.spec.destination.name)
         && s.mode() == d.mode()
-}
-
-fn source_kind(t: &NamespaceTransfer) -> &str {
-    if t.spec.source.kind.is_empty() {
-        crate::api::namespace_transfer::SOURCE_KIND_PERSISTENT_VOLUME_CLAIM
-    } else {
-        &t.spec.source.kind
-    }
 }
 
 /// Oldest first: by creationTimestamp, then by name.

@@ -25,7 +25,7 @@ use super::{
 use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, TransferMode, ANNOTATION_CLONE_FOR,
     ANNOTATION_CLONE_OF, ANNOTATION_TRANSFER_LOCK, REASON_CLONE_FAILED, REASON_DESTINATION_EXISTS,
-    SNAPSHOT_GROUP, SOURCE_KIND_PERSISTENT_VOLUME_CLAIM, SOURCE_KIND_VOLUME_SNAPSHOT,
+    SNAPSHOT_GROUP,
 };
 use crate::controller::transfer::matching::receiver_uid;
 
@@ -36,11 +36,7 @@ pub(super) fn before_clone_bound(f: &Facts, d: &NamespaceTransfer) -> Option<Act
     let s = &f.source;
     let source_ns = s.source_namespace();
     let origin_name = s.spec.source.name.as_str();
-    let origin_kind = if s.source_is_snapshot() {
-        SOURCE_KIND_VOLUME_SNAPSHOT
-    } else {
-        SOURCE_KIND_PERSISTENT_VOLUME_CLAIM
-    };
+    let origin_kind = s.source_kind();
     let missing = || {
         Some(finish_failed(origin_report(
             s,
@@ -296,18 +292,10 @@ pub fn clone_claim(
             ..ObjectMeta::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
-            data_source: Some(if s.source_is_snapshot() {
-                TypedLocalObjectReference {
-                    api_group: Some(SNAPSHOT_GROUP.to_owned()),
-                    kind: SOURCE_KIND_VOLUME_SNAPSHOT.to_owned(),
-                    name: origin.name.clone(),
-                }
-            } else {
-                TypedLocalObjectReference {
-                    api_group: None,
-                    kind: SOURCE_KIND_PERSISTENT_VOLUME_CLAIM.to_owned(),
-                    name: origin.name.clone(),
-                }
+            data_source: Some(TypedLocalObjectReference {
+                api_group: s.source_is_snapshot().then(|| SNAPSHOT_GROUP.to_owned()),
+                kind: s.source_kind().to_owned(),
+                name: origin.name.clone(),
             }),
             storage_class_name: shape.storage_class_name.clone(),
             access_modes: (!shape.access_modes.is_empty()).then(|| shape.access_modes.clone()),

@@ -396,18 +396,29 @@ fn a_conditional_write_refused_ends_the_plan_and_nothing_after_it_is_made() {
     assert_eq!(hands.made().len(), 1, "{:?}", hands.made());
 }
 
+/// kube-apiserver's 403 with `message` (quota, admission, a webhook).
+fn forbidden(message: &str) -> ClusterError {
+    ClusterError::Refused {
+        code: 403,
+        reason: "Forbidden".to_owned(),
+        message: message.to_owned(),
+    }
+}
+
 #[test]
 fn a_refused_create_ends_the_plan_and_comes_back_as_a_fact() {
     let f = retained();
     let action = Action::CreateDestination(claim_named("db"));
-    let refused = ClusterError::Refused {
-        code: 403,
-        reason: "Forbidden".to_owned(),
-        message: "exceeded quota".to_owned(),
-    };
-    let hands = Recorder::failing(0, refused);
+    assert_r3_refused_by_quota(&f, &action);
+}
+
+/// `action`, an R3 create that quota refuses, ends its plan at that write
+/// and comes back as R3's refused fact, nothing recorded after it.
+#[track_caller]
+fn assert_r3_refused_by_quota(f: &Facts, action: &Action) {
+    let hands = Recorder::failing(0, forbidden("exceeded quota"));
     assert_eq!(
-        run(&hands, &f, &action),
+        run(&hands, f, action),
         Outcome::Refused(Refused {
             step: Step::CreateDestination,
             message: "exceeded quota".to_owned(),
@@ -427,11 +438,7 @@ fn r5_refused_by_admission_comes_back_as_a_fact_and_records_no_step() {
     let action = Action::ReleaseSource {
         uid: "uid-db".to_owned(),
     };
-    let refused = ClusterError::Refused {
-        code: 403,
-        reason: "Forbidden".to_owned(),
-        message: "denied by a webhook".to_owned(),
-    };
+    let refused = forbidden("denied by a webhook");
     let hands = Recorder::failing(0, refused);
     assert!(matches!(
         run(&hands, &f, &action),
@@ -482,20 +489,7 @@ fn a_refused_create_of_the_destination_snapshot_comes_back_as_r3s_fact() {
     let action = Action::Snapshot(SnapshotAction::CreateDestination(Box::new(
         serde_json::json!({"metadata": {"name": "db"}}),
     )));
-    let refused = ClusterError::Refused {
-        code: 403,
-        reason: "Forbidden".to_owned(),
-        message: "exceeded quota".to_owned(),
-    };
-    let hands = Recorder::failing(0, refused);
-    assert_eq!(
-        run(&hands, &f, &action),
-        Outcome::Refused(Refused {
-            step: Step::CreateDestination,
-            message: "exceeded quota".to_owned(),
-        })
-    );
-    assert_eq!(hands.made().len(), 1, "nothing recorded after it");
+    assert_r3_refused_by_quota(&f, &action);
 }
 
 #[test]
@@ -505,11 +499,7 @@ fn a_rollbacks_refused_delete_is_an_error_to_try_again_not_a_fact_about_r3() {
     let action = Action::Snapshot(SnapshotAction::DeleteDestination {
         uid: "uid-snap".to_owned(),
     });
-    let refused = ClusterError::Refused {
-        code: 403,
-        reason: "Forbidden".to_owned(),
-        message: "denied by a webhook".to_owned(),
-    };
+    let refused = forbidden("denied by a webhook");
     let hands = Recorder::failing(0, refused);
     let p = plan(&f, &action);
     let outcome = futures::executor::block_on(perform(&hands, &f, label(&action), &p));
