@@ -36,7 +36,8 @@
 //! replacing only the generated block of an existing `benchmarks.md`.
 //! `BENCH_SCALE` (default 1) scales every count, so that CI can run it tiny;
 //! `BENCH_CONCURRENCY` (default 16); `BENCH_SERVER_BIN` runs another build of
-//! our server (for before-and-after figures). Never asserts on speed.
+//! our server (for before-and-after figures); `BENCH_ONLY=transfer` measures
+//! only the Move latency and prints it. Never asserts on speed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark fails by panicking.
 
@@ -1687,6 +1688,29 @@ fn write_report(out: &Path, generated: &str) {
     println!("wrote {}", path.display());
 }
 
+/// `BENCH_ONLY=transfer`: the Move latency per size and the protocol's
+/// overhead over kube-controller-manager's own bind, printed, nothing
+/// written (a quick before and after for the protocol's steps).
+fn print_transfer_latency(transfers: &[transfer::TransferTiming], bind: &[Duration]) {
+    let ms = |d: &Duration| format!("{:.0}", d.as_secs_f64() * 1000.0);
+    for t in transfers {
+        let runs: Vec<String> = t.runs.iter().map(ms).collect();
+        println!(
+            "transfer {}: median {:.0} ms ({})",
+            t.capacity,
+            median(&t.runs),
+            runs.join(", ")
+        );
+    }
+    let all: Vec<Duration> = transfers.iter().flat_map(|t| t.runs.clone()).collect();
+    let bind_ms = median(bind);
+    println!(
+        "bind alone: median {bind_ms:.0} ms ({}); overhead over it: {:.0} ms",
+        bind.iter().map(ms).collect::<Vec<_>>().join(", "),
+        median(&all) - bind_ms
+    );
+}
+
 fn main() {
     let concurrency = env_f64("BENCH_CONCURRENCY", 16.0) as usize;
     let out = std::env::var_os("BENCH_OUT")
@@ -1719,6 +1743,10 @@ fn main() {
     println!("transfer latency, {runs} runs per size");
     let transfers = transfer::transfer_latency(&cp, &["1Gi", "100Gi", "10Ti"], runs);
     let bind = transfer::kcm_bind_baseline(&cp, runs);
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("transfer") {
+        print_transfer_latency(&transfers, &bind);
+        return;
+    }
     println!("clone latency, {runs} runs per size");
     let clone_sizes = ["1Gi", "1Ti"];
     let clones = transfer::clone_latency(&cp, &clone_sizes, runs);

@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod events;
 pub mod fault;
 pub mod leader;
+pub mod pod_fence;
 pub mod queue;
 pub mod transfer;
 pub mod watch;
@@ -155,6 +156,9 @@ pub struct ControllerConfig {
     /// The etcd key prefix of the election.
     pub election: String,
     pub lease_ttl: Duration,
+    /// The fence pod (`namespace`, `name`) pods are listed at
+    /// ([`pod_fence::PodFence`]), if any.
+    pub pod_fence: Option<(String, String)>,
     /// Reconciles that run at once, per controller.
     pub workers: usize,
     /// Which controllers run (at least one, or none is started at all).
@@ -263,6 +267,10 @@ pub fn start(config: ControllerConfig, deps: Dependencies, stop: Arc<Notify>) ->
 /// the lease lost) ends the term for both.
 async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadership) {
     tracing::info!(identity = %config.identity, "starting controllers");
+    let pod_fence = config
+        .pod_fence
+        .as_ref()
+        .map(|(namespace, name)| pod_fence::PodFence::new(deps.client.clone(), namespace, name));
     let cluster = Cluster::new(deps.client.clone());
     let events = Events::new(deps.client.clone(), &config.identity);
     let ctx = Context {
@@ -288,7 +296,10 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
     let cached = Cluster::with_cache(
         deps.client.clone(),
         cluster::ReadCache::new(transfer_triggers.claims(), transfer_triggers.volumes()),
-    );
+    )
+    // The in-use checks list pods at a fence's revision; the EphemeralClaim
+    // controller's reads stay consistent LISTs (a fence is a write).
+    .with_fence(pod_fence);
     let transfers = TransferController::new(
         deps.transfers.clone(),
         cached,

@@ -433,6 +433,7 @@ pub async fn serve(
                         crate::api::GROUP
                     ),
                     lease_ttl: config.controllers.lease_ttl,
+                    pod_fence: config.controllers.pod_fence.0.clone(),
                     workers: config.controllers.workers,
                     enabled: config.controllers.enabled,
                     transfer: TransferOptions {

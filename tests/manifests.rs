@@ -183,6 +183,68 @@ fn deploy_installs_the_server_the_etcd_cluster_and_the_rbac_the_harness_tests() 
 }
 
 #[test]
+fn the_fence_pod_is_never_scheduled_and_the_server_may_patch_it_alone() {
+    let objects = rendered("deploy/rbac");
+    let pod = object(&objects, "Pod", "storage-transfer-fence");
+    assert_eq!(pod["metadata"]["namespace"], "storage-transfer-system");
+    assert!(
+        pod["spec"]["schedulingGates"]
+            .as_array()
+            .is_some_and(|g| !g.is_empty()),
+        "{pod}"
+    );
+    // What `--pod-fence` names by default.
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_storage-transfer-apiserver"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&help.stdout)
+            .contains("storage-transfer-system/storage-transfer-fence"),
+        "the flag's default names the shipped pod"
+    );
+    // No selector of the server's picks it up.
+    let deployed = rendered("deploy");
+    let selected = |selector: &Value| {
+        selector
+            .as_object()
+            .unwrap()
+            .iter()
+            .all(|(k, v)| &pod["metadata"]["labels"][k] == v)
+    };
+    for (kind, name, selector) in [
+        ("Service", "storage-transfer-apiserver", "/spec/selector"),
+        (
+            "PodDisruptionBudget",
+            "storage-transfer-apiserver",
+            "/spec/selector/matchLabels",
+        ),
+        (
+            "Deployment",
+            "storage-transfer-apiserver",
+            "/spec/selector/matchLabels",
+        ),
+    ] {
+        let o = object(&deployed, kind, name);
+        assert!(
+            !selected(o.pointer(selector).unwrap()),
+            "{kind} {name} selects the fence pod"
+        );
+    }
+    let role = object(&objects, "Role", "storage-transfer-apiserver:pod-fence");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "resourceNames": ["storage-transfer-fence"],
+            "verbs": ["patch"],
+        }])
+    );
+    kubectl().ok(&["apply", "--dry-run=server", "-k", &path("deploy/rbac")]);
+}
+
+#[test]
 fn server_deployment_runs_two_replicas_spread_over_nodes() {
     let d = server_deployment();
     assert_eq!(d["spec"]["replicas"], 2);

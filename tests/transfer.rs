@@ -376,7 +376,8 @@ fn a_user_who_may_create_transfers_but_not_delete_the_claim_gets_403_at_create()
 }
 
 #[test]
-fn a_running_pod_holds_the_transfer_in_waiting_for_release_until_it_succeeds() {
+fn a_running_pod_holds_the_transfer_in_waiting_for_release_until_it_succeeds_checked_at_the_fences_revision(
+) {
     let s = setup("1Gi", ALLOWED_CLASS);
     running_pod(admin(), &s.src.name, "app", "db");
     s.consent();
@@ -400,6 +401,24 @@ fn a_running_pod_holds_the_transfer_in_waiting_for_release_until_it_succeeds() {
     wait_phase(admin(), &s.src.name, "give", "Completed", WAIT);
     delete_pod(admin(), &s.src.name, "app");
     s.assert_moved_to(&s.dst.name, "db");
+
+    // The checks listed pods at the fence's revision: the shipped fence pod
+    // and its Role let the server write it.
+    let stamp = admin().ok(&[
+        "get",
+        "pod",
+        "storage-transfer-fence",
+        "-n",
+        "storage-transfer-system",
+        "-o",
+        "jsonpath={.metadata.annotations.storage\\.transfer\\.k8s\\.io/fence}",
+    ]);
+    assert!(!stamp.trim().is_empty(), "the fence was never written");
+    let log = std::fs::read_to_string(cp().server_log()).unwrap_or_default();
+    assert!(
+        !log.contains("the pod fence cannot be written"),
+        "the server fell back to consistent LISTs"
+    );
 }
 
 #[test]

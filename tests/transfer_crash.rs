@@ -961,6 +961,45 @@ fn deleting_both_sides_after_the_commit_completes_the_transfer_first() {
 #[test]
 fn a_pod_that_starts_using_the_source_before_the_commit_is_reported_and_waited_for() {
     let (cp, _turn) = turn();
+    a_late_pod_is_seen_before_the_commit(cp);
+}
+
+/// Puts the fence pod back when dropped, however the test ends.
+struct FenceBack<'a>(&'a ControlPlane);
+
+impl Drop for FenceBack<'_> {
+    fn drop(&mut self) {
+        let fence = sta_testenv::repo_root().join("deploy/rbac/fence.yaml");
+        self.0
+            .kubectl()
+            .ok(&["apply", "-f", &fence.display().to_string()]);
+    }
+}
+
+#[test]
+fn without_its_fence_pod_the_server_still_sees_a_pod_that_starts_using_the_source_before_the_commit(
+) {
+    let (cp, _turn) = turn();
+    let _back = FenceBack(cp);
+    cp.kubectl().ok(&[
+        "delete",
+        "pod",
+        "storage-transfer-fence",
+        "-n",
+        "storage-transfer-system",
+        "--wait=true",
+    ]);
+    a_late_pod_is_seen_before_the_commit(cp);
+    let log = std::fs::read_to_string(cp.server_log()).unwrap_or_default();
+    assert!(
+        log.contains("the pod fence cannot be written"),
+        "the consistent LIST stood in for the missing fence"
+    );
+}
+
+/// A pod made while the pair waits between R3 and R4 holds the commit
+/// back (SourceInUse) until it finishes; then the transfer completes.
+fn a_late_pod_is_seen_before_the_commit(cp: &ControlPlane) {
     pause_before(cp, "R4");
     let s = setup(cp);
     s.consent(cp.direct());

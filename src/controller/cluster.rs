@@ -11,7 +11,9 @@
 //! the copy can still lag behind is another writer's last change, which
 //! every write here is conditional against (a resourceVersion or uid), so a
 //! stale read costs a refused write and another look, never a wrong step.
-//! Pods, SubjectAccessReviews and dry runs are always live.
+//! Pods, SubjectAccessReviews and dry runs are always live; a transfer's
+//! in-use check lists pods at a fence's revision where a [`PodFence`] is
+//! attached (as fresh as a consistent LIST, without its wait).
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -19,10 +21,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, VersionMatch,
+};
 use kube::runtime::reflector::{ObjectRef, Store as Reflector};
 use kube::Api;
 use serde_json::Value;
+
+use super::pod_fence::PodFence;
 
 /// Why a call to kube-apiserver failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -101,6 +107,7 @@ fn found<T>(result: Result<T, kube::Error>) -> Result<Option<T>, ClusterError> {
 pub struct Cluster {
     client: kube::Client,
     cache: Option<Arc<ReadCache>>,
+    fence: Option<Arc<PodFence>>,
 }
 
 /// What the copy of one object must show before it is trusted again.
@@ -257,7 +264,14 @@ impl Cluster {
         Self {
             client,
             cache: None,
+            fence: None,
         }
+    }
+
+    /// Pods listed at a revision from `fence` ([`super::pod_fence`]): as fresh
+    /// as a consistent LIST, without the watch cache's progress wait.
+    pub fn with_fence(self, fence: Option<Arc<PodFence>>) -> Self {
+        Self { fence, ..self }
     }
 
     /// Claims and volumes read from `cache` where it can be trusted.
@@ -265,13 +279,14 @@ impl Cluster {
         Self {
             client,
             cache: Some(Arc::new(cache)),
+            fence: None,
         }
     }
 
     /// The same calls with every read live (the cache's bookkeeping is
     /// left to the caching one).
     pub fn uncached(&self) -> Self {
-        Self::new(self.client.clone())
+        Self::new(self.client.clone()).with_fence(self.fence.clone())
     }
 
     /// Records what this controller's write says of an object, when a cache
@@ -522,25 +537,44 @@ impl Cluster {
             .and_then(|e| e.message.clone()))
     }
 
-    /// Every pod in `namespace`, live: what the EphemeralClaim controller
-    /// decides its owner's state and the claim's use on.
+    /// Every pod in `namespace`, live (a consistent LIST): what the
+    /// EphemeralClaim controller decides its owner's state and the claim's
+    /// use on.
     pub async fn pods(&self, namespace: &str) -> Result<Vec<Pod>, ClusterError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         Ok(pods.list(&ListParams::default()).await?.items)
     }
 
+    /// Every pod in `namespace`, at least as fresh as a consistent LIST made
+    /// now: at the revision of a fence write made after this call (see
+    /// [`super::pod_fence`]), or consistent where there is no fence.
+    async fn pods_fenced(&self, namespace: &str) -> Result<Vec<Pod>, ClusterError> {
+        let revision = match &self.fence {
+            Some(fence) => fence.revision().await?,
+            None => None,
+        };
+        let Some(revision) = revision else {
+            return self.pods(namespace).await;
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = ListParams::default()
+            .at(&revision)
+            .matching(VersionMatch::NotOlderThan);
+        Ok(pods.list(&params).await?.items)
+    }
+
     /// The pods in `namespace` that use claim `name` or may start to: not
     /// Succeeded or Failed, scheduled or not yet (a pod waiting for the
     /// scheduler may be placed any moment), naming the claim in a volume. A
-    /// live LIST, never a cache: what a transfer must not move a volume
-    /// from under.
+    /// live LIST ([`Self::pods_fenced`]), never a stale cache: what a
+    /// transfer must not move a volume from under.
     pub async fn pods_using_for_transfer(
         &self,
         namespace: &str,
         name: &str,
     ) -> Result<Vec<String>, ClusterError> {
         Ok(self
-            .pods(namespace)
+            .pods_fenced(namespace)
             .await?
             .iter()
             .filter(|pod| pod_may_use_claim(pod, name))

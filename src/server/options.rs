@@ -215,6 +215,16 @@ pub struct Options {
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub clone_timeout: Duration,
 
+    /// The fence pod (`namespace/name`) whose writes give the transfers'
+    /// in-use checks a revision to list pods at: as fresh as a consistent
+    /// LIST, without waiting for
+    /// kube-apiserver's watch cache to learn it has caught up (up to 100 ms
+    /// per check). The server patches one annotation on it and nothing else;
+    /// `deploy/rbac/fence.yaml` creates it, gated so that it never runs.
+    /// Empty, missing or not patchable: pods are listed consistently.
+    #[arg(long, default_value = "storage-transfer-system/storage-transfer-fence", value_parser = parse_pod_fence)]
+    pub pod_fence: PodFenceName,
+
     /// How many reconciles run at once, per controller. A reconcile mostly
     /// waits on kube-apiserver and etcd, so many run side by side; what
     /// bounds the load they put on kube-apiserver is the queue's pacing.
@@ -357,8 +367,38 @@ pub struct ControllerOptions {
     pub lease_ttl: Duration,
     pub allow_all_storage_classes: bool,
     pub clone_timeout: Duration,
+    pub pod_fence: PodFenceName,
     pub workers: usize,
     pub enabled: EnabledControllers,
+}
+
+/// `--pod-fence`: the fence pod's namespace and name, or none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodFenceName(pub Option<(String, String)>);
+
+/// Reads `--pod-fence`: `namespace/name`, each a DNS label / subdomain as
+/// kube requires, or empty for none.
+fn parse_pod_fence(value: &str) -> Result<PodFenceName, String> {
+    if value.trim().is_empty() {
+        return Ok(PodFenceName(None));
+    }
+    let (namespace, name) = value
+        .split_once('/')
+        .ok_or_else(|| format!("{value:?} is not namespace/name"))?;
+    let valid = |s: &str, max: usize| {
+        !s.is_empty()
+            && s.len() <= max
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    if !valid(namespace, 63) || namespace.contains('.') || !valid(name, 253) {
+        return Err(format!(
+            "{value:?} is not namespace/name: a namespace is a DNS label, a pod name a DNS subdomain"
+        ));
+    }
+    Ok(PodFenceName(Some((namespace.to_owned(), name.to_owned()))))
 }
 
 /// How callers are authenticated and authorized.
@@ -485,6 +525,7 @@ impl Options {
                 lease_ttl: self.leader_elect_lease_duration.max(Duration::from_secs(1)),
                 allow_all_storage_classes: self.allow_all_storage_classes,
                 clone_timeout: self.clone_timeout,
+                pod_fence: self.pod_fence.clone(),
                 workers: self.controller_workers.max(1),
                 enabled: EnabledControllers::parse(&self.controllers)
                     .map_err(ConfigError::Controllers)?,

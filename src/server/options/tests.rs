@@ -378,3 +378,29 @@ fn max_objects_per_namespace_defaults_to_a_thousand_and_zero_means_no_limit() {
         assert!(err.contains("--max-objects-per-namespace"), "{err}");
     }
 }
+
+#[test]
+fn the_pod_fence_is_namespace_slash_name_or_empty_for_none() {
+    assert_eq!(
+        parse_pod_fence("storage-transfer-system/storage-transfer-fence"),
+        Ok(PodFenceName(Some((
+            "storage-transfer-system".to_owned(),
+            "storage-transfer-fence".to_owned()
+        ))))
+    );
+    assert_eq!(parse_pod_fence(""), Ok(PodFenceName(None)));
+    for bad in [
+        "fence",
+        "/fence",
+        "ns/",
+        "Ns/fence",
+        "a.b/fence",
+        "ns/-fence",
+        "ns/fence/x",
+        "ns/fence pod",
+    ] {
+        assert!(parse_pod_fence(bad).is_err(), "{bad:?} accepted");
+    }
+    let long = format!("ns/{}", "a".repeat(254));
+    assert!(parse_pod_fence(&long).is_err());
+}
