@@ -520,7 +520,9 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
         Action::RecordDestination(reference) => record_destination(f, &mut p, reference.clone()),
         Action::Adopt(reference) => adopt(f, &mut p, reference),
         Action::Commit { destination, .. } => {
-            let Some(volume) = &f.volume else { return p };
+            if f.volume.is_none() {
+                return p;
+            }
             cluster(f, &mut p, action, Some(Step::Commit));
             let rebound = format!(
                 "the volume now names {}/{}",
@@ -530,16 +532,9 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
             pair(f, &mut p, &report, |_| Edit::Committed {
                 rebound: rebound.clone(),
             });
-            p.event(
-                reference_to(s),
-                Severity::Normal,
-                "Committed",
-                Step::Commit.action(),
-                format!(
-                    "PersistentVolume {} now names {}/{}",
-                    volume.name, destination.namespace, destination.name
-                ),
-            );
+            // No Event on the transfer: the commit is no phase change (it
+            // stays Rebinding) and its step and condition say it (DESIGN
+            // §2.1.6: Events for phase changes and refusals).
             // The claim a populating request adopted is its tenant's: it
             // hears of each step (DESIGN §2.3).
             if other(f).is_some_and(NamespaceTransfer::populates) {
