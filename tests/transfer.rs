@@ -1076,15 +1076,33 @@ fn thirty_requests_against_an_offer_without_max_clones_make_at_most_ten_clones()
             .count();
         (completed, waiting)
     };
-    eventually(
-        "ten requests to complete and twenty to wait",
-        WAIT * 3,
-        || {
-            let made = claims();
-            assert!(made <= 10, "{made} clones exist at once");
-            phases() == (10, 20)
-        },
-    );
+    // Each request's phase, reason and message, for a failure's message.
+    let requests = || {
+        admin().ok(&[
+            "get",
+            "nst",
+            "-n",
+            &s.dst.name,
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.status.phase}/{.status.reason}: {.status.message}{\"\\n\"}{end}",
+        ])
+    };
+    let deadline = std::time::Instant::now() + WAIT * 3;
+    loop {
+        let made = claims();
+        assert!(made <= 10, "{made} clones exist at once");
+        let seen = phases();
+        if seen == (10, 20) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {:?} waiting for ten requests to complete and twenty to wait; (completed, waiting) = {seen:?}, {made} clones alive; the requests:\n{}",
+            WAIT * 3,
+            requests()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     consistently("the twenty keep waiting", Duration::from_secs(5), || {
         claims() == 10 && phases() == (10, 20)
     });

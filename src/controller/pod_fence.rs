@@ -26,6 +26,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
@@ -37,6 +38,11 @@ use super::cluster::ClusterError;
 /// The annotation each fence write changes (a write that changes nothing is
 /// not written, and gets no new revision).
 pub const ANNOTATION_FENCE: &str = "storage.transfer.k8s.io/fence";
+
+/// How long one fence write may take. The checks that arrive meanwhile wait
+/// behind it, so a write that stalls (an overloaded or partitioned
+/// kube-apiserver) must not hold them for the client's whole timeout.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Group commit of fence writes: arrival tickets and the outcome of the
 /// last write, with the rule for which arrivals that outcome serves. Generic
@@ -139,10 +145,19 @@ impl PodFence {
                 .unwrap_or_default()
         );
         let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION_FENCE: stamp}}});
-        let written = self
-            .pods
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await;
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        let write = self.pods.patch(&self.name, &params, &patch);
+        let Ok(written) = tokio::time::timeout(WRITE_TIMEOUT, write).await else {
+            // Every check waits behind this write: one that stalls is given
+            // up, and the checks it serves list consistently.
+            tracing::warn!(
+                namespace = %self.namespace,
+                name = %self.name,
+                timeout = ?WRITE_TIMEOUT,
+                "a pod fence write took too long; the checks waiting on it read pods consistently"
+            );
+            return Ok(None);
+        };
         match written {
             Ok(pod) => {
                 if self.unusable.swap(false, Ordering::SeqCst) {
