@@ -7,7 +7,8 @@
 //! kube-apiserver answers it from its pod watch cache only once that cache
 //! has caught up with etcd's current revision, and in a namespace where no
 //! pod changed it learns that only from a progress notification it requests
-//! at most every 100 ms: up to 100 ms per check, three checks per transfer.
+//! at most every 100 ms: up to 100 ms per check, and a transfer makes one
+//! before protecting its objects, the lock, R2, R4 and R5.
 //!
 //! A fence is a write to one pod of the server's own (the fence pod: gated,
 //! never scheduled, holding nothing): a merge patch of one annotation. etcd
