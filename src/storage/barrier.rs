@@ -16,7 +16,10 @@
 //! client hung up) never strands the others. A read is given
 //! [`READ_TIMEOUT`]: one that stalls (a partitioned member, an election)
 //! fails its batch, and the next batch sends a fresh read, rather than
-//! holding up every reader for the client's whole timeout.
+//! holding up every reader for the client's whole timeout. A read that
+//! etcd refuses because its leader changed, or it has none, is sent again
+//! within that time, as kube-apiserver's etcd client does: an election is
+//! no reason to fail a read the new leader answers a moment later.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -106,7 +109,7 @@ async fn send_reads(read: Arc<Reader>, mut task: Task) {
             }
             std::mem::take(&mut waiting.callers)
         };
-        let answer = tokio::time::timeout(READ_TIMEOUT, read())
+        let answer = tokio::time::timeout(READ_TIMEOUT, read_through_elections(&read))
             .await
             .unwrap_or_else(|_| {
                 Err(StorageError::Unavailable(format!(
@@ -115,6 +118,30 @@ async fn send_reads(read: Arc<Reader>, mut task: Task) {
             });
         for caller in batch {
             let _ = caller.send(answer.clone());
+        }
+    }
+}
+
+/// How long to wait before reading again after etcd said its leader
+/// changed or it has none.
+pub const ELECTION_RETRY: Duration = Duration::from_millis(100);
+
+/// Whether etcd refused a read only because an election is under way (a
+/// read sent again shortly is answered by the new leader), as
+/// kube-apiserver's etcd client retries them.
+fn during_election(error: &StorageError) -> bool {
+    matches!(error, StorageError::Unavailable(m)
+        if m.contains("etcdserver: leader changed") || m.contains("etcdserver: no leader"))
+}
+
+/// One read, sent again while etcd answers that it is electing a leader
+/// (the caller bounds it with [`READ_TIMEOUT`]). Each read is sent after
+/// the callers asked, so a retried one answers them as well.
+async fn read_through_elections(read: &Arc<Reader>) -> Result<Revision> {
+    loop {
+        match read().await {
+            Err(e) if during_election(&e) => tokio::time::sleep(ELECTION_RETRY).await,
+            answer => return answer,
         }
     }
 }

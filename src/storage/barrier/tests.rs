@@ -169,3 +169,34 @@ async fn a_read_that_stalls_fails_its_callers_in_time_and_the_next_caller_reads_
     f.gate.add_permits(1);
     assert_eq!(next.await.unwrap(), Ok(20));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_read_refused_during_an_etcd_election_is_sent_again_and_answers_its_callers() {
+    let f = Arc::new(fake(|n| match n {
+        1 => Err(StorageError::Unavailable(
+            "etcdserver: leader changed".to_owned(),
+        )),
+        2 => Err(StorageError::Unavailable(
+            "etcdserver: no leader".to_owned(),
+        )),
+        n => revision(n),
+    }));
+    f.gate.add_permits(3);
+    assert_eq!(ask(&f).await.unwrap(), Ok(30));
+    assert_eq!(f.sent.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_election_that_outlasts_the_read_timeout_fails_the_read() {
+    let f = Arc::new(fake(|_| {
+        Err(StorageError::Unavailable(
+            "etcdserver: leader changed".to_owned(),
+        ))
+    }));
+    f.gate.add_permits(1000);
+    let failed = ask(&f).await.unwrap();
+    assert!(
+        matches!(&failed, Err(StorageError::Unavailable(m)) if m.contains("did not answer")),
+        "{failed:?}"
+    );
+}
