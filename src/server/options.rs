@@ -385,17 +385,19 @@ fn parse_pod_fence(value: &str) -> Result<PodFenceName, String> {
     let (namespace, name) = value
         .split_once('/')
         .ok_or_else(|| format!("{value:?} is not namespace/name"))?;
-    let valid = |s: &str, max: usize| {
-        !s.is_empty()
-            && s.len() <= max
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && s.ends_with(|c: char| c.is_ascii_alphanumeric())
-    };
-    if !valid(namespace, 63) || namespace.contains('.') || !valid(name, 253) {
+    let problems: Vec<String> = crate::api::validation::is_dns1123_label(namespace)
+        .into_iter()
+        .map(|p| format!("namespace {namespace:?}: {p}"))
+        .chain(
+            crate::api::validation::is_dns1123_subdomain(name)
+                .into_iter()
+                .map(|p| format!("name {name:?}: {p}")),
+        )
+        .collect();
+    if !problems.is_empty() {
         return Err(format!(
-            "{value:?} is not namespace/name: a namespace is a DNS label, a pod name a DNS subdomain"
+            "{value:?} is not namespace/name: {}",
+            problems.join("; ")
         ));
     }
     Ok(PodFenceName(Some((namespace.to_owned(), name.to_owned()))))
