@@ -12,7 +12,7 @@ mod scenario;
 use std::time::Duration;
 
 use ephemeral::*;
-use scenario::{claim_json, consistently, delete_pod, events_about, eventually, set_pod_phase};
+use scenario::{claim_json, consistently, delete_pod, events_when, eventually, set_pod_phase};
 use serde_json::{json, Value};
 use sta_testenv::{shared, ControlPlane, Kubectl};
 
@@ -87,13 +87,19 @@ fn the_claim_is_made_from_the_template_under_a_deterministic_name_with_both_owne
             {"apiVersion": "v1", "kind": "Pod", "name": "runner", "uid": pod_uid},
         ])
     );
-    let events = events_about(k, &ns.name, "PersistentVolumeClaim", "runner-scratch");
-    assert!(
+    let created = |events: &[String]| {
         events
             .iter()
-            .any(|e| e.starts_with("Created: made from the template")),
-        "a Created event on the claim: {events:?}"
+            .any(|e| e.starts_with("Created: made from the template"))
+    };
+    let events = events_when(
+        k,
+        &ns.name,
+        "PersistentVolumeClaim",
+        "runner-scratch",
+        created,
     );
+    assert!(created(&events), "a Created event on the claim: {events:?}");
 }
 
 #[test]
@@ -149,11 +155,9 @@ fn a_bound_claim_whose_pod_has_not_started_is_never_deleted() {
         },
     );
     cp().csi.assert_never_deleted(&handle);
-    let events = events_about(k, &ns.name, "EphemeralClaim", "scratch");
-    assert!(
-        events.iter().any(|e| e.starts_with("ClaimBound: Bound")),
-        "a Bound event: {events:?}"
-    );
+    let bound = |events: &[String]| events.iter().any(|e| e.starts_with("ClaimBound: Bound"));
+    let events = events_when(k, &ns.name, "EphemeralClaim", "scratch", bound);
+    assert!(bound(&events), "a Bound event: {events:?}");
 }
 
 #[test]
@@ -204,15 +208,31 @@ fn a_claim_goes_in_use_when_its_pod_runs_and_is_deleted_when_it_succeeds() {
     // Destroyed on detach: the class's Delete policy reaches the driver.
     cp().csi.assert_deleted_once(&handle, WAIT);
 
-    let events = events_about(k, &ns.name, "EphemeralClaim", "scratch");
-    for phase in ["Bound", "InUse", "Deleting", "Deleted"] {
+    let phases = ["Bound", "InUse", "Deleting", "Deleted"];
+    let events = events_when(k, &ns.name, "EphemeralClaim", "scratch", |events| {
+        phases
+            .iter()
+            .all(|p| events.iter().any(|e| e.contains(&format!(": {p}: "))))
+    });
+    for phase in phases {
         assert!(
             events.iter().any(|e| e.contains(&format!(": {phase}: "))),
             "an Event for {phase}: {events:?}"
         );
     }
-    let events = events_about(k, &ns.name, "PersistentVolumeClaim", "runner-scratch");
-    for phase in ["Bound", "InUse", "Deleting"] {
+    let phases = ["Bound", "InUse", "Deleting"];
+    let events = events_when(
+        k,
+        &ns.name,
+        "PersistentVolumeClaim",
+        "runner-scratch",
+        |events| {
+            phases
+                .iter()
+                .all(|p| events.iter().any(|e| e.contains(&format!("is {p}: "))))
+        },
+    );
+    for phase in phases {
         assert!(
             events.iter().any(|e| e.contains(&format!("is {phase}: "))),
             "an Event on the claim for {phase}: {events:?}"
@@ -376,13 +396,13 @@ fn a_name_collision_with_an_existing_claim_is_a_claim_conflict_and_that_claim_is
             && message.contains("not controlled by this EphemeralClaim"),
         "{message}"
     );
-    let events = events_about(k, &ns.name, "EphemeralClaim", "scratch");
-    assert!(
+    let conflict = |events: &[String]| {
         events
             .iter()
-            .any(|e| e.starts_with("ClaimConflict: Failed")),
-        "{events:?}"
-    );
+            .any(|e| e.starts_with("ClaimConflict: Failed"))
+    };
+    let events = events_when(k, &ns.name, "EphemeralClaim", "scratch", conflict);
+    assert!(conflict(&events), "{events:?}");
     // Neither the conflict nor deleting the EphemeralClaim changes a byte.
     k.ok(&["delete", "ephemeralclaim", "scratch", "-n", &ns.name]);
     delete_pod(k, &ns.name, "runner");
@@ -888,9 +908,10 @@ fn ephemeral_clones_of_another_namespaces_claim_wait_for_its_offer_and_are_destr
     cross_namespace_claim(k, &ci.name, "first", "runner", &prod.name);
     // No consent yet: it waits, and says what prod must create.
     wait_for_consent(k, &ci.name, "first");
-    let events = events_about(k, &ci.name, "EphemeralClaim", "first");
+    let says = |events: &[String]| events.iter().any(|e| e.contains("mode: Clone"));
+    let events = events_when(k, &ci.name, "EphemeralClaim", "first", says);
     assert!(
-        events.iter().any(|e| e.contains("mode: Clone")),
+        says(&events),
         "an Event says what prod must create: {events:?}"
     );
     assert!(claim_json(k, &ci.name, "runner-first").is_none());

@@ -185,7 +185,13 @@ fn move_volume(capacity: &str, class: &str) -> Duration {
         completed >= 2,
         "both sides of this transfer count: {metrics}"
     );
-    let events = events_about(admin(), &s.src.name, "NamespaceTransfer", "give");
+    let events = events_when(
+        admin(),
+        &s.src.name,
+        "NamespaceTransfer",
+        "give",
+        |events| events.iter().any(|e| e.starts_with("Completed")),
+    );
     assert!(
         events.iter().any(|e| e.starts_with("Completed")),
         "a Completed event: {events:?}"
@@ -390,13 +396,13 @@ fn a_running_pod_holds_the_transfer_in_waiting_for_release_until_it_succeeds_che
         phase(admin(), &s.src.name, "give") == "WaitingForRelease"
     });
     s.assert_source_untouched();
-    let events = events_about(admin(), &s.src.name, "PersistentVolumeClaim", "db");
-    assert!(
+    let in_use = |events: &[String]| {
         events
             .iter()
-            .any(|e| e.starts_with("SourceInUse") && e.contains("app")),
-        "{events:?}"
-    );
+            .any(|e| e.starts_with("SourceInUse") && e.contains("app"))
+    };
+    let events = events_when(admin(), &s.src.name, "PersistentVolumeClaim", "db", in_use);
+    assert!(in_use(&events), "{events:?}");
     set_pod_phase(admin(), &s.src.name, "app", "Succeeded");
     wait_phase(admin(), &s.src.name, "give", "Completed", WAIT);
     delete_pod(admin(), &s.src.name, "app");
@@ -637,12 +643,14 @@ fn a_clone_moves_to_the_destination_while_the_source_keeps_its_volume_and_its_po
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or_default();
     assert!(completed >= 1, "the clone counts as Completed: {metrics}");
-    let events = events_about(admin(), &s.src.name, "NamespaceTransfer", "give");
+    let cloned = |events: &[String]| events.iter().any(|e| e.starts_with("CloneCreated"));
+    let events = events_when(admin(), &s.src.name, "NamespaceTransfer", "give", cloned);
     assert!(
-        events.iter().any(|e| e.starts_with("CloneCreated")),
+        cloned(&events),
         "a CloneCreated event on the offer: {events:?}"
     );
-    let events = events_about(admin(), &s.dst.name, "NamespaceTransfer", "take");
+    let cloned = |events: &[String]| events.iter().any(|e| e.starts_with("CloneCreated"));
+    let events = events_when(admin(), &s.dst.name, "NamespaceTransfer", "take", cloned);
     assert!(
         events
             .iter()
@@ -1167,13 +1175,13 @@ fn a_claim_the_tenant_wrote_naming_a_populating_request_receives_the_moved_volum
                 .any(|f| f == "storage.transfer.k8s.io/transfer-protection")
         })
     });
-    let events = events_about(admin(), dst, "PersistentVolumeClaim", "data");
-    assert!(
+    let adopted = |events: &[String]| {
         events
             .iter()
-            .any(|e| e.starts_with("Adopted: NamespaceTransfer")),
-        "{events:?}"
-    );
+            .any(|e| e.starts_with("Adopted: NamespaceTransfer"))
+    };
+    let events = events_when(admin(), dst, "PersistentVolumeClaim", "data", adopted);
+    assert!(adopted(&events), "{events:?}");
     assert_deleting_the_claim_deletes_the_volume_once(admin(), &cp().csi, dst, "data", &s.handle);
 }
 
@@ -1462,13 +1470,13 @@ fn a_statefulsets_claims_naming_a_populating_clone_request_each_get_their_own_cl
     for (claim, made) in claims.iter().zip(&uids) {
         let c = claim_json(admin(), dst, claim).unwrap();
         assert_eq!(&uid(&c), made, "{claim} is the StatefulSet's own claim");
-        let events = events_about(admin(), dst, "PersistentVolumeClaim", claim);
-        assert!(
+        let adopted = |events: &[String]| {
             events
                 .iter()
-                .any(|e| e.starts_with("Adopted: NamespaceTransfer")),
-            "{claim}: {events:?}"
-        );
+                .any(|e| e.starts_with("Adopted: NamespaceTransfer"))
+        };
+        let events = events_when(admin(), dst, "PersistentVolumeClaim", claim, adopted);
+        assert!(adopted(&events), "{claim}: {events:?}");
     }
     // The standing request lists the claims it serves.
     let standing = wait_status(admin(), dst, "db-clones", "list three served", WAIT, |t| {

@@ -1009,13 +1009,13 @@ fn a_late_pod_is_seen_before_the_commit(cp: &ControlPlane) {
         transfer_json(cp.direct(), &s.src.name, "give")
             .is_some_and(|t| t["status"]["reason"] == "SourceInUse")
     });
-    let events = events_about(cp.kubectl(), &s.src.name, "NamespaceTransfer", "give");
-    assert!(
+    let told = |events: &[String]| {
         events
             .iter()
-            .any(|e| e.contains("late") && e.contains("started after the claim was checked")),
-        "{events:?}"
-    );
+            .any(|e| e.contains("late") && e.contains("started after the claim was checked"))
+    };
+    let events = events_when(cp.kubectl(), &s.src.name, "NamespaceTransfer", "give", told);
+    assert!(told(&events), "{events:?}");
     let pv = volume_json(cp.kubectl(), &s.pv).unwrap();
     assert_eq!(
         pv["spec"]["claimRef"]["uid"],

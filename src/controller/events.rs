@@ -3,14 +3,29 @@
 //! `kubectl events` tell a tenant what happened to their transfer and their
 //! claims.
 //!
-//! Owns the reporter identity and the object references of our kinds. An
-//! Event that cannot be written is logged and otherwise ignored: Events are
-//! reports, never part of the protocol.
+//! Owns the reporter identity, the object references of our kinds, and the
+//! queue Events wait in. An Event that cannot be written is logged and
+//! otherwise ignored: Events are reports, never part of the protocol.
+//!
+//! # Off the protocol's path
+//! As client-go's event broadcaster does, [`Events::publish`] only queues
+//! the Event; one task per leadership term writes them, in order, with the
+//! transfer the work was done for (`crate::audit::ActingFor`) still named in
+//! each request. So a step's write is never held behind its report: a
+//! transfer's steps follow each other at the speed of their own writes.
+//! The queue holds [`QUEUE`] Events, as client-go's; when it is full a new
+//! one is dropped and logged, so a storm of them costs bounded memory.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::mpsc;
 
 use crate::api::meta::Object;
+use crate::audit::ActingFor;
+
+/// How many Events may wait to be written (client-go's
+/// `maxQueuedEvents`).
+pub const QUEUE: usize = 1000;
 
 /// The `reportingController` of our Events.
 pub const REPORTING_CONTROLLER: &str = "storage.transfer.k8s.io/controller";
@@ -18,35 +33,53 @@ pub const REPORTING_CONTROLLER: &str = "storage.transfer.k8s.io/controller";
 /// Normal or Warning.
 pub use kube::runtime::events::EventType as Severity;
 
+/// One queued Event: what it is about, and for which transfer.
+struct Queued {
+    regarding: ObjectReference,
+    event: Event,
+    acting: Option<ActingFor>,
+}
+
 /// Publishes Events; a no-op without a cluster (unit tests).
 #[derive(Clone)]
 pub struct Events {
-    recorder: Option<Recorder>,
+    queue: Option<mpsc::Sender<Queued>>,
 }
 
 impl std::fmt::Debug for Events {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Events")
-            .field("enabled", &self.recorder.is_some())
+            .field("enabled", &self.queue.is_some())
             .finish()
     }
 }
 
 impl Events {
-    /// Events reported by this replica (`instance`).
+    /// Events reported by this replica (`instance`), written by a task
+    /// that ends once every clone of this is dropped and the queue is
+    /// drained. Must be called inside a Tokio runtime.
     pub fn new(client: kube::Client, instance: &str) -> Self {
         let reporter = Reporter {
             controller: REPORTING_CONTROLLER.to_owned(),
             instance: Some(instance.to_owned()),
         };
-        Self {
-            recorder: Some(Recorder::new(client, reporter)),
-        }
+        let recorder = Recorder::new(client, reporter);
+        let (queue, mut queued) = mpsc::channel::<Queued>(QUEUE);
+        tokio::spawn(async move {
+            while let Some(q) = queued.recv().await {
+                let write = write(&recorder, &q.event, &q.regarding);
+                match q.acting {
+                    Some(acting) => acting.scope(write).await,
+                    None => write.await,
+                }
+            }
+        });
+        Self { queue: Some(queue) }
     }
 
     /// Events that go nowhere.
     pub fn disabled() -> Self {
-        Self { recorder: None }
+        Self { queue: None }
     }
 
     /// Records `reason` (CamelCase) with a human `note` about `regarding`.
@@ -59,7 +92,7 @@ impl Events {
         action: &str,
         note: &str,
     ) {
-        let Some(recorder) = &self.recorder else {
+        let Some(queue) = &self.queue else {
             return;
         };
         let event = Event {
@@ -70,15 +103,32 @@ impl Events {
             action: action.to_owned(),
             secondary: None,
         };
-        if let Err(err) = recorder.publish(&event, regarding).await {
+        let queued = Queued {
+            regarding: regarding.clone(),
+            event,
+            acting: ActingFor::current(),
+        };
+        if let Err(mpsc::error::TrySendError::Full(q)) = queue.try_send(queued) {
             tracing::warn!(
-                object = ?regarding.name,
-                namespace = ?regarding.namespace,
+                object = ?q.regarding.name,
+                namespace = ?q.regarding.namespace,
                 reason,
-                error = %err,
-                "cannot record an Event"
+                "dropped an Event: {QUEUE} are waiting to be written"
             );
         }
+    }
+}
+
+/// Writes one Event; a refusal is logged.
+async fn write(recorder: &Recorder, event: &Event, regarding: &ObjectReference) {
+    if let Err(err) = recorder.publish(event, regarding).await {
+        tracing::warn!(
+            object = ?regarding.name,
+            namespace = ?regarding.namespace,
+            reason = %event.reason,
+            error = %err,
+            "cannot record an Event"
+        );
     }
 }
 
@@ -120,3 +170,6 @@ fn truncate(text: &str, max: usize) -> String {
     }
     format!("{}…", &text[..end])
 }
+
+#[cfg(test)]
+mod tests;

@@ -445,6 +445,26 @@ pub(crate) fn events_about(k: &Kubectl, namespace: &str, kind: &str, name: &str)
         .collect()
 }
 
+/// The events recorded about an object once `seen` holds of them (the
+/// controllers write Events after the writes they report, from a queue),
+/// or after 30 s whatever they are, for the caller's assertion to name.
+pub(crate) fn events_when(
+    k: &Kubectl,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    seen: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = events_about(k, namespace, kind, name);
+        if seen(&events) || Instant::now() > deadline {
+            return events;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A running pod (nodeName set, phase patched to Running, as there is no
 /// kubelet) that mounts `claim`.
 pub(crate) fn running_pod(k: &Kubectl, namespace: &str, name: &str, claim: &str) {
