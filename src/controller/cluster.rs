@@ -581,6 +581,25 @@ impl Cluster {
             .filter_map(|pod| pod.metadata.name.clone())
             .collect())
     }
+
+    /// [`Self::pods_using_for_transfer`] from kube-apiserver's watch cache
+    /// (`resourceVersion=0`): no wait for the cache, no fence write. Only
+    /// for what is reported, never for what a step rests on.
+    pub async fn pods_using_cached(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Vec<String>, ClusterError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        Ok(pods
+            .list(&ListParams::default().match_any())
+            .await?
+            .items
+            .iter()
+            .filter(|pod| pod_may_use_claim(pod, name))
+            .filter_map(|pod| pod.metadata.name.clone())
+            .collect())
+    }
 }
 
 /// Whether `pod` uses `claim` or may start to: [`pod_uses_claim`] without

@@ -325,7 +325,10 @@ impl TransferController {
                         return Ok(Next::After(decide::WAIT_POLL));
                     }
                     match question {
-                        Question::Users => facts.users = Some(self.users_of(&facts).await?),
+                        Question::Users => facts.users = Some(self.users_of(&facts, true).await?),
+                        Question::ReportedUsers => {
+                            facts.users = Some(self.users_of(&facts, false).await?);
+                        }
                         Question::Rights => facts.rights = Some(self.check_rights(&facts).await?),
                         Question::Admission => {
                             facts.admission = Some(self.check_admission(&facts).await?);

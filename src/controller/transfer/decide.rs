@@ -268,6 +268,9 @@ pub enum Action {
 pub enum Question {
     /// The pods that use the claim the protocol moves (a live LIST).
     Users,
+    /// The same pods, for a report only (R5, after the commit): read from
+    /// kube-apiserver's cache, with no wait and no write.
+    ReportedUsers,
     /// Both parties' rights, re-checked with uncached SubjectAccessReviews.
     Rights,
     /// Whether kube-apiserver would admit the R3 create and the R5 delete
@@ -280,8 +283,9 @@ pub enum Question {
 
 impl Question {
     /// Every question, in no order.
-    pub const ALL: [Question; 4] = [
+    pub const ALL: [Question; 5] = [
         Question::Users,
+        Question::ReportedUsers,
         Question::Rights,
         Question::Admission,
         Question::LiveReads,
@@ -599,21 +603,20 @@ fn before_lock(f: &Facts, d: &NamespaceTransfer) -> Action {
         // Nothing is touched until a claim asks for the volume and fits it.
         return wait_for_claim(f, d, volume);
     }
+    // The finalizers first: they touch nothing of the tenants', so they
+    // need no check of the claim's users (the lock's own check follows).
+    if !has_finalizer(s) || !has_finalizer(d) {
+        return Action::Protect;
+    }
     if claim.lock.as_deref() != Some(mine) {
         // Nobody may use the claim when it is locked; R2 and R4 ask again.
         if let Some(action) = while_in_use(f, |users| in_use_message(source_ns, source_name, users))
         {
             return action;
         }
-        if !has_finalizer(s) || !has_finalizer(d) {
-            return Action::Protect;
-        }
         return Action::Lock {
             resource_version: claim.resource_version.clone(),
         };
-    }
-    if !has_finalizer(s) || !has_finalizer(d) {
-        return Action::Protect;
     }
     Action::RecordSource(snapshot_of(claim, volume))
 }

@@ -575,8 +575,9 @@ impl TransferController {
     }
 
     /// The pods that use the claim the protocol moves (the source claim or
-    /// its clone), live.
-    pub(super) async fn users_of(&self, f: &Facts) -> Result<Vec<String>, Error> {
+    /// its clone): live (`fresh`), or for a report from kube-apiserver's
+    /// cache.
+    pub(super) async fn users_of(&self, f: &Facts, fresh: bool) -> Result<Vec<String>, Error> {
         if f.source.moves_snapshot() {
             // A snapshot's users are the claims being restored from it.
             let s = &f.source;
@@ -595,10 +596,14 @@ impl TransferController {
             }
             .into());
         };
-        Ok(self
-            .cluster
-            .pods_using_for_transfer(f.source.source_namespace(), &name)
-            .await?)
+        let namespace = f.source.source_namespace();
+        Ok(if fresh {
+            self.cluster
+                .pods_using_for_transfer(namespace, &name)
+                .await?
+        } else {
+            self.cluster.pods_using_cached(namespace, &name).await?
+        })
     }
 
     /// Re-runs the create-time SubjectAccessReviews for both stored

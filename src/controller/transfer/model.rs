@@ -712,7 +712,7 @@ impl World {
         let mut facts = self.gathered(false);
         loop {
             match decide(&facts) {
-                Action::Ask(Question::Users) => {
+                Action::Ask(Question::Users | Question::ReportedUsers) => {
                     facts.users = Some(if self.pod {
                         vec!["app".to_owned()]
                     } else {

@@ -149,8 +149,9 @@ pub(super) enum Edit {
         snapshot: Option<SourceClaimSnapshot>,
         released: String,
     },
-    /// `Authorized=True`: the rights were confirmed before R2.
-    Authorized,
+    /// R2: `Authorized=True` (the rights were confirmed before it), and
+    /// the step.
+    Retained,
     /// R4: `Rebound=True` saying `rebound`, the step.
     Committed { rebound: String },
     /// R6: Completed with `volume`, `Ready=True`, the step; on a populating
@@ -471,14 +472,17 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
         }
         Action::RecordSource(snapshot) => record_source(f, &mut p, snapshot),
         Action::Retain { .. } => {
+            if cluster_writes(f, action).is_empty() {
+                return p;
+            }
+            cluster(f, &mut p, action, Some(Step::Retain));
+            // One write per object says both that the rights were confirmed
+            // and that R2 is done: nothing decides on the condition, so it
+            // needs no write of its own before the volume's.
             let authorized = "both parties still hold the rights the transfer needs";
             pair(f, &mut p, &Report::shared("Authorized", authorized), |_| {
-                Edit::Authorized
+                Edit::Retained
             });
-            if !cluster_writes(f, action).is_empty() {
-                cluster(f, &mut p, action, Some(Step::Retain));
-                mark_step(f, &mut p, StepName::Retained);
-            }
         }
         Action::CreateDestination(claim) => {
             let Some(d) = d else { return p };

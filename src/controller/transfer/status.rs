@@ -264,7 +264,8 @@ pub(super) fn apply_change(
             set(st, CONDITION_SOURCE_RELEASED, true, "NotInUse", released);
             st.record_step(StepName::Locked, now);
         }
-        Edit::Authorized => {
+        Edit::Retained => {
+            st.record_step(StepName::Retained, now);
             let authorized = "both parties still hold the rights the transfer needs";
             set(
                 st,

@@ -24,9 +24,10 @@ pub(super) fn forward(f: &Facts, dest: &ClaimReference, volume: &Volume) -> Acti
         if let Some(claim) = &f.moved_claim {
             if claim.uid == snapshot.uid && !claim.deleting {
                 // Its users are only reported (the volume is the
-                // destination's already), so they are asked for first.
+                // destination's already): asked for first, but from a
+                // cache, as no step rests on them.
                 if f.users.is_none() {
-                    return Action::Ask(Question::Users);
+                    return Action::Ask(Question::ReportedUsers);
                 }
                 return Action::ReleaseSource {
                     uid: claim.uid.clone(),

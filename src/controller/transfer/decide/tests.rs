@@ -351,7 +351,9 @@ fn the_preconditions_are_checked_in_order_before_the_lock() {
         matches!(decide(&f), Action::Wait { report, .. } if report.reason == REASON_SOURCE_LOCKED)
     );
 
-    let f = fresh();
+    // The finalizers come first, and need nobody's users listed.
+    let mut f = fresh();
+    f.users = None;
     assert_eq!(decide(&f), Action::Protect);
     let mut f = fresh();
     protect(&mut f);
@@ -369,7 +371,9 @@ fn the_preconditions_are_checked_in_order_before_the_lock() {
 
 #[test]
 fn a_pod_using_the_source_holds_the_pair_and_only_the_source_side_learns_its_name() {
-    for mut f in [fresh(), locked(), created()] {
+    let mut protected = fresh();
+    protect(&mut protected);
+    for mut f in [protected, locked(), created()] {
         f.users = Some(vec!["secret-app".to_owned()]);
         match decide(&f) {
             Action::Wait { report, in_use, .. } => {
@@ -409,10 +413,10 @@ fn the_pods_are_listed_before_the_lock_r2_the_commit_and_r5_and_for_no_other_ste
         decide(&r3)
     );
     // R5 only reports them (the volume is the destination's already), but
-    // asks all the same: the executor reads nothing.
+    // asks all the same, of a cache: the executor reads nothing.
     let mut r5 = committed();
     r5.users = None;
-    assert_eq!(decide(&r5), Action::Ask(Question::Users));
+    assert_eq!(decide(&r5), Action::Ask(Question::ReportedUsers));
     r5.users = Some(vec!["late-app".to_owned()]);
     assert!(
         matches!(decide(&r5), Action::ReleaseSource { .. }),

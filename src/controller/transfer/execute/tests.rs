@@ -373,7 +373,7 @@ fn the_executor_makes_exactly_the_plans_writes_for_every_action() {
     assert_eq!(pair_records, 1);
     // Every kind of action was run (`label` names each one).
     assert_eq!(labels.len(), 28, "{labels:?}");
-    assert!(writes > 60, "{writes} writes in all");
+    assert!(writes > 50, "{writes} writes in all");
 }
 
 #[test]

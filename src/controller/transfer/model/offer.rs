@@ -597,7 +597,9 @@ impl Offered {
         let mut facts = self.pair_facts(i, false)?;
         loop {
             match decide(&facts) {
-                Action::Ask(Question::Users) => facts.users = Some(Vec::new()),
+                Action::Ask(Question::Users | Question::ReportedUsers) => {
+                    facts.users = Some(Vec::new());
+                }
                 Action::Ask(Question::Rights) => facts.rights = Some(Ok(())),
                 Action::Ask(Question::Admission) => facts.admission = Some(Admission::Admitted),
                 Action::Ask(Question::LiveReads) => facts = self.pair_facts(i, true)?,

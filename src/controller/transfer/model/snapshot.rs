@@ -440,7 +440,7 @@ impl SnapWorld {
         let mut facts = self.facts();
         loop {
             match decide(&facts) {
-                Action::Ask(Question::Users) => {
+                Action::Ask(Question::Users | Question::ReportedUsers) => {
                     facts.users = Some(if self.restoring {
                         vec!["restoring".to_owned()]
                     } else {
@@ -534,7 +534,7 @@ impl SnapWorld {
                         tx.lost_reported = true;
                     }
                     Edit::Mirror(status) => tx.phase = status.phase,
-                    Edit::Authorized | Edit::Step(_) => {}
+                    Edit::Retained | Edit::Step(_) => {}
                     other => panic!("a snapshot move wrote a claim's record: {other:?}"),
                 }
                 if change.peer_of.is_some() {

@@ -248,7 +248,7 @@ impl World {
                         Edit::Mirror(status) => t.phase = status.phase,
                         // Conditions, steps and a standing offer's records:
                         // nothing the model's invariants read.
-                        Edit::Authorized
+                        Edit::Retained
                         | Edit::Committed { .. }
                         | Edit::Step(_)
                         | Edit::PairRecord(_) => {}

@@ -190,10 +190,6 @@ pub(super) fn plan(f: &Facts, p: &mut Plan, action: &SnapshotAction) {
             resource_version,
             policy,
         } => {
-            let authorized = "both parties still hold the rights the transfer needs";
-            pair(f, p, &Report::shared("Authorized", authorized), |_| {
-                Edit::Authorized
-            });
             let Some(name) = old_content() else { return };
             let first = p.writes.len();
             write(
@@ -208,7 +204,10 @@ pub(super) fn plan(f: &Facts, p: &mut Plan, action: &SnapshotAction) {
                 },
             );
             p.points.push((first, Step::Retain.name()));
-            mark_step(f, p, StepName::Retained);
+            let authorized = "both parties still hold the rights the transfer needs";
+            pair(f, p, &Report::shared("Authorized", authorized), |_| {
+                Edit::Retained
+            });
         }
         SnapshotAction::CreateContent(object) => {
             write(p, SnapshotWrite::CreateContent(object.clone()));
