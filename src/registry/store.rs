@@ -1034,9 +1034,42 @@ impl<S: Strategy> Store<S> {
         status: bool,
         mutate: impl Fn(&S::Object) -> Result<S::Object, ApiError>,
     ) -> Result<S::Object, ApiError> {
+        self.guaranteed_update_from(ctx, namespace, name, status, None, mutate)
+            .await
+    }
+
+    /// [`Self::guaranteed_update`], trying first on `cached`, a copy this
+    /// store returned, instead of reading the object (as kube's
+    /// `GuaranteedUpdate` takes a `cachedExistingObject`). The write is
+    /// conditional on the copy's resourceVersion, so a copy that is no
+    /// longer current costs one refused transaction, then the object is
+    /// read and the write tried on it as usual. Nothing is concluded from
+    /// the copy alone: a refusal by `mutate`, a resourceVersion it pins
+    /// that the copy lacks, and a write that would change nothing in the
+    /// copy are each tried again on the object as read.
+    pub async fn guaranteed_update_from(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+        status: bool,
+        cached: Option<&S::Object>,
+        mutate: impl Fn(&S::Object) -> Result<S::Object, ApiError>,
+    ) -> Result<S::Object, ApiError> {
+        let mut cached = cached.and_then(|c| {
+            let revision = c.metadata().resource_version.as_deref()?.parse().ok()?;
+            Some((c.clone(), revision))
+        });
         for _ in 0..RETRIES {
-            let (current, revision) = self.get_with_revision(namespace, name).await?;
-            let desired = mutate(&current)?;
+            let (from_copy, (current, revision)) = match cached.take() {
+                Some(copy) => (true, copy),
+                None => (false, self.get_with_revision(namespace, name).await?),
+            };
+            let desired = match mutate(&current) {
+                Ok(desired) => desired,
+                Err(_) if from_copy => continue,
+                Err(e) => return Err(e),
+            };
             let pinned = desired
                 .metadata()
                 .resource_version
@@ -1044,10 +1077,13 @@ impl<S: Strategy> Store<S> {
                 .filter(|v| !v.is_empty());
             if let Some(pinned) = &pinned {
                 if *pinned != revision.to_string() {
+                    if from_copy {
+                        continue;
+                    }
                     return Err(self.conflict(name));
                 }
             }
-            match self
+            let result = self
                 .write_update(
                     ctx,
                     namespace,
@@ -1058,10 +1094,20 @@ impl<S: Strategy> Store<S> {
                     status,
                     Fields::Track,
                 )
-                .await
-            {
+                .await;
+            match result {
+                // A no-op keeps the copy's resourceVersion: the object as
+                // read must say so too.
+                Ok(obj)
+                    if from_copy
+                        && obj.metadata().resource_version.as_deref()
+                            == Some(revision.to_string().as_str()) =>
+                {
+                    continue
+                }
                 Ok(obj) => return Ok(obj),
                 Err(UpdateError::Api(e)) => return Err(e),
+                Err(UpdateError::Raced) if from_copy => continue,
                 Err(UpdateError::Raced) if pinned.is_some() => return Err(self.conflict(name)),
                 Err(UpdateError::Raced) => continue,
             }

@@ -74,8 +74,9 @@ impl TransferController {
         }
     }
 
-    /// A read-modify-write of `t`'s status; emits an Event when the phase
-    /// changes.
+    /// A read-modify-write of `t`'s status, tried first on `t` itself (the
+    /// facts read our objects from etcd, so it is most often current);
+    /// emits an Event when the phase changes.
     pub(super) async fn update_status(
         &self,
         t: &NamespaceTransfer,
@@ -85,36 +86,44 @@ impl TransferController {
         let before = t.status.as_ref().and_then(|st| st.phase);
         let updated = self
             .store
-            .guaranteed_update(&self.ctx, t.own_namespace(), name_of(t), true, |current| {
-                if current.metadata.uid != t.metadata.uid {
-                    return Err(ApiError::Conflict {
-                        resource: GroupResource::new(crate::api::GROUP, "namespacetransfers"),
-                        name: name_of(t).to_owned(),
-                        message: "the transfer was replaced while it was being reconciled"
-                            .to_owned(),
-                    });
-                }
-                // A decision made on an active transfer never overwrites an
-                // outcome recorded meanwhile.
-                if is_active(t) && !is_active(current) {
-                    return Err(ApiError::Conflict {
-                        resource: GroupResource::new(crate::api::GROUP, "namespacetransfers"),
-                        name: name_of(t).to_owned(),
-                        message: "the transfer finished while it was being reconciled".to_owned(),
-                    });
-                }
-                let mut next = current.clone();
-                next.metadata.resource_version = None;
-                let role = role_of(current);
-                let status = next
-                    .status
-                    .get_or_insert_with(NamespaceTransferStatus::default);
-                // Before `change`, so that its conditions carry it too.
-                status.observed_generation = current.metadata.generation;
-                change(status);
-                status.role = role;
-                Ok(next)
-            })
+            .guaranteed_update_from(
+                &self.ctx,
+                t.own_namespace(),
+                name_of(t),
+                true,
+                copy_of(t),
+                |current| {
+                    if current.metadata.uid != t.metadata.uid {
+                        return Err(ApiError::Conflict {
+                            resource: GroupResource::new(crate::api::GROUP, "namespacetransfers"),
+                            name: name_of(t).to_owned(),
+                            message: "the transfer was replaced while it was being reconciled"
+                                .to_owned(),
+                        });
+                    }
+                    // A decision made on an active transfer never overwrites an
+                    // outcome recorded meanwhile.
+                    if is_active(t) && !is_active(current) {
+                        return Err(ApiError::Conflict {
+                            resource: GroupResource::new(crate::api::GROUP, "namespacetransfers"),
+                            name: name_of(t).to_owned(),
+                            message: "the transfer finished while it was being reconciled"
+                                .to_owned(),
+                        });
+                    }
+                    let mut next = current.clone();
+                    next.metadata.resource_version = None;
+                    let role = role_of(current);
+                    let status = next
+                        .status
+                        .get_or_insert_with(NamespaceTransferStatus::default);
+                    // Before `change`, so that its conditions carry it too.
+                    status.observed_generation = current.metadata.generation;
+                    change(status);
+                    status.role = role;
+                    Ok(next)
+                },
+            )
             .await?;
         let after = updated.status.as_ref().and_then(|st| st.phase);
         if before != after {
@@ -160,7 +169,8 @@ impl TransferController {
     }
 
     /// Adds or removes our finalizer on the object as it is now, whatever
-    /// the copy `t` shows (a write that changes nothing writes nothing).
+    /// the copy `t` shows (a write that changes nothing writes nothing):
+    /// tried first on `t`, then on the object as read.
     pub(super) async fn write_finalizer(
         &self,
         t: &NamespaceTransfer,
@@ -169,22 +179,37 @@ impl TransferController {
         self.leadership.check()?;
         let result = self
             .store
-            .guaranteed_update(&self.ctx, t.own_namespace(), name_of(t), false, |current| {
-                let mut next = current.clone();
-                next.metadata.resource_version = None;
-                crate::api::meta::set_finalizer(
-                    &mut next.metadata,
-                    FINALIZER_TRANSFER_PROTECTION,
-                    present,
-                );
-                Ok(next)
-            })
+            .guaranteed_update_from(
+                &self.ctx,
+                t.own_namespace(),
+                name_of(t),
+                false,
+                copy_of(t),
+                |current| {
+                    let mut next = current.clone();
+                    next.metadata.resource_version = None;
+                    crate::api::meta::set_finalizer(
+                        &mut next.metadata,
+                        FINALIZER_TRANSFER_PROTECTION,
+                        present,
+                    );
+                    Ok(next)
+                },
+            )
             .await;
         match result {
             Ok(_) | Err(ApiError::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// `t` as a copy the store may write on: any object read from it, but never
+/// a standing offer, which the decision sees as a view of one of its pairs
+/// (`standing_view`: the offer's metadata with its request's status), and
+/// whose writes must start from the offer as stored.
+fn copy_of(t: &NamespaceTransfer) -> Option<&NamespaceTransfer> {
+    (!t.is_standing_offer()).then_some(t)
 }
 
 pub(super) fn now() -> Time {

@@ -2410,3 +2410,131 @@ async fn a_create_quota_refuses_is_not_written() {
         Err(ApiError::NotFound { .. })
     ));
 }
+
+#[tokio::test]
+async fn an_update_from_a_current_copy_is_decided_once_on_that_copy() {
+    let s = store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let updated = s
+        .guaranteed_update_from(
+            &controller(),
+            "prod",
+            "a",
+            true,
+            Some(&created),
+            |current| {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                assert_eq!(current, &created, "decided on the copy it was given");
+                let mut next = current.clone();
+                next.status = Some(NamespaceTransferStatus {
+                    phase: Some(NamespaceTransferPhase::WaitingForPeer),
+                    ..Default::default()
+                });
+                Ok(next)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(calls.into_inner(), 1);
+    assert_eq!(updated.phase(), Some("WaitingForPeer"));
+    assert_eq!(s.get("prod", "a").await.unwrap(), updated);
+}
+
+#[tokio::test]
+async fn an_update_from_a_stale_copy_is_decided_again_on_the_object_and_loses_no_write() {
+    let s = store().await;
+    let stale = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    // Another write lands after the copy was read.
+    let mut relabelled = stale.clone();
+    relabelled
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("tier".to_owned(), "gold".to_owned());
+    s.update(&ctx("alice"), "prod", "a", relabelled, false)
+        .await
+        .unwrap();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let updated = s
+        .guaranteed_update_from(&controller(), "prod", "a", true, Some(&stale), |current| {
+            seen.lock()
+                .unwrap()
+                .push(current.metadata.resource_version.clone());
+            let mut next = current.clone();
+            next.metadata.resource_version = None;
+            next.status = Some(NamespaceTransferStatus {
+                phase: Some(NamespaceTransferPhase::WaitingForPeer),
+                ..Default::default()
+            });
+            Ok(next)
+        })
+        .await
+        .unwrap();
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(
+        seen.len(),
+        2,
+        "tried on the copy, then on the object: {seen:?}"
+    );
+    assert_eq!(seen[0], stale.metadata.resource_version);
+    assert_ne!(seen[1], stale.metadata.resource_version);
+    assert_eq!(updated.phase(), Some("WaitingForPeer"));
+    assert_eq!(updated.metadata.labels.as_ref().unwrap()["tier"], "gold");
+}
+
+#[tokio::test]
+async fn an_update_from_a_copy_of_a_deleted_object_is_not_found() {
+    let s = store().await;
+    let copy = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    let err = s
+        .guaranteed_update_from(&controller(), "prod", "a", true, Some(&copy), |current| {
+            Ok(current.clone())
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 404, "{err}");
+}
+
+#[tokio::test]
+async fn a_write_that_changes_nothing_in_a_stale_copy_is_still_made_on_the_object() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let set = |present: bool| {
+        move |current: &NamespaceTransfer| {
+            let mut next = current.clone();
+            next.metadata.resource_version = None;
+            crate::api::meta::set_finalizer(
+                &mut next.metadata,
+                FINALIZER_TRANSFER_PROTECTION,
+                present,
+            );
+            Ok(next)
+        }
+    };
+    let protected = s
+        .guaranteed_update(&controller(), "prod", "a", false, set(true))
+        .await
+        .unwrap();
+    s.guaranteed_update(&controller(), "prod", "a", false, set(false))
+        .await
+        .unwrap();
+    // The copy still shows the finalizer, so adding it changes nothing there.
+    let updated = s
+        .guaranteed_update_from(
+            &controller(),
+            "prod",
+            "a",
+            false,
+            Some(&protected),
+            set(true),
+        )
+        .await
+        .unwrap();
+    let finalizers = updated.metadata.finalizers.clone().unwrap_or_default();
+    assert_eq!(finalizers, [FINALIZER_TRANSFER_PROTECTION]);
+    assert_eq!(s.get("prod", "a").await.unwrap(), updated);
+}
