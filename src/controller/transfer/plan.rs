@@ -480,7 +480,7 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
             // and that R2 is done: nothing decides on the condition, so it
             // needs no write of its own before the volume's.
             let authorized = "both parties still hold the rights the transfer needs";
-            pair(f, &mut p, &Report::shared("Authorized", authorized), |_| {
+            pair_step(f, &mut p, &Report::shared("Authorized", authorized), |_| {
                 Edit::Retained
             });
         }
@@ -503,13 +503,7 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                 },
             );
             // The record carried the step to its holder; the other side
-            // gets it here.
-            if !is_standing_pair(s) && other(f).is_some() {
-                p.writes.push(Write::Status {
-                    on: On::Peer,
-                    change: step_change(StepName::Created),
-                });
-            }
+            // hears of it at the end (`peer_keeps_steps`).
             // Seen in the destination namespace: named by what the
             // destination asked for, never by the clone.
             p.writes.push(Write::Event(EventWrite {
@@ -533,7 +527,7 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                 destination.namespace, destination.name
             );
             let report = Report::shared("Committed", rebound.clone());
-            pair(f, &mut p, &report, |_| Edit::Committed {
+            pair_step(f, &mut p, &report, |_| Edit::Committed {
                 rebound: rebound.clone(),
             });
             // No Event on the transfer: the commit is no phase change (it
@@ -717,8 +711,28 @@ fn cluster(f: &Facts, p: &mut Plan, action: &Action, step: Option<Step>) {
 /// keeps its state on the request alone (the offer is shared, its record
 /// written at R1).
 fn pair(f: &Facts, p: &mut Plan, report: &Report, edit: impl Fn(bool) -> Edit) {
+    pair_to(f, p, report, edit, true);
+}
+
+/// [`pair`] for a step that changes no phase: the peer hears it only if it
+/// keeps the pair's steps itself ([`peer_keeps_steps`]).
+fn pair_step(f: &Facts, p: &mut Plan, report: &Report, edit: impl Fn(bool) -> Edit) {
+    pair_to(f, p, report, edit, peer_keeps_steps(f));
+}
+
+/// Whether the peer must hear each step as it is done: only a standing
+/// offer's request, which holds its pair's steps itself. Any other peer
+/// hears of the pair at its phase changes; its Completed write copies the
+/// source object's steps, with their times, and its `Authorized` and
+/// `Rebound` conditions (`status::apply_change`). No decision reads a
+/// peer's steps or conditions, so each step is one write, not two.
+fn peer_keeps_steps(f: &Facts) -> bool {
+    is_standing_pair(&f.source)
+}
+
+fn pair_to(f: &Facts, p: &mut Plan, report: &Report, edit: impl Fn(bool) -> Edit, peer: bool) {
     let s = &f.source;
-    let d = other(f);
+    let d = other(f).filter(|_| peer);
     // The peer's write: its words, and the source object as its peer.
     let to_peer = |peer_phase: PeerPhase| Write::Status {
         on: On::Peer,
@@ -966,7 +980,7 @@ fn mark_step(f: &Facts, p: &mut Plan, step: StepName) {
             change: step_change(step),
         });
     }
-    if other(f).is_some() {
+    if other(f).is_some() && peer_keeps_steps(f) {
         p.writes.push(Write::Status {
             on: On::Peer,
             change: step_change(step),

@@ -204,6 +204,39 @@ impl TransferController {
     }
 }
 
+/// On the peer `t` of `source`, which heard only of the pair's phase
+/// changes (`plan::peer_keeps_steps`): the steps the source object recorded
+/// and it lacks, with their times, and the source's `Authorized` and
+/// `Rebound` conditions, whose words are the pair's shared ones. Nothing on
+/// the source object itself.
+fn learn_steps(
+    st: &mut NamespaceTransferStatus,
+    t: &NamespaceTransfer,
+    source: &NamespaceTransfer,
+) {
+    if t.metadata.uid == source.metadata.uid {
+        return;
+    }
+    let Some(from) = source.status.as_ref() else {
+        return;
+    };
+    for step in &from.steps {
+        if !st.steps.iter().any(|s| s.name == step.name) {
+            st.steps.push(step.clone());
+        }
+    }
+    st.steps
+        .sort_by_key(|s| StepName::ALL.iter().position(|n| *n == s.name));
+    for kind in [CONDITION_AUTHORIZED, CONDITION_REBOUND] {
+        let missing = apimeta::find_condition(&st.conditions, kind).is_none();
+        if let Some(c) = apimeta::find_condition(&from.conditions, kind).filter(|_| missing) {
+            let mut c = c.clone();
+            c.observed_generation = st.observed_generation;
+            st.conditions.push(c);
+        }
+    }
+}
+
 /// `t` as a copy the store may write on: any object read from it, but never
 /// a standing offer, which the decision sees as a view of one of its pairs
 /// (`standing_view`: the offer's metadata with its request's status), and
@@ -320,6 +353,7 @@ pub(super) fn apply_change(
             st.completion_time = Some(now.clone());
             let message = said();
             set(st, CONDITION_READY, true, REASON_COMPLETED, &message);
+            learn_steps(st, t, source);
             st.record_step(StepName::Settled, now);
         }
         Edit::Lost { reason } => {
@@ -361,6 +395,7 @@ pub(super) fn apply_change(
             st.completion_time = Some(now.clone());
             let message = said();
             set(st, CONDITION_READY, true, REASON_COMPLETED, &message);
+            learn_steps(st, t, source);
             st.record_step(StepName::Settled, now);
         }
     }
@@ -473,3 +508,6 @@ pub(super) fn received_from(s: &NamespaceTransfer) -> String {
         TransferMode::Move => format!("the volume of {origin}"),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,10 @@
 
 use serde_json::{json, Value};
 
-use super::{mark_step, other, pair, step_change, Edit, On, Plan, StatusChange, Step, Write};
+use super::{
+    mark_step, other, pair, pair_step, peer_keeps_steps, step_change, Edit, On, Plan, StatusChange,
+    Step, Write,
+};
 use crate::api::namespace_transfer::{
     NamespaceTransfer, SnapshotReference, SourceSnapshotRecord, TransferStepName as StepName,
     ANNOTATION_ORIGINAL_DELETION_POLICY, ANNOTATION_TRANSFER_LOCK,
@@ -205,7 +208,7 @@ pub(super) fn plan(f: &Facts, p: &mut Plan, action: &SnapshotAction) {
             );
             p.points.push((first, Step::Retain.name()));
             let authorized = "both parties still hold the rights the transfer needs";
-            pair(f, p, &Report::shared("Authorized", authorized), |_| {
+            pair_step(f, p, &Report::shared("Authorized", authorized), |_| {
                 Edit::Retained
             });
         }
@@ -230,7 +233,7 @@ pub(super) fn plan(f: &Facts, p: &mut Plan, action: &SnapshotAction) {
                     content_name: crate::controller::transfer::snapshot::content_name(s),
                 },
             );
-            if other(f).is_some() {
+            if other(f).is_some() && peer_keeps_steps(f) {
                 p.writes.push(Write::Status {
                     on: On::Peer,
                     change: step_change(StepName::Created),
@@ -255,7 +258,7 @@ pub(super) fn plan(f: &Facts, p: &mut Plan, action: &SnapshotAction) {
                 "VolumeSnapshot {}/{} is bound to the snapshot and ready to use",
                 dest.namespace, dest.name
             );
-            pair(f, p, &Report::shared("Committed", rebound.clone()), |_| {
+            pair_step(f, p, &Report::shared("Committed", rebound.clone()), |_| {
                 Edit::Committed {
                     rebound: rebound.clone(),
                 }

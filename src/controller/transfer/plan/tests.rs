@@ -152,3 +152,78 @@ fn claim_writes_carry_a_version_only_when_they_are_conditional() {
     );
     assert!(volume(VolumeChange::Unmark { policy: None }).is_conditional());
 }
+
+/// The status writes of `p` to the peer.
+fn peer_writes(p: &Plan) -> Vec<&StatusChange> {
+    p.writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Status {
+                on: On::Peer,
+                change,
+            } => Some(change),
+            _ => None,
+        })
+        .collect()
+}
+
+/// R2 to R5 on `f` (R3 as the create of `claim`).
+fn steps_without_a_phase(f: &Facts) -> Vec<Action> {
+    vec![
+        Action::Retain {
+            resource_version: "7".to_owned(),
+            policy: "Delete".to_owned(),
+        },
+        Action::CreateDestination(Box::new(PersistentVolumeClaim::default())),
+        Action::Commit {
+            resource_version: "9".to_owned(),
+            destination: ClaimReference {
+                namespace: "dev".to_owned(),
+                name: "db".to_owned(),
+                uid: "uid-dest".to_owned(),
+            },
+        },
+        Action::ReleaseSource {
+            uid: f
+                .moved_claim
+                .as_ref()
+                .map(|c| c.uid.clone())
+                .unwrap_or_default(),
+        },
+    ]
+}
+
+#[test]
+fn a_step_that_changes_no_phase_writes_the_source_object_alone() {
+    use crate::controller::transfer::decide::tests::committed;
+    let f = committed();
+    for action in steps_without_a_phase(&f) {
+        let p = plan(&f, &action);
+        assert!(
+            p.writes
+                .iter()
+                .any(|w| matches!(w, Write::Status { on: On::Source, .. })),
+            "{action:?} records its step on the source object: {p:?}"
+        );
+        assert!(peer_writes(&p).is_empty(), "{action:?}: {p:?}");
+    }
+    // The phase changes still reach both.
+    let p = plan(&f, &Action::Complete);
+    assert_eq!(peer_writes(&p).len(), 1, "{p:?}");
+}
+
+#[test]
+fn a_standing_offers_request_hears_each_step_as_it_keeps_them_itself() {
+    use crate::controller::transfer::decide::tests::{clone_fresh, fresh};
+    let mut f = clone_fresh();
+    f.moved_claim = fresh().moved_claim;
+    f.volume = fresh().volume;
+    assert!(peer_keeps_steps(&f));
+    let retain = Action::Retain {
+        resource_version: "7".to_owned(),
+        policy: "Delete".to_owned(),
+    };
+    let p = plan(&f, &retain);
+    assert_eq!(peer_writes(&p).len(), 1, "{p:?}");
+    assert!(matches!(peer_writes(&p)[0].edit, Edit::Retained));
+}

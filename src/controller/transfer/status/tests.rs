@@ -1,0 +1,119 @@
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+use crate::controller::transfer::decide::tests::committed;
+use crate::controller::transfer::facts::Peer;
+
+fn at(second: i64) -> Time {
+    Time(Timestamp::from_second(1_800_000_000 + second).unwrap())
+}
+
+fn change(edit: Edit) -> StatusChange {
+    StatusChange {
+        say: Some(("Step", "a step".to_owned())),
+        edit,
+        peer_of: None,
+        peer_phase: None,
+    }
+}
+
+#[test]
+fn the_peers_completed_write_copies_the_steps_and_conditions_it_was_not_told_with_their_times() {
+    let f = committed();
+    let Peer::Found(peer) = &f.peer else {
+        panic!("a pair")
+    };
+    let (mut source, mut peer) = (f.source.clone(), (**peer).clone());
+    let pair = |s: &NamespaceTransfer, d: &NamespaceTransfer| (s.clone(), Some(d.clone()));
+    // R1 reached both; R2, R4 (and the steps between) the source alone.
+    let mut st = source.status.clone().unwrap_or_default();
+    let locked = change(Edit::Locked {
+        snapshot: None,
+        released: "free".to_owned(),
+    });
+    apply_change(
+        &mut st,
+        &locked,
+        &source,
+        (&source, Some(&peer)),
+        None,
+        &at(1),
+    );
+    let mut dst = peer.status.clone().unwrap_or_default();
+    apply_change(
+        &mut dst,
+        &locked,
+        &peer,
+        (&source, Some(&peer)),
+        None,
+        &at(1),
+    );
+    apply_change(
+        &mut st,
+        &change(Edit::Retained),
+        &source,
+        (&source, Some(&peer)),
+        None,
+        &at(2),
+    );
+    apply_change(
+        &mut st,
+        &change(Edit::Step(StepName::Created)),
+        &source,
+        (&source, Some(&peer)),
+        None,
+        &at(3),
+    );
+    let rebound = change(Edit::Committed {
+        rebound: "the volume now names dev/db".to_owned(),
+    });
+    apply_change(
+        &mut st,
+        &rebound,
+        &source,
+        (&source, Some(&peer)),
+        None,
+        &at(4),
+    );
+    apply_change(
+        &mut st,
+        &change(Edit::Step(StepName::Released)),
+        &source,
+        (&source, Some(&peer)),
+        None,
+        &at(5),
+    );
+    source.status = Some(st.clone());
+    peer.status = Some(dst.clone());
+    let (s, d) = pair(&source, &peer);
+
+    let completed = change(Edit::Completed {
+        volume: "pv-db".to_owned(),
+        served: None,
+    });
+    apply_change(&mut dst, &completed, &peer, (&s, d.as_ref()), None, &at(6));
+    let steps: Vec<(StepName, Time)> = dst.steps.iter().map(|x| (x.name, x.time.clone())).collect();
+    assert_eq!(
+        steps,
+        [
+            (StepName::Locked, at(1)),
+            (StepName::Retained, at(2)),
+            (StepName::Created, at(3)),
+            (StepName::Committed, at(4)),
+            (StepName::Released, at(5)),
+            (StepName::Settled, at(6)),
+        ],
+        "each step at the time it was done"
+    );
+    for kind in [CONDITION_AUTHORIZED, CONDITION_REBOUND] {
+        let theirs = apimeta::find_condition(&st.conditions, kind).unwrap();
+        let ours = apimeta::find_condition(&dst.conditions, kind).unwrap();
+        assert_eq!(ours.status, CONDITION_TRUE);
+        assert_eq!(ours.message, theirs.message);
+        assert_eq!(ours.last_transition_time, theirs.last_transition_time);
+    }
+    // The source's own Completed write copies nothing onto itself.
+    let before = st.steps.len();
+    apply_change(&mut st, &completed, &s, (&s, d.as_ref()), None, &at(6));
+    assert_eq!(st.steps.len(), before + 1);
+}
