@@ -174,7 +174,7 @@ fn steps_without_a_phase(f: &Facts) -> Vec<Action> {
             resource_version: "7".to_owned(),
             policy: "Delete".to_owned(),
         },
-        Action::CreateDestination(Box::new(PersistentVolumeClaim::default())),
+        Action::CreateDestination(Box::default()),
         Action::Commit {
             resource_version: "9".to_owned(),
             destination: ClaimReference {
