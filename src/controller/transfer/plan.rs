@@ -503,17 +503,9 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                 },
             );
             // The record carried the step to its holder; the other side
-            // hears of it at the end (`peer_keeps_steps`).
-            // Seen in the destination namespace: named by what the
-            // destination asked for, never by the clone.
-            p.writes.push(Write::Event(EventWrite {
-                regarding: claim_reference(dest_ns, dest_name, None),
-                of_created: true,
-                severity: Severity::Normal,
-                reason: "Created",
-                action: Step::CreateDestination.action(),
-                note: format!("created to receive {}", received_from(s)),
-            }));
+            // hears of it at the end (`peer_keeps_steps`). No Event: R3 is
+            // no phase change (DESIGN §2.1.6); the claim hears of the pair
+            // when it completes (`TransferCompleted`).
         }
         Action::RecordDestination(reference) => record_destination(f, &mut p, reference.clone()),
         Action::Adopt(reference) => adopt(f, &mut p, reference),
