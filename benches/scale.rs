@@ -37,6 +37,11 @@
 //! Writes its block of `benchmarks.md` and its plots under `BENCH_OUT`
 //! (default `docs/`), between its own markers. Never asserts on speed.
 //! `BENCH_ONLY=flood` runs only the flood and prints its figures.
+//! `BENCH_ONLY=fleet` runs only the fleet, of `BENCH_PAIRS` pairs (default
+//! 1,000), and prints its figures (time, CPU per transfer by process, etcd
+//! writes per pair); `BENCH_SERVER_BIN` runs another build of our server
+//! there, for before-and-after figures, and `BENCH_KCM_DEFAULTS=1` leaves
+//! kube-controller-manager's client rate at kube's default.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark fails by panicking.
 
@@ -227,7 +232,8 @@ struct Waiting {
 }
 
 fn options(dir: &str) -> Options {
-    let mut o = Options::for_tests(BIN);
+    let server = std::env::var("BENCH_SERVER_BIN").unwrap_or_else(|_| BIN.to_owned());
+    let mut o = Options::for_tests(server);
     o.dir = o
         .dir
         .with_file_name(format!("bench-scale-{dir}-{}", std::process::id()));
@@ -239,13 +245,14 @@ fn options(dir: &str) -> Options {
     // The PV binder's resync at kube's default (the test harness's 5 s makes
     // its tests quicker, but it walks every claim and volume each time, a
     // cost that grows with the fleet).
-    for flag in [
-        "--kube-api-qps=300",
-        "--kube-api-burst=600",
-        "--pvclaimbinder-sync-period=15s",
-    ] {
+    let raised: &[&str] = if std::env::var("BENCH_KCM_DEFAULTS").as_deref() == Ok("1") {
+        &[]
+    } else {
+        &["--kube-api-qps=300", "--kube-api-burst=600"]
+    };
+    for flag in raised.iter().chain(&["--pvclaimbinder-sync-period=15s"]) {
         o.component_args
-            .push(("kube-controller-manager".to_owned(), flag.to_owned()));
+            .push(("kube-controller-manager".to_owned(), (*flag).to_owned()));
     }
     o
 }
@@ -753,6 +760,15 @@ fn main() {
                 t.ok_per_s, t.refused_per_s, t.p50_ms, t.p99_ms
             );
         }
+        return;
+    }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("fleet") {
+        // Only the fleet, printed by `one_size`; no report.
+        let pairs = std::env::var("BENCH_PAIRS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1000);
+        one_size(pairs, &rt);
         return;
     }
     let mut counts: Vec<usize> = [100, 300, 1000].into_iter().map(scaled).collect();
