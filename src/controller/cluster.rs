@@ -573,13 +573,7 @@ impl Cluster {
         namespace: &str,
         name: &str,
     ) -> Result<Vec<String>, ClusterError> {
-        Ok(self
-            .pods_fenced(namespace)
-            .await?
-            .iter()
-            .filter(|pod| pod_may_use_claim(pod, name))
-            .filter_map(|pod| pod.metadata.name.clone())
-            .collect())
+        Ok(names_of_users(&self.pods_fenced(namespace).await?, name))
     }
 
     /// [`Self::pods_using_for_transfer`] from kube-apiserver's watch cache
@@ -591,15 +585,17 @@ impl Cluster {
         name: &str,
     ) -> Result<Vec<String>, ClusterError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        Ok(pods
-            .list(&ListParams::default().match_any())
-            .await?
-            .items
-            .iter()
-            .filter(|pod| pod_may_use_claim(pod, name))
-            .filter_map(|pod| pod.metadata.name.clone())
-            .collect())
+        let cached = pods.list(&ListParams::default().match_any()).await?;
+        Ok(names_of_users(&cached.items, name))
     }
+}
+
+/// The names of the `pods` that use claim `name` or may start to.
+fn names_of_users(pods: &[Pod], name: &str) -> Vec<String> {
+    pods.iter()
+        .filter(|pod| pod_may_use_claim(pod, name))
+        .filter_map(|pod| pod.metadata.name.clone())
+        .collect()
 }
 
 /// Whether `pod` uses `claim` or may start to: [`pod_uses_claim`] without
