@@ -1083,6 +1083,8 @@ impl<S: Strategy> Store<S> {
                     return Err(self.conflict(name));
                 }
             }
+            // A no-op answers the object it was tried on, unchanged.
+            let copy = from_copy.then(|| current.clone());
             let result = self
                 .write_update(
                     ctx,
@@ -1096,15 +1098,9 @@ impl<S: Strategy> Store<S> {
                 )
                 .await;
             match result {
-                // A no-op keeps the copy's resourceVersion: the object as
-                // read must say so too.
-                Ok(obj)
-                    if from_copy
-                        && obj.metadata().resource_version.as_deref()
-                            == Some(revision.to_string().as_str()) =>
-                {
-                    continue
-                }
+                // Nothing to write to the copy: the object as read must say
+                // so too.
+                Ok(obj) if copy.as_ref() == Some(&obj) => continue,
                 Ok(obj) => return Ok(obj),
                 Err(UpdateError::Api(e)) => return Err(e),
                 Err(UpdateError::Raced) if from_copy => continue,

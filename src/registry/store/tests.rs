@@ -2538,3 +2538,47 @@ async fn a_write_that_changes_nothing_in_a_stale_copy_is_still_made_on_the_objec
     assert_eq!(finalizers, [FINALIZER_TRANSFER_PROTECTION]);
     assert_eq!(s.get("prod", "a").await.unwrap(), updated);
 }
+
+#[tokio::test]
+async fn taking_the_last_finalizer_off_a_deleting_object_from_a_copy_finishes_it_once() {
+    let s = store().await;
+    s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    s.guaranteed_update(&controller(), "prod", "a", false, |current| {
+        let mut next = current.clone();
+        next.metadata.finalizers = Some(vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]);
+        Ok(next)
+    })
+    .await
+    .unwrap();
+    s.delete(&ctx("alice"), "prod", "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    let deleting = s.get("prod", "a").await.unwrap();
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let last = s
+        .guaranteed_update_from(
+            &controller(),
+            "prod",
+            "a",
+            false,
+            Some(&deleting),
+            |current| {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut next = current.clone();
+                next.metadata.resource_version = None;
+                next.metadata.finalizers = None;
+                Ok(next)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        calls.into_inner(),
+        1,
+        "the write finished it; nothing is tried again"
+    );
+    assert!(last.metadata.finalizers.is_none());
+    let err = s.get("prod", "a").await.unwrap_err();
+    assert_eq!(err.code(), 404, "{err}");
+}
