@@ -522,7 +522,8 @@ impl ControlPlane {
     }
 
     /// Spawns `name` until it is ready, on fresh ports (from `args_for`) while
-    /// it loses port races; the caller tracks the process.
+    /// it loses port races, and again if it gave up on a request that timed
+    /// out (up to three starts); the caller tracks the process.
     fn spawn_ready(
         &self,
         name: &str,
@@ -539,7 +540,8 @@ impl ControlPlane {
             match wait_ready(&mut p, name, timeout, &mut ready) {
                 Ok(()) => return Ok(p),
                 Err(e) => {
-                    let retry = attempt < 3 && p.lost_port_race();
+                    let retry =
+                        attempt < 3 && (p.lost_port_race() || p.gave_up_on_a_slow_request());
                     p.stop(Duration::from_secs(2));
                     if !retry {
                         return Err(e);

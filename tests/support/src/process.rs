@@ -154,6 +154,15 @@ impl Process {
         log.to_ascii_lowercase().contains("address already in use")
     }
 
+    /// Whether the process gave up on a request to kube-apiserver that
+    /// timed out (Go's "context deadline exceeded"), as the snapshot
+    /// controller does when listing its CRDs takes more than 30 s on a
+    /// loaded machine; a kubelet would restart it.
+    pub fn gave_up_on_a_slow_request(&self) -> bool {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        log.contains("context deadline exceeded")
+    }
+
     /// SIGTERM, then SIGKILL after `grace`; waits for the exit.
     /// Does nothing for a process already stopped or detached.
     pub fn stop(&mut self, grace: Duration) {
