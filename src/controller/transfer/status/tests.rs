@@ -24,74 +24,37 @@ fn the_peers_completed_write_copies_the_steps_and_conditions_it_was_not_told_wit
         panic!("a pair")
     };
     let (mut source, mut peer) = (f.source.clone(), (**peer).clone());
-    let pair = |s: &NamespaceTransfer, d: &NamespaceTransfer| (s.clone(), Some(d.clone()));
-    // R1 reached both; R2, R4 (and the steps between) the source alone.
     let mut st = source.status.clone().unwrap_or_default();
+    let mut dst = peer.status.clone().unwrap_or_default();
+    // R1 reached both; R2, R4 (and the steps between) the source alone.
     let locked = change(Edit::Locked {
         snapshot: None,
         released: "free".to_owned(),
     });
-    apply_change(
-        &mut st,
-        &locked,
-        &source,
-        (&source, Some(&peer)),
-        None,
-        &at(1),
-    );
-    let mut dst = peer.status.clone().unwrap_or_default();
-    apply_change(
-        &mut dst,
-        &locked,
-        &peer,
-        (&source, Some(&peer)),
-        None,
-        &at(1),
-    );
-    apply_change(
-        &mut st,
-        &change(Edit::Retained),
-        &source,
-        (&source, Some(&peer)),
-        None,
-        &at(2),
-    );
-    apply_change(
-        &mut st,
-        &change(Edit::Step(StepName::Created)),
-        &source,
-        (&source, Some(&peer)),
-        None,
-        &at(3),
-    );
-    let rebound = change(Edit::Committed {
+    let pair = (&source, Some(&peer));
+    apply_change(&mut st, &locked, &source, pair, None, &at(1));
+    apply_change(&mut dst, &locked, &peer, pair, None, &at(1));
+    let rebound = Edit::Committed {
         rebound: "the volume now names dev/db".to_owned(),
-    });
-    apply_change(
-        &mut st,
-        &rebound,
-        &source,
-        (&source, Some(&peer)),
-        None,
-        &at(4),
-    );
-    apply_change(
-        &mut st,
-        &change(Edit::Step(StepName::Released)),
-        &source,
-        (&source, Some(&peer)),
-        None,
-        &at(5),
-    );
+    };
+    let source_alone = [
+        (Edit::Retained, 2),
+        (Edit::Step(StepName::Created), 3),
+        (rebound, 4),
+        (Edit::Step(StepName::Released), 5),
+    ];
+    for (edit, second) in source_alone {
+        apply_change(&mut st, &change(edit), &source, pair, None, &at(second));
+    }
     source.status = Some(st.clone());
     peer.status = Some(dst.clone());
-    let (s, d) = pair(&source, &peer);
 
     let completed = change(Edit::Completed {
         volume: "pv-db".to_owned(),
         served: None,
     });
-    apply_change(&mut dst, &completed, &peer, (&s, d.as_ref()), None, &at(6));
+    let pair = (&source, Some(&peer));
+    apply_change(&mut dst, &completed, &peer, pair, None, &at(6));
     let steps: Vec<(StepName, Time)> = dst.steps.iter().map(|x| (x.name, x.time.clone())).collect();
     assert_eq!(
         steps,
@@ -114,6 +77,6 @@ fn the_peers_completed_write_copies_the_steps_and_conditions_it_was_not_told_wit
     }
     // The source's own Completed write copies nothing onto itself.
     let before = st.steps.len();
-    apply_change(&mut st, &completed, &s, (&s, d.as_ref()), None, &at(6));
+    apply_change(&mut st, &completed, &source, pair, None, &at(6));
     assert_eq!(st.steps.len(), before + 1);
 }
