@@ -753,6 +753,30 @@ impl<S: Strategy> Store<S> {
         Ok((self.decode(&kv)?, kv.mod_revision))
     }
 
+    /// The watch cache's copy of an object and its revision, for a write
+    /// to be tried on before the object is read from etcd, as kube's cacher
+    /// hands its copy to `GuaranteedUpdate`. The write's transaction is
+    /// conditional on that revision, so a copy that is no longer current
+    /// costs one refused transaction; and a write takes only a success from
+    /// a copy: a refusal, a conflict or a no-op there is decided again on
+    /// the object as read. None while the cache is not ready, for a dry run
+    /// (whose answer no transaction checks), and when the cache has no such
+    /// object (only etcd may say that it is gone).
+    fn cached_copy(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+    ) -> Option<(S::Object, Revision)> {
+        if ctx.dry_run || !self.cache.is_ready() {
+            return None;
+        }
+        let (kv, _) = self.cache.get(&self.key(namespace, name)).ok()?;
+        let kv = kv?;
+        let shared = decode_shared::<S::Object>(&kv).ok()?;
+        Some((shared.into_owned(), kv.mod_revision))
+    }
+
     /// `GET` a collection, in one namespace or (None) all.
     pub async fn list(
         &self,
@@ -1002,6 +1026,30 @@ impl<S: Strategy> Store<S> {
                 }],
             ));
         };
+        // The copy is tried only at the version the body was read at; any
+        // other answer than a write comes again from the object as read.
+        if let Some((current, revision)) = self
+            .cached_copy(ctx, namespace, name)
+            .filter(|(_, revision)| wanted == revision.to_string())
+        {
+            let written = self
+                .write_update(
+                    ctx,
+                    namespace,
+                    name,
+                    current,
+                    revision,
+                    obj.clone(),
+                    status,
+                    Fields::Track,
+                )
+                .await;
+            if let Ok(written) = written {
+                if written.metadata().resource_version != Some(wanted.clone()) {
+                    return Ok(written);
+                }
+            }
+        }
         let (current, revision) = self.get_with_revision(namespace, name).await?;
         if wanted != revision.to_string() {
             return Err(self.conflict(name));
@@ -1025,7 +1073,8 @@ impl<S: Strategy> Store<S> {
 
     /// Read-modify-write: `mutate` turns the current object into the desired
     /// one (a patch). Retries when another writer wins the race, unless the
-    /// desired object pins a resourceVersion.
+    /// desired object pins a resourceVersion. Tried first on the watch
+    /// cache's copy ([`Self::cached_copy`]).
     pub async fn guaranteed_update(
         &self,
         ctx: &Context,
@@ -1034,7 +1083,8 @@ impl<S: Strategy> Store<S> {
         status: bool,
         mutate: impl Fn(&S::Object) -> Result<S::Object, ApiError>,
     ) -> Result<S::Object, ApiError> {
-        self.guaranteed_update_from(ctx, namespace, name, status, None, mutate)
+        let copy = self.cached_copy(ctx, namespace, name).map(|(copy, _)| copy);
+        self.guaranteed_update_from(ctx, namespace, name, status, copy.as_ref(), mutate)
             .await
     }
 
@@ -1128,15 +1178,9 @@ impl<S: Strategy> Store<S> {
         decode: impl Fn(serde_json::Value) -> Result<S::Object, ApiError>,
     ) -> Result<(S::Object, bool), ApiError> {
         let subresource = if status { "status" } else { "" };
-        let apply_error = |e: ApplyError| match e {
-            ApplyError::Conflicts { message, causes } => {
-                ApiError::ApplyConflict { message, causes }
-            }
-            ApplyError::BadRequest(m) => ApiError::BadRequest(m),
-            // kube answers 500 here; a config that does not fit the schema
-            // is the client's error, so it is a 400.
-            ApplyError::Internal(m) => ApiError::BadRequest(m),
-        };
+        // The first try is on the watch cache's copy, when it has one; any
+        // answer but a write is decided again on the object as read.
+        let mut copy = self.cached_copy(ctx, namespace, name);
         for _ in 0..RETRIES {
             let now = now();
             let write = Write {
@@ -1144,7 +1188,12 @@ impl<S: Strategy> Store<S> {
                 subresource,
                 now: &now,
             };
-            match self.get_with_revision(namespace, name).await {
+            let from_copy = copy.is_some();
+            let read = match copy.take() {
+                Some(copy) => Ok(copy),
+                None => self.get_with_revision(namespace, name).await,
+            };
+            match read {
                 Err(ApiError::NotFound { .. }) if !status => {
                     let (merged, entries) = self
                         .fields
@@ -1166,46 +1215,88 @@ impl<S: Strategy> Store<S> {
                     let pinned = config["metadata"]["resourceVersion"]
                         .as_str()
                         .filter(|v| !v.is_empty());
-                    if pinned.is_some_and(|v| v != revision.to_string()) {
-                        return Err(self.conflict(name));
-                    }
-                    let live = fields_view(&current)?;
-                    let (merged, entries) = self
-                        .fields
-                        .apply(
-                            &live,
-                            current.metadata().managed_fields.as_ref(),
-                            config,
-                            force,
-                            write,
-                        )
-                        .map_err(apply_error)?;
-                    let mut obj = decode(merged)?;
-                    obj.metadata_mut().managed_fields = entries;
-                    match self
-                        .write_update(
+                    let attempt = self
+                        .apply_to(
                             ctx,
                             namespace,
                             name,
-                            current,
-                            revision,
-                            obj,
                             status,
-                            Fields::Keep,
+                            (current, revision),
+                            config,
+                            force,
+                            write,
+                            &decode,
                         )
-                        .await
-                    {
-                        Ok(obj) => return Ok((obj, false)),
-                        Err(UpdateError::Api(e)) => return Err(e),
-                        Err(UpdateError::Raced) if pinned.is_some() => {
+                        .await;
+                    match attempt {
+                        Err(UpdateError::Raced) if pinned.is_some() && !from_copy => {
                             return Err(self.conflict(name))
                         }
                         Err(UpdateError::Raced) => continue,
+                        // A copy's refusal or no-op is not the object's.
+                        Err(UpdateError::Api(_)) if from_copy => continue,
+                        Ok(obj)
+                            if from_copy
+                                && obj.metadata().resource_version
+                                    == Some(revision.to_string()) =>
+                        {
+                            continue
+                        }
+                        Err(UpdateError::Api(e)) => return Err(e),
+                        Ok(obj) => return Ok((obj, false)),
                     }
                 }
             }
         }
         Err(self.conflict(name))
+    }
+
+    /// One try of an apply on an existing object as `from` shows it:
+    /// merged, decoded and written conditionally on `from`'s revision.
+    #[allow(clippy::too_many_arguments)]
+    async fn apply_to(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+        status: bool,
+        from: (S::Object, Revision),
+        config: &serde_json::Value,
+        force: bool,
+        write: Write<'_>,
+        decode: &impl Fn(serde_json::Value) -> Result<S::Object, ApiError>,
+    ) -> Result<S::Object, UpdateError> {
+        let (current, revision) = from;
+        let pinned = config["metadata"]["resourceVersion"]
+            .as_str()
+            .filter(|v| !v.is_empty());
+        if pinned.is_some_and(|v| v != revision.to_string()) {
+            return Err(UpdateError::Api(self.conflict(name)));
+        }
+        let live = fields_view(&current).map_err(UpdateError::Api)?;
+        let (merged, entries) = self
+            .fields
+            .apply(
+                &live,
+                current.metadata().managed_fields.as_ref(),
+                config,
+                force,
+                write,
+            )
+            .map_err(|e| UpdateError::Api(apply_error(e)))?;
+        let mut obj = decode(merged).map_err(UpdateError::Api)?;
+        obj.metadata_mut().managed_fields = entries;
+        self.write_update(
+            ctx,
+            namespace,
+            name,
+            current,
+            revision,
+            obj,
+            status,
+            Fields::Keep,
+        )
+        .await
     }
 
     fn conflict(&self, name: &str) -> ApiError {
@@ -1758,6 +1849,17 @@ fn decode_object<O: Object>(kv: &KeyValue) -> Result<O, ApiError> {
 
 /// A cached value as a [`Shared`] object: decoded by its first reader, then
 /// shared by every list and watch that reads the same revision.
+/// What an apply's merge refusal answers.
+fn apply_error(e: ApplyError) -> ApiError {
+    match e {
+        ApplyError::Conflicts { message, causes } => ApiError::ApplyConflict { message, causes },
+        ApplyError::BadRequest(m) => ApiError::BadRequest(m),
+        // kube answers 500 here; a config that does not fit the schema is
+        // the client's error, so it is a 400.
+        ApplyError::Internal(m) => ApiError::BadRequest(m),
+    }
+}
+
 fn decode_shared<O: Object>(kv: &KeyValue) -> Result<Shared<O>, ApiError> {
     kv.memo
         .get_or_try_init(|| decode_object(kv).map(Shared::new))

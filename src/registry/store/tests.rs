@@ -1189,16 +1189,63 @@ async fn modified(w: &mut Watch<NamespaceTransferStrategy>) -> Shared<NamespaceT
     }
 }
 
-/// Memory storage that counts range reads, as etcd round trips.
+/// Memory storage that counts range reads and gets, as etcd round trips,
+/// and can hold back its watch events ([`Self::hold_watches`]), so that the
+/// watch cache falls behind etcd.
 #[derive(Debug, Default)]
 struct CountingStorage {
     inner: MemoryStorage,
     lists: std::sync::atomic::AtomicUsize,
+    gets: std::sync::atomic::AtomicUsize,
+    hold: Hold,
+}
+
+/// Whether watch events are held back.
+#[derive(Debug)]
+struct Hold(tokio::sync::watch::Sender<bool>);
+
+impl Default for Hold {
+    fn default() -> Self {
+        Hold(tokio::sync::watch::channel(false).0)
+    }
+}
+
+/// A watch whose events wait while [`Hold`] says so.
+#[derive(Debug)]
+struct HeldWatch {
+    inner: Box<dyn storage::WatchStream>,
+    hold: tokio::sync::watch::Receiver<bool>,
+}
+
+#[async_trait::async_trait]
+impl storage::WatchStream for HeldWatch {
+    async fn next(&mut self) -> storage::Result<Option<storage::WatchMessage>> {
+        let message = self.inner.next().await;
+        let _ = self.hold.wait_for(|held| !held).await;
+        message
+    }
+
+    async fn request_progress(&mut self) -> storage::Result<()> {
+        self.inner.request_progress().await
+    }
 }
 
 impl CountingStorage {
     fn lists(&self) -> usize {
         self.lists.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn gets(&self) -> usize {
+        self.gets.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// From now on, every watch event waits until [`Self::release_watches`].
+    fn hold_watches(&self) {
+        self.hold.0.send_replace(true);
+    }
+
+    fn release_watches(&self) {
+        self.hold.0.send_replace(false);
     }
 
     /// Writes `count` offers into `prod` directly, as another replica would
@@ -1233,6 +1280,7 @@ impl Storage for CountingStorage {
     }
 
     async fn get(&self, key: &str) -> storage::Result<KeyValue> {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.get(key).await
     }
 
@@ -1279,7 +1327,10 @@ impl Storage for CountingStorage {
         prefix: &str,
         after: Revision,
     ) -> storage::Result<Box<dyn storage::WatchStream>> {
-        self.inner.watch(prefix, after).await
+        Ok(Box::new(HeldWatch {
+            inner: self.inner.watch(prefix, after).await?,
+            hold: self.hold.0.subscribe(),
+        }))
     }
 }
 
@@ -2581,4 +2632,220 @@ async fn taking_the_last_finalizer_off_a_deleting_object_from_a_copy_finishes_it
     assert!(last.metadata.finalizers.is_none());
     let err = s.get("prod", "a").await.unwrap_err();
     assert_eq!(err.code(), 404, "{err}");
+}
+
+/// A store on [`CountingStorage`] holding offer `a` in `prod`, as its
+/// watch cache has seen it.
+async fn counted_with_offer() -> (Arc<CountingStorage>, NstStore, NamespaceTransfer) {
+    let storage = Arc::new(CountingStorage::default());
+    let s = store_on(storage.clone()).await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let rv = created.metadata.resource_version.clone();
+    s.read("prod", "a", rv.as_deref()).await.unwrap();
+    (storage, s, created)
+}
+
+fn labelled(obj: &NamespaceTransfer, value: &str) -> NamespaceTransfer {
+    let mut next = obj.clone();
+    next.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("tier".to_owned(), value.to_owned());
+    next
+}
+
+#[tokio::test]
+async fn a_put_at_the_version_the_cache_holds_is_written_without_reading_etcd() {
+    let (storage, s, created) = counted_with_offer().await;
+    let before = storage.gets();
+    let updated = s
+        .update(
+            &ctx("alice"),
+            "prod",
+            "a",
+            labelled(&created, "gold"),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        storage.gets(),
+        before,
+        "the cache's copy stood in for the read"
+    );
+    assert_ne!(
+        updated.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(s.get("prod", "a").await.unwrap(), updated);
+}
+
+#[tokio::test]
+async fn a_put_at_a_version_only_the_lagging_cache_still_holds_is_a_conflict_and_changes_nothing() {
+    let (storage, s, created) = counted_with_offer().await;
+    storage.hold_watches();
+    // Another replica's write, which the cache has not seen.
+    let theirs = s
+        .update(
+            &ctx("bob"),
+            "prod",
+            "a",
+            labelled(&created, "silver"),
+            false,
+        )
+        .await
+        .unwrap();
+    let err = s
+        .update(
+            &ctx("alice"),
+            "prod",
+            "a",
+            labelled(&created, "gold"),
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 409, "{err}");
+    assert_eq!(s.get("prod", "a").await.unwrap(), theirs);
+    storage.release_watches();
+}
+
+#[tokio::test]
+async fn a_put_that_changes_nothing_at_a_version_only_the_lagging_cache_holds_is_a_conflict() {
+    let (storage, s, created) = counted_with_offer().await;
+    storage.hold_watches();
+    s.update(
+        &ctx("bob"),
+        "prod",
+        "a",
+        labelled(&created, "silver"),
+        false,
+    )
+    .await
+    .unwrap();
+    // Unchanged against the cache's copy, and yet stale.
+    let err = s
+        .update(&ctx("alice"), "prod", "a", created.clone(), false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 409, "{err}");
+    storage.release_watches();
+}
+
+/// Offer `a`'s configuration, with the annotation `note`.
+fn noted_config(note: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "storage.transfer.k8s.io/v1alpha1",
+        "kind": "NamespaceTransfer",
+        "metadata": {"name": "a", "namespace": "prod", "annotations": {"note": note}},
+        "spec": {"source": {"name": "a-data"}, "destination": {"namespace": "dev"}},
+    })
+}
+
+async fn apply_as(s: &NstStore, config: &serde_json::Value) -> NamespaceTransfer {
+    s.apply(
+        &with_manager("alice", "kubectl"),
+        "prod",
+        "a",
+        false,
+        config,
+        true,
+        decode_config,
+    )
+    .await
+    .map(|(obj, _)| obj)
+    .unwrap()
+}
+
+fn note(obj: &NamespaceTransfer) -> &str {
+    &obj.metadata.annotations.as_ref().unwrap()["note"]
+}
+
+#[tokio::test]
+async fn an_apply_to_an_object_the_cache_holds_is_written_without_reading_etcd() {
+    let (storage, s, _) = counted_with_offer().await;
+    let before = storage.gets();
+    let applied = apply_as(&s, &noted_config("one")).await;
+    assert_eq!(
+        storage.gets(),
+        before,
+        "the cache's copy stood in for the read"
+    );
+    assert_eq!(note(&applied), "one");
+    assert_eq!(s.get("prod", "a").await.unwrap(), applied);
+}
+
+#[tokio::test]
+async fn an_apply_over_a_lagging_cache_keeps_the_write_the_cache_has_not_seen() {
+    let (storage, s, created) = counted_with_offer().await;
+    storage.hold_watches();
+    s.update(
+        &ctx("bob"),
+        "prod",
+        "a",
+        labelled(&created, "silver"),
+        false,
+    )
+    .await
+    .unwrap();
+    let applied = apply_as(&s, &noted_config("one")).await;
+    assert_eq!(note(&applied), "one");
+    assert_eq!(applied.metadata.labels.as_ref().unwrap()["tier"], "silver");
+    assert_eq!(s.get("prod", "a").await.unwrap(), applied);
+    storage.release_watches();
+}
+
+#[tokio::test]
+async fn an_apply_that_changes_nothing_in_a_lagging_cache_is_still_made_on_the_object() {
+    let (storage, s, _) = counted_with_offer().await;
+    let first = apply_as(&s, &noted_config("one")).await;
+    s.read("prod", "a", first.metadata.resource_version.as_deref())
+        .await
+        .unwrap();
+    storage.hold_watches();
+    // Another writer sets the note to "two"; the cache still shows "one".
+    let mut theirs = first.clone();
+    theirs
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("note".to_owned(), "two".to_owned());
+    s.update(&ctx("bob"), "prod", "a", theirs, false)
+        .await
+        .unwrap();
+    let applied = apply_as(&s, &noted_config("one")).await;
+    assert_eq!(note(&applied), "one");
+    assert_eq!(s.get("prod", "a").await.unwrap(), applied);
+    storage.release_watches();
+}
+
+#[tokio::test]
+async fn a_patch_over_a_lagging_cache_keeps_the_write_the_cache_has_not_seen() {
+    let (storage, s, created) = counted_with_offer().await;
+    storage.hold_watches();
+    s.update(
+        &ctx("bob"),
+        "prod",
+        "a",
+        labelled(&created, "silver"),
+        false,
+    )
+    .await
+    .unwrap();
+    let patched = s
+        .guaranteed_update(&ctx("alice"), "prod", "a", false, |current| {
+            let mut next = current.clone();
+            next.metadata.resource_version = None;
+            next.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert("note".to_owned(), "one".to_owned());
+            Ok(next)
+        })
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.labels.as_ref().unwrap()["tier"], "silver");
+    assert_eq!(s.get("prod", "a").await.unwrap(), patched);
+    storage.release_watches();
 }
