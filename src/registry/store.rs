@@ -1032,6 +1032,9 @@ impl<S: Strategy> Store<S> {
             .cached_copy(ctx, namespace, name)
             .filter(|(_, revision)| wanted == revision.to_string())
         {
+            // A no-op answers the copy unchanged; a write, or the object
+            // a finalizing write removed, answers anything else.
+            let copy = current.clone();
             let written = self
                 .write_update(
                     ctx,
@@ -1044,10 +1047,9 @@ impl<S: Strategy> Store<S> {
                     Fields::Track,
                 )
                 .await;
-            if let Ok(written) = written {
-                if written.metadata().resource_version != Some(wanted.clone()) {
-                    return Ok(written);
-                }
+            match written {
+                Ok(written) if written != copy => return Ok(written),
+                _ => {}
             }
         }
         let (current, revision) = self.get_with_revision(namespace, name).await?;
@@ -1215,6 +1217,7 @@ impl<S: Strategy> Store<S> {
                     let pinned = config["metadata"]["resourceVersion"]
                         .as_str()
                         .filter(|v| !v.is_empty());
+                    let copied = from_copy.then(|| current.clone());
                     let attempt = self
                         .apply_to(
                             ctx,
@@ -1235,13 +1238,8 @@ impl<S: Strategy> Store<S> {
                         Err(UpdateError::Raced) => continue,
                         // A copy's refusal or no-op is not the object's.
                         Err(UpdateError::Api(_)) if from_copy => continue,
-                        Ok(obj)
-                            if from_copy
-                                && obj.metadata().resource_version
-                                    == Some(revision.to_string()) =>
-                        {
-                            continue
-                        }
+                        // A no-op answers the copy unchanged.
+                        Ok(obj) if copied.as_ref() == Some(&obj) => continue,
                         Err(UpdateError::Api(e)) => return Err(e),
                         Ok(obj) => return Ok((obj, false)),
                     }
