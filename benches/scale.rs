@@ -322,6 +322,11 @@ fn one_size(pairs: usize, rt: &tokio::runtime::Runtime) -> Size {
     let ceiling = write_ceiling(&cp, rt);
     let fleet = Fleet::prepare(&cp, "scale", pairs);
     let before = cpu_now(&cp);
+    // A mark to start a profiler at (the server's pid follows).
+    eprintln!(
+        "scale: {pairs} pairs prepared; requesting them all (our server is pid {})",
+        cp.server_pid().unwrap_or_default()
+    );
     let run = fleet.request_all(&cp, FLEET_TIMEOUT);
     let cpu = cpu_used(&before, &cpu_now(&cp));
     fleet.assert_intact(cp.kubectl(), &cp.csi);
