@@ -2654,6 +2654,29 @@ fn labelled(obj: &NamespaceTransfer, value: &str) -> NamespaceTransfer {
     next
 }
 
+/// [`counted_with_offer`], then bob's write of a label, which the watch
+/// cache has not seen (its events are held until `release_watches`).
+async fn behind_bobs_write() -> (
+    Arc<CountingStorage>,
+    NstStore,
+    NamespaceTransfer,
+    NamespaceTransfer,
+) {
+    let (storage, s, created) = counted_with_offer().await;
+    storage.hold_watches();
+    let theirs = s
+        .update(
+            &ctx("bob"),
+            "prod",
+            "a",
+            labelled(&created, "silver"),
+            false,
+        )
+        .await
+        .unwrap();
+    (storage, s, created, theirs)
+}
+
 #[tokio::test]
 async fn a_put_at_the_version_the_cache_holds_is_written_without_reading_etcd() {
     let (storage, s, created) = counted_with_offer().await;
@@ -2682,19 +2705,7 @@ async fn a_put_at_the_version_the_cache_holds_is_written_without_reading_etcd() 
 
 #[tokio::test]
 async fn a_put_at_a_version_only_the_lagging_cache_still_holds_is_a_conflict_and_changes_nothing() {
-    let (storage, s, created) = counted_with_offer().await;
-    storage.hold_watches();
-    // Another replica's write, which the cache has not seen.
-    let theirs = s
-        .update(
-            &ctx("bob"),
-            "prod",
-            "a",
-            labelled(&created, "silver"),
-            false,
-        )
-        .await
-        .unwrap();
+    let (storage, s, created, theirs) = behind_bobs_write().await;
     let err = s
         .update(
             &ctx("alice"),
@@ -2712,17 +2723,7 @@ async fn a_put_at_a_version_only_the_lagging_cache_still_holds_is_a_conflict_and
 
 #[tokio::test]
 async fn a_put_that_changes_nothing_at_a_version_only_the_lagging_cache_holds_is_a_conflict() {
-    let (storage, s, created) = counted_with_offer().await;
-    storage.hold_watches();
-    s.update(
-        &ctx("bob"),
-        "prod",
-        "a",
-        labelled(&created, "silver"),
-        false,
-    )
-    .await
-    .unwrap();
+    let (storage, s, created, _) = behind_bobs_write().await;
     // Unchanged against the cache's copy, and yet stale.
     let err = s
         .update(&ctx("alice"), "prod", "a", created.clone(), false)
@@ -2777,17 +2778,7 @@ async fn an_apply_to_an_object_the_cache_holds_is_written_without_reading_etcd()
 
 #[tokio::test]
 async fn an_apply_over_a_lagging_cache_keeps_the_write_the_cache_has_not_seen() {
-    let (storage, s, created) = counted_with_offer().await;
-    storage.hold_watches();
-    s.update(
-        &ctx("bob"),
-        "prod",
-        "a",
-        labelled(&created, "silver"),
-        false,
-    )
-    .await
-    .unwrap();
+    let (storage, s, _, _) = behind_bobs_write().await;
     let applied = apply_as(&s, &noted_config("one")).await;
     assert_eq!(note(&applied), "one");
     assert_eq!(applied.metadata.labels.as_ref().unwrap()["tier"], "silver");
@@ -2822,17 +2813,7 @@ async fn an_apply_that_changes_nothing_in_a_lagging_cache_is_still_made_on_the_o
 
 #[tokio::test]
 async fn a_patch_over_a_lagging_cache_keeps_the_write_the_cache_has_not_seen() {
-    let (storage, s, created) = counted_with_offer().await;
-    storage.hold_watches();
-    s.update(
-        &ctx("bob"),
-        "prod",
-        "a",
-        labelled(&created, "silver"),
-        false,
-    )
-    .await
-    .unwrap();
+    let (storage, s, _, _) = behind_bobs_write().await;
     let patched = s
         .guaranteed_update(&ctx("alice"), "prod", "a", false, |current| {
             let mut next = current.clone();
