@@ -1011,12 +1011,12 @@ impl<S: Strategy> Store<S> {
         obj: S::Object,
         status: bool,
     ) -> Result<S::Object, ApiError> {
-        let Some(wanted) = obj
+        if obj
             .metadata()
             .resource_version
-            .clone()
-            .filter(|v| !v.is_empty())
-        else {
+            .as_deref()
+            .is_none_or(str::is_empty)
+        {
             return Err(self.invalid(
                 &obj,
                 vec![FieldCause {
@@ -1025,58 +1025,23 @@ impl<S: Strategy> Store<S> {
                     message: "Invalid value: 0x0: must be specified for an update".to_owned(),
                 }],
             ));
-        };
-        // The copy is tried only at the version the body was read at; any
-        // other answer than a write comes again from the object as read.
-        if let Some((current, revision)) = self
-            .cached_copy(ctx, namespace, name)
-            .filter(|(_, revision)| wanted == revision.to_string())
-        {
-            // A no-op answers the copy unchanged; a write, or the object
-            // a finalizing write removed, answers anything else.
-            let copy = current.clone();
-            let written = self
-                .write_update(
-                    ctx,
-                    namespace,
-                    name,
-                    current,
-                    revision,
-                    obj.clone(),
-                    status,
-                    Fields::Track,
-                )
-                .await;
-            match written {
-                Ok(written) if written != copy => return Ok(written),
-                _ => {}
-            }
         }
-        let (current, revision) = self.get_with_revision(namespace, name).await?;
-        if wanted != revision.to_string() {
-            return Err(self.conflict(name));
-        }
-        self.write_update(
-            ctx,
-            namespace,
-            name,
-            current,
-            revision,
-            obj,
-            status,
-            Fields::Track,
-        )
-        .await
-        .map_err(|e| match e {
-            UpdateError::Api(e) => e,
-            UpdateError::Raced => self.conflict(name),
+        // The body pins its resourceVersion: the store's read-modify-write,
+        // whose mutation is the body, answers a conflict for any other. It
+        // starts from the watch cache's copy.
+        let copy = self.cached_copy(ctx, namespace, name).map(|(copy, _)| copy);
+        self.guaranteed_update_from(ctx, namespace, name, status, copy.as_ref(), |_| {
+            Ok(obj.clone())
         })
+        .await
     }
 
     /// Read-modify-write: `mutate` turns the current object into the desired
     /// one (a patch). Retries when another writer wins the race, unless the
-    /// desired object pins a resourceVersion. Tried first on the watch
-    /// cache's copy ([`Self::cached_copy`]).
+    /// desired object pins a resourceVersion. It reads the object from
+    /// etcd: from the watch cache's copy, a patch's retries after a refused
+    /// transaction kept a hundred patches of a fat object from staying
+    /// within the server's memory bound (`tests/api_bad_input.rs`).
     pub async fn guaranteed_update(
         &self,
         ctx: &Context,
@@ -1085,8 +1050,7 @@ impl<S: Strategy> Store<S> {
         status: bool,
         mutate: impl Fn(&S::Object) -> Result<S::Object, ApiError>,
     ) -> Result<S::Object, ApiError> {
-        let copy = self.cached_copy(ctx, namespace, name).map(|(copy, _)| copy);
-        self.guaranteed_update_from(ctx, namespace, name, status, copy.as_ref(), mutate)
+        self.guaranteed_update_from(ctx, namespace, name, status, None, mutate)
             .await
     }
 
@@ -1096,9 +1060,11 @@ impl<S: Strategy> Store<S> {
     /// conditional on the copy's resourceVersion, so a copy that is no
     /// longer current costs one refused transaction, then the object is
     /// read and the write tried on it as usual. Nothing is concluded from
-    /// the copy alone: a refusal by `mutate`, a resourceVersion it pins
-    /// that the copy lacks, and a write that would change nothing in the
-    /// copy are each tried again on the object as read.
+    /// the copy alone: a refusal by `mutate` or by the write (validation,
+    /// admission), a resourceVersion it pins that the copy lacks, and a
+    /// write that would change nothing in the copy are each tried again on
+    /// the object as read, as kube's `GuaranteedUpdate` does with its
+    /// cached object.
     pub async fn guaranteed_update_from(
         &self,
         ctx: &Context,
@@ -1154,6 +1120,8 @@ impl<S: Strategy> Store<S> {
                 // so too.
                 Ok(obj) if copy.as_ref() == Some(&obj) => continue,
                 Ok(obj) => return Ok(obj),
+                // Validation and admission judged the copy, not the object.
+                Err(UpdateError::Api(_)) if from_copy => continue,
                 Err(UpdateError::Api(e)) => return Err(e),
                 Err(UpdateError::Raced) if from_copy => continue,
                 Err(UpdateError::Raced) if pinned.is_some() => return Err(self.conflict(name)),
@@ -1845,8 +1813,6 @@ fn decode_object<O: Object>(kv: &KeyValue) -> Result<O, ApiError> {
     Ok(obj)
 }
 
-/// A cached value as a [`Shared`] object: decoded by its first reader, then
-/// shared by every list and watch that reads the same revision.
 /// What an apply's merge refusal answers.
 fn apply_error(e: ApplyError) -> ApiError {
     match e {
@@ -1858,6 +1824,8 @@ fn apply_error(e: ApplyError) -> ApiError {
     }
 }
 
+/// A cached value as a [`Shared`] object: decoded by its first reader, then
+/// shared by every list and watch that reads the same revision.
 fn decode_shared<O: Object>(kv: &KeyValue) -> Result<Shared<O>, ApiError> {
     kv.memo
         .get_or_try_init(|| decode_object(kv).map(Shared::new))

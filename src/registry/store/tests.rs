@@ -2830,3 +2830,66 @@ async fn a_patch_over_a_lagging_cache_keeps_the_write_the_cache_has_not_seen() {
     assert_eq!(s.get("prod", "a").await.unwrap(), patched);
     storage.release_watches();
 }
+
+/// Validating admission that refuses any update of an object stored with
+/// the label `frozen`: a refusal that depends on the object as stored.
+#[derive(Debug, Default)]
+struct RefusesFrozen;
+
+#[async_trait::async_trait]
+impl AdmissionControl for RefusesFrozen {
+    async fn mutate(
+        &self,
+        _ctx: &Context,
+        _attrs: &mut crate::registry::Attributes,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
+
+    async fn validate(
+        &self,
+        _ctx: &Context,
+        attrs: &crate::registry::Attributes,
+    ) -> Result<(), ApiError> {
+        match &attrs.old_object {
+            Some(old) if !old["metadata"]["labels"]["frozen"].is_null() => {
+                Err(ApiError::BadRequest("frozen".to_owned()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_that_only_a_stale_copy_earns_is_decided_again_on_the_object() {
+    let s = store()
+        .await
+        .with_admission_control(Arc::new(RefusesFrozen));
+    let mut frozen = offer("a");
+    frozen.metadata.labels = Some([("frozen".to_owned(), "yes".to_owned())].into());
+    let copy = s.create(&ctx("alice"), "prod", frozen).await.unwrap();
+    // Thawed since the copy was read, by a write admission does not see.
+    s.guaranteed_update(&controller(), "prod", "a", false, |current| {
+        let mut next = current.clone();
+        next.metadata.resource_version = None;
+        next.metadata.labels = None;
+        Ok(next)
+    })
+    .await
+    .unwrap();
+    let updated = s
+        .guaranteed_update_from(&ctx("alice"), "prod", "a", false, Some(&copy), |current| {
+            let mut next = labelled(current, "gold");
+            next.metadata.resource_version = None;
+            Ok(next)
+        })
+        .await
+        .unwrap();
+    assert_eq!(updated.metadata.labels.as_ref().unwrap()["tier"], "gold");
+    assert!(!updated
+        .metadata
+        .labels
+        .as_ref()
+        .unwrap()
+        .contains_key("frozen"));
+}
