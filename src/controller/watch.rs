@@ -6,13 +6,13 @@
 //! them ([`super::cluster::ReadCache`]), which stay live only where the copy
 //! may be behind.
 //!
-//! Owns a local copy of every transfer, kept from the watch, to map a PVC,
-//! pod or PV event to the transfers it concerns, and a resync that queues
-//! every transfer now and then, so that a lost event costs latency, never
-//! correctness.
+//! Owns a local copy of every transfer, kept from the watch and indexed
+//! ([`known`]), to map a PVC, pod or PV event to the transfers it concerns,
+//! and a resync that queues every transfer now and then, so that a lost
+//! event costs latency, never correctness.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -28,7 +28,7 @@ use super::object_key;
 use super::queue::WorkQueue;
 use super::transfer::matching::{are_peers, is_active, role_of};
 use crate::api::meta::Object;
-use crate::api::namespace_transfer::{NamespaceTransfer, Role};
+use crate::api::namespace_transfer::{NamespaceTransfer, Role, TransferMode};
 use crate::reflect::reflected;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{ListOptions, Store, Strategy, WatchEvent, WatchOptions};
@@ -39,9 +39,9 @@ pub(super) const RESYNC: Duration = Duration::from_secs(30);
 /// The pause before a failed watch is started again.
 const RETRY: Duration = Duration::from_secs(1);
 
-/// A local copy of every object of one kind, by `namespace/name`, kept from
-/// the registry's watch.
-pub(super) type Known<O> = Arc<RwLock<HashMap<String, O>>>;
+mod known;
+
+pub(super) use known::{Index, Known};
 
 /// The running triggers; dropping this stops them.
 #[derive(Debug)]
@@ -68,7 +68,7 @@ impl Triggers {
         client: kube::Client,
         queue: WorkQueue,
     ) -> Self {
-        let known: Known<NamespaceTransfer> = Arc::default();
+        let known = Known::new(transfer_tags);
         let mut tasks = vec![
             tokio::spawn(watch_objects(
                 transfers,
@@ -102,31 +102,25 @@ impl Triggers {
             claims,
             known.clone(),
             queue.clone(),
-            |t, claim| {
-                let (ns, name) = (namespace(claim), name(claim));
-                (t.source_namespace() == ns && t.spec.source.name == name)
-                    || t.may_be_clone(ns, name)
-                    || (t.destination_namespace() == ns && t.spec.destination.name == name)
-                    || (role_of(t) == Some(Role::Destination) && t.own_namespace() == ns)
-            },
+            claim_event_tags,
+            claim_concerns,
         )));
         let pods = metadata_events::<Pod>(&client);
         tasks.push(tokio::spawn(forward(
             pods,
             known.clone(),
             queue.clone(),
-            |t, pod| is_active(t) && t.source_namespace() == namespace(pod),
+            pod_event_tags,
+            pod_concerns,
         )));
         let (volume_copy, volumes) = reflected::<PersistentVolume>(&client);
-        // A standing offer keeps its pairs' records: woken, it wakes them.
-        tasks.push(tokio::spawn(forward(volumes, known, queue, |t, volume| {
-            t.status.as_ref().is_some_and(|st| {
-                st.source_claim
-                    .iter()
-                    .chain(st.pairs.iter().map(|p| &p.source_claim))
-                    .any(|snap| snap.volume_name == name(volume))
-            })
-        })));
+        tasks.push(tokio::spawn(forward(
+            volumes,
+            known,
+            queue,
+            volume_event_tags,
+            volume_concerns,
+        )));
 
         let (classes, writer) = reflector::store();
         let class_events = watcher(Api::<StorageClass>::all(client), watcher::Config::default())
@@ -263,17 +257,19 @@ where
         .touched_objects()
 }
 
-/// Queues every known object that `concerns` an object of the stream.
+/// Queues every known object that `concerns` an object of the stream,
+/// among those filed under the tags `tags` gives that object.
 pub(super) async fn forward<K, O: Object>(
     events: impl Stream<Item = Result<K, watcher::Error>>,
     known: Known<O>,
     queue: WorkQueue,
+    tags: impl Fn(&K) -> Vec<String>,
     concerns: impl Fn(&O, &K) -> bool,
 ) {
     futures::pin_mut!(events);
     while let Some(event) = events.next().await {
         match event {
-            Ok(obj) => queue_concerned(&known, &queue, &concerns, &obj),
+            Ok(obj) => queue_concerned(&known, &queue, &tags(&obj), &concerns, &obj),
             Err(err) => {
                 tracing::debug!(error = %err, "watch of a core resource failed; retrying");
             }
@@ -281,18 +277,16 @@ pub(super) async fn forward<K, O: Object>(
     }
 }
 
-/// Queues every known object that `concerns` `obj`.
+/// Queues every known object filed under one of `tags` that `concerns`
+/// `obj`.
 pub(super) fn queue_concerned<K, O: Object>(
     known: &Known<O>,
     queue: &WorkQueue,
+    tags: &[String],
     concerns: &impl Fn(&O, &K) -> bool,
     obj: &K,
 ) {
-    let keys: Vec<String> = read(known)
-        .values()
-        .filter(|o| concerns(o, obj))
-        .map(object_key)
-        .collect();
+    let keys = known.read().concerned(tags, |o| concerns(o, obj));
     for key in keys {
         queue.add(&key);
     }
@@ -304,32 +298,32 @@ pub(super) async fn watch_objects<S: Strategy>(
     store: Arc<Store<S>>,
     known: Known<S::Object>,
     queue: WorkQueue,
-    related: impl Fn(&S::Object, &HashMap<String, S::Object>) -> Vec<String>,
+    related: impl Fn(&S::Object, &Index<S::Object>) -> Vec<String>,
 ) {
     follow_objects(
         store,
         |objects| {
-            {
-                let mut map = write(&known);
-                map.clear();
+            let keys = {
+                let mut index = known.write();
+                index.clear();
                 for o in objects {
-                    map.insert(object_key(&o), o);
+                    index.insert(object_key(&o), o);
                 }
-            }
-            let keys: Vec<String> = read(&known).keys().cloned().collect();
+                index.keys()
+            };
             for key in keys {
                 queue.add(&key);
             }
         },
         |o, deleted| {
             let key = object_key(&o);
-            let others = related(&o, &read(&known));
+            let others = related(&o, &known.read());
             {
-                let mut map = write(&known);
+                let mut index = known.write();
                 if deleted {
-                    map.remove(&key);
+                    index.remove(&key);
                 } else {
-                    map.insert(key.clone(), o);
+                    index.insert(key.clone(), o);
                 }
             }
             queue.add(&key);
@@ -392,8 +386,9 @@ pub(super) async fn follow_objects<S: Strategy>(
 }
 
 /// The transfers a change to `t` may concern: its recorded peer, and the
-/// transfers of the other side that match it.
-fn related(t: &NamespaceTransfer, known: &HashMap<String, NamespaceTransfer>) -> Vec<String> {
+/// transfers of the other side that match it (peers share their source,
+/// so only those filed under `t`'s source are tested).
+fn related(t: &NamespaceTransfer, known: &Index<NamespaceTransfer>) -> Vec<String> {
     let mut keys: Vec<String> = t
         .status
         .as_ref()
@@ -401,12 +396,7 @@ fn related(t: &NamespaceTransfer, known: &HashMap<String, NamespaceTransfer>) ->
         .map(|p| format!("{}/{}", p.namespace, p.name))
         .into_iter()
         .collect();
-    keys.extend(
-        known
-            .values()
-            .filter(|o| are_peers(t, o) || are_peers(o, t))
-            .map(object_key),
-    );
+    keys.extend(known.concerned(&[source_tag(t)], |o| are_peers(t, o) || are_peers(o, t)));
     // A request made for one claim: the standing request that made it
     // lists how it stands.
     if let (Some(_), Some(parent)) = (t.served_claim_uid(), t.populating_parent()) {
@@ -426,7 +416,8 @@ pub(super) async fn resync<O>(
 ) {
     loop {
         tokio::time::sleep(every).await;
-        let keys: Vec<String> = read(&known)
+        let keys: Vec<String> = known
+            .read()
             .iter()
             .filter(|(_, o)| wanted(o))
             .map(|(k, _)| k.clone())
@@ -452,10 +443,83 @@ fn may_need_resync(t: &NamespaceTransfer) -> bool {
         || t.metadata.deletion_timestamp.is_some()
 }
 
-fn read<O>(known: &Known<O>) -> std::sync::RwLockReadGuard<'_, HashMap<String, O>> {
-    known.read().unwrap_or_else(|p| p.into_inner())
+/// The tags a transfer is filed under: each names one kind of event that
+/// may concern it, and the event tags below look them up. Each pair of
+/// `*_tags` functions must keep every transfer its `*_concerns` keeps.
+fn transfer_tags(t: &NamespaceTransfer) -> Vec<String> {
+    let mut tags = vec![
+        source_tag(t),
+        claim_tag(t.destination_namespace(), &t.spec.destination.name),
+        format!("pods:{}", t.source_namespace()),
+    ];
+    if role_of(t) == Some(Role::Destination) {
+        tags.push(format!("receives:{}", t.own_namespace()));
+    }
+    if t.mode() == TransferMode::Clone && t.own_namespace() == t.source_namespace() {
+        tags.push(format!("clones:{}", t.own_namespace()));
+    }
+    tags.extend(recorded_volumes(t).map(|v| format!("volume:{v}")));
+    tags
 }
 
-fn write<O>(known: &Known<O>) -> std::sync::RwLockWriteGuard<'_, HashMap<String, O>> {
-    known.write().unwrap_or_else(|p| p.into_inner())
+/// The claim (or snapshot) `t` gives: its peers share it.
+fn source_tag(t: &NamespaceTransfer) -> String {
+    claim_tag(t.source_namespace(), &t.spec.source.name)
 }
+
+fn claim_tag(namespace: &str, name: &str) -> String {
+    format!("claim:{namespace}/{name}")
+}
+
+fn claim_event_tags(claim: &PersistentVolumeClaim) -> Vec<String> {
+    let ns = namespace(claim);
+    vec![
+        claim_tag(ns, name(claim)),
+        format!("receives:{ns}"),
+        format!("clones:{ns}"),
+    ]
+}
+
+/// Whether a change to `claim` concerns `t`: it is `t`'s source or
+/// destination claim, or may be a clone `t` makes, or lies in the
+/// namespace a Destination-role `t` receives into.
+fn claim_concerns(t: &NamespaceTransfer, claim: &PersistentVolumeClaim) -> bool {
+    let (ns, name) = (namespace(claim), name(claim));
+    (t.source_namespace() == ns && t.spec.source.name == name)
+        || t.may_be_clone(ns, name)
+        || (t.destination_namespace() == ns && t.spec.destination.name == name)
+        || (role_of(t) == Some(Role::Destination) && t.own_namespace() == ns)
+}
+
+fn pod_event_tags(pod: &PartialObjectMeta<Pod>) -> Vec<String> {
+    vec![format!("pods:{}", namespace(pod))]
+}
+
+/// Whether a change to `pod` concerns `t`: `t` is active and gives a claim
+/// of the pod's namespace (whose users it checks).
+fn pod_concerns(t: &NamespaceTransfer, pod: &PartialObjectMeta<Pod>) -> bool {
+    is_active(t) && t.source_namespace() == namespace(pod)
+}
+
+fn volume_event_tags(volume: &PersistentVolume) -> Vec<String> {
+    vec![format!("volume:{}", name(volume))]
+}
+
+/// Whether a change to `volume` concerns `t`: `t` recorded it as its
+/// source claim's volume, or as a pair's (a standing offer keeps its
+/// pairs' records: woken, it wakes them).
+fn volume_concerns(t: &NamespaceTransfer, volume: &PersistentVolume) -> bool {
+    recorded_volumes(t).any(|v| v == name(volume))
+}
+
+fn recorded_volumes(t: &NamespaceTransfer) -> impl Iterator<Item = &str> {
+    t.status.iter().flat_map(|st| {
+        st.source_claim
+            .iter()
+            .chain(st.pairs.iter().map(|p| &p.source_claim))
+            .map(|snap| snap.volume_name.as_str())
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -696,6 +696,14 @@ fn a_transfer_wakes_the_claim_whose_request_it_is_and_those_waiting_for_its_offe
         ),
     ] {
         assert_eq!(watch::transfer_concerns(ec, &t), wakes, "{case}");
+        // The index finds it: the claim is filed under a tag the transfer's
+        // change names.
+        let filed = watch::claim_tags(ec);
+        let named = watch::transfer_tags(&t);
+        assert!(
+            !wakes || filed.iter().any(|tag| named.contains(tag)),
+            "{case}: filed under {filed:?}, the change names {named:?}"
+        );
     }
 }
 
@@ -747,6 +755,11 @@ fn a_pod_wakes_only_the_claims_it_owns_or_uses() {
         ),
     ] {
         assert_eq!(watch::pod_concerns(ec, &p), wakes, "{case}");
+        let named = watch::namespace_tags(p.metadata.namespace.as_deref().unwrap());
+        assert!(
+            !wakes || watch::claim_tags(ec).iter().any(|tag| named.contains(tag)),
+            "{case}: the index finds it"
+        );
     }
 }
 

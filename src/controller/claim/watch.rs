@@ -61,10 +61,12 @@ impl Triggers {
         client: kube::Client,
         queue: WorkQueue,
     ) -> Self {
-        let known: Known<EphemeralClaim> = Arc::default();
+        let known = Known::new(claim_tags);
         let wake = {
             let (known, queue) = (known.clone(), queue.clone());
-            move |t: &NamespaceTransfer| queue_concerned(&known, &queue, &transfer_concerns, t)
+            move |t: &NamespaceTransfer| {
+                queue_concerned(&known, &queue, &transfer_tags(t), &transfer_concerns, t)
+            }
         };
         let wake_all = wake.clone();
         let tasks = vec![
@@ -96,6 +98,7 @@ impl Triggers {
                 metadata_events::<PersistentVolumeClaim>(&client),
                 known.clone(),
                 queue.clone(),
+                |claim| namespace_tags(namespace(claim)),
                 |ec, claim| namespace_of(ec) == namespace(claim) && ec.claim_name() == name(claim),
             )),
             // A pod changed: the EphemeralClaims it owns or uses.
@@ -103,11 +106,32 @@ impl Triggers {
                 object_events::<Pod>(&client),
                 known,
                 queue,
+                |pod| namespace_tags(namespace(pod)),
                 pod_concerns,
             )),
         ];
         Self { tasks }
     }
+}
+
+/// An EphemeralClaim is filed under its namespace: every event that may
+/// concern it (its claim's, its pods', its transfers') names that
+/// namespace.
+pub(super) fn claim_tags(ec: &EphemeralClaim) -> Vec<String> {
+    namespace_tags(namespace_of(ec))
+}
+
+pub(super) fn namespace_tags(namespace: &str) -> Vec<String> {
+    vec![namespace.to_owned()]
+}
+
+/// The namespaces whose EphemeralClaims a change to `t` may concern: its
+/// own (a request under a claim's name) and its destination (an offer).
+pub(super) fn transfer_tags(t: &NamespaceTransfer) -> Vec<String> {
+    vec![
+        t.own_namespace().to_owned(),
+        t.destination_namespace().to_owned(),
+    ]
 }
 
 /// Whether a change to `pod` concerns `ec`: pods still matter to it, and
