@@ -21,7 +21,8 @@ pub use admission::{AdmissionControl, Attributes, Notes, Operation, QuotaControl
 pub use selectors::{FieldSelector, LabelSelector};
 pub use shared::Shared;
 pub use store::{
-    DeleteOptions, DeleteOutcome, ListOptions, ObjectList, Store, Watch, WatchEvent, WatchOptions,
+    DeleteOptions, DeleteOutcome, ListOptions, ObjectList, Part, Store, Watch, WatchEvent,
+    WatchOptions,
 };
 pub use strategy::{Strategy, UniqueClaim};
 

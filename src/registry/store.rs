@@ -1030,7 +1030,7 @@ impl<S: Strategy> Store<S> {
         // whose mutation is the body, answers a conflict for any other. It
         // starts from the watch cache's copy.
         let copy = self.cached_copy(ctx, namespace, name).map(|(copy, _)| copy);
-        self.guaranteed_update_from(ctx, namespace, name, status, copy.as_ref(), |_| {
+        self.guaranteed_update_from(ctx, namespace, name, status.into(), copy.as_ref(), |_| {
             Ok(obj.clone())
         })
         .await
@@ -1050,7 +1050,7 @@ impl<S: Strategy> Store<S> {
         status: bool,
         mutate: impl Fn(&S::Object) -> Result<S::Object, ApiError>,
     ) -> Result<S::Object, ApiError> {
-        self.guaranteed_update_from(ctx, namespace, name, status, None, mutate)
+        self.guaranteed_update_from(ctx, namespace, name, status.into(), None, mutate)
             .await
     }
 
@@ -1064,13 +1064,13 @@ impl<S: Strategy> Store<S> {
     /// admission), a resourceVersion it pins that the copy lacks, and a
     /// write that would change nothing in the copy are each tried again on
     /// the object as read, as kube's `GuaranteedUpdate` does with its
-    /// cached object.
+    /// cached object. `part` is what the write may change.
     pub async fn guaranteed_update_from(
         &self,
         ctx: &Context,
         namespace: &str,
         name: &str,
-        status: bool,
+        part: Part,
         cached: Option<&S::Object>,
         mutate: impl Fn(&S::Object) -> Result<S::Object, ApiError>,
     ) -> Result<S::Object, ApiError> {
@@ -1111,7 +1111,7 @@ impl<S: Strategy> Store<S> {
                     current,
                     revision,
                     desired,
-                    status,
+                    part,
                     Fields::Track,
                 )
                 .await;
@@ -1259,7 +1259,7 @@ impl<S: Strategy> Store<S> {
             current,
             revision,
             obj,
-            status,
+            status.into(),
             Fields::Keep,
         )
         .await
@@ -1286,9 +1286,10 @@ impl<S: Strategy> Store<S> {
         old: S::Object,
         revision: Revision,
         mut new: S::Object,
-        status: bool,
+        part: Part,
         fields: Fields,
     ) -> Result<S::Object, UpdateError> {
+        let status = part != Part::Main;
         new.set_type_meta();
         // Before the no-op check, so that a text the store would cut again
         // is the same text.
@@ -1328,10 +1329,16 @@ impl<S: Strategy> Store<S> {
             .map_err(UpdateError::Api)?;
         let managed_fields = new.metadata().managed_fields.clone();
         if status {
-            // A status write changes status and nothing else.
+            // A status write changes status and nothing else (but the
+            // finalizers, where the controller's write may change them;
+            // none is added to an object being deleted).
             new.set_spec_from(&old);
+            let finalizers = new.metadata().finalizers.clone();
             *new.metadata_mut() = old_meta.clone();
             new.metadata_mut().managed_fields = managed_fields;
+            if part == Part::StatusAndFinalizers && old_meta.deletion_timestamp.is_none() {
+                new.metadata_mut().finalizers = finalizers;
+            }
             if !ctx.may_write_controller_fields() {
                 let causes = status_changes(&old, &new);
                 if !causes.is_empty() {
@@ -1741,6 +1748,30 @@ struct ClaimHolder {
     namespace: String,
     name: String,
     uid: String,
+}
+
+/// What a write may change of an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Spec and metadata; status is kept (a write to the object itself).
+    Main,
+    /// Status alone (`/status`).
+    Status,
+    /// Status and the finalizers, in one write: the controller's write
+    /// that records a match also protects the object. No request makes
+    /// it: a status request changes status alone, as in kube.
+    StatusAndFinalizers,
+}
+
+impl From<bool> for Part {
+    /// A request's write: `/status` (`true`) or the object itself.
+    fn from(status: bool) -> Self {
+        if status {
+            Self::Status
+        } else {
+            Self::Main
+        }
+    }
 }
 
 enum UpdateError {

@@ -605,6 +605,8 @@ fn before_lock(f: &Facts, d: &NamespaceTransfer) -> Action {
     }
     // The finalizers first: they touch nothing of the tenants', so they
     // need no check of the claim's users (the lock's own check follows).
+    // The match's own writes put them on; this is for a pair matched
+    // before they did.
     if !has_finalizer(s) || !has_finalizer(d) {
         return Action::Protect;
     }

@@ -256,7 +256,9 @@ impl Hands for TransferController {
     ) -> Result<Option<Phase>, Error> {
         let at = now();
         let updated = self
-            .update_status(t, |st| apply_change(st, change, t, pair, written, &at))
+            .write_status(t, change.protects(), |st| {
+                apply_change(st, change, t, pair, written, &at)
+            })
             .await?;
         Ok(updated.status.and_then(|st| st.phase))
     }

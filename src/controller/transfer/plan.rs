@@ -118,6 +118,17 @@ pub(super) struct StatusChange {
     pub peer_phase: Option<PeerPhase>,
 }
 
+impl StatusChange {
+    /// Whether the write also puts our finalizer on the object (never on
+    /// one being deleted). The match's writes do: the finalizers then come
+    /// with the match, not as two writes of their own (`Action::Protect`
+    /// is left for what the match did not protect: a standing offer, and
+    /// pairs matched before the match protected).
+    pub(super) fn protects(&self) -> bool {
+        matches!(self.edit, Edit::Matched)
+    }
+}
+
 /// Which phase a status write records for the peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum PeerPhase {
@@ -139,7 +150,8 @@ pub(super) enum Edit {
         phase: Phase,
         in_use: Option<&'static str>,
     },
-    /// The match: WaitingForRelease, `PeerMatched=True`.
+    /// The match: WaitingForRelease, `PeerMatched=True`, and our finalizer
+    /// on the object in the same write ([`StatusChange::protects`]).
     Matched,
     /// A finished phase, `Ready=False` with `reason`.
     Finished { phase: Phase, reason: &'static str },

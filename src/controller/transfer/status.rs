@@ -17,7 +17,7 @@ use crate::api::namespace_transfer::{
 };
 use crate::controller::events::{reference_to, Severity};
 use crate::controller::{Error, Next};
-use crate::registry::DeleteOptions;
+use crate::registry::{DeleteOptions, Part};
 
 use super::decide::{destination_text, has_finalizer, name_of, Report, REASON_COMPLETED};
 use super::matching::{is_active, rerecord, role_of};
@@ -82,7 +82,24 @@ impl TransferController {
         t: &NamespaceTransfer,
         change: impl Fn(&mut NamespaceTransferStatus),
     ) -> Result<NamespaceTransfer, Error> {
+        self.write_status(t, false, change).await
+    }
+
+    /// [`Self::update_status`], which also puts our finalizer on `t` in the
+    /// same write when `protect` says so (the match's write: see
+    /// [`StatusChange::protects`]); none is put on an object being deleted.
+    pub(super) async fn write_status(
+        &self,
+        t: &NamespaceTransfer,
+        protect: bool,
+        change: impl Fn(&mut NamespaceTransferStatus),
+    ) -> Result<NamespaceTransfer, Error> {
         self.leadership.check()?;
+        let part = if protect {
+            Part::StatusAndFinalizers
+        } else {
+            Part::Status
+        };
         let before = t.status.as_ref().and_then(|st| st.phase);
         let updated = self
             .store
@@ -90,7 +107,7 @@ impl TransferController {
                 &self.ctx,
                 t.own_namespace(),
                 name_of(t),
-                true,
+                part,
                 copy_of(t),
                 |current| {
                     if current.metadata.uid != t.metadata.uid {
@@ -113,6 +130,13 @@ impl TransferController {
                     }
                     let mut next = current.clone();
                     next.metadata.resource_version = None;
+                    if protect {
+                        apimeta::set_finalizer(
+                            &mut next.metadata,
+                            FINALIZER_TRANSFER_PROTECTION,
+                            true,
+                        );
+                    }
                     let role = role_of(current);
                     let status = next
                         .status
@@ -183,7 +207,7 @@ impl TransferController {
                 &self.ctx,
                 t.own_namespace(),
                 name_of(t),
-                false,
+                Part::Main,
                 copy_of(t),
                 |current| {
                     let mut next = current.clone();

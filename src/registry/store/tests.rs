@@ -340,6 +340,86 @@ async fn status_writes_change_only_status_and_main_writes_ignore_status() {
 }
 
 #[tokio::test]
+async fn the_controllers_match_write_changes_status_and_finalizers_and_nothing_else() {
+    let s = store().await;
+    let created = s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
+    let protect = |current: &NamespaceTransfer| {
+        let mut next = current.clone();
+        next.metadata.resource_version = None;
+        next.status = Some(NamespaceTransferStatus {
+            phase: Some(NamespaceTransferPhase::WaitingForRelease),
+            ..NamespaceTransferStatus::default()
+        });
+        crate::api::meta::set_finalizer(&mut next.metadata, FINALIZER_TRANSFER_PROTECTION, true);
+        next.metadata.labels = Some([("sneaky".to_owned(), "yes".to_owned())].into());
+        next.spec.source.name = "other".to_owned();
+        Ok(next)
+    };
+    let before = s.get("prod", "a").await.unwrap();
+    let written = s
+        .guaranteed_update_from(
+            &controller(),
+            "prod",
+            "a",
+            Part::StatusAndFinalizers,
+            None,
+            protect,
+        )
+        .await
+        .unwrap();
+    assert_eq!(written.phase(), Some("WaitingForRelease"));
+    assert_eq!(
+        written.metadata.finalizers.as_deref(),
+        Some(&[FINALIZER_TRANSFER_PROTECTION.to_owned()][..]),
+        "the finalizer came with the status"
+    );
+    assert_eq!(
+        written.metadata.labels, created.metadata.labels,
+        "labels are kept"
+    );
+    assert_eq!(written.spec, created.spec, "spec is kept");
+    let stored = s.get("prod", "a").await.unwrap();
+    assert_eq!(stored, written, "one write stored both");
+    assert_ne!(
+        stored.metadata.resource_version,
+        before.metadata.resource_version
+    );
+
+    // A plain status write with the same mutation leaves the finalizers.
+    s.create(&ctx("alice"), "prod", offer("b")).await.unwrap();
+    let status_only = s
+        .guaranteed_update_from(&controller(), "prod", "b", Part::Status, None, protect)
+        .await
+        .unwrap();
+    assert_eq!(status_only.metadata.finalizers, None);
+
+    // Never a new finalizer on an object being deleted: its status is
+    // still written, and it goes when its last finalizer does.
+    let mut held = offer("c");
+    held.metadata.finalizers = Some(vec!["example.com/hold".to_owned()]);
+    s.create(&ctx("alice"), "prod", held).await.unwrap();
+    s.delete(&ctx("alice"), "prod", "c", &DeleteOptions::default())
+        .await
+        .unwrap();
+    let deleting = s
+        .guaranteed_update_from(
+            &controller(),
+            "prod",
+            "c",
+            Part::StatusAndFinalizers,
+            None,
+            protect,
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleting.phase(), Some("WaitingForRelease"));
+    assert_eq!(
+        deleting.metadata.finalizers.as_deref(),
+        Some(&["example.com/hold".to_owned()][..])
+    );
+}
+
+#[tokio::test]
 async fn finalizers_hold_a_deleted_object_until_the_last_one_goes() {
     let s = store().await;
     let mut obj = offer("a");
@@ -2472,7 +2552,7 @@ async fn an_update_from_a_current_copy_is_decided_once_on_that_copy() {
             &controller(),
             "prod",
             "a",
-            true,
+            Part::Status,
             Some(&created),
             |current| {
                 calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -2508,18 +2588,25 @@ async fn an_update_from_a_stale_copy_is_decided_again_on_the_object_and_loses_no
         .unwrap();
     let seen = std::sync::Mutex::new(Vec::new());
     let updated = s
-        .guaranteed_update_from(&controller(), "prod", "a", true, Some(&stale), |current| {
-            seen.lock()
-                .unwrap()
-                .push(current.metadata.resource_version.clone());
-            let mut next = current.clone();
-            next.metadata.resource_version = None;
-            next.status = Some(NamespaceTransferStatus {
-                phase: Some(NamespaceTransferPhase::WaitingForPeer),
-                ..Default::default()
-            });
-            Ok(next)
-        })
+        .guaranteed_update_from(
+            &controller(),
+            "prod",
+            "a",
+            Part::Status,
+            Some(&stale),
+            |current| {
+                seen.lock()
+                    .unwrap()
+                    .push(current.metadata.resource_version.clone());
+                let mut next = current.clone();
+                next.metadata.resource_version = None;
+                next.status = Some(NamespaceTransferStatus {
+                    phase: Some(NamespaceTransferPhase::WaitingForPeer),
+                    ..Default::default()
+                });
+                Ok(next)
+            },
+        )
         .await
         .unwrap();
     let seen = seen.into_inner().unwrap();
@@ -2542,9 +2629,14 @@ async fn an_update_from_a_copy_of_a_deleted_object_is_not_found() {
         .await
         .unwrap();
     let err = s
-        .guaranteed_update_from(&controller(), "prod", "a", true, Some(&copy), |current| {
-            Ok(current.clone())
-        })
+        .guaranteed_update_from(
+            &controller(),
+            "prod",
+            "a",
+            Part::Status,
+            Some(&copy),
+            |current| Ok(current.clone()),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), 404, "{err}");
@@ -2579,7 +2671,7 @@ async fn a_write_that_changes_nothing_in_a_stale_copy_is_still_made_on_the_objec
             &controller(),
             "prod",
             "a",
-            false,
+            Part::Main,
             Some(&protected),
             set(true),
         )
@@ -2612,7 +2704,7 @@ async fn taking_the_last_finalizer_off_a_deleting_object_from_a_copy_finishes_it
             &controller(),
             "prod",
             "a",
-            false,
+            Part::Main,
             Some(&deleting),
             |current| {
                 calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -2878,11 +2970,18 @@ async fn a_refusal_that_only_a_stale_copy_earns_is_decided_again_on_the_object()
     .await
     .unwrap();
     let updated = s
-        .guaranteed_update_from(&ctx("alice"), "prod", "a", false, Some(&copy), |current| {
-            let mut next = labelled(current, "gold");
-            next.metadata.resource_version = None;
-            Ok(next)
-        })
+        .guaranteed_update_from(
+            &ctx("alice"),
+            "prod",
+            "a",
+            Part::Main,
+            Some(&copy),
+            |current| {
+                let mut next = labelled(current, "gold");
+                next.metadata.resource_version = None;
+                Ok(next)
+            },
+        )
         .await
         .unwrap();
     assert_eq!(updated.metadata.labels.as_ref().unwrap()["tier"], "gold");

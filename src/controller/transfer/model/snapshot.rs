@@ -540,6 +540,9 @@ impl SnapWorld {
                 if change.peer_of.is_some() {
                     tx.peer = true;
                 }
+                if change.protects() && !tx.deleting {
+                    tx.finalizer = true;
+                }
                 true
             }
             Write::Finalizer { on, present } => {

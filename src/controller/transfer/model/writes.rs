@@ -262,6 +262,11 @@ impl World {
                         Some(On::Peer) => t.peer = Some(du),
                         None => {}
                     }
+                    // The match protects in the same write, as the store
+                    // makes it: never an object being deleted.
+                    if change.protects() && !t.deleting {
+                        t.finalizer = true;
+                    }
                 });
                 true
             }

@@ -227,3 +227,40 @@ fn a_standing_offers_request_hears_each_step_as_it_keeps_them_itself() {
     assert_eq!(peer_writes(&p).len(), 1, "{p:?}");
     assert!(matches!(peer_writes(&p)[0].edit, Edit::Retained));
 }
+
+#[test]
+fn the_match_protects_both_objects_in_its_own_writes_and_no_other_status_write_does() {
+    use crate::controller::transfer::decide::tests::{committed, fresh};
+    let mut f = fresh();
+    f.source.status = None;
+    let p = plan(&f, &Action::RecordMatch);
+    let protected: Vec<On> = p
+        .writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Status { on, change } if change.protects() => Some(*on),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(protected, [On::Source, On::Peer], "{p:?}");
+    assert!(
+        !p.writes
+            .iter()
+            .any(|w| matches!(w, Write::Finalizer { .. })),
+        "no finalizer write of its own: {p:?}"
+    );
+
+    let f = committed();
+    for action in steps_without_a_phase(&f)
+        .into_iter()
+        .chain([Action::Complete])
+    {
+        let p = plan(&f, &action);
+        assert!(
+            !p.writes
+                .iter()
+                .any(|w| matches!(w, Write::Status { change, .. } if change.protects())),
+            "{action:?}: {p:?}"
+        );
+    }
+}

@@ -88,6 +88,10 @@ impl Offered {
                     apply_change(st, &change, t, pair, before, &at());
                 }) {
                     Some(phase) => {
+                        // The match protects in the same write.
+                        if change.protects() {
+                            self.finalizer(t, true);
+                        }
                         if *on == On::Source {
                             *written = phase;
                         }
@@ -98,16 +102,7 @@ impl Offered {
             }
             Write::Finalizer { on, present } => {
                 if let Some(t) = object(*on) {
-                    if let Some(current) = self.slot(t).as_mut() {
-                        // No finalizer is added to an object being deleted.
-                        if !(*present && current.metadata.deletion_timestamp.is_some()) {
-                            set_finalizer(
-                                &mut current.metadata,
-                                FINALIZER_TRANSFER_PROTECTION,
-                                *present,
-                            );
-                        }
-                    }
+                    self.finalizer(t, *present);
                 }
                 true
             }
@@ -126,6 +121,20 @@ impl Offered {
             Write::Event(_) | Write::Wake(_) => true,
             // An offer of a claim plans no snapshot write.
             Write::Snapshot(_) => false,
+        }
+    }
+
+    /// Our finalizer on the object `t` names, added or taken off; none is
+    /// added to an object being deleted.
+    fn finalizer(&mut self, t: &NamespaceTransfer, present: bool) {
+        if let Some(current) = self.slot(t).as_mut() {
+            if !(present && current.metadata.deletion_timestamp.is_some()) {
+                set_finalizer(
+                    &mut current.metadata,
+                    FINALIZER_TRANSFER_PROTECTION,
+                    present,
+                );
+            }
         }
     }
 
