@@ -266,19 +266,40 @@ fn etcd_binary() -> Result<PathBuf, Error> {
     }
 }
 
-/// A free TCP port on 127.0.0.1, at the moment of asking.
+/// A free TCP port on 127.0.0.1, at the moment of asking, and none this
+/// process was given among the last [`RECENT_PORTS`]: the listener is
+/// closed before the port is used, so the kernel may offer the same port
+/// to the next caller (an etcd cluster once got two members on one peer
+/// port, and refused to start).
 pub fn free_port() -> Result<u16, Error> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|source| Error::Io {
+    let io = |source| Error::Io {
         context: "finding a free port".to_owned(),
         source,
-    })?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|source| Error::Io {
-            context: "finding a free port".to_owned(),
-            source,
-        })
+    };
+    let mut given = GIVEN_PORTS.lock().unwrap_or_else(|p| p.into_inner());
+    // Listeners held until a new port is found, so that the kernel offers
+    // another each time.
+    let mut held = Vec::new();
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").map_err(io)?;
+        let port = l.local_addr().map_err(io)?.port();
+        if !given.contains(&port) {
+            if given.len() == RECENT_PORTS {
+                given.pop_front();
+            }
+            given.push_back(port);
+            return Ok(port);
+        }
+        held.push(l);
+    }
 }
+
+/// How many of the ports [`free_port`] gave are never given again.
+const RECENT_PORTS: usize = 4096;
+
+/// The ports [`free_port`] gave, oldest first.
+static GIVEN_PORTS: std::sync::Mutex<std::collections::VecDeque<u16>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
 
 /// The process name, log name (`logs/<name>.log`) and pid file name of our server.
 const SERVER: &str = "storage-transfer-apiserver";
@@ -1883,6 +1904,13 @@ mod tests {
         assert_eq!(base64(b"fo"), "Zm8=");
         assert_eq!(base64(b"foo"), "Zm9v");
         assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+
+    #[test]
+    fn free_port_never_gives_a_port_it_gave_recently() {
+        let ports: Vec<u16> = (0..500).map(|_| free_port().unwrap()).collect();
+        let distinct: std::collections::HashSet<&u16> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
     }
 
     #[test]
