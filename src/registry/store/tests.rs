@@ -394,7 +394,7 @@ async fn the_controllers_match_write_changes_status_and_finalizers_and_nothing_e
     assert_eq!(status_only.metadata.finalizers, None);
 
     // Never a new finalizer on an object being deleted: its status is
-    // still written, and it goes when its last finalizer does.
+    // still written, and its finalizers stay as they were.
     let mut held = offer("c");
     held.metadata.finalizers = Some(vec!["example.com/hold".to_owned()]);
     s.create(&ctx("alice"), "prod", held).await.unwrap();
