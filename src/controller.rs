@@ -77,13 +77,18 @@ pub fn object_key<O: crate::api::meta::Object>(o: &O) -> String {
 
 /// The object `namespace/name` as etcd has it now, or `None` when it is gone
 /// (a reconcile of a deleted object has nothing left to do).
+///
+/// A linearizable read, as a get from etcd would be, served by the store's
+/// watch cache once it has caught up with the revision etcd answers after
+/// the call (`Store::read`): the copy the cache has already decoded is
+/// reused, and reads made side by side share that one revision request.
 pub(crate) async fn current<S: crate::registry::Strategy>(
     store: &Store<S>,
     namespace: &str,
     name: &str,
 ) -> Result<Option<S::Object>, Error> {
-    match store.get(namespace, name).await {
-        Ok(o) => Ok(Some(o)),
+    match store.read(namespace, name, None).await {
+        Ok(o) => Ok(Some(o.into_owned())),
         Err(ApiError::NotFound { .. }) => Ok(None),
         Err(e) => Err(e.into()),
     }
