@@ -89,10 +89,13 @@ impl TransferController {
             Peer::Found(d) if d.populates() => Some(d.as_ref()),
             _ => None,
         };
+        // Without its peer, the pair still knows the claim R3 recorded: the
+        // one it goes by from then on (a peer let go at the completion may
+        // be gone before `tidy` lets that claim go).
         let destination = match &peer {
             Peer::Itself => Some(destination_of(&s, &s)),
             Peer::Found(d) => Some(destination_of(&s, d)),
-            _ => None,
+            _ => recorded_destination(&s).map(|r| (r.namespace.as_str(), r.name.as_str())),
         }
         .map(|(ns, name)| (ns.to_owned(), name.to_owned()));
         // The three claims are independent reads: asked side by side.

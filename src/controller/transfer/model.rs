@@ -582,7 +582,10 @@ impl World {
         } else {
             Peer::Unmatched
         };
-        let dest_known = matches!(peer, Peer::Found(_));
+        let peer_known = matches!(peer, Peer::Found(_));
+        // The destination claim is read by the peer's name, or without the
+        // peer by R3's record (`gather`).
+        let dest_known = peer_known || self.s.destination.is_some();
         // The destination claim's lock, as R3 writes it.
         let dest_lock = destination_lock(&s, "dev", "db");
         Facts {
@@ -627,7 +630,7 @@ impl World {
             // Populate mode: the tenant's claim is a candidate until R3
             // records it, and the destination from then on.
             claimants: match &self.destination {
-                Some(c) if self.populate && dest_known && self.s.destination.is_none() => {
+                Some(c) if self.populate && peer_known && self.s.destination.is_none() => {
                     vec![self.tenant_view(c)]
                 }
                 _ => Vec::new(),
@@ -789,6 +792,27 @@ impl World {
                 "the source object is gone, and the request still holds on: {:?}",
                 self.d
             ));
+        }
+        // A pair that is over leaves no claim under our finalizer: its
+        // tenant could never delete it. (The source object keeps its own
+        // finalizer, and the pair's record, until the destination claim is
+        // let go: the completion lets only the peer go.) Checked while the
+        // source object is there to drive the pair and can name the claim
+        // (by R3's record, or by its peer): a claim a stale leader makes
+        // after the pair was tidied and one of its objects went is a known
+        // leak (docs/operations.md, "A destination claim left Pending").
+        let named = self.s.destination.is_some() || self.d.exists;
+        if self.s.exists && !self.s.active() && named {
+            let held = [&self.source, &self.destination]
+                .into_iter()
+                .flatten()
+                .find(|c| c.finalizer);
+            if let Some(c) = held {
+                return Err(format!(
+                    "the pair is over ({:?}), and a claim still carries our finalizer: {c:?}",
+                    self.s.phase
+                ));
+            }
         }
         if self.clone_mode {
             if let Some(why) = self.clone_outcome() {

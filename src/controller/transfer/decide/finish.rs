@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::controller::transfer::facts::{Claim, Facts, Peer, Volume};
 
 use super::{
-    has_finalizer, is_our_clone, recorded_destination, recorded_source, uid_of, Action, Question,
-    Report, REASON_DESTINATION_LOST, REASON_WAITING_FOR_BINDING,
+    destination_claim, destination_of, has_finalizer, is_our_clone, made_as, peer_or_self,
+    recorded_destination, recorded_source, uid_of, Action, Question, Report,
+    REASON_DESTINATION_LOST, REASON_WAITING_FOR_BINDING,
 };
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransferPhase as Phase, TransferMode, FINALIZER_TRANSFER_PROTECTION,
@@ -182,6 +183,22 @@ pub(super) fn roll_back(f: &Facts) -> Action {
             }
         }
     }
+    if let Some(claim) = locked_unrecorded(f) {
+        // R3 made it, and the pair ended before R3's record was written (its
+        // deadline, or the other side, finished it in between), or a stale
+        // leader made it late; never committed (the commit names the
+        // recorded claim). Deleted only when no claim is recorded and it is
+        // exactly what R3 makes (as the active pair would adopt it); in any
+        // case let go, or it would hold its tenant's deletion for ever.
+        if !claim.deleting && recorded_destination(s).is_none() && made_unrecorded(f, claim) {
+            return Action::DeleteDestination {
+                uid: claim.uid.clone(),
+            };
+        }
+        if claim.protected() {
+            return unprotect_destination(claim);
+        }
+    }
     if let Some(claim) = &f.moved_claim {
         if s.mode() == TransferMode::Clone {
             let receiver = match &f.peer {
@@ -211,6 +228,43 @@ pub(super) fn roll_back(f: &Facts) -> Action {
         }
     }
     tidy(f)
+}
+
+/// A destination claim that carries this pair's lock though no record
+/// names it: one R3 made before its record could be written, or one a
+/// stale leader's R3 made after the recorded one went. A populating pair
+/// makes no claim.
+fn locked_unrecorded(f: &Facts) -> Option<&Claim> {
+    let s = &f.source;
+    let recorded = recorded_destination(s);
+    let (ns, name) = match (recorded, peer_or_self(f)) {
+        (_, Some(d)) if d.populates() => return None,
+        (Some(r), _) => (r.namespace.as_str(), r.name.as_str()),
+        (None, Some(d)) => destination_of(s, d),
+        (None, None) => return None,
+    };
+    f.destination_claim.as_ref().filter(|c| {
+        recorded.is_none_or(|r| r.uid != c.uid)
+            && c.lock
+                .as_deref()
+                .is_some_and(|l| holds_claim(s, l, ns, name))
+    })
+}
+
+/// Whether `claim`, with no claim recorded, is exactly what R3 makes (as
+/// the active pair would adopt it: `RecordDestination`), so ours to delete.
+fn made_unrecorded(f: &Facts, claim: &Claim) -> bool {
+    let s = &f.source;
+    let Some(d) = peer_or_self(f) else {
+        return false;
+    };
+    let (ns, name) = destination_of(s, d);
+    match (recorded_source(s), &f.volume) {
+        (Some(snapshot), Some(volume)) => {
+            made_as(claim, &destination_claim(s, ns, name, snapshot, volume))
+        }
+        _ => false,
+    }
 }
 
 /// Whether the recorded destination `claim` is one a populating request

@@ -780,6 +780,53 @@ fn a_rollback_never_deletes_a_destination_claim_it_did_not_record() {
 }
 
 #[test]
+fn a_claim_r3_made_before_its_record_was_written_is_deleted_by_the_rollback_then_let_go() {
+    let mut f = created();
+    finished(&mut f, Phase::Failed);
+    f.volume.as_mut().unwrap().marker = None;
+    // The deadline failed the pair between R3's create and its record.
+    f.source.status.as_mut().unwrap().destination_claim = None;
+    match decide(&f) {
+        Action::DeleteDestination { uid } => assert_eq!(uid, DEST_UID),
+        other => panic!("expected the claim deleted, got {other:?}"),
+    }
+    let p = crate::controller::transfer::plan::plan(&f, &decide(&f));
+    assert!(
+        format!("{:?}", p.writes).contains("DeleteClaim"),
+        "the delete names the claim by the peer: {p:?}"
+    );
+    f.destination_claim.as_mut().unwrap().deleting = true;
+    assert!(
+        matches!(decide(&f), Action::UnprotectDestination { .. }),
+        "{:?}",
+        decide(&f)
+    );
+}
+
+#[test]
+fn a_claim_a_stale_leader_made_after_the_recorded_one_went_is_let_go_but_never_deleted() {
+    let mut f = created();
+    finished(&mut f, Phase::Cancelled);
+    f.volume.as_mut().unwrap().marker = None;
+    f.destination_claim.as_mut().unwrap().uid = "uid-made-late".to_owned();
+    assert!(
+        matches!(decide(&f), Action::UnprotectDestination { .. }),
+        "{:?}",
+        decide(&f)
+    );
+    // Without our finalizer it is the tenant's to delete.
+    f.destination_claim.as_mut().unwrap().finalizers.clear();
+    assert!(
+        !matches!(
+            decide(&f),
+            Action::DeleteDestination { .. } | Action::UnprotectDestination { .. }
+        ),
+        "{:?}",
+        decide(&f)
+    );
+}
+
+#[test]
 fn a_peer_gone_before_the_commit_cancels() {
     let mut f = created();
     f.peer = Peer::Gone;

@@ -12,7 +12,8 @@ use crate::api::namespace_transfer::{
 };
 
 use crate::controller::transfer::decide::{
-    moved_claim_name_of, recorded_destination, recorded_source, uid_of, Action,
+    destination_of, moved_claim_name_of, peer_or_self, recorded_destination, recorded_source,
+    uid_of, Action,
 };
 use crate::controller::transfer::facts::{Facts, VOLUME_MARKER};
 
@@ -214,10 +215,17 @@ pub(in crate::controller::transfer) fn cluster_writes(
             change,
         })
     };
+    // The destination claim: the one R3 recorded, or before its record the
+    // one it makes, named after the peer (a claim R3 made whose record was
+    // never written: `finish::made_unrecorded`).
+    let destination = match recorded_destination(s) {
+        Some(dest) => Some((dest.namespace.as_str(), dest.name.as_str())),
+        None => peer_or_self(f).map(|d| destination_of(s, d)),
+    };
     let on_destination = |resource_version: Option<&String>, change: ClaimChange| {
-        recorded_destination(s).map(|dest| ClusterWrite::Claim {
-            namespace: dest.namespace.clone(),
-            name: dest.name.clone(),
+        destination.map(|(namespace, name)| ClusterWrite::Claim {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
             resource_version: resource_version.cloned(),
             change,
         })
@@ -349,9 +357,9 @@ pub(in crate::controller::transfer) fn cluster_writes(
         })],
         Action::DeleteDestination { uid } => {
             vec![
-                recorded_destination(s).map(|dest| ClusterWrite::DeleteClaim {
-                    namespace: dest.namespace.clone(),
-                    name: dest.name.clone(),
+                destination.map(|(namespace, name)| ClusterWrite::DeleteClaim {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
                     uid: uid.clone(),
                 }),
             ]
