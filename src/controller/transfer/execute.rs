@@ -256,7 +256,7 @@ impl Hands for TransferController {
     ) -> Result<Option<Phase>, Error> {
         let at = now();
         let updated = self
-            .write_status(t, change.protects(), |st| {
+            .write_status(t, change.finalizer(), |st| {
                 apply_change(st, change, t, pair, written, &at)
             })
             .await?;

@@ -119,13 +119,25 @@ pub(super) struct StatusChange {
 }
 
 impl StatusChange {
-    /// Whether the write also puts our finalizer on the object (never on
-    /// one being deleted). The match's writes do: the finalizers then come
-    /// with the match, not as two writes of their own (`Action::Protect`
-    /// is left for what the match did not protect: a standing offer, and
-    /// pairs matched before the match protected).
-    pub(super) fn protects(&self) -> bool {
-        matches!(self.edit, Edit::Matched)
+    /// Whether the write also puts our finalizer on the object (`true`)
+    /// or takes it off (`false`), in the same etcd write; never on an
+    /// object being deleted, whose finalizers the write leaves as they are
+    /// (`Part::StatusAndFinalizers`).
+    /// - The match's writes protect: the finalizers come with the match,
+    ///   not as two writes of their own (`Action::Protect` is left for what
+    ///   the match did not protect: a standing offer, and pairs matched
+    ///   before the match protected).
+    /// - The completion's write on the peer lets it go (`Edit::Completed`'s
+    ///   `release`): the source object keeps its finalizer, and the pair's
+    ///   record, until `tidy` has let the destination claim go
+    ///   (`Action::DropFinalizers`, which then has only the source object
+    ///   left to write). The peer still goes first, as it always did.
+    pub(super) fn finalizer(&self) -> Option<bool> {
+        match self.edit {
+            Edit::Matched => Some(true),
+            Edit::Completed { release: true, .. } => Some(false),
+            _ => None,
+        }
     }
 }
 
@@ -151,7 +163,7 @@ pub(super) enum Edit {
         in_use: Option<&'static str>,
     },
     /// The match: WaitingForRelease, `PeerMatched=True`, and our finalizer
-    /// on the object in the same write ([`StatusChange::protects`]).
+    /// on the object in the same write ([`StatusChange::finalizer`]).
     Matched,
     /// A finished phase, `Ready=False` with `reason`.
     Finished { phase: Phase, reason: &'static str },
@@ -167,10 +179,13 @@ pub(super) enum Edit {
     /// R4: `Rebound=True` saying `rebound`, the step.
     Committed { rebound: String },
     /// R6: Completed with `volume`, `Ready=True`, the step; on a populating
-    /// request also the claim it `served`.
+    /// request also the claim it `served`. With `release`, our finalizer
+    /// comes off in the same write ([`StatusChange::finalizer`]): only the
+    /// peer of a pair whose source object holds the record.
     Completed {
         volume: String,
         served: Option<ClaimReference>,
+        release: bool,
     },
     /// After R4 the destination claim is gone: Rebinding, `Ready=False`.
     Lost { reason: &'static str },
@@ -605,9 +620,14 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
             // A populating request records the claim it served (its R3
             // record may be the one a crash kept from being written).
             let served = other(f).filter(|d| d.populates()).map(|_| dest.clone());
+            // The peer is let go with its Completed write; a standing
+            // offer's request holds the pair's record, and waits for
+            // `tidy` as the source object does.
+            let standing = is_standing_pair(s);
             pair(f, &mut p, &report, |is_source| Edit::Completed {
                 volume: volume.name.clone(),
                 served: served.clone().filter(|_| !is_source),
+                release: !is_source && !standing,
             });
             p.event(
                 claim_reference(&dest.namespace, &dest.name, Some(&dest.uid)),

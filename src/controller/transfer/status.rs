@@ -82,20 +82,21 @@ impl TransferController {
         t: &NamespaceTransfer,
         change: impl Fn(&mut NamespaceTransferStatus),
     ) -> Result<NamespaceTransfer, Error> {
-        self.write_status(t, false, change).await
+        self.write_status(t, None, change).await
     }
 
-    /// [`Self::update_status`], which also puts our finalizer on `t` in the
-    /// same write when `protect` says so (the match's write: see
-    /// [`StatusChange::protects`]); none is put on an object being deleted.
+    /// [`Self::update_status`], which also puts our finalizer on `t`
+    /// (`Some(true)`) or takes it off (`Some(false)`) in the same write
+    /// (see [`StatusChange::finalizer`]); an object being deleted keeps its
+    /// finalizers as they are.
     pub(super) async fn write_status(
         &self,
         t: &NamespaceTransfer,
-        protect: bool,
+        finalizer: Option<bool>,
         change: impl Fn(&mut NamespaceTransferStatus),
     ) -> Result<NamespaceTransfer, Error> {
         self.leadership.check()?;
-        let part = if protect {
+        let part = if finalizer.is_some() {
             Part::StatusAndFinalizers
         } else {
             Part::Status
@@ -130,11 +131,11 @@ impl TransferController {
                     }
                     let mut next = current.clone();
                     next.metadata.resource_version = None;
-                    if protect {
+                    if let Some(present) = finalizer {
                         apimeta::set_finalizer(
                             &mut next.metadata,
                             FINALIZER_TRANSFER_PROTECTION,
-                            true,
+                            present,
                         );
                     }
                     let role = role_of(current);
@@ -368,7 +369,7 @@ pub(super) fn apply_change(
             st.reason = None;
             st.record_step(StepName::Committed, now);
         }
-        Edit::Completed { volume, served } => {
+        Edit::Completed { volume, served, .. } => {
             st.phase = Some(Phase::Completed);
             if let Some(claim) = served {
                 st.destination_claim = Some(claim.clone());

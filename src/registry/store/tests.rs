@@ -420,6 +420,77 @@ async fn the_controllers_match_write_changes_status_and_finalizers_and_nothing_e
 }
 
 #[tokio::test]
+async fn the_controllers_completion_write_takes_its_finalizer_off_with_the_status_but_never_off_a_deleting_object(
+) {
+    let s = store().await;
+    let release = |current: &NamespaceTransfer| {
+        let mut next = current.clone();
+        next.metadata.resource_version = None;
+        next.status = Some(NamespaceTransferStatus {
+            phase: Some(NamespaceTransferPhase::Completed),
+            ..NamespaceTransferStatus::default()
+        });
+        crate::api::meta::set_finalizer(&mut next.metadata, FINALIZER_TRANSFER_PROTECTION, false);
+        Ok(next)
+    };
+    let held = |name: &str| {
+        let mut t = offer(name);
+        t.metadata.finalizers = Some(vec![
+            "example.com/hold".to_owned(),
+            FINALIZER_TRANSFER_PROTECTION.to_owned(),
+        ]);
+        t
+    };
+    s.create(&ctx("alice"), "prod", held("a")).await.unwrap();
+    let written = s
+        .guaranteed_update_from(
+            &controller(),
+            "prod",
+            "a",
+            Part::StatusAndFinalizers,
+            None,
+            release,
+        )
+        .await
+        .unwrap();
+    assert_eq!(written.phase(), Some("Completed"));
+    assert_eq!(
+        written.metadata.finalizers.as_deref(),
+        Some(&["example.com/hold".to_owned()][..]),
+        "ours came off with the status, the other stays"
+    );
+    assert_eq!(s.get("prod", "a").await.unwrap(), written);
+
+    // Being deleted: the status is written, every finalizer stays (ours
+    // comes off in a write of its own, which may finish the object).
+    s.create(&ctx("alice"), "prod", held("b")).await.unwrap();
+    s.delete(&ctx("alice"), "prod", "b", &DeleteOptions::default())
+        .await
+        .unwrap();
+    let deleting = s
+        .guaranteed_update_from(
+            &controller(),
+            "prod",
+            "b",
+            Part::StatusAndFinalizers,
+            None,
+            release,
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleting.phase(), Some("Completed"));
+    assert_eq!(
+        deleting.metadata.finalizers.as_deref(),
+        Some(
+            &[
+                "example.com/hold".to_owned(),
+                FINALIZER_TRANSFER_PROTECTION.to_owned()
+            ][..]
+        )
+    );
+}
+
+#[tokio::test]
 async fn finalizers_hold_a_deleted_object_until_the_last_one_goes() {
     let s = store().await;
     let mut obj = offer("a");

@@ -540,8 +540,10 @@ impl SnapWorld {
                 if change.peer_of.is_some() {
                     tx.peer = true;
                 }
-                if change.protects() && !tx.deleting {
-                    tx.finalizer = true;
+                // The finalizer a status write sets, as the store makes it:
+                // never on an object being deleted.
+                if let Some(present) = change.finalizer().filter(|_| !tx.deleting) {
+                    tx.finalizer = present;
                 }
                 true
             }

@@ -262,10 +262,11 @@ impl World {
                         Some(On::Peer) => t.peer = Some(du),
                         None => {}
                     }
-                    // The match protects in the same write, as the store
-                    // makes it: never an object being deleted.
-                    if change.protects() && !t.deleting {
-                        t.finalizer = true;
+                    // The match protects, and the completion lets the peer
+                    // go, in the same write, as the store makes it: never
+                    // on an object being deleted.
+                    if let Some(present) = change.finalizer().filter(|_| !t.deleting) {
+                        t.finalizer = present;
                     }
                 });
                 true

@@ -228,21 +228,28 @@ fn a_standing_offers_request_hears_each_step_as_it_keeps_them_itself() {
     assert!(matches!(peer_writes(&p)[0].edit, Edit::Retained));
 }
 
+/// The objects whose status write also sets our finalizer, and to what.
+fn finalizers_set(p: &Plan) -> Vec<(On, bool)> {
+    p.writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Status { on, change } => change.finalizer().map(|present| (*on, present)),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
-fn the_match_protects_both_objects_in_its_own_writes_and_no_other_status_write_does() {
+fn the_match_protects_both_objects_in_its_own_writes_and_the_completion_lets_only_the_peer_go() {
     use crate::controller::transfer::decide::tests::{committed, fresh};
     let mut f = fresh();
     f.source.status = None;
     let p = plan(&f, &Action::RecordMatch);
-    let protected: Vec<On> = p
-        .writes
-        .iter()
-        .filter_map(|w| match w {
-            Write::Status { on, change } if change.protects() => Some(*on),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(protected, [On::Source, On::Peer], "{p:?}");
+    assert_eq!(
+        finalizers_set(&p),
+        [(On::Source, true), (On::Peer, true)],
+        "{p:?}"
+    );
     assert!(
         !p.writes
             .iter()
@@ -251,16 +258,45 @@ fn the_match_protects_both_objects_in_its_own_writes_and_no_other_status_write_d
     );
 
     let f = committed();
-    for action in steps_without_a_phase(&f)
-        .into_iter()
-        .chain([Action::Complete])
-    {
+    for action in steps_without_a_phase(&f) {
         let p = plan(&f, &action);
-        assert!(
-            !p.writes
-                .iter()
-                .any(|w| matches!(w, Write::Status { change, .. } if change.protects())),
-            "{action:?}: {p:?}"
-        );
+        assert_eq!(finalizers_set(&p), [], "{action:?}: {p:?}");
     }
+    // The source object holds the pair's record, and its finalizer, until
+    // `tidy` has let the destination claim go; the peer goes with its
+    // Completed write, after the source object's.
+    let p = plan(&f, &Action::Complete);
+    assert_eq!(finalizers_set(&p), [(On::Peer, false)], "{p:?}");
+    let statuses: Vec<On> = p
+        .writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Status { on, .. } => Some(*on),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(statuses, [On::Source, On::Peer], "{p:?}");
+}
+
+#[test]
+fn a_standing_offers_request_keeps_its_finalizer_through_the_completion() {
+    use crate::controller::transfer::decide::tests::{clone_fresh, committed};
+    let mut f = clone_fresh();
+    let done = committed();
+    f.moved_claim = done.moved_claim;
+    f.volume = done.volume;
+    f.destination_claim = done.destination_claim;
+    let dest = crate::controller::transfer::decide::recorded_destination(&done.source).cloned();
+    f.source
+        .status
+        .get_or_insert_with(Default::default)
+        .destination_claim = dest.clone();
+    if let crate::controller::transfer::facts::Peer::Found(d) = &mut f.peer {
+        d.status
+            .get_or_insert_with(Default::default)
+            .destination_claim = dest;
+    }
+    let p = plan(&f, &Action::Complete);
+    assert!(!peer_writes(&p).is_empty(), "the request hears it: {p:?}");
+    assert_eq!(finalizers_set(&p), [], "{p:?}");
 }

@@ -52,6 +52,7 @@ fn the_peers_completed_write_copies_the_steps_and_conditions_it_was_not_told_wit
     let completed = change(Edit::Completed {
         volume: "pv-db".to_owned(),
         served: None,
+        release: true,
     });
     let pair = (&source, Some(&peer));
     apply_change(&mut dst, &completed, &peer, pair, None, &at(6));

@@ -88,9 +88,10 @@ impl Offered {
                     apply_change(st, &change, t, pair, before, &at());
                 }) {
                     Some(phase) => {
-                        // The match protects in the same write.
-                        if change.protects() {
-                            self.finalizer(t, true);
+                        // The finalizer the status write sets, as the store
+                        // makes it: an object being deleted keeps its own.
+                        if let Some(present) = change.finalizer() {
+                            self.status_finalizer(t, present);
                         }
                         if *on == On::Source {
                             *written = phase;
@@ -126,6 +127,18 @@ impl Offered {
 
     /// Our finalizer on the object `t` names, added or taken off; none is
     /// added to an object being deleted.
+    /// The finalizer a status write sets (`Part::StatusAndFinalizers`):
+    /// an object being deleted keeps its finalizers as they are.
+    fn status_finalizer(&mut self, t: &NamespaceTransfer, present: bool) {
+        let deleting = self
+            .slot(t)
+            .as_ref()
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+        if !deleting {
+            self.finalizer(t, present);
+        }
+    }
+
     fn finalizer(&mut self, t: &NamespaceTransfer, present: bool) {
         if let Some(current) = self.slot(t).as_mut() {
             if !(present && current.metadata.deletion_timestamp.is_some()) {
