@@ -31,7 +31,7 @@ use crate::api::meta::Object;
 use crate::api::namespace_transfer::{NamespaceTransfer, Role, TransferMode};
 use crate::reflect::reflected;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
-use crate::registry::{ListOptions, Store, Strategy, WatchEvent, WatchOptions};
+use crate::registry::{ListOptions, Shared, Store, Strategy, WatchEvent, WatchOptions};
 
 /// How often every transfer is queued even without an event (and every
 /// EphemeralClaim but those that wait for an offer).
@@ -307,7 +307,7 @@ pub(super) async fn watch_objects<S: Strategy>(
                 let mut index = known.write();
                 index.clear();
                 for o in objects {
-                    index.insert(object_key(&o), o);
+                    index.insert(object_key(&*o), o);
                 }
                 index.keys()
             };
@@ -316,7 +316,7 @@ pub(super) async fn watch_objects<S: Strategy>(
             }
         },
         |o, deleted| {
-            let key = object_key(&o);
+            let key = object_key(&*o);
             let others = related(&o, &known.read());
             {
                 let mut index = known.write();
@@ -341,8 +341,8 @@ pub(super) async fn watch_objects<S: Strategy>(
 /// whether it was deleted), in order.
 pub(super) async fn follow_objects<S: Strategy>(
     store: Arc<Store<S>>,
-    mut listed: impl FnMut(Vec<S::Object>),
-    mut changed: impl FnMut(S::Object, bool),
+    mut listed: impl FnMut(Vec<Shared<S::Object>>),
+    mut changed: impl FnMut(Shared<S::Object>, bool),
 ) {
     let kind = <S::Object as Object>::resource().kind;
     loop {
@@ -359,7 +359,7 @@ pub(super) async fn follow_objects<S: Strategy>(
             allow_bookmarks: true,
             ..WatchOptions::default()
         };
-        listed(list.items.into_iter().map(|o| o.into_owned()).collect());
+        listed(list.items);
         let mut watch = match store.watch(None, opts).await {
             Ok(w) => w,
             Err(err) => {
@@ -370,10 +370,8 @@ pub(super) async fn follow_objects<S: Strategy>(
         };
         while let Some(event) = watch.next().await {
             match event {
-                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => {
-                    changed(o.into_owned(), false)
-                }
-                Ok(WatchEvent::Deleted(o)) => changed(o.into_owned(), true),
+                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => changed(o, false),
+                Ok(WatchEvent::Deleted(o)) => changed(o, true),
                 Ok(WatchEvent::Bookmark { .. }) => continue,
                 Err(err) => {
                     tracing::info!(kind, error = %err, "watch ended; relisting");

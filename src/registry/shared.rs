@@ -24,7 +24,7 @@ struct Inner<O> {
     json: OnceLock<Bytes>,
 }
 
-impl<O: Object> Shared<O> {
+impl<O> Shared<O> {
     /// Wraps an object (already carrying its resourceVersion).
     pub fn new(object: O) -> Self {
         Self {
@@ -34,7 +34,9 @@ impl<O: Object> Shared<O> {
             }),
         }
     }
+}
 
+impl<O: Object> Shared<O> {
     /// The object as its JSON response representation, encoded by the first
     /// reader that asks.
     pub fn json(&self) -> Result<Bytes, ApiError> {

@@ -90,7 +90,7 @@ impl Triggers {
             // missed events: every transfer it finds wakes its claims.
             tokio::spawn(follow_objects(
                 transfers,
-                move |all| all.iter().for_each(&wake_all),
+                move |all| all.iter().for_each(|t| wake_all(t)),
                 move |t, _| wake(&t),
             )),
             // A claim changed: the EphemeralClaim that names it.

@@ -9,9 +9,15 @@
 //! The index only narrows; the trigger's own test still decides. So it is
 //! correct as long as every object an event concerns is filed under one of
 //! the event's tags, which each trigger's tests check against a full scan.
+//!
+//! The copy holds the objects the store's watch hands out ([`Shared`]), so
+//! it shares them with the watch cache: an event costs no copy of its
+//! object, and the copy no memory of its own for the objects.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::registry::Shared;
 
 /// The tags an object is filed under.
 pub(crate) type Tags<O> = fn(&O) -> Vec<String>;
@@ -48,7 +54,7 @@ impl<O> Known<O> {
 /// The objects by key, and the keys by tag.
 #[derive(Debug)]
 pub(crate) struct Index<O> {
-    objects: HashMap<String, O>,
+    objects: HashMap<String, Shared<O>>,
     tagged: HashMap<String, HashSet<String>>,
     tags: Tags<O>,
 }
@@ -56,7 +62,7 @@ pub(crate) struct Index<O> {
 impl<O> Index<O> {
     /// Every object, with its key.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &O)> {
-        self.objects.iter()
+        self.objects.iter().map(|(key, o)| (key, &**o))
     }
 
     /// Every key.
@@ -78,7 +84,7 @@ impl<O> Index<O> {
             .filter_map(|t| self.tagged.get(t))
             .flatten()
         {
-            if seen.insert(key) && self.objects.get(key).is_some_and(&concerns) {
+            if seen.insert(key) && self.objects.get(key).is_some_and(|o| concerns(o)) {
                 keys.push(key.clone());
             }
         }
@@ -86,7 +92,7 @@ impl<O> Index<O> {
     }
 
     /// Puts `o` under `key`, in place of whatever was there.
-    pub(crate) fn insert(&mut self, key: String, o: O) {
+    pub(crate) fn insert(&mut self, key: String, o: Shared<O>) {
         self.remove(&key);
         for tag in (self.tags)(&o) {
             self.tagged.entry(tag).or_default().insert(key.clone());
@@ -135,14 +141,14 @@ mod tests {
     fn an_object_is_found_under_each_of_its_tags_once_and_only_while_it_has_them() {
         let known = Known::new(first_letters);
         let mut index = known.write();
-        index.insert("k".into(), ('a', 'b'));
-        index.insert("l".into(), ('b', 'c'));
+        index.insert("k".into(), Shared::new(('a', 'b')));
+        index.insert("l".into(), Shared::new(('b', 'c')));
         let both = [String::from("a"), String::from("b")];
         let mut found = index.concerned(&both, |_| true);
         found.sort();
         assert_eq!(found, ["k", "l"], "k is under a and b, and is listed once");
 
-        index.insert("k".into(), ('c', 'c'));
+        index.insert("k".into(), Shared::new(('c', 'c')));
         assert_eq!(
             index.concerned(&[String::from("a")], |_| true),
             Vec::<String>::new()
@@ -159,8 +165,8 @@ mod tests {
     fn the_trigger_s_own_test_still_decides_among_the_tagged() {
         let known = Known::new(first_letters);
         let mut index = known.write();
-        index.insert("k".into(), ('a', 'x'));
-        index.insert("l".into(), ('a', 'y'));
+        index.insert("k".into(), Shared::new(('a', 'x')));
+        index.insert("l".into(), Shared::new(('a', 'y')));
         assert_eq!(index.concerned(&[String::from("a")], |o| o.1 == 'y'), ["l"]);
     }
 }

@@ -67,7 +67,7 @@ fn indexed(all: &[NamespaceTransfer]) -> Known<NamespaceTransfer> {
     let known = Known::new(transfer_tags);
     let mut index = known.write();
     for t in all {
-        index.insert(object_key(t), t.clone());
+        index.insert(object_key(t), crate::registry::Shared::new(t.clone()));
     }
     drop(index);
     known
@@ -201,7 +201,9 @@ fn a_transfer_that_changes_its_volume_or_goes_is_filed_under_its_new_tags_only()
         .volume_name
         .clone();
     t.status.as_mut().unwrap().source_claim = Some(snapshot("pv-new"));
-    known.write().insert(object_key(&t), t.clone());
+    known
+        .write()
+        .insert(object_key(&t), crate::registry::Shared::new(t.clone()));
     let volume = |name: &str| -> PersistentVolume { named(None, name) };
     let finds = |name: &str| {
         let v = volume(name);
