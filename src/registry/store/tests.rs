@@ -339,6 +339,18 @@ async fn status_writes_change_only_status_and_main_writes_ignore_status() {
     );
 }
 
+/// The controller's write of `prod/name`'s `part`, made by `mutate`.
+async fn controller_write(
+    s: &NstStore,
+    name: &str,
+    part: Part,
+    mutate: impl Fn(&NamespaceTransfer) -> Result<NamespaceTransfer, ApiError>,
+) -> NamespaceTransfer {
+    s.guaranteed_update_from(&controller(), "prod", name, part, None, mutate)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn the_controllers_match_write_changes_status_and_finalizers_and_nothing_else() {
     let s = store().await;
@@ -356,17 +368,7 @@ async fn the_controllers_match_write_changes_status_and_finalizers_and_nothing_e
         Ok(next)
     };
     let before = s.get("prod", "a").await.unwrap();
-    let written = s
-        .guaranteed_update_from(
-            &controller(),
-            "prod",
-            "a",
-            Part::StatusAndFinalizers,
-            None,
-            protect,
-        )
-        .await
-        .unwrap();
+    let written = controller_write(&s, "a", Part::StatusAndFinalizers, protect).await;
     assert_eq!(written.phase(), Some("WaitingForRelease"));
     assert_eq!(
         written.metadata.finalizers.as_deref(),
@@ -387,10 +389,7 @@ async fn the_controllers_match_write_changes_status_and_finalizers_and_nothing_e
 
     // A plain status write with the same mutation leaves the finalizers.
     s.create(&ctx("alice"), "prod", offer("b")).await.unwrap();
-    let status_only = s
-        .guaranteed_update_from(&controller(), "prod", "b", Part::Status, None, protect)
-        .await
-        .unwrap();
+    let status_only = controller_write(&s, "b", Part::Status, protect).await;
     assert_eq!(status_only.metadata.finalizers, None);
 
     // Never a new finalizer on an object being deleted: its status is
@@ -401,17 +400,7 @@ async fn the_controllers_match_write_changes_status_and_finalizers_and_nothing_e
     s.delete(&ctx("alice"), "prod", "c", &DeleteOptions::default())
         .await
         .unwrap();
-    let deleting = s
-        .guaranteed_update_from(
-            &controller(),
-            "prod",
-            "c",
-            Part::StatusAndFinalizers,
-            None,
-            protect,
-        )
-        .await
-        .unwrap();
+    let deleting = controller_write(&s, "c", Part::StatusAndFinalizers, protect).await;
     assert_eq!(deleting.phase(), Some("WaitingForRelease"));
     assert_eq!(
         deleting.metadata.finalizers.as_deref(),
@@ -442,17 +431,7 @@ async fn the_controllers_completion_write_takes_its_finalizer_off_with_the_statu
         t
     };
     s.create(&ctx("alice"), "prod", held("a")).await.unwrap();
-    let written = s
-        .guaranteed_update_from(
-            &controller(),
-            "prod",
-            "a",
-            Part::StatusAndFinalizers,
-            None,
-            release,
-        )
-        .await
-        .unwrap();
+    let written = controller_write(&s, "a", Part::StatusAndFinalizers, release).await;
     assert_eq!(written.phase(), Some("Completed"));
     assert_eq!(
         written.metadata.finalizers.as_deref(),
@@ -467,17 +446,7 @@ async fn the_controllers_completion_write_takes_its_finalizer_off_with_the_statu
     s.delete(&ctx("alice"), "prod", "b", &DeleteOptions::default())
         .await
         .unwrap();
-    let deleting = s
-        .guaranteed_update_from(
-            &controller(),
-            "prod",
-            "b",
-            Part::StatusAndFinalizers,
-            None,
-            release,
-        )
-        .await
-        .unwrap();
+    let deleting = controller_write(&s, "b", Part::StatusAndFinalizers, release).await;
     assert_eq!(deleting.phase(), Some("Completed"));
     assert_eq!(
         deleting.metadata.finalizers.as_deref(),
