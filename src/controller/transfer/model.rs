@@ -798,11 +798,14 @@ impl World {
         // finalizer, and the pair's record, until the destination claim is
         // let go: the completion lets only the peer go.) Checked while the
         // source object is there to drive the pair and can name the claim
-        // (by R3's record, or by its peer): a claim a stale leader makes
-        // after the pair was tidied and one of its objects went is a known
-        // leak (docs/operations.md, "A destination claim left Pending").
+        // (by R3's record, or by its peer), or in any state when no stale
+        // leader acted: a claim a stale leader makes after the pair was
+        // tidied and one of its objects went is a known leak
+        // (docs/operations.md, "A destination claim left Pending").
         let named = self.s.destination.is_some() || self.d.exists;
-        if self.s.exists && !self.s.active() && named {
+        let stale = Move::StaleGather as u16 | Move::StaleAct as u16;
+        let driven = self.s.exists && !self.s.active() && named;
+        if driven || (!self.s.exists && self.made & stale == 0) {
             let held = [&self.source, &self.destination]
                 .into_iter()
                 .flatten()
