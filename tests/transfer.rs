@@ -172,6 +172,37 @@ fn move_volume(capacity: &str, class: &str) -> Duration {
         format!("{}/db", s.src.name)
     );
     assert!(dest["metadata"]["ownerReferences"].is_null());
+    // The controller bound the destination claim as kube-controller-
+    // manager's binder would, and made the source claim Lost before deleting
+    // it, so the binder, syncing both, found nothing to write.
+    let pv = volume_json(admin(), &s.pv).unwrap();
+    assert_eq!(
+        dest["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"],
+        "yes"
+    );
+    assert_eq!(dest["status"]["accessModes"], pv["spec"]["accessModes"]);
+    assert_eq!(
+        dest["status"]["capacity"]["storage"],
+        pv["spec"]["capacity"]["storage"]
+    );
+    let managers: Vec<&str> = dest["metadata"]["managedFields"]
+        .as_array()
+        .map(|fields| {
+            fields
+                .iter()
+                .filter_map(|m| m["manager"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !managers.contains(&"kube-controller-manager"),
+        "the binder wrote the destination claim: {managers:?}"
+    );
+    let source_events = events_about(admin(), &s.src.name, "PersistentVolumeClaim", "db");
+    assert!(
+        !source_events.iter().any(|e| e.starts_with("ClaimMisbound")),
+        "the binder made the source claim Lost itself: {source_events:?}"
+    );
     let dest_uid = dest["metadata"]["uid"].as_str().unwrap().to_owned();
     recorder.assert_never_lost(&[&s.claim_uid, &dest_uid]);
     let metrics = cp().direct().ok(&["get", "--raw", "/metrics"]);

@@ -401,11 +401,38 @@ impl Cluster {
         name: &str,
         patch: &Value,
     ) -> Result<PersistentVolumeClaim, ClusterError> {
-        let result = self
-            .claims(namespace)
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .map_err(ClusterError::from);
+        self.patch_claim_part(namespace, name, patch, false).await
+    }
+
+    /// [`Self::patch_claim`] of the claim's `/status`, whose strategy keeps
+    /// changes to metadata too.
+    pub async fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<PersistentVolumeClaim, ClusterError> {
+        self.patch_claim_part(namespace, name, patch, true).await
+    }
+
+    async fn patch_claim_part(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+        status: bool,
+    ) -> Result<PersistentVolumeClaim, ClusterError> {
+        let (claims, params, patch) = (
+            self.claims(namespace),
+            PatchParams::default(),
+            Patch::Merge(patch),
+        );
+        let result = if status {
+            claims.patch_status(name, &params, &patch).await
+        } else {
+            claims.patch(name, &params, &patch).await
+        }
+        .map_err(ClusterError::from);
         self.wrote(|| claim_key(namespace, name), || expect_after(&result));
         result
     }

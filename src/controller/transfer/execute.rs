@@ -78,6 +78,8 @@ impl TransferController {
 /// Makes the writes of `p` in order, calling the fault hooks at the
 /// boundary after each but an Event (`<label>#<n>`, and the names the plan
 /// gives it).
+/// A write made on the binder's behalf that is refused for good, or
+/// refused because its object changed, is skipped: the binder makes it.
 /// A conditional claim or volume write refused because its object changed
 /// or is gone (Conflict, NotFound), or a create that finds its claim
 /// already there, ends the plan: the next reconcile decides again. An
@@ -108,6 +110,9 @@ pub(super) async fn perform(
         match write {
             Write::Cluster(c) => match hands.cluster(c).await {
                 Ok(()) => {}
+                // The binder makes it itself; only a failure that may
+                // pass is tried again.
+                Err(e) if c.is_for_the_binder() && !matches!(e, ClusterError::Unavailable(_)) => {}
                 Err(ClusterError::Conflict { .. } | ClusterError::NotFound { .. })
                     if c.is_conditional() =>
                 {
@@ -221,6 +226,16 @@ impl Hands for TransferController {
             ClusterWrite::Volume { name, .. } => self
                 .cluster
                 .patch_volume(name, &write.patch())
+                .await
+                .map(drop),
+            ClusterWrite::Claim {
+                namespace,
+                name,
+                change,
+                ..
+            } if change.is_status() => self
+                .cluster
+                .patch_claim_status(namespace, name, &write.patch())
                 .await
                 .map(drop),
             ClusterWrite::Claim {

@@ -225,6 +225,10 @@ pub struct Claim {
     /// asks a populating request for its volume (DESIGN §2.3).
     pub populator: Option<PopulatorRef>,
     pub deleting: bool,
+    /// Carries `pv.kubernetes.io/bind-completed`: kube-controller-manager's
+    /// binder syncs it as a bound claim (one whose volume names another
+    /// claim is made `Lost`), not as one waiting for its volume.
+    pub bind_completed: bool,
     /// `metadata.finalizers`, ours (transfer-protection) among them or not.
     pub finalizers: Vec<String>,
     /// What R3 sets, to tell a claim exactly as R3 makes it from any other.
@@ -246,6 +250,7 @@ impl Claim {
             clone_for: None,
             populator: None,
             deleting: false,
+            bind_completed: false,
             finalizers: Vec::new(),
             shape,
         }
@@ -351,6 +356,10 @@ pub struct Volume {
     pub volume_mode: Option<String>,
     /// `spec.volumeAttributesClassName`.
     pub volume_attributes_class_name: Option<String>,
+    /// Carries `volume.alpha.kubernetes.io/pre-resize-capacity`: a resize
+    /// is under way, and the binder, not the controller, says what capacity
+    /// a claim bound to it has.
+    pub resizing: bool,
 }
 
 /// A volume's `claimRef`.
@@ -381,6 +390,14 @@ impl Volume {
 /// The annotation of the volume's marker, naming the transfer whose R2 took
 /// it (the same key as the claims' lock).
 pub const VOLUME_MARKER: &str = ANNOTATION_TRANSFER_LOCK;
+
+/// kube-controller-manager's mark of a claim whose binding is complete
+/// (`pv.kubernetes.io/bind-completed`).
+pub const ANNOTATION_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+
+/// The capacity a volume had before a resize still under way; while it is
+/// there, the binder sets a claim's capacity from it.
+pub const ANNOTATION_PRE_RESIZE_CAPACITY: &str = "volume.alpha.kubernetes.io/pre-resize-capacity";
 
 fn annotation(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -457,6 +474,7 @@ impl From<&PersistentVolumeClaim> for Claim {
                     namespace: r.namespace.clone().filter(|ns| !ns.is_empty()),
                 }),
             deleting: c.metadata.deletion_timestamp.is_some(),
+            bind_completed: annotation(&c.metadata, ANNOTATION_BIND_COMPLETED).is_some(),
             finalizers: c.metadata.finalizers.clone().unwrap_or_default(),
             shape: ClaimShape {
                 storage_class_name: spec.storage_class_name,
@@ -512,6 +530,7 @@ impl From<&PersistentVolume> for Volume {
             access_modes: spec.access_modes.unwrap_or_default(),
             volume_mode: spec.volume_mode,
             volume_attributes_class_name: spec.volume_attributes_class_name,
+            resizing: annotation(&v.metadata, ANNOTATION_PRE_RESIZE_CAPACITY).is_some(),
         }
     }
 }

@@ -148,6 +148,9 @@ struct Pvc {
     finalizer: bool,
     /// Made by the controller (R3), or exactly as it makes them.
     as_made: bool,
+    /// Carries `bind-completed`: the binder syncs it as a bound claim, and
+    /// makes it Lost once its volume names another.
+    completed: bool,
 }
 
 /// The PersistentVolume.
@@ -288,6 +291,7 @@ impl World {
                 deleting: false,
                 finalizer: false,
                 as_made: false,
+                completed: true,
             }),
             destination: None,
             volume: Some(Pv {
@@ -346,6 +350,7 @@ impl World {
             deleting: false,
             finalizer: false,
             as_made: false,
+            completed: false,
         }
     }
 
@@ -385,6 +390,7 @@ impl World {
             deleting: false,
             finalizer,
             as_made,
+            completed: false,
         }
     }
 
@@ -521,6 +527,7 @@ impl World {
             clone_for: cloned.then(|| RECEIVER.clone()),
             populator: None,
             deleting: pvc.deleting,
+            bind_completed: pvc.completed,
             finalizers: if pvc.finalizer {
                 vec![FINALIZER_TRANSFER_PROTECTION.to_owned()]
             } else {
@@ -609,6 +616,7 @@ impl World {
                         deleting: false,
                         finalizer: false,
                         as_made: false,
+                        completed: true,
                     },
                     "db",
                     false,
@@ -672,6 +680,7 @@ impl World {
                 access_modes: vec!["ReadWriteOnce".to_owned()],
                 volume_mode: None,
                 volume_attributes_class_name: None,
+                resizing: false,
             }),
             class: ClassPolicy::Allowed,
             // A live LIST, asked for when a step needs it.
@@ -777,6 +786,22 @@ impl World {
             let allowed = (!dest && source_side) || (dest && ours.contains(&uid));
             if !allowed {
                 return Err(format!("the volume names a third claim (uid {uid})"));
+            }
+            // The claim the volume names is never Lost (the binder makes a
+            // claim Lost only when its binding was completed to a volume
+            // that names another), and a destination claim is Bound only to
+            // a volume that names it.
+            for (is_dest, c) in [(false, &self.source), (true, &self.destination)] {
+                let Some(c) = c else { continue };
+                let named = v.claim == (is_dest, c.uid);
+                if named && c.phase == "Lost" {
+                    return Err(format!("the claim the volume names is Lost: {c:?}"));
+                }
+                if is_dest && !named && c.phase == "Bound" {
+                    return Err(format!(
+                        "a destination claim is Bound to a volume that names another: {c:?} {v:?}"
+                    ));
+                }
             }
         }
         Ok(())

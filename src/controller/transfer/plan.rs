@@ -54,7 +54,7 @@ use crate::controller::{object_key, Next};
 
 pub(super) use cluster::{cluster_writes, ClusterWrite};
 #[cfg(test)]
-pub(super) use cluster::{ClaimChange, VolumeChange};
+pub(super) use cluster::{BoundStatus, ClaimChange, VolumeChange};
 
 use super::decide::snapshot::{label as snapshot_label, step_of as snapshot_step_of};
 use super::decide::{

@@ -199,6 +199,7 @@ pub(super) fn volume_to_be(origin: &Claim) -> Volume {
         access_modes: shape.access_modes.clone(),
         volume_mode: shape.volume_mode.clone(),
         volume_attributes_class_name: None,
+        resizing: false,
     }
 }
 

@@ -96,6 +96,7 @@ fn claim(name: &str, uid: &str, volume: Option<&str>) -> Claim {
         clone_for: None,
         populator: None,
         deleting: false,
+        bind_completed: volume.is_some(),
         finalizers: Vec::new(),
         shape: ClaimShape {
             storage_class_name: Some("fast".to_owned()),
@@ -132,6 +133,7 @@ fn volume(bound_to: Option<(&str, &str, &str)>) -> Volume {
         access_modes: vec!["ReadWriteOnce".to_owned()],
         volume_mode: None,
         volume_attributes_class_name: None,
+        resizing: false,
     }
 }
 

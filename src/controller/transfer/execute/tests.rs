@@ -438,8 +438,15 @@ fn r5_refused_by_admission_comes_back_as_a_fact_and_records_no_step() {
     let action = Action::ReleaseSource {
         uid: "uid-db".to_owned(),
     };
+    // The delete comes after the source claim is made Lost.
+    let delete = plan(&f, &action)
+        .writes
+        .iter()
+        .position(|w| matches!(w, Write::Cluster(ClusterWrite::DeleteClaim { .. })))
+        .unwrap();
+    assert_eq!(delete, 1);
     let refused = forbidden("denied by a webhook");
-    let hands = Recorder::failing(0, refused);
+    let hands = Recorder::failing(delete, refused);
     assert!(matches!(
         run(&hands, &f, &action),
         Outcome::Refused(Refused {
@@ -447,6 +454,37 @@ fn r5_refused_by_admission_comes_back_as_a_fact_and_records_no_step() {
             ..
         })
     ));
+    assert_eq!(hands.made().len(), 2);
+}
+
+#[test]
+fn a_write_for_the_binder_refused_in_any_way_but_one_that_may_pass_is_skipped_and_the_plan_goes_on()
+{
+    let mut f = committed();
+    f.users = Some(Vec::new());
+    let action = Action::ReleaseSource {
+        uid: "uid-db".to_owned(),
+    };
+    let p = plan(&f, &action);
+    let conflict = ClusterError::Conflict {
+        message: "the binder wrote first".to_owned(),
+    };
+    for refusal in [
+        conflict,
+        forbidden("no patch on persistentvolumeclaims/status"),
+    ] {
+        let hands = Recorder::failing(0, refusal.clone());
+        assert_eq!(
+            run(&hands, &f, &action),
+            Outcome::Next(Next::Now),
+            "{refusal:?}"
+        );
+        assert_eq!(hands.made(), expected(&f, &p), "{refusal:?}");
+    }
+    // One that may pass is tried again, with the whole reconcile.
+    let hands = Recorder::failing(0, ClusterError::Unavailable("timeout".to_owned()));
+    let outcome = futures::executor::block_on(perform(&hands, &f, "ReleaseSource", &p));
+    assert!(outcome.is_err(), "{outcome:?}");
     assert_eq!(hands.made().len(), 1);
 }
 

@@ -61,6 +61,7 @@ impl World {
                         if let Some(c) = target.as_mut() {
                             c.phase = "Bound";
                             c.volume = true;
+                            c.completed = true;
                             c.rv = rv1;
                         }
                         if let Some(v) = w.volume.as_mut() {
@@ -71,8 +72,9 @@ impl World {
                         }
                         out.push(w);
                     }
-                    // A bound claim the volume no longer names is Lost.
-                    if c.phase == "Bound" && (is_dest != dest || c.uid != uid) {
+                    // A claim whose binding was completed, and whose volume
+                    // names another claim, is Lost.
+                    if c.completed && c.phase != "Lost" && (is_dest != dest || c.uid != uid) {
                         let mut w = self.clone();
                         let rv = w.bump();
                         let target = if is_dest {
@@ -87,6 +89,22 @@ impl World {
                         out.push(w);
                     }
                 }
+            }
+            // A volume whose claim is there and pre-bound to it is Bound
+            // (the binder's volume sync), whatever the claim's own phase.
+            let named = if dest {
+                &self.destination
+            } else {
+                &self.source
+            };
+            if v.phase != "Bound" && named.as_ref().is_some_and(|c| c.uid == uid && c.volume) {
+                let mut w = self.clone();
+                let rv = w.bump();
+                if let Some(v) = w.volume.as_mut() {
+                    v.phase = "Bound";
+                    v.rv = rv;
+                }
+                out.push(w);
             }
             // A volume whose claim is gone is Released.
             if v.phase == "Bound" && !exists(self, dest, uid) {

@@ -256,6 +256,7 @@ fn origin() -> Claim {
         clone_for: None,
         populator: None,
         deleting: false,
+        bind_completed: true,
         finalizers: Vec::new(),
         shape: ClaimShape {
             storage_class_name: Some("fast".to_owned()),
@@ -283,6 +284,7 @@ fn tenant_claim(name: &str, uid: &str) -> Claim {
         resource_version: format!("{uid}/1"),
         phase: "Pending".to_owned(),
         volume_name: None,
+        bind_completed: false,
         populator: Some(PopulatorRef {
             name: "clones".to_owned(),
             namespace: None,

@@ -130,6 +130,12 @@ impl World {
                             .any(|f| f == FINALIZER_TRANSFER_PROTECTION);
                         c.volume = true;
                     }
+                    ClaimChange::Bind(_) => {
+                        c.lock = None;
+                        c.completed = true;
+                        c.phase = "Bound";
+                    }
+                    ClaimChange::Lose => c.phase = "Lost",
                 }
                 // A patch that changes nothing keeps the resourceVersion,
                 // as in kube-apiserver.
@@ -194,7 +200,7 @@ impl World {
     /// Makes one write of a plan on this world; whether the plan goes on.
     fn write(&mut self, write: &Write, seen: &World, created: &mut Option<u32>) -> bool {
         match write {
-            Write::Cluster(c) => self.make(c) || !c.is_conditional(),
+            Write::Cluster(c) => self.make(c) || !c.is_conditional() || c.is_for_the_binder(),
             Write::Create { step, .. } => {
                 let destination = *step == Step::CreateDestination;
                 let slot = if destination {

@@ -15,7 +15,9 @@ use crate::controller::transfer::decide::{
     destination_of, moved_claim_name_of, peer_or_self, recorded_destination, recorded_source,
     uid_of, Action,
 };
-use crate::controller::transfer::facts::{Facts, VOLUME_MARKER};
+use crate::controller::transfer::facts::{
+    Claim, Facts, Volume, ANNOTATION_BIND_COMPLETED, VOLUME_MARKER,
+};
 
 /// One write to a PersistentVolume or a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,9 +84,41 @@ pub(in crate::controller::transfer) enum ClaimChange {
         finalizers: Vec<String>,
         volume_name: String,
     },
+    /// Right after R4, on the destination claim: what kube-controller-
+    /// manager's binder writes to a claim it binds, so that its own sync
+    /// finds nothing to do (`bind-completed`, and the status its
+    /// `updateClaimStatus` would set), and our lock off. One write to
+    /// `/status`, whose strategy keeps metadata changes.
+    Bind(BoundStatus),
+    /// After R4, on the source claim: `Lost`, as the binder makes a claim
+    /// whose volume names another, clearing what it clears. On `/status`.
+    Lose,
+}
+
+/// The status the binder gives a claim it binds to a volume: the volume's
+/// access modes and storage capacity, and its attributes class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::controller::transfer) struct BoundStatus {
+    pub access_modes: Vec<String>,
+    pub capacity: String,
+    pub volume_attributes_class_name: Option<String>,
+}
+
+impl ClaimChange {
+    /// Whether the write goes to the claim's `/status`.
+    pub(in crate::controller::transfer) fn is_status(&self) -> bool {
+        matches!(self, ClaimChange::Bind(_) | ClaimChange::Lose)
+    }
 }
 
 impl ClusterWrite {
+    /// Whether the write is made on kube-controller-manager's behalf: one
+    /// the binder makes itself when it is refused, for any reason, so the
+    /// plan goes on without it (it still carries its precondition).
+    pub(in crate::controller::transfer) fn is_for_the_binder(&self) -> bool {
+        matches!(self, ClusterWrite::Claim { change, .. } if change.is_status())
+    }
+
     /// Whether the write is made only if a precondition holds; a refused one
     /// ends the list.
     pub(in crate::controller::transfer) fn is_conditional(&self) -> bool {
@@ -131,6 +165,24 @@ impl ClusterWrite {
                         "metadata": {"finalizers": finalizers},
                         "spec": {"volumeName": volume_name},
                     }),
+                    ClaimChange::Bind(status) => json!({
+                        "metadata": {"annotations": {
+                            ANNOTATION_TRANSFER_LOCK: null,
+                            ANNOTATION_BIND_COMPLETED: "yes",
+                        }},
+                        "status": {
+                            "phase": "Bound",
+                            "accessModes": status.access_modes,
+                            "capacity": {"storage": status.capacity},
+                            "currentVolumeAttributesClassName": status.volume_attributes_class_name,
+                        },
+                    }),
+                    ClaimChange::Lose => json!({"status": {
+                        "phase": "Lost",
+                        "accessModes": null,
+                        "capacity": null,
+                        "currentVolumeAttributesClassName": null,
+                    }}),
                 };
                 if let Some(rv) = resource_version {
                     patch["metadata"]["resourceVersion"] = json!(rv);
@@ -264,19 +316,34 @@ pub(in crate::controller::transfer) fn cluster_writes(
             };
             match volume(commit, resource_version) {
                 None => Vec::new(),
-                // The lock has done its work on the destination claim.
-                // Taking it off also changes the claim, which makes the
-                // cluster's PV controller bind it now rather than at its
-                // next resync.
-                commit => vec![
-                    commit,
-                    Some(ClusterWrite::Claim {
-                        namespace: destination.namespace.clone(),
-                        name: destination.name.clone(),
-                        resource_version: None,
-                        change: ClaimChange::Unlock,
-                    }),
-                ],
+                // The lock has done its work on the destination claim. The
+                // claim is bound as the binder would bind it, at the version
+                // decided on; where that cannot be (a resize under way, a
+                // claim not as R3 left it), taking the lock off still
+                // changes the claim, which makes the binder bind it now
+                // rather than at its next resync.
+                commit => {
+                    let claim = f
+                        .destination_claim
+                        .as_ref()
+                        .filter(|c| c.uid == destination.uid);
+                    let bind = claim.zip(f.volume.as_ref()).and_then(|(c, v)| {
+                        binding(c, v).map(|status| (c.resource_version.clone(), status))
+                    });
+                    let (resource_version, change) = match bind {
+                        Some((rv, status)) => (Some(rv), ClaimChange::Bind(status)),
+                        None => (None, ClaimChange::Unlock),
+                    };
+                    vec![
+                        commit,
+                        Some(ClusterWrite::Claim {
+                            namespace: destination.namespace.clone(),
+                            name: destination.name.clone(),
+                            resource_version,
+                            change,
+                        }),
+                    ]
+                }
             }
         }
         Action::Rehold { resource_version } => {
@@ -345,11 +412,31 @@ pub(in crate::controller::transfer) fn cluster_writes(
             resource_version: Some(resource_version.clone()),
             change: ClaimChange::Unlock,
         })],
-        Action::ReleaseSource { uid } => vec![Some(ClusterWrite::DeleteClaim {
-            namespace: source_ns,
-            name: locked_name(),
-            uid: uid.clone(),
-        })],
+        // R5. The binder would make the source claim Lost when it next
+        // syncs it (the delete is such a sync); made Lost first, as the
+        // binder makes it, the claim gives the binder nothing to write.
+        Action::ReleaseSource { uid } => {
+            let lose = f
+                .moved_claim
+                .as_ref()
+                .filter(|c| c.uid == *uid)
+                .zip(f.volume.as_ref())
+                .filter(|(c, v)| loses_to_another(c, v))
+                .map(|(c, _)| ClusterWrite::Claim {
+                    namespace: source_ns.clone(),
+                    name: locked_name(),
+                    resource_version: Some(c.resource_version.clone()),
+                    change: ClaimChange::Lose,
+                });
+            vec![
+                lose,
+                Some(ClusterWrite::DeleteClaim {
+                    namespace: source_ns,
+                    name: locked_name(),
+                    uid: uid.clone(),
+                }),
+            ]
+        }
         Action::DeleteClone { name, uid } => vec![Some(ClusterWrite::DeleteClaim {
             namespace: source_ns,
             name: name.clone(),
@@ -383,4 +470,38 @@ pub(in crate::controller::transfer) fn cluster_writes(
         | Action::Snapshot(_) => Vec::new(),
     };
     writes.into_iter().flatten().collect()
+}
+
+/// The status the binder would give `claim` when it binds it to `volume`,
+/// if the controller may write it in the binder's place: the claim is
+/// Pending and pre-bound to the volume (the binder's sync of it would
+/// bind it, and nothing else), and the volume has a storage capacity and
+/// no resize under way (whose capacity the binder takes from an
+/// annotation). The volume naming the claim is the caller's to ensure:
+/// only the commit's own plan makes this write, after the commit.
+pub(in crate::controller::transfer) fn binding(
+    claim: &Claim,
+    volume: &Volume,
+) -> Option<BoundStatus> {
+    let pre_bound = claim.volume_name.as_deref() == Some(volume.name.as_str());
+    if claim.phase != "Pending" || claim.deleting || !pre_bound || volume.resizing {
+        return None;
+    }
+    Some(BoundStatus {
+        access_modes: volume.access_modes.clone(),
+        capacity: volume.capacity.clone()?,
+        volume_attributes_class_name: volume.volume_attributes_class_name.clone(),
+    })
+}
+
+/// Whether the binder would make `claim` Lost: it completed a binding to
+/// `volume`, which now names another claim, and it is not Lost yet.
+pub(in crate::controller::transfer) fn loses_to_another(claim: &Claim, volume: &Volume) -> bool {
+    claim.bind_completed
+        && claim.phase != "Lost"
+        && claim.volume_name.as_deref() == Some(volume.name.as_str())
+        && volume
+            .claim_ref
+            .as_ref()
+            .is_some_and(|r| r.uid != claim.uid)
 }

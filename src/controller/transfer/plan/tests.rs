@@ -300,3 +300,171 @@ fn a_standing_offers_request_keeps_its_finalizer_through_the_completion() {
     assert!(!peer_writes(&p).is_empty(), "the request hears it: {p:?}");
     assert_eq!(finalizers_set(&p), [], "{p:?}");
 }
+
+/// `Commit` to the destination claim of `decide::tests::created`.
+fn commit_to_dest() -> Action {
+    Action::Commit {
+        resource_version: "20".to_owned(),
+        destination: ClaimReference {
+            namespace: "dev".to_owned(),
+            name: "db".to_owned(),
+            uid: "uid-dest".to_owned(),
+        },
+    }
+}
+
+/// R3's claim as the facts show it: Pending, pre-bound to the volume.
+fn created_pre_bound() -> Facts {
+    let mut f = crate::controller::transfer::decide::tests::created();
+    if let Some(c) = f.destination_claim.as_mut() {
+        c.volume_name = Some("pv-db".to_owned());
+    }
+    f
+}
+
+#[test]
+fn the_commit_binds_the_destination_claim_as_the_binder_would_in_one_status_write_at_the_version_decided_on(
+) {
+    let f = created_pre_bound();
+    let writes = cluster_writes(&f, &commit_to_dest());
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert!(matches!(
+        &writes[0],
+        ClusterWrite::Volume {
+            change: VolumeChange::Commit { .. },
+            ..
+        }
+    ));
+    let bind = &writes[1];
+    let ClusterWrite::Claim {
+        resource_version,
+        change,
+        ..
+    } = bind
+    else {
+        panic!("{bind:?}");
+    };
+    assert_eq!(resource_version.as_deref(), Some("10"));
+    assert_eq!(
+        *change,
+        ClaimChange::Bind(BoundStatus {
+            access_modes: vec!["ReadWriteOnce".to_owned()],
+            capacity: "2Gi".to_owned(),
+            volume_attributes_class_name: None,
+        })
+    );
+    assert!(change.is_status() && bind.is_for_the_binder() && bind.is_conditional());
+    // What the binder's bindClaimToVolume and updateClaimStatus would set,
+    // so that its own sync finds nothing to do, and our lock off.
+    assert_eq!(
+        bind.patch(),
+        json!({
+            "metadata": {
+                "resourceVersion": "10",
+                "annotations": {
+                    "storage.transfer.k8s.io/transfer": null,
+                    "pv.kubernetes.io/bind-completed": "yes",
+                },
+            },
+            "status": {
+                "phase": "Bound",
+                "accessModes": ["ReadWriteOnce"],
+                "capacity": {"storage": "2Gi"},
+                "currentVolumeAttributesClassName": null,
+            },
+        })
+    );
+    // The volume's attributes class becomes the claim's current one.
+    let mut f = created_pre_bound();
+    f.volume.as_mut().unwrap().volume_attributes_class_name = Some("gold".to_owned());
+    let writes = cluster_writes(&f, &commit_to_dest());
+    assert_eq!(
+        writes[1].patch()["status"]["currentVolumeAttributesClassName"],
+        "gold"
+    );
+}
+
+#[test]
+fn the_commit_leaves_to_the_binder_a_claim_it_would_not_bind_as_a_pending_pre_bound_one_and_only_unlocks_it(
+) {
+    let unlock_only = |f: &Facts, why: &str| {
+        let writes = cluster_writes(f, &commit_to_dest());
+        assert_eq!(
+            writes[1],
+            ClusterWrite::Claim {
+                namespace: "dev".to_owned(),
+                name: "db".to_owned(),
+                resource_version: None,
+                change: ClaimChange::Unlock,
+            },
+            "{why}"
+        );
+        assert!(!writes[1].is_for_the_binder(), "{why}");
+    };
+    let mut f = created_pre_bound();
+    f.volume.as_mut().unwrap().resizing = true;
+    unlock_only(
+        &f,
+        "a resize under way: the binder takes the capacity from an annotation",
+    );
+    let mut f = created_pre_bound();
+    f.volume.as_mut().unwrap().capacity = None;
+    unlock_only(&f, "a volume without a capacity");
+    for phase in ["Lost", "Bound", ""] {
+        let mut f = created_pre_bound();
+        f.destination_claim.as_mut().unwrap().phase = phase.to_owned();
+        unlock_only(&f, phase);
+    }
+    let mut f = created_pre_bound();
+    f.destination_claim.as_mut().unwrap().deleting = true;
+    unlock_only(&f, "a deleting claim");
+    let mut f = created_pre_bound();
+    f.destination_claim.as_mut().unwrap().volume_name = Some("pv-other".to_owned());
+    unlock_only(&f, "pre-bound to another volume");
+    let mut f = created_pre_bound();
+    f.destination_claim.as_mut().unwrap().uid = "uid-impostor".to_owned();
+    unlock_only(&f, "not the claim the commit names");
+}
+
+#[test]
+fn r5_makes_the_source_claim_lost_as_the_binder_would_then_deletes_it() {
+    let f = crate::controller::transfer::decide::tests::committed();
+    let release = Action::ReleaseSource {
+        uid: "uid-db".to_owned(),
+    };
+    let writes = cluster_writes(&f, &release);
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert!(writes[0].is_for_the_binder());
+    // What the binder's updateClaimStatus(Lost) sets and clears.
+    assert_eq!(
+        writes[0].patch(),
+        json!({
+            "metadata": {"resourceVersion": "10"},
+            "status": {
+                "phase": "Lost",
+                "accessModes": null,
+                "capacity": null,
+                "currentVolumeAttributesClassName": null,
+            },
+        })
+    );
+    assert!(matches!(&writes[1], ClusterWrite::DeleteClaim { uid, .. } if uid == "uid-db"));
+    // Lost already, a binding the binder never completed, or a volume that
+    // still names it (no commit): only the delete, as before.
+    let only_delete = |f: &Facts, why: &str| {
+        let writes = cluster_writes(f, &release);
+        assert_eq!(writes.len(), 1, "{why}: {writes:?}");
+        assert!(
+            matches!(&writes[0], ClusterWrite::DeleteClaim { .. }),
+            "{why}"
+        );
+    };
+    let mut lost = crate::controller::transfer::decide::tests::committed();
+    lost.moved_claim.as_mut().unwrap().phase = "Lost".to_owned();
+    only_delete(&lost, "Lost already");
+    let mut unbound = crate::controller::transfer::decide::tests::committed();
+    unbound.moved_claim.as_mut().unwrap().bind_completed = false;
+    only_delete(&unbound, "no bind-completed");
+    let uncommitted = crate::controller::transfer::decide::tests::created();
+    only_delete(&uncommitted, "the volume still names it");
+}

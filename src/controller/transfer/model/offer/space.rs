@@ -40,6 +40,18 @@ impl Space for Offered {
                 }
             }
         }
+        // The binder makes a claim Lost only when its binding was completed
+        // to a volume that names another: never the claim a volume names.
+        for (k, c) in &self.claims {
+            let Some(name) = &c.volume_name else { continue };
+            let named = self
+                .volumes
+                .get(name)
+                .is_some_and(|pv| pv.volume.names(&k.0, &k.1, &c.uid));
+            if named && c.phase == "Lost" {
+                return Err(format!("the claim its volume names is Lost: {k:?} {c:?}"));
+            }
+        }
         Ok(())
     }
 
@@ -155,6 +167,7 @@ impl Space for Offered {
                         access_modes: vec!["ReadWriteOnce".to_owned()],
                         volume_mode: None,
                         volume_attributes_class_name: None,
+                        resizing: false,
                     };
                     w.volumes.insert(
                         volume.clone(),
@@ -167,6 +180,7 @@ impl Space for Offered {
                         c.volume_name = Some(volume.clone());
                         c.shape.volume_name = Some(volume.clone());
                         c.phase = "Bound".to_owned();
+                        c.bind_completed = true;
                         c.resource_version = next(&c.resource_version);
                     }
                     out.push(w);
@@ -182,6 +196,7 @@ impl Space for Offered {
                 let mut w = self.clone();
                 if let Some(c) = w.claims.get_mut(k) {
                     c.phase = "Bound".to_owned();
+                    c.bind_completed = true;
                     c.resource_version = next(&c.resource_version);
                 }
                 if let Some(pv) = w
@@ -194,8 +209,9 @@ impl Space for Offered {
                 }
                 out.push(w);
             }
-            // A bound claim its volume no longer names is Lost.
-            if c.phase == "Bound" && !names_it {
+            // A claim whose binding was completed, and whose volume names
+            // another claim, is Lost.
+            if c.bind_completed && c.phase != "Lost" && !names_it {
                 let mut w = self.clone();
                 if let Some(c) = w.claims.get_mut(k) {
                     c.phase = "Lost".to_owned();
@@ -217,6 +233,21 @@ impl Space for Offered {
                     .get(&key(&r.namespace, &r.name))
                     .is_some_and(|c| c.uid == r.uid)
             });
+            // A volume whose claim is there and names it is Bound (the
+            // binder's volume sync), whatever the claim's own phase.
+            let claim_names_it = v.claim_ref.as_ref().is_some_and(|r| {
+                self.claims
+                    .get(&key(&r.namespace, &r.name))
+                    .is_some_and(|c| c.uid == r.uid && c.volume_name.as_ref() == Some(name))
+            });
+            if v.phase != "Bound" && claim_names_it {
+                let mut w = self.clone();
+                if let Some(pv) = w.volumes.get_mut(name) {
+                    pv.volume.phase = "Bound".to_owned();
+                    pv.volume.resource_version = next(&pv.volume.resource_version);
+                }
+                out.push(w);
+            }
             if v.phase == "Bound" && !claim_there {
                 let mut w = self.clone();
                 if let Some(pv) = w.volumes.get_mut(name) {

@@ -53,7 +53,7 @@ impl Offered {
             On::Peer => peer,
         };
         match write {
-            Write::Cluster(c) => self.make(c) || !c.is_conditional(),
+            Write::Cluster(c) => self.make(c) || !c.is_conditional() || c.is_for_the_binder(),
             Write::Create {
                 namespace, claim, ..
             } => {
@@ -248,6 +248,12 @@ impl Offered {
                         c.finalizers = finalizers.clone();
                         c.volume_name = Some(volume_name.clone());
                     }
+                    ClaimChange::Bind(_) => {
+                        c.lock = None;
+                        c.bind_completed = true;
+                        c.phase = "Bound".to_owned();
+                    }
+                    ClaimChange::Lose => c.phase = "Lost".to_owned(),
                 }
                 if *c != before {
                     c.resource_version = next(&c.resource_version);
