@@ -874,8 +874,11 @@ impl ControlPlane {
                 self.pki.server_serving.key.display()
             ),
             "--shutdown-grace-period=5s".to_owned(),
-            // A clone the driver refuses fails the transfer in seconds.
-            "--clone-timeout=5s".to_owned(),
+            // A clone the driver refuses fails the transfer in seconds; long
+            // enough that the provisioner, retrying its own conflicts on a
+            // source cloned several times at once, is not cut short on a
+            // loaded machine.
+            "--clone-timeout=10s".to_owned(),
             // tests/fairness.rs files 2,000 waiting transfers in one
             // namespace, past the default backstop of 1,000.
             "--max-objects-per-namespace=2500".to_owned(),
