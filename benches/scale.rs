@@ -329,7 +329,6 @@ fn one_size(pairs: usize, rt: &tokio::runtime::Runtime) -> Size {
     );
     let run = fleet.request_all(&cp, FLEET_TIMEOUT);
     let cpu = cpu_used(&before, &cpu_now(&cp));
-    fleet.assert_intact(cp.kubectl(), &cp.csi);
     let size = Size {
         pairs,
         run,
@@ -350,6 +349,7 @@ fn one_size(pairs: usize, rt: &tokio::runtime::Runtime) -> Size {
         .map(|(p, _)| format!("{p} {:.0}", size.cpu_ms(p)))
         .collect();
     eprintln!("scale: CPU ms per transfer: {}", cpu.join(", "));
+    fleet.assert_intact(cp.kubectl(), &cp.csi);
     size
 }
 

@@ -172,12 +172,16 @@ fn move_volume(capacity: &str, class: &str) -> Duration {
         format!("{}/db", s.src.name)
     );
     assert!(dest["metadata"]["ownerReferences"].is_null());
-    // The controller bound the destination claim as kube-controller-
-    // manager's binder would, and made the source claim Lost before deleting
-    // it, so the binder, syncing both, found nothing to write.
+    // The controller wrote the destination claim's status as kube-
+    // controller-manager's binder would, and made the source claim Lost
+    // before deleting it: the binder added bind-completed and nothing else.
     let pv = volume_json(admin(), &s.pv).unwrap();
     assert_eq!(
         dest["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"],
+        "yes"
+    );
+    assert_eq!(
+        dest["metadata"]["annotations"]["pv.kubernetes.io/bound-by-controller"],
         "yes"
     );
     assert_eq!(dest["status"]["accessModes"], pv["spec"]["accessModes"]);
@@ -185,18 +189,15 @@ fn move_volume(capacity: &str, class: &str) -> Duration {
         dest["status"]["capacity"]["storage"],
         pv["spec"]["capacity"]["storage"]
     );
-    let managers: Vec<&str> = dest["metadata"]["managedFields"]
+    let binder_status = dest["metadata"]["managedFields"]
         .as_array()
-        .map(|fields| {
-            fields
-                .iter()
-                .filter_map(|m| m["manager"].as_str())
-                .collect()
-        })
-        .unwrap_or_default();
+        .into_iter()
+        .flatten()
+        .filter(|m| m["manager"] == "kube-controller-manager")
+        .find(|m| m["subresource"] == "status");
     assert!(
-        !managers.contains(&"kube-controller-manager"),
-        "the binder wrote the destination claim: {managers:?}"
+        binder_status.is_none(),
+        "the binder wrote the destination claim's status: {binder_status:?}"
     );
     let source_events = events_about(admin(), &s.src.name, "PersistentVolumeClaim", "db");
     assert!(

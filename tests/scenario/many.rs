@@ -215,9 +215,35 @@ impl Fleet {
 
     /// Every volume kept its uid, is Bound to its destination claim with
     /// the policy it had (`Delete`), and the CSI driver was never asked to
-    /// delete it.
+    /// delete it. The source claims, deleted at R5, go once
+    /// kube-controller-manager's pvc-protection lets them (a live pod LIST
+    /// and a write each, through its own client's rate limit): waited for,
+    /// up to two minutes.
     #[track_caller]
     pub(crate) fn assert_intact(&self, k: &Kubectl, csi: &Csi) {
+        let sources: std::collections::HashSet<(String, String)> = self
+            .pairs
+            .iter()
+            .map(|p| (p.src.clone(), p.claim.clone()))
+            .collect();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let names = k.ok(&[
+                "get",
+                "pvc",
+                "-A",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}",
+            ]);
+            let left = names
+                .lines()
+                .filter_map(|l| l.split_once('/'))
+                .any(|(ns, name)| sources.contains(&(ns.to_owned(), name.to_owned())));
+            if !left || std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
         let volumes: Value = serde_json::from_str(&k.ok(&["get", "pv", "-o", "json"])).unwrap();
         let by_name: HashMap<&str, &Value> = volumes["items"]
             .as_array()

@@ -395,6 +395,10 @@ pub const VOLUME_MARKER: &str = ANNOTATION_TRANSFER_LOCK;
 /// (`pv.kubernetes.io/bind-completed`).
 pub const ANNOTATION_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 
+/// kube-controller-manager's mark of a claim whose `spec.volumeName` a
+/// controller set (`pv.kubernetes.io/bound-by-controller`).
+pub const ANNOTATION_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+
 /// The capacity a volume had before a resize still under way; while it is
 /// there, the binder sets a claim's capacity from it.
 pub const ANNOTATION_PRE_RESIZE_CAPACITY: &str = "volume.alpha.kubernetes.io/pre-resize-capacity";

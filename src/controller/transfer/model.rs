@@ -14,7 +14,8 @@
 //!   of other steps) acts on them, as a leader that lost its lease without
 //!   noticing would;
 //! - **kube-controller-manager**: binds a claim the volume names, marks a
-//!   claim Lost whose volume names another, marks a volume Released whose
+//!   claim Lost whose volume names another (both as its copy of the volume
+//!   shows it, which may lag), marks a volume Released whose
 //!   claim is gone, deletes a deleting claim nothing uses (pvc-protection),
 //!   removes an object without finalizers once deleted;
 //! - **the CSI provisioner**: deletes a Released volume under `Delete`;
@@ -151,6 +152,9 @@ struct Pvc {
     /// Carries `bind-completed`: the binder syncs it as a bound claim, and
     /// makes it Lost once its volume names another.
     completed: bool,
+    /// Carries `bound-by-controller`: the binder, finding its volume names
+    /// another claim, retries later instead of writing it Pending.
+    by_controller: bool,
 }
 
 /// The PersistentVolume.
@@ -191,9 +195,13 @@ pub(super) enum Move {
     /// The controller's watch copies of the claims and the volume stop here
     /// and fall behind, until the cluster lets them catch up.
     StaleCache = 1 << 14,
+    /// kube-controller-manager's copy of the volume stops here and falls
+    /// behind (its PV and claim watches are separate streams), until the
+    /// cluster lets it catch up: its claim syncs decide on the old claimRef.
+    StaleBinder = 1 << 15,
 }
 
-const MOVES: [Move; 15] = [
+const MOVES: [Move; 16] = [
     Move::DeleteSourceClaim,
     Move::DeleteDestinationClaim,
     Move::DeleteSource,
@@ -209,6 +217,7 @@ const MOVES: [Move; 15] = [
     Move::CloneTimesOut,
     Move::DeadlinePasses,
     Move::StaleCache,
+    Move::StaleBinder,
 ];
 
 /// Both transfers' `activeDeadlineSeconds`: made at 1,000, they pass it at
@@ -265,6 +274,10 @@ pub(super) struct World {
     tenants: Vec<u32>,
     /// Whether the controller deleted a claim the tenant wrote.
     deleted_tenants: bool,
+    /// The claim (side, uid) the volume names in kube-controller-manager's
+    /// copy of it, while that copy lags the volume ([`Move::StaleBinder`]):
+    /// its claim syncs decide on this.
+    binder_view: Option<(bool, u32)>,
 }
 
 /// Watch copies of the claims and the volume, as they were when they fell
@@ -292,6 +305,7 @@ impl World {
                 finalizer: false,
                 as_made: false,
                 completed: true,
+                by_controller: false,
             }),
             destination: None,
             volume: Some(Pv {
@@ -322,6 +336,7 @@ impl World {
             populate: false,
             tenants: Vec::new(),
             deleted_tenants: false,
+            binder_view: None,
         }
     }
 
@@ -351,6 +366,7 @@ impl World {
             finalizer: false,
             as_made: false,
             completed: false,
+            by_controller: false,
         }
     }
 
@@ -391,6 +407,7 @@ impl World {
             finalizer,
             as_made,
             completed: false,
+            by_controller: false,
         }
     }
 
@@ -617,6 +634,7 @@ impl World {
                         finalizer: false,
                         as_made: false,
                         completed: true,
+                        by_controller: false,
                     },
                     "db",
                     false,

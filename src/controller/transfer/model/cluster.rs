@@ -45,49 +45,52 @@ impl World {
         };
         if let Some(v) = &self.volume {
             let (dest, uid) = v.claim;
-            // Bind the claim the volume names: pre-bound to it, or naming
-            // no volume (a claim its tenant wrote, which the PV controller
-            // binds to the volume whose claimRef names its uid).
+            // The binder's copy of the volume catches up.
+            if self.binder_view.is_some() {
+                let mut w = self.clone();
+                w.binder_view = None;
+                out.push(w);
+            }
+            // Its claim syncs, on the volume as its copy shows it
+            // (`syncUnboundClaim`, `syncBoundClaim`).
+            let (view_dest, view_uid) = self.binder_view.unwrap_or(v.claim);
             for (is_dest, claim) in [(false, &self.source), (true, &self.destination)] {
-                if let Some(c) = claim {
-                    if is_dest == dest && c.uid == uid && c.phase != "Bound" && !c.deleting {
-                        let mut w = self.clone();
-                        let (rv1, rv2) = (w.bump(), w.bump());
-                        let target = if is_dest {
-                            &mut w.destination
-                        } else {
-                            &mut w.source
-                        };
-                        if let Some(c) = target.as_mut() {
-                            c.phase = "Bound";
-                            c.volume = true;
-                            c.completed = true;
-                            c.rv = rv1;
-                        }
-                        if let Some(v) = w.volume.as_mut() {
-                            if v.phase != "Bound" {
-                                v.phase = "Bound";
-                                v.rv = rv2;
-                            }
-                        }
-                        out.push(w);
-                    }
+                let Some(c) = claim else { continue };
+                let named = is_dest == view_dest && c.uid == view_uid;
+                let mut next = c.clone();
+                if named && !c.deleting {
+                    // Bind a claim the volume names: pre-bound to it, or
+                    // naming no volume (a claim its tenant wrote, which the
+                    // binder binds to the volume whose claimRef names it).
+                    next.phase = "Bound";
+                    next.volume = true;
+                    next.completed = true;
+                } else if !named && c.completed {
                     // A claim whose binding was completed, and whose volume
                     // names another claim, is Lost.
-                    if c.completed && c.phase != "Lost" && (is_dest != dest || c.uid != uid) {
-                        let mut w = self.clone();
-                        let rv = w.bump();
-                        let target = if is_dest {
-                            &mut w.destination
-                        } else {
-                            &mut w.source
-                        };
-                        if let Some(c) = target.as_mut() {
-                            c.phase = "Lost";
-                            c.rv = rv;
+                    next.phase = "Lost";
+                } else if !named && c.volume && !c.by_controller {
+                    // Pre-bound by a user to a volume that names another
+                    // claim: Pending, until the volume names it.
+                    next.phase = "Pending";
+                }
+                if next != *c {
+                    let mut w = self.clone();
+                    let (rv1, rv2) = (w.bump(), w.bump());
+                    next.rv = rv1;
+                    let target = if is_dest {
+                        &mut w.destination
+                    } else {
+                        &mut w.source
+                    };
+                    *target = Some(next);
+                    if named {
+                        if let Some(v) = w.volume.as_mut().filter(|v| v.phase != "Bound") {
+                            v.phase = "Bound";
+                            v.rv = rv2;
                         }
-                        out.push(w);
                     }
+                    out.push(w);
                 }
             }
             // A volume whose claim is there and pre-bound to it is Bound
@@ -276,6 +279,10 @@ impl World {
                 Move::DeadlinePasses => {
                     w.late = true;
                     true
+                }
+                Move::StaleBinder => {
+                    w.binder_view = w.volume.as_ref().map(|v| v.claim);
+                    w.binder_view.is_some()
                 }
                 Move::StaleCache => {
                     w.cache = Some(Box::new(Cached {

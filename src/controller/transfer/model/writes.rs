@@ -132,7 +132,7 @@ impl World {
                     }
                     ClaimChange::Bind(_) => {
                         c.lock = None;
-                        c.completed = true;
+                        c.by_controller = true;
                         c.phase = "Bound";
                     }
                     ClaimChange::Lose => c.phase = "Lost",

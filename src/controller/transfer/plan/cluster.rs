@@ -16,7 +16,7 @@ use crate::controller::transfer::decide::{
     uid_of, Action,
 };
 use crate::controller::transfer::facts::{
-    Claim, Facts, Volume, ANNOTATION_BIND_COMPLETED, VOLUME_MARKER,
+    Claim, Facts, Volume, ANNOTATION_BOUND_BY_CONTROLLER, VOLUME_MARKER,
 };
 
 /// One write to a PersistentVolume or a claim.
@@ -84,11 +84,15 @@ pub(in crate::controller::transfer) enum ClaimChange {
         finalizers: Vec<String>,
         volume_name: String,
     },
-    /// Right after R4, on the destination claim: what kube-controller-
-    /// manager's binder writes to a claim it binds, so that its own sync
-    /// finds nothing to do (`bind-completed`, and the status its
-    /// `updateClaimStatus` would set), and our lock off. One write to
-    /// `/status`, whose strategy keeps metadata changes.
+    /// Right after R4, on the destination claim: the status kube-controller-
+    /// manager's binder gives a claim it binds (its `updateClaimStatus`),
+    /// `bound-by-controller` (our R3, or the adoption's pin, set its
+    /// `spec.volumeName`), and our lock off. One write to `/status`, whose
+    /// strategy keeps metadata changes. The binder's sync then has only
+    /// `bind-completed` left to add. Not `bind-completed` itself: a binder
+    /// whose copy of the volume still names the source claim (its PV and
+    /// claim watches are separate streams) would make such a claim Lost;
+    /// it refuses a claim bound by a controller instead, and tries again.
     Bind(BoundStatus),
     /// After R4, on the source claim: `Lost`, as the binder makes a claim
     /// whose volume names another, clearing what it clears. On `/status`.
@@ -168,7 +172,7 @@ impl ClusterWrite {
                     ClaimChange::Bind(status) => json!({
                         "metadata": {"annotations": {
                             ANNOTATION_TRANSFER_LOCK: null,
-                            ANNOTATION_BIND_COMPLETED: "yes",
+                            ANNOTATION_BOUND_BY_CONTROLLER: "yes",
                         }},
                         "status": {
                             "phase": "Bound",

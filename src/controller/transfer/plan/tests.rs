@@ -354,8 +354,9 @@ fn the_commit_binds_the_destination_claim_as_the_binder_would_in_one_status_writ
         })
     );
     assert!(change.is_status() && bind.is_for_the_binder() && bind.is_conditional());
-    // What the binder's bindClaimToVolume and updateClaimStatus would set,
-    // so that its own sync finds nothing to do, and our lock off.
+    // What the binder's updateClaimStatus would set, bound-by-controller (so
+    // that a binder whose copy of the volume lags retries rather than make
+    // the claim Pending), never bind-completed, and our lock off.
     assert_eq!(
         bind.patch(),
         json!({
@@ -363,7 +364,7 @@ fn the_commit_binds_the_destination_claim_as_the_binder_would_in_one_status_writ
                 "resourceVersion": "10",
                 "annotations": {
                     "storage.transfer.k8s.io/transfer": null,
-                    "pv.kubernetes.io/bind-completed": "yes",
+                    "pv.kubernetes.io/bound-by-controller": "yes",
                 },
             },
             "status": {

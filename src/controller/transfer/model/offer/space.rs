@@ -191,8 +191,9 @@ impl Space for Offered {
             let Some(name) = &c.volume_name else { continue };
             let pv = self.volumes.get(name);
             let names_it = pv.is_some_and(|pv| pv.volume.names(&k.0, &k.1, &c.uid));
-            // Bind a claim its volume names.
-            if names_it && c.phase != "Bound" && !c.deleting {
+            // Bind a claim its volume names (adding `bind-completed` to one
+            // the controller wrote Bound).
+            if names_it && (c.phase != "Bound" || !c.bind_completed) && !c.deleting {
                 let mut w = self.clone();
                 if let Some(c) = w.claims.get_mut(k) {
                     c.phase = "Bound".to_owned();

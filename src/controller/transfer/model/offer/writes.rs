@@ -250,7 +250,6 @@ impl Offered {
                     }
                     ClaimChange::Bind(_) => {
                         c.lock = None;
-                        c.bind_completed = true;
                         c.phase = "Bound".to_owned();
                     }
                     ClaimChange::Lose => c.phase = "Lost".to_owned(),
