@@ -76,6 +76,10 @@ impl World {
                 }
                 if next != *c {
                     let mut w = self.clone();
+                    // A lag lasts through one claim sync: a binder that
+                    // rebinds the source claim on an old claimRef, against
+                    // our Lost write, would otherwise race it without end.
+                    w.binder_view = None;
                     let (rv1, rv2) = (w.bump(), w.bump());
                     next.rv = rv1;
                     let target = if is_dest {

@@ -121,7 +121,12 @@ fn a_clone_left_unbound_past_the_timeout_fails_and_leaks_nothing() {
 
 #[test]
 fn no_pair_of_moves_leaks_a_clone_or_loses_a_handed_over_one() {
-    let list = clone_moves();
+    // A lagging binder has its own clone run (with the source deleted),
+    // below.
+    let list: Vec<Move> = clone_moves()
+        .into_iter()
+        .filter(|m| *m != Move::StaleBinder)
+        .collect();
     let mut total = 0;
     for m in &list {
         total += check_from(
