@@ -1700,7 +1700,7 @@ omitStages: [RequestReceived]
 rules:
 - level: Metadata
   verbs: [create, update, patch, delete]
-  resources: [{group: \"\", resources: [persistentvolumes, persistentvolumeclaims]}]
+  resources: [{group: \"\", resources: [persistentvolumes, persistentvolumeclaims, persistentvolumeclaims/status]}]
 - level: None
 ";
 
