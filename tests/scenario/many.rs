@@ -56,6 +56,10 @@ pub(crate) struct Run {
     /// etcd writes (revisions) per pair from the first request to the end:
     /// ours, kube-apiserver's, kube-controller-manager's, Events, leases.
     pub(crate) writes_per_pair: f64,
+    /// The keys those writes put or deleted, per pair, by kind (see
+    /// [`key_kind`]), most first; empty when etcd compacted the run's
+    /// history before it was read.
+    pub(crate) keys_per_pair: Vec<(String, f64)>,
 }
 
 impl Fleet {
@@ -205,11 +209,20 @@ impl Fleet {
                 completed.saturating_duration_since(added)
             })
             .collect();
-        let writes = revision(k).saturating_sub(first_revision);
+        let last_revision = revision(k);
+        let writes = last_revision.saturating_sub(first_revision);
+        let pairs = self.pairs.len() as f64;
+        let mut keys_per_pair: Vec<(String, f64)> =
+            keys_written(&cp.etcd_url, first_revision, last_revision)
+                .into_iter()
+                .map(|(kind, n)| (kind, n as f64 / pairs))
+                .collect();
+        keys_per_pair.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Run {
             elapsed: last.saturating_duration_since(started),
             latencies,
-            writes_per_pair: writes as f64 / self.pairs.len() as f64,
+            writes_per_pair: writes as f64 / pairs,
+            keys_per_pair,
         }
     }
 
@@ -421,6 +434,72 @@ fn transfer_phases(k: &Kubectl) -> HashMap<(String, String), String> {
 
 /// etcd's revision now, as kube-apiserver's resourceVersion of a list (one
 /// etcd serves both kube-apiserver and our server).
+/// The keys etcd put or deleted after revision `after` up to `until`, by
+/// [`key_kind`], read from etcd's history with a watch; empty if etcd
+/// compacted that history first (kube-apiserver compacts every 5 minutes).
+fn keys_written(etcd_url: &str, after: u64, until: u64) -> HashMap<String, u64> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut counts = HashMap::new();
+        let client = etcd_client::Client::connect([etcd_url], None)
+            .await
+            .unwrap();
+        let mut stream = client
+            .watch_client()
+            // A response batches up to a thousand revisions' events.
+            .max_decoding_message_size(256 << 20)
+            .watch(
+                vec![0u8],
+                Some(
+                    etcd_client::WatchOptions::new()
+                        .with_from_key()
+                        .with_start_revision(after as i64 + 1),
+                ),
+            )
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while let Ok(Some(r)) = tokio::time::timeout_at(deadline.into(), stream.message())
+            .await
+            .unwrap_or(Ok(None))
+        {
+            if r.compact_revision() > 0 || r.canceled() {
+                return HashMap::new();
+            }
+            for e in r.events() {
+                let Some(kv) = e.kv() else { continue };
+                let revision = kv.mod_revision() as u64;
+                if revision > until {
+                    return counts;
+                }
+                *counts
+                    .entry(key_kind(&String::from_utf8_lossy(kv.key())))
+                    .or_insert(0) += 1;
+                if revision == until {
+                    return counts;
+                }
+            }
+        }
+        counts
+    })
+}
+
+/// What an etcd key holds: the resource under kube's `/registry/` prefix
+/// (`persistentvolumeclaims`, `events`, `leases`…), with its group when it
+/// has one (`storage.transfer.k8s.io/namespacetransfers`).
+fn key_kind(key: &str) -> String {
+    let rest = key.strip_prefix("/registry/").unwrap_or(key);
+    let mut parts = rest.split('/');
+    match (parts.next(), parts.next()) {
+        (Some(group), Some(resource)) if group.contains('.') => format!("{group}/{resource}"),
+        (Some(resource), _) => resource.to_owned(),
+        _ => key.to_owned(),
+    }
+}
+
 fn revision(k: &Kubectl) -> u64 {
     let list: Value =
         serde_json::from_str(&k.ok(&["get", "--raw", "/api/v1/namespaces?limit=1"])).unwrap();

@@ -105,23 +105,11 @@ impl World {
                 &self.source
             };
             if v.phase != "Bound" && named.as_ref().is_some_and(|c| c.uid == uid && c.volume) {
-                let mut w = self.clone();
-                let rv = w.bump();
-                if let Some(v) = w.volume.as_mut() {
-                    v.phase = "Bound";
-                    v.rv = rv;
-                }
-                out.push(w);
+                out.push(self.with_volume_phase("Bound"));
             }
             // A volume whose claim is gone is Released.
             if v.phase == "Bound" && !exists(self, dest, uid) {
-                let mut w = self.clone();
-                let rv = w.bump();
-                if let Some(v) = w.volume.as_mut() {
-                    v.phase = "Released";
-                    v.rv = rv;
-                }
-                out.push(w);
+                out.push(self.with_volume_phase("Released"));
             }
             // The provisioner deletes a Released volume under Delete.
             if v.phase == "Released" && v.delete_policy {
@@ -162,6 +150,17 @@ impl World {
             }
         }
         out
+    }
+
+    /// This world after the binder writes the volume's phase.
+    fn with_volume_phase(&self, phase: &'static str) -> World {
+        let mut w = self.clone();
+        let rv = w.bump();
+        if let Some(v) = w.volume.as_mut() {
+            v.phase = phase;
+            v.rv = rv;
+        }
+        w
     }
 
     /// The tenants' and the stale leader's moves still allowed.

@@ -487,8 +487,7 @@ pub(in crate::controller::transfer) fn binding(
     claim: &Claim,
     volume: &Volume,
 ) -> Option<BoundStatus> {
-    let pre_bound = claim.volume_name.as_deref() == Some(volume.name.as_str());
-    if claim.phase != "Pending" || claim.deleting || !pre_bound || volume.resizing {
+    if claim.phase != "Pending" || claim.deleting || !pre_bound(claim, volume) || volume.resizing {
         return None;
     }
     Some(BoundStatus {
@@ -498,12 +497,17 @@ pub(in crate::controller::transfer) fn binding(
     })
 }
 
+/// Whether `claim` names `volume` in its `spec.volumeName`.
+fn pre_bound(claim: &Claim, volume: &Volume) -> bool {
+    claim.volume_name.as_deref() == Some(volume.name.as_str())
+}
+
 /// Whether the binder would make `claim` Lost: it completed a binding to
 /// `volume`, which now names another claim, and it is not Lost yet.
 pub(in crate::controller::transfer) fn loses_to_another(claim: &Claim, volume: &Volume) -> bool {
     claim.bind_completed
         && claim.phase != "Lost"
-        && claim.volume_name.as_deref() == Some(volume.name.as_str())
+        && pre_bound(claim, volume)
         && volume
             .claim_ref
             .as_ref()
