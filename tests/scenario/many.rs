@@ -25,6 +25,10 @@ use super::STATIC_ALLOWED_CLASS;
 /// Claims per namespace pair: tenants move several claims at a time, and
 /// matching must not weigh the whole cluster's transfers for each.
 pub(crate) const CLAIMS_PER_NAMESPACE: usize = 10;
+/// How many etcd writes a window of [`QUIET_WINDOW`] may see with the
+/// control plane idle (its components renew their leases every 2 to 10 s).
+const QUIET_WRITES: u64 = 4;
+const QUIET_WINDOW: Duration = Duration::from_secs(2);
 /// `kubectl` processes that file the requests side by side.
 const FILERS: usize = 8;
 
@@ -56,6 +60,20 @@ pub(crate) struct Run {
     /// etcd writes (revisions) per pair from the first request to the end:
     /// ours, kube-apiserver's, kube-controller-manager's, Events, leases.
     pub(crate) writes_per_pair: f64,
+    /// The etcd revision before the first request, and at the last
+    /// completion.
+    revisions: (u64, u64),
+}
+
+/// Every write the fleet caused, counted once etcd is quiet again: those
+/// made after the last completion too (Events still queued, pvc-protection
+/// letting the source claims go).
+#[derive(Debug, Clone)]
+pub(crate) struct Settled {
+    /// etcd writes (revisions) per pair, from the first request until quiet.
+    pub(crate) writes_per_pair: f64,
+    /// How long after the last completion etcd was quiet.
+    pub(crate) after: Duration,
     /// The keys those writes put or deleted, per pair, by kind (see
     /// [`key_kind`]), most first; empty when etcd compacted the run's
     /// history before it was read.
@@ -211,17 +229,42 @@ impl Fleet {
             .collect();
         let last_revision = revision(k);
         let writes = last_revision.saturating_sub(first_revision);
-        let pairs = self.pairs.len() as f64;
-        let mut keys_per_pair: Vec<(String, f64)> =
-            keys_written(&cp.etcd_url, first_revision, last_revision)
-                .into_iter()
-                .map(|(kind, n)| (kind, n as f64 / pairs))
-                .collect();
-        keys_per_pair.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Run {
             elapsed: last.saturating_duration_since(started),
             latencies,
-            writes_per_pair: writes as f64 / pairs,
+            writes_per_pair: writes as f64 / self.pairs.len() as f64,
+            revisions: (first_revision, last_revision),
+        }
+    }
+
+    /// Waits, up to `timeout`, until etcd is quiet after `run` (no more
+    /// than [`QUIET_WRITES`] writes in each of two [`QUIET_WINDOW`]s in a
+    /// row: the control plane's leases), then counts every write since the
+    /// run's first request, by kind.
+    pub(crate) fn settle(&self, cp: &ControlPlane, run: &Run, timeout: Duration) -> Settled {
+        let k = cp.kubectl();
+        let started = Instant::now();
+        let (mut before, mut quiet) = (revision(k), 0);
+        while quiet < 2 && started.elapsed() < timeout {
+            std::thread::sleep(QUIET_WINDOW);
+            let now = revision(k);
+            quiet = if now - before <= QUIET_WRITES {
+                quiet + 1
+            } else {
+                0
+            };
+            before = now;
+        }
+        let (first, _) = run.revisions;
+        let pairs = self.pairs.len() as f64;
+        let mut keys_per_pair: Vec<(String, f64)> = keys_written(&cp.etcd_url, first, before)
+            .into_iter()
+            .map(|(kind, n)| (kind, n as f64 / pairs))
+            .collect();
+        keys_per_pair.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Settled {
+            writes_per_pair: before.saturating_sub(first) as f64 / pairs,
+            after: started.elapsed(),
             keys_per_pair,
         }
     }
@@ -437,7 +480,13 @@ fn transfer_phases(k: &Kubectl) -> HashMap<(String, String), String> {
 /// The keys etcd put or deleted after revision `after` up to `until`, by
 /// [`key_kind`], read from etcd's history with a watch; empty if etcd
 /// compacted that history first (kube-apiserver compacts every 5 minutes).
+/// With `BENCH_KEYS_LOG=path`, each write is also logged there in order
+/// (revision, put or delete, key, and the phase and steps of our objects),
+/// to name the writes of a small fleet one by one.
 fn keys_written(etcd_url: &str, after: u64, until: u64) -> HashMap<String, u64> {
+    use std::io::Write as _;
+    let mut log = std::env::var_os("BENCH_KEYS_LOG")
+        .map(|p| std::io::BufWriter::new(std::fs::File::create(p).unwrap()));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -475,9 +524,32 @@ fn keys_written(etcd_url: &str, after: u64, until: u64) -> HashMap<String, u64> 
                 if revision > until {
                     return counts;
                 }
-                *counts
-                    .entry(key_kind(&String::from_utf8_lossy(kv.key())))
-                    .or_insert(0) += 1;
+                let key = String::from_utf8_lossy(kv.key());
+                if let Some(log) = log.as_mut() {
+                    let what = serde_json::from_slice::<Value>(kv.value())
+                        .map(|v| {
+                            let steps: Vec<&str> = v["status"]["steps"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .filter_map(|s| s["name"].as_str())
+                                .collect();
+                            format!(
+                                "{} {:?} finalizers {}",
+                                v["status"]["phase"].as_str().unwrap_or("-"),
+                                steps,
+                                v["metadata"]["finalizers"]
+                            )
+                        })
+                        .unwrap_or_default();
+                    let verb = if e.event_type() == etcd_client::EventType::Delete {
+                        "delete"
+                    } else {
+                        "put"
+                    };
+                    writeln!(log, "{revision} {verb} {key} {what}").unwrap();
+                }
+                *counts.entry(key_kind(&key)).or_insert(0) += 1;
                 if revision == until {
                     return counts;
                 }
