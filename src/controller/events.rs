@@ -9,12 +9,18 @@
 //!
 //! # Off the protocol's path
 //! As client-go's event broadcaster does, [`Events::publish`] only queues
-//! the Event; one task per leadership term writes them, in order, with the
-//! transfer the work was done for (`crate::audit::ActingFor`) still named in
-//! each request. So a step's write is never held behind its report: a
+//! the Event; one task per leadership term writes them, with the transfer
+//! the work was done for (`crate::audit::ActingFor`) still named in each
+//! request. So a step's write is never held behind its report: a
 //! transfer's steps follow each other at the speed of their own writes.
 //! The queue holds [`QUEUE`] Events, as client-go's; when it is full a new
 //! one is dropped and logged, so a storm of them costs bounded memory.
+//!
+//! The task writes up to [`IN_FLIGHT`] Events at once, each about another
+//! object, so the Events about one object are written in the order they
+//! were published. One at a time, at a few milliseconds each, a fleet of
+//! a thousand transfers (nine Events a pair) filled the queue, and four
+//! Events in ten were dropped.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -26,6 +32,9 @@ use crate::audit::ActingFor;
 /// How many Events may wait to be written (client-go's
 /// `maxQueuedEvents`).
 pub const QUEUE: usize = 1000;
+
+/// How many Events the task writes at once.
+pub const IN_FLIGHT: usize = 8;
 
 /// The `reportingController` of our Events.
 pub const REPORTING_CONTROLLER: &str = "storage.transfer.k8s.io/controller";
@@ -66,12 +75,40 @@ impl Events {
         let recorder = Recorder::new(client, reporter);
         let (queue, mut queued) = mpsc::channel::<Queued>(QUEUE);
         tokio::spawn(async move {
-            while let Some(q) = queued.recv().await {
-                let write = write(&recorder, &q.event, &q.regarding);
-                match q.acting {
-                    Some(acting) => acting.scope(write).await,
-                    None => write.await,
+            // The next batch's first Event, when it was taken off the
+            // queue but regards an object the batch was writing about.
+            let mut held = None;
+            loop {
+                let first = match held.take() {
+                    Some(q) => q,
+                    None => match queued.recv().await {
+                        Some(q) => q,
+                        None => break,
+                    },
+                };
+                let mut batch = vec![first];
+                while batch.len() < IN_FLIGHT {
+                    let Ok(q) = queued.try_recv() else { break };
+                    if batch
+                        .iter()
+                        .any(|b| same_object(&b.regarding, &q.regarding))
+                    {
+                        held = Some(q);
+                        break;
+                    }
+                    batch.push(q);
                 }
+                futures::future::join_all(batch.into_iter().map(|q| {
+                    let recorder = &recorder;
+                    async move {
+                        let write = write(recorder, &q.event, &q.regarding);
+                        match q.acting {
+                            Some(acting) => acting.scope(write).await,
+                            None => write.await,
+                        }
+                    }
+                }))
+                .await;
             }
         });
         Self { queue: Some(queue) }
@@ -117,6 +154,11 @@ impl Events {
             );
         }
     }
+}
+
+/// Whether two references name one object (its kind, namespace and name).
+fn same_object(a: &ObjectReference, b: &ObjectReference) -> bool {
+    a.kind == b.kind && a.namespace == b.namespace && a.name == b.name
 }
 
 /// Writes one Event; a refusal is logged.
