@@ -417,8 +417,9 @@ pub struct NamespaceTransferStatus {
 pub struct TransferStep {
     /// Locked, Retained, Created, Committed, Released or Settled.
     pub name: TransferStepName,
-    /// When the controller recorded the step: right after it was done, or, for
-    /// a step whose record a crash lost, with the next step's record.
+    /// When the controller recorded the step: right after it was done, or
+    /// with the next step's record, for a step that has none of its own (a
+    /// claim's Retained and Released) or whose record a crash lost.
     pub time: Time,
 }
 

@@ -173,8 +173,9 @@ pub(super) enum Edit {
         snapshot: Option<SourceClaimSnapshot>,
         released: String,
     },
-    /// R2: `Authorized=True` (the rights were confirmed before it), and
-    /// the step.
+    /// R2 of a snapshot move: `Authorized=True` (the rights were confirmed
+    /// before it), and the step. A claim's R2 has no record of its own:
+    /// [`Edit::Destination`] carries it.
     Retained,
     /// R4: `Rebound=True` saying `rebound`, the step.
     Committed { rebound: String },
@@ -502,14 +503,11 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
             if cluster_writes(f, action).is_empty() {
                 return p;
             }
+            // The volume's write alone. No decision reads the step (the
+            // volume's annotation says whether R2 happened) or the
+            // `Authorized` condition: R3's record, right after, carries both
+            // (`Edit::Destination`), one write of ours fewer per pair.
             cluster(f, &mut p, action, Some(Step::Retain));
-            // One write per object says both that the rights were confirmed
-            // and that R2 is done: nothing decides on the condition, so it
-            // needs no write of its own before the volume's.
-            let authorized = "both parties still hold the rights the transfer needs";
-            pair_step(f, &mut p, &Report::shared("Authorized", authorized), |_| {
-                Edit::Retained
-            });
         }
         Action::CreateDestination(claim) => {
             let Some(d) = d else { return p };
@@ -600,8 +598,10 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                     );
                 }
             }
+            // No record of its own: whether R5 happened is read from the
+            // source claim, and the completion, right after, records the
+            // step with `Settled` (`record_step` fills in the steps before).
             cluster(f, &mut p, action, Some(Step::ReleaseSource));
-            mark_step(f, &mut p, StepName::Released);
         }
         Action::Settle { .. } => cluster(f, &mut p, action, Some(Step::Settle)),
         Action::Complete => {

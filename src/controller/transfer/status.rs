@@ -349,15 +349,7 @@ pub(super) fn apply_change(
         }
         Edit::Retained => {
             st.record_step(StepName::Retained, now);
-            let authorized = "both parties still hold the rights the transfer needs";
-            set(
-                st,
-                CONDITION_AUTHORIZED,
-                true,
-                "RightsConfirmed",
-                authorized,
-            );
-            st.reason = None;
+            authorized(st);
         }
         Edit::Committed { rebound } => {
             let how = if t.moves_snapshot() {
@@ -388,8 +380,12 @@ pub(super) fn apply_change(
         }
         Edit::Step(step) => st.record_step(*step, now),
         Edit::Destination(reference) => {
+            // R2 is done before R3, and its rights were confirmed before
+            // it: a claim's R2 is recorded here (`record_step` fills in
+            // `Retained`).
             st.destination_claim = Some(reference.clone());
             st.record_step(StepName::Created, now);
+            authorized(st);
         }
         Edit::PairRecord(record) => {
             // Once: a retried write finds its record and counts nothing.
@@ -438,6 +434,13 @@ pub(super) fn apply_change(
         Some(PeerPhase::Known(phase)) => st.peer_phase = phase,
         None => {}
     }
+}
+
+/// `Authorized=True`: both parties' rights were confirmed before R2.
+fn authorized(st: &mut NamespaceTransferStatus) {
+    let message = "both parties still hold the rights the transfer needs";
+    set(st, CONDITION_AUTHORIZED, true, "RightsConfirmed", message);
+    st.reason = None;
 }
 
 pub(super) fn set(

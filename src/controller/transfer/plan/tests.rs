@@ -199,11 +199,14 @@ fn a_step_that_changes_no_phase_writes_the_source_object_alone() {
     let f = committed();
     for action in steps_without_a_phase(&f) {
         let p = plan(&f, &action);
-        assert!(
+        // R2's and R5's steps ride on the next record (the test below).
+        let records = !matches!(action, Action::Retain { .. } | Action::ReleaseSource { .. });
+        assert_eq!(
             p.writes
                 .iter()
                 .any(|w| matches!(w, Write::Status { on: On::Source, .. })),
-            "{action:?} records its step on the source object: {p:?}"
+            records,
+            "{action:?} records its step on the source object, if it has a record: {p:?}"
         );
         assert!(peer_writes(&p).is_empty(), "{action:?}: {p:?}");
     }
@@ -219,13 +222,48 @@ fn a_standing_offers_request_hears_each_step_as_it_keeps_them_itself() {
     f.moved_claim = fresh().moved_claim;
     f.volume = fresh().volume;
     assert!(peer_keeps_steps(&f));
+    let commit = Action::Commit {
+        resource_version: "7".to_owned(),
+        destination: ClaimReference {
+            namespace: "dev".to_owned(),
+            name: "db".to_owned(),
+            uid: "uid-dest".to_owned(),
+        },
+    };
+    let p = plan(&f, &commit);
+    assert_eq!(peer_writes(&p).len(), 1, "{p:?}");
+    assert!(matches!(peer_writes(&p)[0].edit, Edit::Committed { .. }));
+}
+
+#[test]
+fn r2_writes_the_volume_alone_and_r5_the_claims_alone_their_steps_ride_on_the_next_record() {
+    use crate::controller::transfer::decide::tests::{clone_fresh, committed, fresh};
     let retain = Action::Retain {
         resource_version: "7".to_owned(),
         policy: "Delete".to_owned(),
     };
-    let p = plan(&f, &retain);
-    assert_eq!(peer_writes(&p).len(), 1, "{p:?}");
-    assert!(matches!(peer_writes(&p)[0].edit, Edit::Retained));
+    let mut standing = clone_fresh();
+    standing.moved_claim = fresh().moved_claim;
+    standing.volume = fresh().volume;
+    for (what, f) in [("a pair", fresh()), ("a standing offer's pair", standing)] {
+        let p = plan(&f, &retain);
+        assert!(!p.writes.is_empty(), "{what}: {p:?}");
+        assert!(
+            p.writes.iter().all(|w| matches!(w, Write::Cluster(_))),
+            "{what}: R2 writes the volume and nothing of ours: {p:?}"
+        );
+    }
+    let f = committed();
+    let uid = f.moved_claim.as_ref().map(|c| c.uid.clone()).unwrap();
+    let p = plan(&f, &Action::ReleaseSource { uid });
+    assert!(
+        p.writes.iter().any(|w| matches!(w, Write::Cluster(_))),
+        "{p:?}"
+    );
+    assert!(
+        !p.writes.iter().any(|w| matches!(w, Write::Status { .. })),
+        "R5 records nothing of its own: {p:?}"
+    );
 }
 
 /// The objects whose status write also sets our finalizer, and to what.

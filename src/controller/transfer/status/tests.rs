@@ -1,6 +1,7 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
+use crate::api::namespace_transfer::ClaimReference;
 use crate::controller::transfer::decide::tests::committed;
 use crate::controller::transfer::facts::Peer;
 
@@ -80,4 +81,36 @@ fn the_peers_completed_write_copies_the_steps_and_conditions_it_was_not_told_wit
     let before = st.steps.len();
     apply_change(&mut st, &completed, &source, pair, None, &at(6));
     assert_eq!(st.steps.len(), before + 1);
+}
+
+#[test]
+fn r3s_record_carries_r2s_step_and_the_confirmed_rights_as_r2_writes_no_record_of_its_own() {
+    let f = committed();
+    let source = f.source.clone();
+    let mut st = NamespaceTransferStatus::default();
+    let locked = change(Edit::Locked {
+        snapshot: None,
+        released: "free".to_owned(),
+    });
+    apply_change(&mut st, &locked, &source, (&source, None), None, &at(1));
+    st.reason = Some("Waiting".to_owned());
+    let created = change(Edit::Destination(ClaimReference {
+        namespace: "dev".to_owned(),
+        name: "db".to_owned(),
+        uid: "uid-dest".to_owned(),
+    }));
+    apply_change(&mut st, &created, &source, (&source, None), None, &at(3));
+    let steps: Vec<(StepName, Time)> = st.steps.iter().map(|x| (x.name, x.time.clone())).collect();
+    assert_eq!(
+        steps,
+        [
+            (StepName::Locked, at(1)),
+            (StepName::Retained, at(3)),
+            (StepName::Created, at(3)),
+        ]
+    );
+    let authorized = apimeta::find_condition(&st.conditions, CONDITION_AUTHORIZED).unwrap();
+    assert_eq!(authorized.status, CONDITION_TRUE);
+    assert_eq!(authorized.reason, "RightsConfirmed");
+    assert_eq!(st.reason, None);
 }
