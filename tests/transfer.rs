@@ -120,11 +120,44 @@ impl Setup {
     }
 }
 
+/// The CSI external-provisioner's finalizer on the volumes it would delete.
+const PROVISIONER_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+
+fn volume_finalizers(pv: &str) -> Vec<String> {
+    volume_json(admin(), pv)
+        .and_then(|v| serde_json::from_value(v["metadata"]["finalizers"].clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The writes kube-apiserver's audit log records to volume `pv` by the
+/// CSI external-provisioner.
+fn provisioner_writes_to(pv: &str) -> usize {
+    let log = std::fs::read_to_string(cp().apiserver_audit_log()).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["objectRef"]["resource"] == "persistentvolumes"
+                && e["objectRef"]["name"] == pv
+                && ["patch", "update"].contains(&e["verb"].as_str().unwrap_or_default())
+                && e["userAgent"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("csi-provisioner"))
+        })
+        .count()
+}
+
 /// Moves one volume and returns the time from the second consent to the
 /// destination claim being Bound.
 fn move_volume(capacity: &str, class: &str) -> Duration {
     let s = setup(capacity, class);
     let recorder = VolumeRecorder::start(admin(), &s.pv);
+    // The external-provisioner keeps its finalizer on the volumes it would
+    // delete; once it is there, the provisioner has nothing more to write.
+    eventually("the provisioner's finalizer on the volume", WAIT, || {
+        volume_finalizers(&s.pv).contains(&PROVISIONER_FINALIZER.to_owned())
+    });
+    let provisioner_writes = provisioner_writes_to(&s.pv);
     offer(admin(), &s.src.name, "give", "db", &s.dst.name);
     let second_consent = Instant::now();
     request(admin(), &s.dst.name, "take", &s.src.name, "db");
@@ -203,6 +236,22 @@ fn move_volume(capacity: &str, class: &str) -> Duration {
     assert!(
         !source_events.iter().any(|e| e.starts_with("ClaimMisbound")),
         "the binder made the source claim Lost itself: {source_events:?}"
+    );
+    // R2 took the provisioner's finalizer off with Retain and R6 put it
+    // back with Delete, as the provisioner would have, in two writes of
+    // its own: it made none.
+    assert!(
+        volume_finalizers(&s.pv).contains(&PROVISIONER_FINALIZER.to_owned()),
+        "{:?}",
+        volume_finalizers(&s.pv)
+    );
+    assert!(pv["metadata"]["annotations"]
+        .get("storage.transfer.k8s.io/provisioner-finalizer")
+        .is_none());
+    assert_eq!(
+        provisioner_writes_to(&s.pv),
+        provisioner_writes,
+        "the provisioner wrote the volume during the transfer"
     );
     let dest_uid = dest["metadata"]["uid"].as_str().unwrap().to_owned();
     recorder.assert_never_lost(&[&s.claim_uid, &dest_uid]);

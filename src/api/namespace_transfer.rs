@@ -98,6 +98,13 @@ pub const ANNOTATION_ORIGINAL_RECLAIM_POLICY: &str =
 /// (the snapshot protocol's R2).
 pub const ANNOTATION_ORIGINAL_DELETION_POLICY: &str =
     "storage.transfer.k8s.io/original-deletion-policy";
+/// PV annotation saying that R2 took the CSI external-provisioner's
+/// finalizer off with `Retain` (value `taken`), so that R6 puts it back
+/// with `Delete`, as the provisioner would.
+pub const ANNOTATION_PROVISIONER_FINALIZER: &str = "storage.transfer.k8s.io/provisioner-finalizer";
+/// The finalizer the CSI external-provisioner keeps on the volumes it would
+/// delete (reclaim policy `Delete`, Bound), and takes off under `Retain`.
+pub const PROVISIONER_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
 /// Destination-PVC annotation naming the source claim, `<namespace>/<name>` (R3).
 pub const ANNOTATION_TRANSFERRED_FROM: &str = "storage.transfer.k8s.io/transferred-from";
 /// PV annotation naming the uid of a destination claim that was deleted after

@@ -30,8 +30,8 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
 use crate::api::namespace_transfer::{
     names_a_transfer, NamespaceTransfer, ANNOTATION_CLONE_FOR, ANNOTATION_DESTINATION_LOST,
-    ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_TRANSFER_LOCK, FINALIZER_TRANSFER_PROTECTION,
-    SNAPSHOT_GROUP, SOURCE_KIND_VOLUME_SNAPSHOT,
+    ANNOTATION_ORIGINAL_RECLAIM_POLICY, ANNOTATION_PROVISIONER_FINALIZER, ANNOTATION_TRANSFER_LOCK,
+    FINALIZER_TRANSFER_PROTECTION, SNAPSHOT_GROUP, SOURCE_KIND_VOLUME_SNAPSHOT,
 };
 
 /// Everything one decision is made on.
@@ -360,6 +360,12 @@ pub struct Volume {
     /// is under way, and the binder, not the controller, says what capacity
     /// a claim bound to it has.
     pub resizing: bool,
+    /// `metadata.finalizers`.
+    pub finalizers: Vec<String>,
+    /// Its `deletionTimestamp` is set: no finalizer may be added.
+    pub deleting: bool,
+    /// R2 took the CSI provisioner's finalizer off, for R6 to put back.
+    pub took_provisioner_finalizer: bool,
 }
 
 /// A volume's `claimRef`.
@@ -535,6 +541,10 @@ impl From<&PersistentVolume> for Volume {
             volume_mode: spec.volume_mode,
             volume_attributes_class_name: spec.volume_attributes_class_name,
             resizing: annotation(&v.metadata, ANNOTATION_PRE_RESIZE_CAPACITY).is_some(),
+            finalizers: v.metadata.finalizers.clone().unwrap_or_default(),
+            deleting: v.metadata.deletion_timestamp.is_some(),
+            took_provisioner_finalizer: annotation(&v.metadata, ANNOTATION_PROVISIONER_FINALIZER)
+                .is_some_and(|a| a == "taken"),
         }
     }
 }

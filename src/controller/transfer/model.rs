@@ -699,6 +699,9 @@ impl World {
                 volume_mode: None,
                 volume_attributes_class_name: None,
                 resizing: false,
+                finalizers: Vec::new(),
+                deleting: false,
+                took_provisioner_finalizer: false,
             }),
             class: ClassPolicy::Allowed,
             // A live LIST, asked for when a step needs it.

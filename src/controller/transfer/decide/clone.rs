@@ -200,6 +200,9 @@ pub(super) fn volume_to_be(origin: &Claim) -> Volume {
         volume_mode: shape.volume_mode.clone(),
         volume_attributes_class_name: None,
         resizing: false,
+        finalizers: Vec::new(),
+        deleting: false,
+        took_provisioner_finalizer: false,
     }
 }
 

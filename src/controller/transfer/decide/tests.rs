@@ -134,6 +134,9 @@ fn volume(bound_to: Option<(&str, &str, &str)>) -> Volume {
         volume_mode: None,
         volume_attributes_class_name: None,
         resizing: false,
+        finalizers: Vec::new(),
+        deleting: false,
+        took_provisioner_finalizer: false,
     }
 }
 

@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 
 use crate::api::namespace_transfer::{
     ClaimReference, TransferMode, ANNOTATION_DESTINATION_LOST, ANNOTATION_ORIGINAL_RECLAIM_POLICY,
-    ANNOTATION_TRANSFER_LOCK, LABEL_CLONED_UNDER,
+    ANNOTATION_PROVISIONER_FINALIZER, ANNOTATION_TRANSFER_LOCK, LABEL_CLONED_UNDER,
+    PROVISIONER_FINALIZER,
 };
 
 use crate::controller::transfer::decide::{
@@ -22,11 +23,14 @@ use crate::controller::transfer::facts::{
 /// One write to a PersistentVolume or a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(in crate::controller::transfer) enum ClusterWrite {
-    /// A merge patch of the volume `name`, at `resource_version`.
+    /// A merge patch of the volume `name`, at `resource_version`; with
+    /// `finalizers`, its finalizers become exactly these (see
+    /// [`provisioner_finalizers`]).
     Volume {
         name: String,
         resource_version: String,
         change: VolumeChange,
+        finalizers: Option<Vec<String>>,
     },
     /// A merge patch of the claim `namespace/name`, at `resource_version`
     /// when one is given.
@@ -141,10 +145,27 @@ impl ClusterWrite {
             ClusterWrite::Volume {
                 resource_version,
                 change,
+                finalizers,
                 ..
             } => {
                 let mut patch = volume_patch(change);
                 patch["metadata"]["resourceVersion"] = json!(resource_version);
+                // Only for the changes that write annotations anyway:
+                // indexing inserts, and a merge patch's `"annotations":
+                // null` would take every annotation off.
+                let took = match (change, finalizers) {
+                    (VolumeChange::Unmark { .. }, _) => Some(Value::Null),
+                    (VolumeChange::Retain { .. } | VolumeChange::Rehold { .. }, Some(_)) => {
+                        Some(json!("taken"))
+                    }
+                    _ => None,
+                };
+                if let Some(took) = took {
+                    patch["metadata"]["annotations"][ANNOTATION_PROVISIONER_FINALIZER] = took;
+                }
+                if let Some(finalizers) = finalizers {
+                    patch["metadata"]["finalizers"] = json!(finalizers);
+                }
                 patch
             }
             ClusterWrite::Claim {
@@ -268,6 +289,7 @@ pub(in crate::controller::transfer) fn cluster_writes(
         f.volume.as_ref().map(|v| ClusterWrite::Volume {
             name: v.name.clone(),
             resource_version: resource_version.to_owned(),
+            finalizers: provisioner_finalizers(v, &change),
             change,
         })
     };
@@ -495,6 +517,47 @@ pub(in crate::controller::transfer) fn binding(
         capacity: volume.capacity.clone()?,
         volume_attributes_class_name: volume.volume_attributes_class_name.clone(),
     })
+}
+
+/// The volume's finalizers after `change`, when it changes them: the CSI
+/// external-provisioner's finalizer taken off with `Retain` (R2, and the
+/// rehold) and put back with `Delete` (R6, the rollback), each in the
+/// same write as the policy. The provisioner makes exactly these changes
+/// the moment it sees the policy change (sig-storage-lib-external-
+/// provisioner's `handleProtectionFinalizer`), each a write of its own:
+/// made here, its sync finds nothing to do, two writes fewer per pair.
+/// Put back only where R2 took it (the volume's annotation says so), on a
+/// volume still Bound and not being deleted, as the provisioner adds it;
+/// anywhere else the provisioner, if it keeps the finalizer, adds it
+/// itself. Either way the writes race the provisioner's own only as its
+/// writes race each other: ours are conditional on the volume's version.
+pub(in crate::controller::transfer) fn provisioner_finalizers(
+    v: &Volume,
+    change: &VolumeChange,
+) -> Option<Vec<String>> {
+    let has = v.finalizers.iter().any(|f| f == PROVISIONER_FINALIZER);
+    match change {
+        VolumeChange::Retain { .. } | VolumeChange::Rehold { .. } if has => Some(
+            v.finalizers
+                .iter()
+                .filter(|f| *f != PROVISIONER_FINALIZER)
+                .cloned()
+                .collect(),
+        ),
+        VolumeChange::Unmark {
+            policy: Some(policy),
+        } if policy == "Delete"
+            && v.took_provisioner_finalizer
+            && !has
+            && !v.deleting
+            && v.phase == "Bound" =>
+        {
+            let mut finalizers = v.finalizers.clone();
+            finalizers.push(PROVISIONER_FINALIZER.to_owned());
+            Some(finalizers)
+        }
+        _ => None,
+    }
 }
 
 /// Whether `claim` names `volume` in its `spec.volumeName`.

@@ -1,8 +1,10 @@
-use serde_json::json;
+use serde_json::{json, Value};
 
+use super::cluster::provisioner_finalizers;
 use super::*;
 use crate::api::namespace_transfer::{
-    ANNOTATION_DESTINATION_LOST, ANNOTATION_ORIGINAL_RECLAIM_POLICY, LABEL_CLONED_UNDER,
+    ANNOTATION_DESTINATION_LOST, ANNOTATION_ORIGINAL_RECLAIM_POLICY,
+    ANNOTATION_PROVISIONER_FINALIZER, LABEL_CLONED_UNDER, PROVISIONER_FINALIZER,
 };
 use crate::controller::transfer::facts::VOLUME_MARKER;
 
@@ -11,6 +13,7 @@ fn volume(change: VolumeChange) -> ClusterWrite {
         name: "pv-db".to_owned(),
         resource_version: "7".to_owned(),
         change,
+        finalizers: None,
     }
 }
 
@@ -82,6 +85,7 @@ fn unmarking_takes_our_annotations_off_and_sets_the_policy_only_when_told() {
             "annotations": {
                 "storage.transfer.k8s.io/original-reclaim-policy": null,
                 "storage.transfer.k8s.io/transfer": null,
+                "storage.transfer.k8s.io/provisioner-finalizer": null,
             },
         }})
     );
@@ -90,6 +94,128 @@ fn unmarking_takes_our_annotations_off_and_sets_the_policy_only_when_told() {
     })
     .patch();
     assert_eq!(restore["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+}
+
+/// A Bound volume with `finalizers`; `took` when R2 took the provisioner's.
+fn volume_with(finalizers: &[&str], took: bool) -> crate::controller::transfer::facts::Volume {
+    let mut v = crate::controller::transfer::decide::tests::fresh()
+        .volume
+        .unwrap();
+    v.phase = "Bound".to_owned();
+    v.finalizers = finalizers.iter().map(|f| (*f).to_owned()).collect();
+    v.took_provisioner_finalizer = took;
+    v
+}
+
+const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
+
+#[test]
+fn r2_and_the_rehold_take_the_provisioners_finalizer_off_with_the_policy_and_say_so() {
+    let retain = VolumeChange::Retain {
+        original_policy: "Delete".to_owned(),
+        marker: "uid-give".to_owned(),
+        cloned_under: None,
+    };
+    let rehold = VolumeChange::Rehold {
+        original_policy: "Delete".to_owned(),
+        marker: "uid-give".to_owned(),
+        lost: "uid-dest".to_owned(),
+    };
+    let v = volume_with(&[PV_PROTECTION, PROVISIONER_FINALIZER], false);
+    for change in [retain.clone(), rehold] {
+        let finalizers = provisioner_finalizers(&v, &change);
+        assert_eq!(
+            finalizers,
+            Some(vec![PV_PROTECTION.to_owned()]),
+            "{change:?}"
+        );
+        let write = ClusterWrite::Volume {
+            name: "pv-db".to_owned(),
+            resource_version: "7".to_owned(),
+            change,
+            finalizers,
+        };
+        let patch = write.patch();
+        assert_eq!(patch["metadata"]["finalizers"], json!([PV_PROTECTION]));
+        assert_eq!(
+            patch["metadata"]["annotations"][ANNOTATION_PROVISIONER_FINALIZER],
+            "taken"
+        );
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
+        assert_eq!(patch["spec"]["persistentVolumeReclaimPolicy"], "Retain");
+    }
+    // A volume without it: the finalizers and the annotation stay as they are.
+    let v = volume_with(&[PV_PROTECTION], false);
+    assert_eq!(provisioner_finalizers(&v, &retain), None);
+    let patch = volume(retain).patch();
+    assert!(patch["metadata"].get("finalizers").is_none());
+    assert!(patch["metadata"]["annotations"]
+        .get(ANNOTATION_PROVISIONER_FINALIZER)
+        .is_none());
+}
+
+#[test]
+fn the_provisioners_finalizer_goes_back_with_delete_only_where_r2_took_it_on_a_bound_volume_not_being_deleted(
+) {
+    let restore = VolumeChange::Unmark {
+        policy: Some("Delete".to_owned()),
+    };
+    let put_back = Some(vec![
+        PV_PROTECTION.to_owned(),
+        PROVISIONER_FINALIZER.to_owned(),
+    ]);
+    let took = volume_with(&[PV_PROTECTION], true);
+    assert_eq!(provisioner_finalizers(&took, &restore), put_back);
+    let write = ClusterWrite::Volume {
+        name: "pv-db".to_owned(),
+        resource_version: "7".to_owned(),
+        change: restore.clone(),
+        finalizers: put_back,
+    };
+    let patch = write.patch();
+    assert_eq!(
+        patch["metadata"]["finalizers"],
+        json!([PV_PROTECTION, PROVISIONER_FINALIZER])
+    );
+    assert_eq!(
+        patch["metadata"]["annotations"][ANNOTATION_PROVISIONER_FINALIZER],
+        Value::Null
+    );
+    // Not taken by R2; kept under Retain; already there; being deleted;
+    // not Bound: left to the provisioner.
+    let mut deleting = took.clone();
+    deleting.deleting = true;
+    let mut released = took.clone();
+    released.phase = "Released".to_owned();
+    let cases = [
+        (
+            "not taken",
+            volume_with(&[PV_PROTECTION], false),
+            restore.clone(),
+        ),
+        (
+            "kept Retain",
+            took.clone(),
+            VolumeChange::Unmark { policy: None },
+        ),
+        (
+            "restored Retain",
+            took.clone(),
+            VolumeChange::Unmark {
+                policy: Some("Retain".to_owned()),
+            },
+        ),
+        (
+            "already there",
+            volume_with(&[PROVISIONER_FINALIZER], true),
+            restore.clone(),
+        ),
+        ("being deleted", deleting, restore.clone()),
+        ("released", released, restore),
+    ];
+    for (why, v, change) in cases {
+        assert_eq!(provisioner_finalizers(&v, &change), None, "{why}");
+    }
 }
 
 #[test]

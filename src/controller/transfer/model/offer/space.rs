@@ -168,6 +168,9 @@ impl Space for Offered {
                         volume_mode: None,
                         volume_attributes_class_name: None,
                         resizing: false,
+                        finalizers: Vec::new(),
+                        deleting: false,
+                        took_provisioner_finalizer: false,
                     };
                     w.volumes.insert(
                         volume.clone(),

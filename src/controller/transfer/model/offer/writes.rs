@@ -167,10 +167,13 @@ impl Offered {
     /// write that changes nothing keeps the resourceVersion.
     pub(super) fn make(&mut self, write: &ClusterWrite) -> bool {
         match write {
+            // The provisioner's finalizer: nothing the model's invariants
+            // read (its volumes carry none).
             ClusterWrite::Volume {
                 name,
                 resource_version,
                 change,
+                ..
             } => {
                 let Some(pv) = self
                     .volumes
