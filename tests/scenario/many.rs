@@ -1,6 +1,7 @@
 //! Many transfers at once: a fleet of pairs, each a statically provisioned
 //! CSI volume (the mock driver's, annotated as the external-provisioner's
-//! own, so that a volume released under `Delete` would really get a
+//! own and carrying its finalizer, as a volume it provisioned does from its
+//! creation, so that a volume released under `Delete` would really get a
 //! `DeleteVolume`) pre-bound to a claim in a source namespace, offered to a
 //! destination namespace and requested there under the same name.
 //!
@@ -370,7 +371,7 @@ fn request_name(p: &Pair) -> String {
 
 fn volume_yaml(p: &Pair) -> String {
     format!(
-        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\n  annotations:\n    pv.kubernetes.io/provisioned-by: {DRIVER}\nspec:\n  capacity:\n    storage: 1Gi\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Delete\n  storageClassName: {STATIC_ALLOWED_CLASS}\n  claimRef:\n    namespace: {src}\n    name: {claim}\n  csi:\n    driver: {DRIVER}\n    volumeHandle: {handle}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: {src}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {STATIC_ALLOWED_CLASS}\n  volumeName: {pv}\n  resources:\n    requests:\n      storage: 1Gi\n",
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\n  annotations:\n    pv.kubernetes.io/provisioned-by: {DRIVER}\n  finalizers: [external-provisioner.volume.kubernetes.io/finalizer]\nspec:\n  capacity:\n    storage: 1Gi\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Delete\n  storageClassName: {STATIC_ALLOWED_CLASS}\n  claimRef:\n    namespace: {src}\n    name: {claim}\n  csi:\n    driver: {DRIVER}\n    volumeHandle: {handle}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: {src}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {STATIC_ALLOWED_CLASS}\n  volumeName: {pv}\n  resources:\n    requests:\n      storage: 1Gi\n",
         pv = p.pv,
         src = p.src,
         claim = p.claim,
