@@ -348,14 +348,10 @@ fn a_standing_offers_request_hears_each_step_as_it_keeps_them_itself() {
     f.moved_claim = fresh().moved_claim;
     f.volume = fresh().volume;
     assert!(peer_keeps_steps(&f));
-    let commit = Action::Commit {
-        resource_version: "7".to_owned(),
-        destination: ClaimReference {
-            namespace: "dev".to_owned(),
-            name: "db".to_owned(),
-            uid: "uid-dest".to_owned(),
-        },
-    };
+    let commit = steps_without_a_phase(&f)
+        .into_iter()
+        .find(|a| matches!(a, Action::Commit { .. }))
+        .unwrap();
     let p = plan(&f, &commit);
     assert_eq!(peer_writes(&p).len(), 1, "{p:?}");
     assert!(matches!(peer_writes(&p)[0].edit, Edit::Committed { .. }));
