@@ -519,6 +519,9 @@ fn keys_written(etcd_url: &str, after: u64, until: u64) -> HashMap<String, u64> 
             if r.compact_revision() > 0 || r.canceled() {
                 return HashMap::new();
             }
+            // One revision's keys (a transaction's) come in one response:
+            // count all of them, then stop once `until` is reached.
+            let mut reached = false;
             for e in r.events() {
                 let Some(kv) = e.kv() else { continue };
                 let revision = kv.mod_revision() as u64;
@@ -551,9 +554,10 @@ fn keys_written(etcd_url: &str, after: u64, until: u64) -> HashMap<String, u64> 
                     writeln!(log, "{revision} {verb} {key} {what}").unwrap();
                 }
                 *counts.entry(key_kind(&key)).or_insert(0) += 1;
-                if revision == until {
-                    return counts;
-                }
+                reached |= revision == until;
+            }
+            if reached {
+                return counts;
             }
         }
         counts
