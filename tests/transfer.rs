@@ -1660,3 +1660,58 @@ fn a_pods_generic_ephemeral_volume_gets_a_clone_that_is_destroyed_with_the_pod()
     s.assert_never_deleted_by_driver();
     s.assert_source_untouched();
 }
+
+#[test]
+fn a_repeated_event_is_one_event_whose_series_kube_apiserver_counts() {
+    use k8s_openapi::api::events::v1::Event;
+    use storage_transfer_apiserver::controller::events::{claim_reference, Events, Severity};
+
+    let ns = cp().namespace("series").unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let events: Vec<Event> = runtime.block_on(async {
+        let kubeconfig = kube::config::Kubeconfig::read_from(cp().kubeconfig()).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        let client = kube::Client::try_from(config).unwrap();
+        let recorder = Events::new(client.clone(), "series-test");
+        let regarding = claim_reference(&ns.name, "data", Some("u1"));
+        for _ in 0..3 {
+            recorder
+                .publish(
+                    &regarding,
+                    Severity::Warning,
+                    "InUse",
+                    "Reconcile",
+                    "a pod uses it",
+                )
+                .await;
+        }
+        let api: kube::Api<Event> = kube::Api::namespaced(client, &ns.name);
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let listed = api.list(&Default::default()).await.unwrap().items;
+            let counted = listed
+                .iter()
+                .any(|e| e.series.as_ref().is_some_and(|s| s.count >= 3));
+            if counted || Instant::now() > deadline {
+                return listed;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert_eq!(
+        events.len(),
+        1,
+        "one Event, its repeats counted on it: {events:?}"
+    );
+    let event = &events[0];
+    assert_eq!(event.reason.as_deref(), Some("InUse"));
+    assert_eq!(event.note.as_deref(), Some("a pod uses it"));
+    let series = event.series.as_ref().expect("a series");
+    assert_eq!(series.count, 3);
+    assert!(series.last_observed_time.0 >= event.event_time.as_ref().unwrap().0);
+}

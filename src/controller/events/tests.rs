@@ -12,7 +12,8 @@ use super::*;
 use crate::audit::{controller_client, ControllerUser};
 use crate::authn::UserInfo;
 
-/// What kube-apiserver was sent: the User-Agent and the Event's reason.
+/// What kube-apiserver was sent: the User-Agent and the Event's reason, or
+/// for a repeat the next count of its series.
 type Sent = Arc<Mutex<Vec<(String, String)>>>;
 
 /// A kube-apiserver that answers each request only once `gate` lets it,
@@ -52,7 +53,13 @@ impl tonic::codegen::Service<Request<kube::client::Body>> for SlowApiserver {
                 .unwrap_or_default();
             arrived.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             gate.acquire().await.expect("the gate stays open").forget();
-            let reason = event["reason"].as_str().unwrap_or_default().to_owned();
+            // A create names its reason; a repeat, the next count of its
+            // series ("+2").
+            let reason = match (event["reason"].as_str(), event["series"]["count"].as_i64()) {
+                (Some(reason), _) => reason.to_owned(),
+                (None, Some(count)) => format!("+{count}"),
+                (None, None) => String::new(),
+            };
             sent.lock().unwrap().push((agent, reason));
             let created = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
                 "metadata": {"name": "e", "namespace": "src"}, "eventTime": null,
@@ -208,4 +215,97 @@ async fn events_about_different_objects_are_written_side_by_side_and_one_objects
         Some("Second"),
         "after the Event before it about the same object: {sent:?}"
     );
+}
+
+#[tokio::test]
+async fn a_repeated_event_is_written_as_the_next_count_of_its_series() {
+    let gate = Arc::new(Semaphore::new(100));
+    let (events, sent) = events(&gate);
+    for reason in ["Waiting", "Waiting", "Other", "Waiting"] {
+        events
+            .publish(&claim(), Severity::Warning, reason, "Reconcile", "note")
+            .await;
+    }
+    // The same reason about another object is an Event of its own.
+    let other = claim_reference("src", "logs", Some("c2"));
+    events
+        .publish(&other, Severity::Warning, "Waiting", "Reconcile", "note")
+        .await;
+    let sent = written(&sent, 5).await;
+    let reasons: Vec<&str> = sent.iter().map(|(_, r)| r.as_str()).collect();
+    assert_eq!(reasons, ["Waiting", "+2", "Other", "+3", "Waiting"]);
+}
+
+fn key(name: &str) -> SeriesKey {
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Matched".to_owned(),
+        note: None,
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    SeriesKey::of(&event, &claim_reference("src", name, None))
+}
+
+fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+}
+
+#[test]
+fn a_series_ends_when_its_event_was_last_counted_longer_ago_than_its_ttl() {
+    let mut series = Series::default();
+    assert_eq!(series.repeat(&key("a"), at(0)), None);
+    series.written(key("a"), "a.1".to_owned(), at(0));
+    assert_eq!(
+        series.repeat(&key("a"), at(300)),
+        Some(("a.1".to_owned(), 2))
+    );
+    series.counted(&key("a"), 2, at(300));
+    // Six minutes after the last count, not the first.
+    assert_eq!(
+        series.repeat(&key("a"), at(659)),
+        Some(("a.1".to_owned(), 3))
+    );
+    assert_eq!(series.repeat(&key("a"), at(660)), None);
+}
+
+#[test]
+fn the_series_are_swept_once_a_minute_not_on_every_event() {
+    let mut series = Series::default();
+    series.written(key("old"), "old.1".to_owned(), at(0));
+    series.sweep(at(350));
+    assert_eq!(series.seen.len(), 1, "within its TTL at the sweep");
+    // Past its TTL at 360, but the last sweep was less than a minute ago.
+    series.sweep(at(400));
+    assert_eq!(
+        series.seen.len(),
+        1,
+        "not swept within a minute of the last sweep"
+    );
+    assert_eq!(
+        series.repeat(&key("old"), at(400)),
+        None,
+        "yet no longer a series"
+    );
+    series.sweep(at(410));
+    assert!(
+        series.seen.is_empty(),
+        "swept a minute after the last sweep"
+    );
+}
+
+#[test]
+fn the_series_remembered_are_bounded_and_events_past_the_bound_are_still_written() {
+    let mut series = Series::default();
+    for i in 0..MAX_SERIES + 10 {
+        let name = format!("c{i}");
+        assert_eq!(series.repeat(&key(&name), at(1)), None);
+        series.written(key(&name), name.clone(), at(1));
+    }
+    assert_eq!(series.seen.len(), MAX_SERIES);
+    // One past the bound is not remembered: its repeat is written anew.
+    let past = format!("c{}", MAX_SERIES + 5);
+    assert_eq!(series.repeat(&key(&past), at(2)), None);
+    // One within it still counts.
+    assert_eq!(series.repeat(&key("c0"), at(2)), Some(("c0".to_owned(), 2)));
 }
