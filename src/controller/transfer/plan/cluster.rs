@@ -360,6 +360,24 @@ pub(in crate::controller::transfer) fn cluster_writes(
                         Some((rv, status)) => (Some(rv), ClaimChange::Bind(status)),
                         None => (None, ClaimChange::Unlock),
                     };
+                    // The source claim, which the commit has made lose its
+                    // volume, made Lost as the binder would make it (R5
+                    // makes it so too, if this write is refused). Here,
+                    // right after the commit, it comes before the binder's
+                    // own sync of the claim, which R5's reconcile, one
+                    // reconcile later, often did not.
+                    let lose = f
+                        .moved_claim
+                        .as_ref()
+                        .filter(|c| recorded_source(s).is_some_and(|snap| snap.uid == c.uid))
+                        .zip(f.volume.as_ref())
+                        .filter(|(c, v)| loses_to(c, v, &destination.uid))
+                        .map(|(c, _)| ClusterWrite::Claim {
+                            namespace: source_ns.clone(),
+                            name: locked_name(),
+                            resource_version: Some(c.resource_version.clone()),
+                            change: ClaimChange::Lose,
+                        });
                     vec![
                         commit,
                         Some(ClusterWrite::Claim {
@@ -368,6 +386,7 @@ pub(in crate::controller::transfer) fn cluster_writes(
                             resource_version,
                             change,
                         }),
+                        lose,
                     ]
                 }
             }
@@ -441,6 +460,8 @@ pub(in crate::controller::transfer) fn cluster_writes(
         // R5. The binder would make the source claim Lost when it next
         // syncs it (the delete is such a sync); made Lost first, as the
         // binder makes it, the claim gives the binder nothing to write.
+        // The commit's plan made it Lost already, unless that write was
+        // refused or the pair crashed before it.
         Action::ReleaseSource { uid } => {
             let lose = f
                 .moved_claim
@@ -568,11 +589,15 @@ fn pre_bound(claim: &Claim, volume: &Volume) -> bool {
 /// Whether the binder would make `claim` Lost: it completed a binding to
 /// `volume`, which now names another claim, and it is not Lost yet.
 pub(in crate::controller::transfer) fn loses_to_another(claim: &Claim, volume: &Volume) -> bool {
-    claim.bind_completed
-        && claim.phase != "Lost"
-        && pre_bound(claim, volume)
-        && volume
-            .claim_ref
-            .as_ref()
-            .is_some_and(|r| r.uid != claim.uid)
+    volume
+        .claim_ref
+        .as_ref()
+        .is_some_and(|r| loses_to(claim, volume, &r.uid))
+}
+
+/// Whether the binder would make `claim` Lost once `volume` names the
+/// claim whose uid is `holder`: it completed a binding to the volume, the
+/// holder is another claim, and it is not Lost yet.
+fn loses_to(claim: &Claim, volume: &Volume, holder: &str) -> bool {
+    claim.bind_completed && claim.phase != "Lost" && pre_bound(claim, volume) && holder != claim.uid
 }

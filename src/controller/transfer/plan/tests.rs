@@ -487,7 +487,11 @@ fn the_commit_binds_the_destination_claim_as_the_binder_would_in_one_status_writ
 ) {
     let f = created_pre_bound();
     let writes = cluster_writes(&f, &commit_to_dest());
-    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert_eq!(
+        writes.len(),
+        3,
+        "the commit, the binding, the source Lost: {writes:?}"
+    );
     assert!(matches!(
         &writes[0],
         ClusterWrite::Volume {
@@ -585,6 +589,62 @@ fn the_commit_leaves_to_the_binder_a_claim_it_would_not_bind_as_a_pending_pre_bo
     let mut f = created_pre_bound();
     f.destination_claim.as_mut().unwrap().uid = "uid-impostor".to_owned();
     unlock_only(&f, "not the claim the commit names");
+}
+
+#[test]
+fn the_commit_makes_the_source_claim_lost_right_after_the_binding_at_the_version_decided_on() {
+    let f = created_pre_bound();
+    let writes = cluster_writes(&f, &commit_to_dest());
+    let lose = writes.last().expect("writes");
+    assert_eq!(
+        *lose,
+        ClusterWrite::Claim {
+            namespace: "prod".to_owned(),
+            name: "db".to_owned(),
+            resource_version: Some("10".to_owned()),
+            change: ClaimChange::Lose,
+        },
+        "{writes:?}"
+    );
+    // Refused, the plan goes on and R5 makes it Lost; never before the
+    // commit, whose refusal ends the plan.
+    assert!(lose.is_for_the_binder() && lose.is_conditional());
+    assert!(matches!(
+        &writes[0],
+        ClusterWrite::Volume {
+            change: VolumeChange::Commit { .. },
+            ..
+        }
+    ));
+    // Lost already, a binding the binder never completed, another claim
+    // than the one R1 locked, or one pre-bound to another volume: the
+    // binder would not make it Lost, and neither does the commit.
+    let no_lose = |f: &Facts, why: &str| {
+        let writes = cluster_writes(f, &commit_to_dest());
+        assert_eq!(writes.len(), 2, "{why}: {writes:?}");
+        assert!(
+            !writes.iter().any(|w| matches!(
+                w,
+                ClusterWrite::Claim {
+                    change: ClaimChange::Lose,
+                    ..
+                }
+            )),
+            "{why}"
+        );
+    };
+    let mut f = created_pre_bound();
+    f.moved_claim.as_mut().unwrap().phase = "Lost".to_owned();
+    no_lose(&f, "Lost already");
+    let mut f = created_pre_bound();
+    f.moved_claim.as_mut().unwrap().bind_completed = false;
+    no_lose(&f, "no bind-completed");
+    let mut f = created_pre_bound();
+    f.moved_claim.as_mut().unwrap().uid = "uid-impostor".to_owned();
+    no_lose(&f, "not the claim R1 locked");
+    let mut f = created_pre_bound();
+    f.moved_claim.as_mut().unwrap().volume_name = Some("pv-other".to_owned());
+    no_lose(&f, "pre-bound to another volume");
 }
 
 #[test]
