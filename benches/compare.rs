@@ -37,7 +37,7 @@
 //! `BENCH_SCALE` (default 1) scales every count, so that CI can run it tiny;
 //! `BENCH_CONCURRENCY` (default 16); `BENCH_SERVER_BIN` runs another build of
 //! our server (for before-and-after figures); `BENCH_ONLY=transfer` measures
-//! only the Move latency and prints it; `BENCH_ONLY=api` runs only the API
+//! only the Move and Clone latency and prints it; `BENCH_ONLY=api` runs only the API
 //! phases (create to list 10, watch fan-out, the null backend) and prints
 //! their tables. Each phase prints the CPU per request of our server,
 //! kube-apiserver and etcd, and `BENCH_PERF=PHASE:TARGET` (say
@@ -1798,26 +1798,42 @@ fn write_report(out: &Path, generated: &str) {
     println!("wrote {}", path.display());
 }
 
-/// `BENCH_ONLY=transfer`: the Move latency per size and the protocol's
-/// overhead over kube-controller-manager's own bind, printed, nothing
-/// written (a quick before and after for the protocol's steps).
-fn print_transfer_latency(transfers: &[transfer::TransferTiming], bind: &[Duration]) {
+/// `BENCH_ONLY=transfer`: the Move and Clone latency per size and the
+/// protocol's overhead over kube-controller-manager's own bind (a Clone's
+/// over the driver's own clone, which ends in such a bind), printed,
+/// nothing written (a quick before and after for the protocol's steps).
+fn print_transfer_latency(
+    transfers: &[transfer::TransferTiming],
+    bind: &[Duration],
+    clones: &[transfer::TransferTiming],
+    csi_clones: &[transfer::TransferTiming],
+) {
     let ms = |d: &Duration| format!("{:.0}", d.as_secs_f64() * 1000.0);
-    for t in transfers {
-        let runs: Vec<String> = t.runs.iter().map(ms).collect();
-        println!(
-            "transfer {}: median {:.0} ms ({})",
-            t.capacity,
-            median(&t.runs),
-            runs.join(", ")
-        );
-    }
-    let all: Vec<Duration> = transfers.iter().flat_map(|t| t.runs.clone()).collect();
+    let print = |what: &str, timings: &[transfer::TransferTiming]| {
+        for t in timings {
+            let runs: Vec<String> = t.runs.iter().map(ms).collect();
+            println!(
+                "{what} {}: median {:.0} ms ({})",
+                t.capacity,
+                median(&t.runs),
+                runs.join(", ")
+            );
+        }
+        let all: Vec<Duration> = timings.iter().flat_map(|t| t.runs.clone()).collect();
+        median(&all)
+    };
+    let moved = print("transfer", transfers);
     let bind_ms = median(bind);
     println!(
         "bind alone: median {bind_ms:.0} ms ({}); overhead over it: {:.0} ms",
         bind.iter().map(ms).collect::<Vec<_>>().join(", "),
-        median(&all) - bind_ms
+        moved - bind_ms
+    );
+    let cloned = print("clone transfer", clones);
+    let csi = print("CSI clone alone", csi_clones);
+    println!(
+        "clone transfer's overhead over the CSI clone alone: {:.0} ms",
+        cloned - csi
     );
 }
 
@@ -1860,14 +1876,14 @@ fn main() {
         println!("transfer latency, {runs} runs per size");
         transfers = transfer::transfer_latency(&cp, &["1Gi", "100Gi", "10Ti"], runs);
         bind = transfer::kcm_bind_baseline(&cp, runs);
-        if std::env::var("BENCH_ONLY").as_deref() == Ok("transfer") {
-            print_transfer_latency(&transfers, &bind);
-            return;
-        }
         println!("clone latency, {runs} runs per size");
         let clone_sizes = ["1Gi", "1Ti"];
         clones = transfer::clone_latency(&cp, &clone_sizes, runs);
         csi_clones = transfer::csi_clone_baseline(&cp, &clone_sizes, runs);
+        if std::env::var("BENCH_ONLY").as_deref() == Ok("transfer") {
+            print_transfer_latency(&transfers, &bind, &clones, &csi_clones);
+            return;
+        }
         println!("snapshot move latency, {runs} runs");
         snapshot_moves = transfer::snapshot_move_latency(&cp, runs);
         snapshot_binds = transfer::snapshot_bind_baseline(&cp, runs);
