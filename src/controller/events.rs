@@ -25,8 +25,11 @@
 //! # Series
 //! An Event that repeats one written less than [`SERIES_TTL`] before (the
 //! same type, reason and action about the same object) is written as the
-//! next count of that Event's `series`, as client-go's and kube-runtime's
-//! recorders do ([`Series`]). kube-runtime's `Recorder` swept its memory
+//! next count of that Event's `series` ([`Series`]), as kube-runtime's
+//! recorder wrote it (client-go's counts repeats the same way, and writes
+//! the count less often). Past [`MAX_SERIES`], new series are not
+//! remembered rather than old ones forgotten: their repeats are written as
+//! Events of their own, which costs objects, not memory. kube-runtime's `Recorder` swept its memory
 //! of written Events on every Event, a walk over all of them: at a
 //! thousand transfers, nine thousand entries walked per Event, 4% of the
 //! server's CPU. [`Series`] sweeps at most once per [`SWEEP_EVERY`] and
@@ -56,6 +59,9 @@ pub const IN_FLIGHT: usize = 8;
 
 /// The `reportingController` of our Events.
 pub const REPORTING_CONTROLLER: &str = "storage.transfer.k8s.io/controller";
+
+/// What an Event about an object without a name is named after.
+const UNNAMED: &str = "storage-transfer";
 
 /// How long after an Event's last count a repeat still counts in its
 /// series (client-go's and kube-runtime's six minutes).
@@ -219,25 +225,30 @@ impl Writer {
         let namespace = regarding.namespace.as_deref().unwrap_or("default");
         let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
         let repeat = self.lock().repeat(&key, now);
-        match repeat {
-            Some((name, count)) => {
-                let series = EventSeries {
-                    count,
-                    last_observed_time: MicroTime(now),
-                };
-                let patch = serde_json::json!({ "series": series });
-                events
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
-                self.lock().counted(&key, count, now);
-            }
-            None => {
-                let event = self.event(ev, regarding, now);
-                let name = event.metadata.name.clone().unwrap_or_default();
-                events.create(&PostParams::default(), &event).await?;
-                self.lock().written(key, name, now);
+        if let Some((name, count)) = repeat {
+            let series = EventSeries {
+                count,
+                last_observed_time: MicroTime(now),
+            };
+            let patch = serde_json::json!({ "series": series });
+            match events
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    self.lock().counted(&key, count, now);
+                    return Ok(());
+                }
+                // Gone (kube-apiserver's Event TTL, or deleted): the repeat
+                // is written as a new Event, as client-go writes it.
+                Err(kube::Error::Api(status)) if status.code == 404 => self.lock().forget(&key),
+                Err(e) => return Err(e),
             }
         }
+        let event = self.event(ev, regarding, now);
+        let name = event.metadata.name.clone().unwrap_or_default();
+        events.create(&PostParams::default(), &event).await?;
+        self.lock().written(key, name, now);
         Ok(())
     }
 
@@ -246,9 +257,13 @@ impl Writer {
     }
 
     /// The Event written for `ev`, named after the object and the time, as
-    /// client-go names them.
+    /// client-go names them; the object's name cut to what leaves the
+    /// Event's name within kube's 253 characters (a claim's name may be
+    /// 253 long itself).
     fn event(&self, ev: &Event, regarding: &ObjectReference, now: Timestamp) -> K8sEvent {
-        let object = regarding.name.as_deref().unwrap_or(REPORTING_CONTROLLER);
+        let object = regarding.name.as_deref().unwrap_or(UNNAMED);
+        let suffix = format!(".{:x}", now.as_nanosecond());
+        let object = cut_name(object, 253 - suffix.len());
         K8sEvent {
             action: Some(ev.action.clone()),
             reason: Some(ev.reason.clone()),
@@ -258,7 +273,7 @@ impl Writer {
             note: ev.note.clone(),
             metadata: ObjectMeta {
                 namespace: regarding.namespace.clone(),
-                name: Some(format!("{object}.{:x}", now.as_nanosecond())),
+                name: Some(format!("{object}{suffix}")),
                 ..ObjectMeta::default()
             },
             reporting_controller: Some(REPORTING_CONTROLLER.to_owned()),
@@ -339,6 +354,11 @@ impl Series {
         }
     }
 
+    /// The Event for `key` is gone: its next repeat is a new Event.
+    fn forget(&mut self, key: &SeriesKey) {
+        self.seen.remove(key);
+    }
+
     /// The series of `key` was written with `count` at `now`.
     fn counted(&mut self, key: &SeriesKey, count: i32, now: Timestamp) {
         if let Some(seen) = self.seen.get_mut(key) {
@@ -384,6 +404,16 @@ pub fn claim_reference(namespace: &str, name: &str, uid: Option<&str>) -> Object
         resource_version: None,
         field_path: None,
     }
+}
+
+/// `name` cut to at most `max` bytes, at a character boundary, without a
+/// trailing `-` or `.` (which the `.` after it would make invalid).
+fn cut_name(name: &str, max: usize) -> &str {
+    let mut end = name.len().min(max);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].trim_end_matches(['-', '.'])
 }
 
 fn truncate(text: &str, max: usize) -> String {

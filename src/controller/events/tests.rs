@@ -23,6 +23,8 @@ struct SlowApiserver {
     sent: Sent,
     gate: Arc<Semaphore>,
     arrived: Arc<std::sync::atomic::AtomicUsize>,
+    /// Every Event a patch names is gone (404), recorded as "gone".
+    gone: bool,
 }
 
 impl tonic::codegen::Service<Request<kube::client::Body>> for SlowApiserver {
@@ -41,6 +43,7 @@ impl tonic::codegen::Service<Request<kube::client::Body>> for SlowApiserver {
 
     fn call(&mut self, req: Request<kube::client::Body>) -> Self::Future {
         let (sent, gate, arrived) = (self.sent.clone(), self.gate.clone(), self.arrived.clone());
+        let gone = self.gone && req.method() == http::Method::PATCH;
         Box::pin(async move {
             let agent = req.headers()[http::header::USER_AGENT]
                 .to_str()
@@ -56,11 +59,21 @@ impl tonic::codegen::Service<Request<kube::client::Body>> for SlowApiserver {
             // A create names its reason; a repeat, the next count of its
             // series ("+2").
             let reason = match (event["reason"].as_str(), event["series"]["count"].as_i64()) {
+                _ if gone => "gone".to_owned(),
                 (Some(reason), _) => reason.to_owned(),
                 (None, Some(count)) => format!("+{count}"),
                 (None, None) => String::new(),
             };
             sent.lock().unwrap().push((agent, reason));
+            if gone {
+                let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "NotFound", "code": 404, "message": "events \"e\" not found"});
+                return Ok(Response::builder()
+                    .status(404)
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(status.to_string())))
+                    .unwrap());
+            }
             let created = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
                 "metadata": {"name": "e", "namespace": "src"}, "eventTime": null,
                 "reportingController": REPORTING_CONTROLLER});
@@ -79,12 +92,20 @@ fn events(gate: &Arc<Semaphore>) -> (Events, Sent) {
 }
 
 fn events_counted(gate: &Arc<Semaphore>) -> (Events, Sent, Arc<std::sync::atomic::AtomicUsize>) {
+    events_against(gate, false)
+}
+
+fn events_against(
+    gate: &Arc<Semaphore>,
+    gone: bool,
+) -> (Events, Sent, Arc<std::sync::atomic::AtomicUsize>) {
     let sent = Sent::default();
     let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let fake = SlowApiserver {
         sent: sent.clone(),
         gate: gate.clone(),
         arrived: arrived.clone(),
+        gone,
     };
     let user = ControllerUser::new(UserInfo {
         username: "system:serviceaccount:storage-transfer:apiserver".to_owned(),
@@ -236,6 +257,20 @@ async fn a_repeated_event_is_written_as_the_next_count_of_its_series() {
     assert_eq!(reasons, ["Waiting", "+2", "Other", "+3", "Waiting"]);
 }
 
+#[tokio::test]
+async fn a_repeat_of_an_event_kube_apiserver_no_longer_has_is_written_as_a_new_one() {
+    let gate = Arc::new(Semaphore::new(100));
+    let (events, sent, _) = events_against(&gate, true);
+    for _ in 0..3 {
+        events
+            .publish(&claim(), Severity::Warning, "Waiting", "Reconcile", "note")
+            .await;
+    }
+    let sent = written(&sent, 5).await;
+    let reasons: Vec<&str> = sent.iter().map(|(_, r)| r.as_str()).collect();
+    assert_eq!(reasons, ["Waiting", "gone", "Waiting", "gone", "Waiting"]);
+}
+
 fn key(name: &str) -> SeriesKey {
     let event = Event {
         type_: EventType::Normal,
@@ -308,4 +343,41 @@ fn the_series_remembered_are_bounded_and_events_past_the_bound_are_still_written
     assert_eq!(series.repeat(&key(&past), at(2)), None);
     // One within it still counts.
     assert_eq!(series.repeat(&key("c0"), at(2)), Some(("c0".to_owned(), 2)));
+}
+
+#[tokio::test]
+async fn an_events_name_stays_within_253_characters_for_an_object_named_at_the_limit() {
+    let writer = Writer {
+        client: kube::Client::new(
+            SlowApiserver {
+                sent: Sent::default(),
+                gate: Arc::new(Semaphore::new(0)),
+                arrived: Arc::default(),
+                gone: false,
+            },
+            "default",
+        ),
+        instance: "replica-a".to_owned(),
+        series: Mutex::default(),
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Matched".to_owned(),
+        note: None,
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    // Cut right after the `-`, which goes too.
+    let suffix = format!(".{:x}", at(0).as_nanosecond());
+    let keep = 253 - suffix.len() - 1;
+    let long = format!("{}-{}", "a".repeat(keep), "b".repeat(253 - keep - 1));
+    assert_eq!(long.len(), 253);
+    let named = writer.event(&event, &claim_reference("src", &long, None), at(0));
+    let name = named.metadata.name.unwrap();
+    assert_eq!(name, format!("{}{suffix}", "a".repeat(keep)));
+    assert!(name.len() <= 253, "{}", name.len());
+    let short = writer.event(&event, &claim(), at(0));
+    assert!(short.metadata.name.unwrap().starts_with("data."));
+    assert_eq!(cut_name("ab-cd", 3), "ab");
+    assert_eq!(cut_name("añb", 2), "a", "never inside a character");
 }
