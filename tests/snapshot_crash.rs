@@ -80,7 +80,7 @@ fn a_snapshot_move_crashed_once_after_every_write_completes_or_restores_the_sour
         "Retain#1 Retain#2 Retain#3 Retain#4 Retain#5",
         "CreateDestination#1 CreateDestination#2 CreateDestination#3",
         "RecordDestination#1",
-        "Commit#1 Commit#2 Commit#3 Commit#4",
+        "Commit#1 Commit#2 Commit#3 Commit#4 Commit#5",
         "ReleaseSource#1 ReleaseSource#2 ReleaseSource#3",
         "Settle#1 UnlockDestination#1 Complete#1 Complete#2 UnprotectDestination#1",
     ];
