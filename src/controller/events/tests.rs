@@ -271,15 +271,19 @@ async fn a_repeat_of_an_event_kube_apiserver_no_longer_has_is_written_as_a_new_o
     assert_eq!(reasons, ["Waiting", "gone", "Waiting", "gone", "Waiting"]);
 }
 
-fn key(name: &str) -> SeriesKey {
-    let event = Event {
+/// A `Matched` Event, as the writer is handed one.
+fn matched() -> Event {
+    Event {
         type_: EventType::Normal,
         reason: "Matched".to_owned(),
         note: None,
         action: "Reconcile".to_owned(),
         secondary: None,
-    };
-    SeriesKey::of(&event, &claim_reference("src", name, None))
+    }
+}
+
+fn key(name: &str) -> SeriesKey {
+    SeriesKey::of(&matched(), &claim_reference("src", name, None))
 }
 
 fn at(seconds: i64) -> Timestamp {
@@ -360,13 +364,7 @@ async fn an_events_name_stays_within_253_characters_for_an_object_named_at_the_l
         instance: "replica-a".to_owned(),
         series: Mutex::default(),
     };
-    let event = Event {
-        type_: EventType::Normal,
-        reason: "Matched".to_owned(),
-        note: None,
-        action: "Reconcile".to_owned(),
-        secondary: None,
-    };
+    let event = matched();
     // Cut right after the `-`, which goes too.
     let suffix = format!(".{:x}", at(0).as_nanosecond());
     let keep = 253 - suffix.len() - 1;
