@@ -315,6 +315,22 @@ pub(in crate::controller::transfer) fn cluster_writes(
             .map(|snap| snap.name.clone())
             .unwrap_or_else(|| s.spec.source.name.clone())
     };
+    // The moved claim `uid` made Lost, as the binder makes a claim whose
+    // volume names another (`holder`), where the binder would: at the
+    // version decided on, on `/status`.
+    let lose_source = |uid: &str, holder: &str| {
+        f.moved_claim
+            .as_ref()
+            .filter(|c| c.uid == uid)
+            .zip(f.volume.as_ref())
+            .filter(|(c, v)| loses_to(c, v, holder))
+            .map(|(c, _)| ClusterWrite::Claim {
+                namespace: s.source_namespace().to_owned(),
+                name: locked_name(),
+                resource_version: Some(c.resource_version.clone()),
+                change: ClaimChange::Lose,
+            })
+    };
     let writes: Vec<Option<ClusterWrite>> = match action {
         Action::Lock { resource_version } => vec![Some(ClusterWrite::Claim {
             namespace: source_ns,
@@ -373,18 +389,8 @@ pub(in crate::controller::transfer) fn cluster_writes(
                     // claim whose uid the volume does not name. That costs
                     // writes, never the volume (the fleet at 1,000 pairs
                     // showed none: 8.0 claim writes a pair, as before).
-                    let lose = f
-                        .moved_claim
-                        .as_ref()
-                        .filter(|c| recorded_source(s).is_some_and(|snap| snap.uid == c.uid))
-                        .zip(f.volume.as_ref())
-                        .filter(|(c, v)| loses_to(c, v, &destination.uid))
-                        .map(|(c, _)| ClusterWrite::Claim {
-                            namespace: source_ns.clone(),
-                            name: locked_name(),
-                            resource_version: Some(c.resource_version.clone()),
-                            change: ClaimChange::Lose,
-                        });
+                    let lose = recorded_source(s)
+                        .and_then(|snap| lose_source(&snap.uid, &destination.uid));
                     vec![
                         commit,
                         Some(ClusterWrite::Claim {
@@ -471,17 +477,10 @@ pub(in crate::controller::transfer) fn cluster_writes(
         // refused or the pair crashed before it.
         Action::ReleaseSource { uid } => {
             let lose = f
-                .moved_claim
+                .volume
                 .as_ref()
-                .filter(|c| c.uid == *uid)
-                .zip(f.volume.as_ref())
-                .filter(|(c, v)| loses_to_another(c, v))
-                .map(|(c, _)| ClusterWrite::Claim {
-                    namespace: source_ns.clone(),
-                    name: locked_name(),
-                    resource_version: Some(c.resource_version.clone()),
-                    change: ClaimChange::Lose,
-                });
+                .and_then(|v| v.claim_ref.as_ref())
+                .and_then(|holder| lose_source(uid, &holder.uid));
             vec![
                 lose,
                 Some(ClusterWrite::DeleteClaim {
@@ -591,15 +590,6 @@ pub(in crate::controller::transfer) fn provisioner_finalizers(
 /// Whether `claim` names `volume` in its `spec.volumeName`.
 fn pre_bound(claim: &Claim, volume: &Volume) -> bool {
     claim.volume_name.as_deref() == Some(volume.name.as_str())
-}
-
-/// Whether the binder would make `claim` Lost: it completed a binding to
-/// `volume`, which now names another claim, and it is not Lost yet.
-pub(in crate::controller::transfer) fn loses_to_another(claim: &Claim, volume: &Volume) -> bool {
-    volume
-        .claim_ref
-        .as_ref()
-        .is_some_and(|r| loses_to(claim, volume, &r.uid))
 }
 
 /// Whether the binder would make `claim` Lost once `volume` names the
