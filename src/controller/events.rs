@@ -27,14 +27,14 @@
 //! same type, reason and action about the same object) is written as the
 //! next count of that Event's `series` ([`Series`]), as kube-runtime's
 //! recorder wrote it (client-go's counts repeats the same way, and writes
-//! the count less often). Past [`MAX_SERIES`], new series are not
-//! remembered rather than old ones forgotten: their repeats are written as
-//! Events of their own, which costs objects, not memory. kube-runtime's `Recorder` swept its memory
-//! of written Events on every Event, a walk over all of them: at a
-//! thousand transfers, nine thousand entries walked per Event, 4% of the
-//! server's CPU. [`Series`] sweeps at most once per [`SWEEP_EVERY`] and
-//! remembers at most [`MAX_SERIES`] Events, so neither its time nor its
-//! memory grows with the rate a tenant can make Events at.
+//! the count less often). kube-runtime's `Recorder` swept its memory of
+//! written Events on every Event, a walk over all of them: at a thousand
+//! transfers, nine thousand entries walked per Event, 4% of the server's
+//! CPU. [`Series`] sweeps at most once per [`SWEEP_EVERY`] and remembers
+//! at most [`MAX_SERIES`] series, so neither its time nor its memory grows
+//! with the rate a tenant can make Events at. Past the bound, new series
+//! are not remembered rather than old ones forgotten: their repeats are
+//! written as Events of their own, which costs objects, not memory.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -409,22 +409,24 @@ pub fn claim_reference(namespace: &str, name: &str, uid: Option<&str>) -> Object
 /// `name` cut to at most `max` bytes, at a character boundary, without a
 /// trailing `-` or `.` (which the `.` after it would make invalid).
 fn cut_name(name: &str, max: usize) -> &str {
-    let mut end = name.len().min(max);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    name[..end].trim_end_matches(['-', '.'])
+    prefix(name, max).trim_end_matches(['-', '.'])
 }
 
 fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
-    let mut end = max;
+    format!("{}…", prefix(text, max))
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends at a
+/// character boundary.
+fn prefix(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &text[..end])
+    &text[..end]
 }
 
 #[cfg(test)]
