@@ -53,6 +53,9 @@ pub enum Error {
     Cluster(#[from] ClusterError),
     #[error("our storage: {0}")]
     Api(ApiError),
+    /// The reconcile ran past [`RECONCILE_TIMEOUT`] and was abandoned.
+    #[error("abandoned after {0:?} without an answer")]
+    TimedOut(Duration),
 }
 
 impl From<ApiError> for Error {
@@ -107,6 +110,21 @@ pub(crate) async fn keyed<S: crate::registry::Strategy>(
         None => Ok(None),
     }
 }
+
+/// The longest one reconcile may run before its worker abandons it and the
+/// key is retried with the failure backoff. A step makes a handful of calls,
+/// each answered in well under a second; this bounds what nothing else
+/// does, a call that is never answered (kube's client sets no read timeout,
+/// and retries 429s and 5xx for minutes on its own), so that no key is held
+/// by one attempt past its resync.
+///
+/// Abandoning a reconcile is safe for the reason a crash or a failover is:
+/// each write is conditional and made again or found made on the next look,
+/// which reads afresh. What it leaves in memory is also what a new leader
+/// starts without: the read cache's expectation of a write whose answer was
+/// not awaited (the copy is then trusted as a new leader's would be, against
+/// conditional writes), and Events not yet queued.
+pub(crate) const RECONCILE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a reconcile asks of the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -363,7 +381,10 @@ async fn workers(
 /// both controllers at once: each fails its next check.
 async fn work(queue: &WorkQueue, controller: &dyn Reconciler, leadership: &Leadership) {
     while let Some(key) = queue.next().await {
-        match controller.reconcile(&key).await {
+        let reconciled = tokio::time::timeout(RECONCILE_TIMEOUT, controller.reconcile(&key))
+            .await
+            .unwrap_or(Err(Error::TimedOut(RECONCILE_TIMEOUT)));
+        match reconciled {
             Ok(next) => match next {
                 Next::Done => queue.progressed(&key),
                 Next::Now => {
@@ -382,6 +403,10 @@ async fn work(queue: &WorkQueue, controller: &dyn Reconciler, leadership: &Leade
                 queue.shut_down();
                 return;
             }
+            Err(err @ Error::TimedOut(_)) => {
+                tracing::warn!(%key, error = %err, "reconcile abandoned; retrying");
+                queue.add_rate_limited(&key);
+            }
             Err(err) => {
                 tracing::info!(%key, error = %err, "reconcile failed; retrying");
                 queue.add_rate_limited(&key);
@@ -390,3 +415,6 @@ async fn work(queue: &WorkQueue, controller: &dyn Reconciler, leadership: &Leade
         queue.done(&key);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -560,6 +560,24 @@ enum Tenure {
     Ended,
 }
 
+#[cfg(test)]
+impl Leadership {
+    /// A term held for `held` from now, for tests of what runs under one.
+    pub(crate) fn held_for(held: Duration) -> Leadership {
+        let term = Arc::new(watch::Sender::new(Tenure::Until(Instant::now() + held)));
+        Leadership {
+            lease_id: 1,
+            identity: Arc::from("replica-a"),
+            tenure: term.subscribe(),
+            term,
+            fence: Fence {
+                key: "/election/1".to_owned(),
+                create_revision: 1,
+            },
+        }
+    }
+}
+
 /// The keep-alive bookkeeping of one lease: turns answers into a [`Tenure`],
 /// shared with every [`Leadership`] of the term.
 #[derive(Debug)]
