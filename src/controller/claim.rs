@@ -164,8 +164,8 @@ impl ClaimController {
         self.take(step, &ec, &observed).await
     }
 
-    /// Reads the claim and, while the claim's life is still open, the
-    /// namespace's pods, live.
+    /// Reads the claim and, where the step reads them
+    /// ([`lifecycle::reads_pods`]), the namespace's pods, live.
     async fn observe(&self, ec: &EphemeralClaim) -> Result<Observed, Error> {
         let namespace = namespace_of(ec);
         let claim_name = ec.claim_name();
@@ -173,11 +173,10 @@ impl ClaimController {
         let claim = self.cluster.claim(namespace, &claim_name).await?;
         let claim_state = lifecycle::claim_state(claim.as_ref(), uid_of(ec));
         let phase = phase_of(ec);
-        let pods = if phase.is_finished() {
-            // A finished claim's decision reads neither owner nor users.
-            Vec::new()
-        } else {
+        let pods = if lifecycle::reads_pods(phase, claim_state) {
             self.cluster.pods(namespace).await?
+        } else {
+            Vec::new()
         };
         let recorded = match (&claim, claim_state) {
             (Some(c), ClaimState::Ours { .. }) => {

@@ -178,6 +178,18 @@ pub enum Step {
     Idle,
 }
 
+/// Whether the step for a claim in `phase` whose claim is `claim` reads the
+/// namespace's pods (its owner, users and holders). A finished claim's does
+/// not, nor does a Deleting one's, except to say which pods hold a claim
+/// that is being deleted: so a claim whose release is decided is deleted
+/// without waiting for a LIST of every pod in its namespace.
+pub fn reads_pods(phase: Phase, claim: ClaimState) -> bool {
+    match phase {
+        Phase::Deleting => matches!(claim, ClaimState::Ours { deleting: true, .. }),
+        phase => !phase.is_finished(),
+    }
+}
+
 /// The step `facts` call for.
 pub fn next_step(facts: &Facts) -> Step {
     let finalizer_or_idle = if facts.has_finalizer {

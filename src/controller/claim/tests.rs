@@ -817,3 +817,63 @@ fn a_deleted_claim_is_held_by_every_scheduled_pod_that_names_it_even_a_finished_
     );
     assert!(lifecycle::holders(&pods, "another-claim").is_empty());
 }
+
+#[test]
+fn a_claim_whose_release_is_decided_is_deleted_without_reading_pods() {
+    let owners = [OwnerState::Gone, OwnerState::Active, OwnerState::Finished];
+    let users = [
+        Users::default(),
+        Users {
+            running: true,
+            active: true,
+        },
+    ];
+    for phase in [
+        Phase::Deleting,
+        Phase::Deleted,
+        Phase::Released,
+        Phase::Failed,
+    ] {
+        for claim in [
+            ClaimState::Absent,
+            ClaimState::Foreign,
+            OURS_BOUND,
+            OURS_UNBOUND,
+            OURS_DELETING,
+        ] {
+            for deleting in [false, true] {
+                let reads = reads_pods(phase, claim);
+                assert_eq!(
+                    reads,
+                    phase == Phase::Deleting && claim == OURS_DELETING,
+                    "{phase:?} {claim:?}"
+                );
+                if reads {
+                    continue;
+                }
+                // Without pods, the owner reads Gone and no pod uses the
+                // claim: the step must be the one any pods would give.
+                let unread = with(waiting(), |f| {
+                    f.phase = phase;
+                    f.claim = claim;
+                    f.deleting = deleting;
+                    f.owner = OwnerState::Gone;
+                    f.users = Users::default();
+                });
+                for owner in owners {
+                    for users in users {
+                        let read = with(unread.clone(), |f| {
+                            f.owner = owner;
+                            f.users = users;
+                        });
+                        assert_eq!(
+                            next_step(&read),
+                            next_step(&unread),
+                            "{phase:?} {claim:?} deleting {deleting} {owner:?} {users:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
