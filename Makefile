@@ -35,7 +35,7 @@ tools: prereqs
 kube: tools
 
 dev: tools
-	$(CARGO) build --locked --bin storage-transfer-apiserver --bin kubectl-transfer
+	$(CARGO) build --locked -p storage-transfer-apiserver -p kubectl-transfer
 	ln -sf kubectl-transfer target/debug/kubectl_complete-transfer
 	$(CARGO) build --locked -p sta-testenv --bin devenv
 	target/debug/devenv up --dir $(DEV_DIR) --server-bin target/debug/storage-transfer-apiserver
@@ -85,7 +85,7 @@ bench-auth: tools
 
 # The release binary, by the same command the Dockerfile runs.
 release: prereqs
-	$(CARGO) build --locked --release
+	$(CARGO) build --locked --release -p storage-transfer-apiserver -p kubectl-transfer
 
 lint: prereqs
 	$(CARGO) fmt --all -- --check

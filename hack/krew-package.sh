@@ -7,7 +7,7 @@
 #   hack/krew-package.sh [--bin PATH] [--os OS --arch ARCH] [--out DIR] [--all]
 #
 #   --bin PATH   the kubectl-transfer binary to package (or $KUBECTL_TRANSFER_BIN);
-#                without either, `cargo build --locked --release --bin kubectl-transfer`
+#                without either, `cargo build --locked --release -p kubectl-transfer`
 #                builds it for this machine.
 #   --os, --arch the platform the binary is for, as krew names it (linux, darwin;
 #                amd64, arm64); default: this machine's. A binary cross-built for
@@ -61,15 +61,16 @@ while (($#)); do
   esac
 done
 
-# The version: the root package's, from the [package] table of Cargo.toml.
+# The version: the plugin package's, from the [package] table of its Cargo.toml.
+manifest="$repo/crates/kubectl-transfer/Cargo.toml"
 version="$(awk '
   /^\[/ { in_package = ($0 == "[package]"); next }
   in_package && /^version[[:space:]]*=/ { sub(/^version[[:space:]]*=[[:space:]]*"/, ""); sub(/".*$/, ""); print; exit }
-' "$repo/Cargo.toml")"
-[[ "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]] || die "found no version in the [package] table of $repo/Cargo.toml"
+' "$manifest")"
+[[ "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]] || die "found no version in the [package] table of $manifest"
 tag="v$version"
 grep -Eq "^  version: \"?$tag\"?\$" "$template" \
-  || die "deploy/krew/transfer.yaml's spec.version is not $tag (the version of Cargo.toml): update it and its uris"
+  || die "deploy/krew/transfer.yaml's spec.version is not $tag (the version of crates/kubectl-transfer/Cargo.toml): update it and its uris"
 
 # This machine's platform, as krew (Go's GOOS and GOARCH) names it.
 host_os="$(uname -s | tr '[:upper:]' '[:lower:]')"
@@ -86,7 +87,7 @@ if [[ -z "$bin" ]]; then
   [[ "$os/$arch" == "$host_os/$host_arch" ]] \
     || die "cannot build for $os/$arch on $host_os/$host_arch: cross-build the binary and pass it with --bin"
   log "building $name (release)"
-  (cd "$repo" && cargo build --locked --release --bin "$name" >&2)
+  (cd "$repo" && cargo build --locked --release -p "$name" >&2)
   bin="${CARGO_TARGET_DIR:-$repo/target}/release/$name"
 fi
 [[ -f "$bin" && -x "$bin" ]] || die "$bin is not an executable file"

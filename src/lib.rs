@@ -15,14 +15,16 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
-pub mod api;
+/// The API's types, defaulting, validation and vocabularies, in a crate of
+/// their own (`crates/transfer-api`) that `kubectl-transfer` shares: named
+/// `api` here, the bottom layer.
+pub use transfer_api as api;
 pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod controller;
 pub mod discovery;
 pub mod endpoints;
-pub mod plugin;
 pub mod reflect;
 pub mod registry;
 pub mod review_cache;

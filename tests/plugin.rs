@@ -9,7 +9,6 @@
 mod scenario;
 
 use std::io::Read;
-use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,7 +33,7 @@ fn admin() -> &'static Kubectl {
 
 /// PATH with the plugin's directory first, as a user who installed it has.
 fn path_with_plugin() -> String {
-    let plugin = Path::new(env!("CARGO_BIN_EXE_kubectl-transfer"));
+    let plugin = sta_testenv::plugin_bin();
     let dir = plugin.parent().unwrap();
     format!(
         "{}:{}",
@@ -855,38 +854,6 @@ fn strip_escapes(text: &str) -> String {
 }
 
 #[test]
-fn completion_scripts_are_printed_for_bash_and_zsh() {
-    let plugin = env!("CARGO_BIN_EXE_kubectl-transfer");
-    let bash = Command::new(plugin)
-        .args(["completion", "bash"])
-        .output()
-        .unwrap();
-    let bash = String::from_utf8(bash.stdout).unwrap();
-    assert!(
-        bash.contains("complete -F") && bash.contains("kubectl-transfer"),
-        "{bash}"
-    );
-    for word in ["offer", "request", "status", "list", "cancel"] {
-        assert!(bash.contains(word), "{word}: {bash}");
-    }
-    let zsh = Command::new(plugin)
-        .args(["completion", "zsh"])
-        .output()
-        .unwrap();
-    let zsh = String::from_utf8(zsh.stdout).unwrap();
-    assert!(zsh.starts_with("#compdef kubectl-transfer"), "{zsh}");
-    let fish = Command::new(plugin)
-        .args(["completion", "fish"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        fish.status.code(),
-        Some(2),
-        "an unknown shell is a usage error"
-    );
-}
-
-#[test]
 fn kubectl_completes_the_plugins_commands_flags_and_transfer_names() {
     let p = Pair::new();
     let offered = run(
@@ -899,7 +866,7 @@ fn kubectl_completes_the_plugins_commands_flags_and_transfer_names() {
     std::fs::create_dir_all(&dir).unwrap();
     let _cleanup = RemoveDir(dir.clone());
     std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_kubectl-transfer"),
+        sta_testenv::plugin_bin(),
         dir.join("kubectl_complete-transfer"),
     )
     .unwrap();

@@ -4,7 +4,6 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,7 +22,7 @@ fn without_the_apiservice_every_command_says_the_server_is_not_installed() {
         assert!(Instant::now() < deadline, "discovery still serves {GROUP}");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let plugin = Path::new(env!("CARGO_BIN_EXE_kubectl-transfer"));
+    let plugin = sta_testenv::plugin_bin();
     let path = format!(
         "{}:{}",
         plugin.parent().unwrap().display(),

@@ -149,6 +149,27 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
 
+/// The `kubectl-transfer` binary of this build, beside the test binary that
+/// asks (`target/<profile>/`). It is its own package
+/// (`crates/kubectl-transfer`), so cargo names no `CARGO_BIN_EXE_` of it to
+/// the server's tests; it builds it with the workspace's tests (`make test`),
+/// as its own integration tests need it. `STA_PLUGIN_BIN` names another.
+pub fn plugin_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("STA_PLUGIN_BIN") {
+        return PathBuf::from(bin);
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("kubectl-transfer")));
+    match beside {
+        Some(bin) if bin.is_file() => bin,
+        _ => panic!(
+            "no kubectl-transfer beside this test binary ({beside:?}): build it with \
+             `cargo build -p kubectl-transfer` (`make test` does), or name one in STA_PLUGIN_BIN"
+        ),
+    }
+}
+
 /// How to start a control plane.
 #[derive(Debug, Clone)]
 pub struct Options {

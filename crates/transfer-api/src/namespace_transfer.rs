@@ -18,10 +18,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Serialize};
 
-use crate::api::errors::FieldCause;
-use crate::api::meta::{string_enum_schema, Object, Requester};
-use crate::api::validation::{self, BadValue, FieldErrors};
-use crate::api::NAMESPACE_TRANSFERS;
+use crate::errors::FieldCause;
+use crate::meta::{string_enum_schema, Object, Requester};
+use crate::validation::{self, BadValue, FieldErrors};
+use crate::NAMESPACE_TRANSFERS;
 
 /// `spec.source.kind` for a claim's volume, and the default.
 pub const SOURCE_KIND_PERSISTENT_VOLUME_CLAIM: &str = "PersistentVolumeClaim";
@@ -734,8 +734,8 @@ impl NamespaceTransfer {
         }
         self.metadata.owner_references.iter().flatten().find(|r| {
             r.controller == Some(true)
-                && r.kind == crate::api::NAMESPACE_TRANSFERS.kind
-                && r.api_version == crate::api::GROUP_VERSION
+                && r.kind == crate::NAMESPACE_TRANSFERS.kind
+                && r.api_version == crate::GROUP_VERSION
         })
     }
 
@@ -966,8 +966,7 @@ impl NamespaceTransfer {
 /// Whether a claim's `spec.dataSourceRef` names a NamespaceTransfer (DESIGN
 /// §2.3): the claim asks a populating request for its volume.
 pub fn names_a_transfer(r: &k8s_openapi::api::core::v1::TypedObjectReference) -> bool {
-    r.api_group.as_deref() == Some(crate::api::GROUP)
-        && r.kind == crate::api::NAMESPACE_TRANSFERS.kind
+    r.api_group.as_deref() == Some(crate::GROUP) && r.kind == crate::NAMESPACE_TRANSFERS.kind
 }
 
 fn non_empty_or<'a>(value: &'a str, default: &'a str) -> &'a str {
@@ -1041,7 +1040,7 @@ fn validate_spec_unchanged(
 }
 
 impl Object for NamespaceTransfer {
-    crate::api::meta::object_fields!(NAMESPACE_TRANSFERS);
+    crate::meta::object_fields!(NAMESPACE_TRANSFERS);
 
     /// A new transfer is `Pending`, with the role its namespaces give it.
     fn reset_status(&mut self) {
@@ -1055,9 +1054,9 @@ impl Object for NamespaceTransfer {
     fn bound_status(&mut self) {
         if let Some(st) = &mut self.status {
             for text in [&mut st.message, &mut st.reason].into_iter().flatten() {
-                crate::api::meta::bound_text(text);
+                crate::meta::bound_text(text);
             }
-            crate::api::meta::bound_conditions(&mut st.conditions);
+            crate::meta::bound_conditions(&mut st.conditions);
         }
     }
 

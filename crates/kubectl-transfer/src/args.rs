@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::api::namespace_transfer::SOURCE_KIND_VOLUME_SNAPSHOT;
-use crate::api::validation;
+use transfer_api::namespace_transfer::SOURCE_KIND_VOLUME_SNAPSHOT;
+use transfer_api::validation;
 
 /// Move a PersistentVolumeClaim's volume, or a VolumeSnapshot, to another
 /// namespace. Both namespaces consent: the source side offers, the

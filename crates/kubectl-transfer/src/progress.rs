@@ -17,8 +17,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::output::one_line;
-use crate::api::meta::{find_condition, CONDITION_TRUE};
-use crate::api::namespace_transfer::{
+use transfer_api::meta::{find_condition, CONDITION_TRUE};
+use transfer_api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, Role, TransferMode, TransferStepName,
     CONDITION_PEER_MATCHED, CONDITION_SOURCE_RELEASED,
 };

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::args::Output;
 use super::progress::{self, closing, outcome, plain, timeline};
-use crate::api::namespace_transfer::NamespaceTransfer;
-use crate::api::{GROUP, GROUP_VERSION, NAMESPACE_TRANSFERS};
+use transfer_api::namespace_transfer::NamespaceTransfer;
+use transfer_api::{GROUP, GROUP_VERSION, NAMESPACE_TRANSFERS};
 
 /// `text` as one line safe to print on a terminal: every control character
 /// (newlines too) and every bidirectional or invisible formatting character

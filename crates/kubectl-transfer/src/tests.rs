@@ -14,7 +14,7 @@ use super::commands::{plan_offer, plan_request};
 use super::error::{explain, holder_of, Doing, Failure, Served};
 use super::output::{advice, age, object, one_line, summary, table};
 use super::progress::{timeline, Follower, Line, Stage, What};
-use crate::api::namespace_transfer::{NamespaceTransfer, TransferStepName};
+use transfer_api::namespace_transfer::{NamespaceTransfer, TransferStepName};
 
 fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + seconds).unwrap()
@@ -164,7 +164,7 @@ fn a_populating_clone_request_serves_every_claim_and_tells_how_to_offer_standing
     )
     .unwrap();
     assert!(t.is_standing_request(), "{t:?}");
-    assert_eq!(crate::api::meta::Object::validate_create(&t), Vec::new());
+    assert_eq!(transfer_api::meta::Object::validate_create(&t), Vec::new());
     let hint = hint.unwrap();
     // A standing offer: no --name.
     assert!(
@@ -722,7 +722,7 @@ fn an_offer_of_a_snapshot_sets_its_kind_and_tells_the_other_side_to_request_the_
         assert!(t.moves_snapshot());
         assert_eq!(t.mode().as_str(), "Move");
         assert_eq!(t.role().unwrap().as_str(), "Source");
-        assert_eq!(crate::api::meta::Object::validate_create(&t), Vec::new());
+        assert_eq!(transfer_api::meta::Object::validate_create(&t), Vec::new());
         assert_eq!(
             hint.unwrap(),
             "Next, in namespace dev: kubectl transfer request prod/snapshot/nightly -n dev"
@@ -773,7 +773,7 @@ fn a_request_for_a_snapshot_names_its_namespace_kind_and_name_and_how_the_source
         assert_eq!(t.spec.destination.name, "restored");
         assert_eq!(t.spec.destination.populate, None);
         assert_eq!(t.role().unwrap().as_str(), "Destination");
-        assert_eq!(crate::api::meta::Object::validate_create(&t), Vec::new());
+        assert_eq!(transfer_api::meta::Object::validate_create(&t), Vec::new());
         assert_eq!(
             hint.unwrap(),
             "The owner of namespace prod offers it with: kubectl transfer offer snapshot/nightly --to dev --name restored -n prod"
@@ -797,7 +797,7 @@ fn a_snapshot_may_be_cloned_and_populated_but_a_moved_one_is_never_populated() {
     .unwrap();
     assert!(t.clones_snapshot(), "{t:?}");
     assert!(t.is_standing_offer());
-    assert_eq!(crate::api::meta::Object::validate_create(&t), Vec::new());
+    assert_eq!(transfer_api::meta::Object::validate_create(&t), Vec::new());
     assert_eq!(
         hint.unwrap(),
         "Next, in namespace dev: kubectl transfer request prod/snapshot/nightly --clone -n dev"
@@ -809,7 +809,7 @@ fn a_snapshot_may_be_cloned_and_populated_but_a_moved_one_is_never_populated() {
         let (t, _) = plan_request("dev", &request_of(line)).unwrap();
         assert!(t.clones_snapshot(), "{line}");
         assert_eq!(
-            crate::api::meta::Object::validate_create(&t),
+            transfer_api::meta::Object::validate_create(&t),
             Vec::new(),
             "{line}"
         );

@@ -5,8 +5,9 @@
 //! This module owns the command line ([`args`]) and its completion
 //! ([`complete`]), the sentences its failures become ([`error`]), the
 //! progress display ([`progress`]), what it prints ([`output`]) and the
-//! commands ([`commands`]). It depends on `api` alone: the server's types and words,
-//! never its storage or controller. The binary is `src/bin/kubectl-transfer.rs`.
+//! commands ([`commands`]). It depends on `transfer-api` and kube-rs alone:
+//! the server's types and words, never its storage, controllers or HTTP
+//! server, so the plugin builds without them. The binary is `src/main.rs`.
 
 pub mod args;
 pub mod commands;
@@ -18,14 +19,9 @@ pub mod progress;
 #[cfg(test)]
 mod tests;
 
-use std::borrow::Cow;
 use std::io::Write;
 
 use clap::Parser;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-use crate::api::namespace_transfer::NamespaceTransfer;
-use crate::api::{GROUP, NAMESPACE_TRANSFERS};
 
 pub use error::Failure;
 
@@ -90,34 +86,5 @@ fn report(failure: &Failure) {
         other => {
             let _ = writeln!(err, "error: {}", output::one_line(&other.to_string()));
         }
-    }
-}
-
-impl kube::Resource for NamespaceTransfer {
-    type DynamicType = ();
-    type Scope = kube::core::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(NAMESPACE_TRANSFERS.kind)
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(GROUP)
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(crate::api::VERSION)
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(NAMESPACE_TRANSFERS.plural)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
     }
 }

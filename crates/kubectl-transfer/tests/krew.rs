@@ -20,7 +20,6 @@ use std::sync::OnceLock;
 
 use serde_yaml::Value;
 
-const PLUGIN_BIN: &str = env!("CARGO_BIN_EXE_kubectl-transfer");
 /// The plugin's executable, as krew installs it and kubectl looks it up.
 const PLUGIN: &str = "kubectl-transfer";
 /// The release URL the manifest's archives are published under.
@@ -29,9 +28,14 @@ const RELEASES: &str =
 /// The platforms the manifest must offer at least.
 const REQUIRED_PLATFORMS: &[(&str, &str)] = &[("linux", "amd64"), ("linux", "arm64")];
 
+/// The repository: this crate is `crates/kubectl-transfer` in it.
 fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    static REPO: OnceLock<PathBuf> = OnceLock::new();
+    REPO.get_or_init(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
+
+/// The plugin cargo built for these tests.
+const PLUGIN_BIN: &str = env!("CARGO_BIN_EXE_kubectl-transfer");
 
 fn version_tag() -> String {
     format!("v{}", env!("CARGO_PKG_VERSION"))

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
 use serde::{Deserialize, Serialize};
 
-use crate::api::errors::FieldCause;
-use crate::api::ResourceInfo;
+use crate::errors::FieldCause;
+use crate::ResourceInfo;
 
 /// The authenticated user who created an object, stamped by the server at create
 /// time (like a CertificateSigningRequest's `spec.username`).
@@ -40,11 +40,11 @@ pub struct Requester {
 
 /// The [`Object`] methods every kind implements alike, from its fields
 /// `api_version`, `kind`, `metadata`, `spec` and `status` and its
-/// [`ResourceInfo`](crate::api::ResourceInfo) `$info`. Used inside the
+/// [`ResourceInfo`](crate::ResourceInfo) `$info`. Used inside the
 /// kind's `impl Object`, which adds what differs.
 macro_rules! object_fields {
     ($info:expr) => {
-        fn resource() -> &'static $crate::api::ResourceInfo {
+        fn resource() -> &'static $crate::ResourceInfo {
             &$info
         }
 
@@ -59,7 +59,7 @@ macro_rules! object_fields {
         }
 
         fn set_type_meta(&mut self) {
-            $crate::api::GROUP_VERSION.clone_into(&mut self.api_version);
+            $crate::GROUP_VERSION.clone_into(&mut self.api_version);
             $info.kind.clone_into(&mut self.kind);
         }
 
@@ -94,7 +94,7 @@ pub trait Object:
     + Sync
     + 'static
 {
-    /// The static resource facts (crate::api::NAMESPACE_TRANSFERS / EPHEMERAL_CLAIMS).
+    /// The static resource facts (crate::NAMESPACE_TRANSFERS / EPHEMERAL_CLAIMS).
     fn resource() -> &'static ResourceInfo;
     fn metadata(&self) -> &ObjectMeta;
     fn metadata_mut(&mut self) -> &mut ObjectMeta;
@@ -227,7 +227,7 @@ pub fn set_finalizer(meta: &mut ObjectMeta, finalizer: &str, present: bool) {
 /// with it).
 pub fn controller_ref(kind: &ResourceInfo, owner: &ObjectMeta) -> OwnerReference {
     OwnerReference {
-        api_version: crate::api::GROUP_VERSION.to_owned(),
+        api_version: crate::GROUP_VERSION.to_owned(),
         kind: kind.kind.to_owned(),
         name: owner.name.clone().unwrap_or_default(),
         uid: owner.uid.clone().unwrap_or_default(),

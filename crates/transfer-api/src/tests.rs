@@ -29,16 +29,16 @@ fn singular_is_the_lowercase_kind() {
 fn a_finalizer_is_put_on_once_and_taken_off_leaving_the_others_in_order() {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     let mut meta = ObjectMeta::default();
-    crate::api::meta::set_finalizer(&mut meta, "b", true);
-    crate::api::meta::set_finalizer(&mut meta, "b", true);
+    crate::meta::set_finalizer(&mut meta, "b", true);
+    crate::meta::set_finalizer(&mut meta, "b", true);
     assert_eq!(meta.finalizers.as_deref(), Some(&["b".to_owned()][..]));
     meta.finalizers = Some(vec!["a".to_owned(), "b".to_owned(), "c".to_owned()]);
-    crate::api::meta::set_finalizer(&mut meta, "b", false);
+    crate::meta::set_finalizer(&mut meta, "b", false);
     assert_eq!(
         meta.finalizers.as_deref(),
         Some(&["a".to_owned(), "c".to_owned()][..])
     );
     meta.finalizers = Some(vec!["b".to_owned()]);
-    crate::api::meta::set_finalizer(&mut meta, "b", false);
+    crate::meta::set_finalizer(&mut meta, "b", false);
     assert_eq!(meta.finalizers, None, "an empty list is stored as none");
 }

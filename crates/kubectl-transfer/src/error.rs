@@ -5,7 +5,7 @@ use std::fmt;
 
 use kube::core::Status;
 
-use crate::api::GROUP;
+use transfer_api::GROUP;
 
 /// Why the plugin stops with a non-zero exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]

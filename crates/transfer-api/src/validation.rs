@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::api::errors::FieldCause;
+use crate::errors::FieldCause;
 
 /// `field.ErrorTypeRequired`.
 pub const REASON_REQUIRED: &str = "FieldValueRequired";

@@ -22,13 +22,13 @@ use super::args::{self, Cli, Command, Create, DryRun, Global, Kind, Output, Shel
 use super::error::{explain, Doing, Failure, Served};
 use super::output;
 use super::progress::{self, Follower};
-use crate::api::meta::is_condition_true;
-use crate::api::namespace_transfer::{
+use transfer_api::meta::is_condition_true;
+use transfer_api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferSpec, TransferDestination,
     TransferMode, TransferSource, TransferStepName, CONDITION_REBOUND, SNAPSHOT_GROUP,
     SOURCE_KIND_VOLUME_SNAPSHOT,
 };
-use crate::api::{GROUP_VERSION, NAMESPACE_TRANSFERS};
+use transfer_api::{GROUP_VERSION, NAMESPACE_TRANSFERS};
 
 /// The connection and the namespace a command works in.
 #[derive(Clone)]
@@ -329,7 +329,7 @@ fn transfer_name(c: &Create, source: &str, word: &str, other: &str) -> Result<St
         .transfer_name
         .clone()
         .unwrap_or_else(|| format!("{source}-{word}-{other}"));
-    if let Some(why) = crate::api::validation::is_dns1123_subdomain(&name).first() {
+    if let Some(why) = transfer_api::validation::is_dns1123_subdomain(&name).first() {
         return Err(Failure::Usage(format!(
             "{name:?} cannot name a transfer ({why}): choose a name with --transfer-name"
         )));

@@ -119,7 +119,7 @@ fn a_populating_clone_request_is_standing_unless_it_names_the_one_claim_it_serve
     assert_eq!(t.served_claim_uid(), Some("claim-uid"));
     assert_eq!(t.populated_name(), "db-clones");
     let owner = |kind: &str, controller| OwnerReference {
-        api_version: crate::api::GROUP_VERSION.to_owned(),
+        api_version: crate::GROUP_VERSION.to_owned(),
         kind: kind.to_owned(),
         name: "parent".to_owned(),
         uid: "parent-uid".to_owned(),

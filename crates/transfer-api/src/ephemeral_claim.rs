@@ -17,14 +17,14 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaimSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 
-use crate::api::errors::FieldCause;
-use crate::api::meta::{string_enum_schema, Object, Requester};
-use crate::api::namespace_transfer::{
+use crate::errors::FieldCause;
+use crate::meta::{string_enum_schema, Object, Requester};
+use crate::namespace_transfer::{
     NamespaceTransfer, SNAPSHOT_GROUP, SOURCE_KIND_PERSISTENT_VOLUME_CLAIM,
     SOURCE_KIND_VOLUME_SNAPSHOT,
 };
-use crate::api::validation::{self, BadValue, FieldErrors};
-use crate::api::EPHEMERAL_CLAIMS;
+use crate::validation::{self, BadValue, FieldErrors};
+use crate::EPHEMERAL_CLAIMS;
 
 /// The only owner `apiVersion` of v1alpha1.
 pub const OWNER_API_VERSION_V1: &str = "v1";
@@ -604,7 +604,7 @@ fn validate_template_unchanged(errs: &mut FieldErrors, new: &ClaimTemplate, old:
 }
 
 impl Object for EphemeralClaim {
-    crate::api::meta::object_fields!(EPHEMERAL_CLAIMS);
+    crate::meta::object_fields!(EPHEMERAL_CLAIMS);
 
     /// A new claim is `Pending` until its controller has made the PVC.
     fn reset_status(&mut self) {
@@ -617,9 +617,9 @@ impl Object for EphemeralClaim {
     fn bound_status(&mut self) {
         if let Some(st) = &mut self.status {
             for text in [&mut st.message, &mut st.reason].into_iter().flatten() {
-                crate::api::meta::bound_text(text);
+                crate::meta::bound_text(text);
             }
-            crate::api::meta::bound_conditions(&mut st.conditions);
+            crate::meta::bound_conditions(&mut st.conditions);
         }
     }
 

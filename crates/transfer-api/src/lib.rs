@@ -86,3 +86,50 @@ pub fn resource_by_plural(plural: &str) -> Option<&'static ResourceInfo> {
 
 #[cfg(test)]
 mod tests;
+
+/// `kube_core::Resource` for both kinds, for clients built on kube-rs.
+#[cfg(feature = "kube")]
+mod resource {
+    use std::borrow::Cow;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube_core::{NamespaceResourceScope, Resource};
+
+    use crate::{EphemeralClaim, NamespaceTransfer, EPHEMERAL_CLAIMS, NAMESPACE_TRANSFERS};
+
+    macro_rules! resource {
+        ($kind:ty, $info:expr) => {
+            impl Resource for $kind {
+                type DynamicType = ();
+                type Scope = NamespaceResourceScope;
+
+                fn kind(_: &()) -> Cow<'_, str> {
+                    Cow::Borrowed($info.kind)
+                }
+
+                fn group(_: &()) -> Cow<'_, str> {
+                    Cow::Borrowed(crate::GROUP)
+                }
+
+                fn version(_: &()) -> Cow<'_, str> {
+                    Cow::Borrowed(crate::VERSION)
+                }
+
+                fn plural(_: &()) -> Cow<'_, str> {
+                    Cow::Borrowed($info.plural)
+                }
+
+                fn meta(&self) -> &ObjectMeta {
+                    &self.metadata
+                }
+
+                fn meta_mut(&mut self) -> &mut ObjectMeta {
+                    &mut self.metadata
+                }
+            }
+        };
+    }
+
+    resource!(NamespaceTransfer, NAMESPACE_TRANSFERS);
+    resource!(EphemeralClaim, EPHEMERAL_CLAIMS);
+}
