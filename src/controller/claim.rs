@@ -73,26 +73,12 @@ use lifecycle::{ClaimState, Facts, Release, Step};
 /// claim events that wake it: a kept finished pod may hold it for good.
 const CLAIM_GONE_POLL: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// Reason: the owner pod does not exist yet; its uid goes into the claim.
-pub const REASON_WAITING_FOR_OWNER: &str = "WaitingForOwner";
-/// Reason: the claim is made and waits to be bound.
-pub const REASON_WAITING_FOR_BINDING: &str = "WaitingForBinding";
-/// Reason: the claim is bound to a volume.
-pub const REASON_CLAIM_BOUND: &str = "ClaimBound";
-/// Reason: a pod using the claim runs.
-pub const REASON_POD_RUNNING: &str = "PodRunning";
-/// Reason: the owner pod finished before the claim could be made.
-pub const REASON_OWNER_FINISHED: &str = "OwnerFinished";
-/// Reason: kube-apiserver refused to create the claim (validation, quota,
-/// admission); its message is kept.
-pub const REASON_CLAIM_REFUSED: &str = "ClaimRefused";
-/// Reason: the requester no longer holds a right the claim needs.
-pub const REASON_FORBIDDEN: &str = "Forbidden";
-/// Reason: the template chooses a volume or sets reserved annotations (an
-/// object stored before validation refused that); no claim is made from it.
-pub const REASON_UNSAFE_TEMPLATE: &str = "UnsafeTemplate";
-/// The reason of `ClaimCreated=True`.
-pub const REASON_CREATED: &str = "Created";
+// The reasons this module decides on, from the API's one vocabulary.
+pub use crate::api::ephemeral_claim::{
+    REASON_CLAIM_BOUND, REASON_CLAIM_REFUSED, REASON_CREATED, REASON_FORBIDDEN,
+    REASON_OWNER_FINISHED, REASON_POD_RUNNING, REASON_UNSAFE_TEMPLATE, REASON_WAITING_FOR_BINDING,
+    REASON_WAITING_FOR_OWNER,
+};
 
 /// The reconciler of EphemeralClaims.
 #[derive(Debug, Clone)]

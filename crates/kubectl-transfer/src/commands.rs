@@ -25,8 +25,8 @@ use super::progress::{self, Follower};
 use transfer_api::meta::is_condition_true;
 use transfer_api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferSpec, TransferDestination,
-    TransferMode, TransferSource, TransferStepName, CONDITION_REBOUND, SNAPSHOT_GROUP,
-    SOURCE_KIND_VOLUME_SNAPSHOT,
+    TransferMode, TransferReason, TransferSource, TransferStepName, CONDITION_REBOUND,
+    SNAPSHOT_GROUP, SOURCE_KIND_VOLUME_SNAPSHOT,
 };
 use transfer_api::{GROUP_VERSION, NAMESPACE_TRANSFERS};
 
@@ -550,7 +550,7 @@ async fn follow(
     let Some(end) = progress::outcome(&t) else {
         follower.finish("the transfer was deleted before it finished");
         return Err(Failure::Cancelled {
-            reason: "Deleted".to_owned(),
+            reason: TransferReason::Deleted.as_str().to_owned(),
             message: format!("transfer {name} was deleted before it finished"),
         });
     };

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::args::Output;
 use super::progress::{self, closing, outcome, plain, timeline};
-use transfer_api::namespace_transfer::NamespaceTransfer;
+use transfer_api::namespace_transfer::{NamespaceTransfer, TransferReason};
 use transfer_api::{GROUP, GROUP_VERSION, NAMESPACE_TRANSFERS};
 
 /// `text` as one line safe to print on a terminal: every control character
@@ -289,23 +289,40 @@ pub fn summary(t: &NamespaceTransfer, now: Timestamp) -> String {
     out
 }
 
-/// What to do next about a transfer that ended with `reason`.
+/// What to do next about a transfer that ended with `reason`. Every reason
+/// of the vocabulary is named here, so that a new one is a decision.
 pub fn advice(reason: &str) -> Option<&'static str> {
-    Some(match reason {
-        "Forbidden" => "A side no longer holds a right the transfer needs. Restore the right, then create both transfers again.",
-        "SourceNotFound" => "Check the source's name in the source namespace (`kubectl get pvc`, or `kubectl get volumesnapshot` for a snapshot), then create both transfers again.",
-        "DestinationExists" => "A claim (for a snapshot, a VolumeSnapshot) of that name exists in the destination namespace. Request it under another name with --name NEW.",
-        "DeadlineExceeded" => "The transfer waited longer than its activeDeadlineSeconds. Create it again when the other side is ready.",
-        "StorageClassNotAllowed" => "Ask a cluster administrator to allow transfers for the volume's StorageClass (the annotation storage.transfer.k8s.io/allow-namespace-transfer: \"true\").",
-        "DestinationRefused" => "The destination namespace's quota or admission refused the new claim (or snapshot). Make room or ask its administrator, then create both transfers again.",
-        "Deleted" => "A side's transfer was deleted before the volume was handed over; the source is as it was. To move it after all, both sides create their transfers again.",
-        "ModeNotSupported" => "Both sides must ask for the same mode: --clone on both, or on neither.",
-        "CloneFailed" => "The storage driver could not clone the claim. See `kubectl get events` in the source namespace.",
-        "CloneNeedsConsumer" => "The source claim's StorageClass binds WaitForFirstConsumer, so a clone would never be provisioned. Offer a claim of a class with volumeBindingMode Immediate.",
-        "VolumeChanged" => "The volume (or the snapshot) changed while the transfer ran. Create both transfers again.",
-        "SnapshotClassNotAllowed" => "Ask a cluster administrator to allow transfers for the snapshot's VolumeSnapshotClass (the annotation storage.transfer.k8s.io/allow-namespace-transfer: \"true\"). A class whose snapshotter secret is named after the snapshot's namespace or name cannot allow them.",
-        "SnapshotInGroup" => "The snapshot belongs to a VolumeGroupSnapshot, which owns it: it cannot move on its own.",
-        _ => return None,
+    use TransferReason as R;
+    Some(match TransferReason::parse(reason)? {
+        R::Forbidden => "A side no longer holds a right the transfer needs. Restore the right, then create both transfers again.",
+        R::SourceNotFound => "Check the source's name in the source namespace (`kubectl get pvc`, or `kubectl get volumesnapshot` for a snapshot), then create both transfers again.",
+        R::DestinationExists => "A claim (for a snapshot, a VolumeSnapshot) of that name exists in the destination namespace. Request it under another name with --name NEW.",
+        R::DeadlineExceeded => "The transfer waited longer than its activeDeadlineSeconds. Create it again when the other side is ready.",
+        R::StorageClassNotAllowed => "Ask a cluster administrator to allow transfers for the volume's StorageClass (the annotation storage.transfer.k8s.io/allow-namespace-transfer: \"true\").",
+        R::DestinationRefused => "The destination namespace's quota or admission refused the new claim (or snapshot). Make room or ask its administrator, then create both transfers again.",
+        R::Deleted => "A side's transfer was deleted before the volume was handed over; the source is as it was. To move it after all, both sides create their transfers again.",
+        R::ModeNotSupported => "Both sides must ask for the same mode: --clone on both, or on neither.",
+        R::CloneFailed => "The storage driver could not clone the claim. See `kubectl get events` in the source namespace.",
+        R::CloneNeedsConsumer => "The source claim's StorageClass binds WaitForFirstConsumer, so a clone would never be provisioned. Offer a claim of a class with volumeBindingMode Immediate.",
+        R::VolumeChanged => "The volume (or the snapshot) changed while the transfer ran. Create both transfers again.",
+        R::SnapshotClassNotAllowed => "Ask a cluster administrator to allow transfers for the snapshot's VolumeSnapshotClass (the annotation storage.transfer.k8s.io/allow-namespace-transfer: \"true\"). A class whose snapshotter secret is named after the snapshot's namespace or name cannot allow them.",
+        R::SnapshotInGroup => "The snapshot belongs to a VolumeGroupSnapshot, which owns it: it cannot move on its own.",
+        // Reasons of a transfer still under way, or whose message says all
+        // there is to do.
+        R::WaitingForPeer
+        | R::PeerTaken
+        | R::SourceNotBound
+        | R::SourceInUse
+        | R::SourceLocked
+        | R::SourceReleaseRefused
+        | R::Cloning
+        | R::WaitingForCapacity
+        | R::WaitingForBinding
+        | R::DestinationLost
+        | R::WaitingForClaim
+        | R::ClaimMismatch
+        | R::SnapshotNotReady
+        | R::Completed => return None,
     })
 }
 

@@ -26,14 +26,13 @@ use crate::namespace_transfer::{
 use crate::validation::{self, BadValue, FieldErrors};
 use crate::EPHEMERAL_CLAIMS;
 
+pub mod reason;
+pub use reason::*;
+
 /// The only owner `apiVersion` of v1alpha1.
 pub const OWNER_API_VERSION_V1: &str = "v1";
 /// The only owner `kind` of v1alpha1.
 pub const OWNER_KIND_POD: &str = "Pod";
-
-/// Reason: a claim named `status.claimName` exists and is not controlled by this
-/// EphemeralClaim, so it is never touched.
-pub const REASON_CLAIM_CONFLICT: &str = "ClaimConflict";
 
 /// The finalizer that holds an EphemeralClaim until the claim it made is deleted,
 /// so that deleting the EphemeralClaim never orphans its claim.

@@ -11,6 +11,7 @@ pub mod errors;
 pub mod meta;
 pub mod namespace_transfer;
 pub mod validation;
+mod vocabulary;
 
 pub use ephemeral_claim::EphemeralClaim;
 pub use meta::{Object, Requester};

@@ -23,6 +23,9 @@ use crate::meta::{string_enum_schema, Object, Requester};
 use crate::validation::{self, BadValue, FieldErrors};
 use crate::NAMESPACE_TRANSFERS;
 
+pub mod reason;
+pub use reason::*;
+
 /// `spec.source.kind` for a claim's volume, and the default.
 pub const SOURCE_KIND_PERSISTENT_VOLUME_CLAIM: &str = "PersistentVolumeClaim";
 /// `spec.source.kind` for a VolumeSnapshot (group `snapshot.storage.k8s.io`,
@@ -41,18 +44,6 @@ pub const CONDITION_SOURCE_RELEASED: &str = "SourceReleased";
 pub const CONDITION_REBOUND: &str = "Rebound";
 /// Condition: the transfer has completed and the destination claim is bound.
 pub const CONDITION_READY: &str = "Ready";
-
-/// Reason: another destination-side transfer already matched this source.
-pub const REASON_PEER_TAKEN: &str = "PeerTaken";
-/// Reason: the destination claim name is held by a claim this transfer did not create.
-pub const REASON_DESTINATION_EXISTS: &str = "DestinationExists";
-/// Reason: a party's rights were revoked between create and rebind.
-pub const REASON_FORBIDDEN: &str = "Forbidden";
-/// Reason: `spec.activeDeadlineSeconds` passed before the transfer finished.
-pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
-
-/// Reason: a Clone-mode transfer's clone could not be made or provisioned.
-pub const REASON_CLONE_FAILED: &str = "CloneFailed";
 
 /// How many clones of a standing offer may exist at once when its
 /// `spec.maxClones` is unset.

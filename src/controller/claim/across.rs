@@ -40,14 +40,10 @@ use crate::registry::{DeleteOptions, ListOptions};
 
 /// Condition: the source namespace consents (a standing clone offer there).
 pub const CONDITION_SOURCE_CONSENTED: &str = "SourceConsented";
-/// Reason: no standing clone offer in the source namespace for this one.
-pub const REASON_WAITING_FOR_CONSENT: &str = "WaitingForConsent";
-/// Reason: the clone is being made and moved here.
-pub const REASON_CLONING: &str = "Cloning";
-/// Reason of `SourceConsented=True`.
-pub const REASON_OFFERED: &str = "Offered";
-/// Reason: the handed-over clone's claim went before it was adopted.
-pub const REASON_CLAIM_LOST: &str = "ClaimLost";
+// The reasons this module decides on, from the API's one vocabulary.
+pub use crate::api::ephemeral_claim::{
+    REASON_CLAIM_LOST, REASON_CLONING, REASON_OFFERED, REASON_WAITING_FOR_CONSENT,
+};
 
 /// The object and spec whose requester's rights a review last allowed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,7 +17,7 @@
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 
-use crate::api::ephemeral_claim::{EphemeralClaimPhase as Phase, ReleasePolicy};
+use crate::api::ephemeral_claim::{ClaimReason, EphemeralClaimPhase as Phase, ReleasePolicy};
 
 /// What one reconcile observed, reduced to what the decision needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,12 +103,13 @@ impl Release {
     /// The CamelCase `status.reason`.
     pub fn reason(self) -> &'static str {
         match self {
-            Release::NoLongerUsed => "NoLongerUsed",
-            Release::OwnerFinished => "OwnerFinished",
-            Release::OwnerGone => "OwnerGone",
-            Release::EphemeralClaimDeleted => "EphemeralClaimDeleted",
-            Release::ClaimDeleted => "ClaimDeleted",
+            Release::NoLongerUsed => ClaimReason::NoLongerUsed,
+            Release::OwnerFinished => ClaimReason::OwnerFinished,
+            Release::OwnerGone => ClaimReason::OwnerGone,
+            Release::EphemeralClaimDeleted => ClaimReason::EphemeralClaimDeleted,
+            Release::ClaimDeleted => ClaimReason::ClaimDeleted,
         }
+        .as_str()
     }
 
     /// A sentence on why, for `status.message` and Events.

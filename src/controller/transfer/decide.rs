@@ -69,50 +69,16 @@ pub use clone::{clone_claim, moved_claim_name, moved_claim_name_of, restore_shap
 use finish::{forward, roll_back, tidy};
 pub use made::{destination_claim, made_as, snapshot_of};
 
-/// Reason: no transfer in the other namespace matches yet.
-pub const REASON_WAITING_FOR_PEER: &str = "WaitingForPeer";
-/// Reason: the source claim does not exist.
-pub const REASON_SOURCE_NOT_FOUND: &str = "SourceNotFound";
-/// Reason: the source claim is not (yet) bound to its volume.
-pub const REASON_SOURCE_NOT_BOUND: &str = "SourceNotBound";
-/// Reason: a pod uses the source claim.
-pub const REASON_SOURCE_IN_USE: &str = "SourceInUse";
-/// Reason: another active transfer holds the source claim or its volume.
-pub const REASON_SOURCE_LOCKED: &str = "SourceLocked";
-/// Reason: the volume's StorageClass does not allow transfers.
-pub const REASON_STORAGE_CLASS_NOT_ALLOWED: &str = "StorageClassNotAllowed";
-/// Reason: kube-apiserver refuses (or would refuse) to create the destination
-/// claim (quota, admission, validation); its message is kept.
-pub const REASON_DESTINATION_REFUSED: &str = "DestinationRefused";
-/// Reason: kube-apiserver would refuse to delete the source claim at R5.
-pub const REASON_SOURCE_RELEASE_REFUSED: &str = "SourceReleaseRefused";
-/// Reason: the volume vanished or was changed by someone else.
-pub const REASON_VOLUME_CHANGED: &str = "VolumeChanged";
-/// Reason: one side was deleted before the commit point.
-pub const REASON_DELETED: &str = "Deleted";
-/// Reason: the transfer asks for a mode this server does not run.
-pub const REASON_MODE_NOT_SUPPORTED: &str = "ModeNotSupported";
-/// Reason: Clone mode is waiting for the clone to be provisioned (C2).
-pub const REASON_CLONING: &str = "Cloning";
-/// Reason: the source claim's StorageClass binds WaitForFirstConsumer, so a
-/// clone nobody consumes would never be provisioned: refused at once, before
-/// it takes the source namespace's quota.
-pub const REASON_CLONE_NEEDS_CONSUMER: &str = "CloneNeedsConsumer";
-/// Reason: a standing clone offer's clones alive reach its `maxClones`.
-pub const REASON_WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
-/// Reason: after the commit, waiting for the cluster to bind the destination.
-pub const REASON_WAITING_FOR_BINDING: &str = "WaitingForBinding";
-/// Reason: the destination claim was deleted after the commit; the volume is
-/// kept (reclaim policy Retain) for an administrator.
-pub const REASON_DESTINATION_LOST: &str = "DestinationLost";
-/// Reason: a populating request waits for a claim of its namespace that
-/// names it in `dataSourceRef` and fits the volume (DESIGN §2.3).
-pub const REASON_WAITING_FOR_CLAIM: &str = "WaitingForClaim";
-/// Reason: the claim a populating request adopted no longer fits the volume
-/// (it was bound elsewhere, or replaced), before the commit.
-pub const REASON_CLAIM_MISMATCH: &str = "ClaimMismatch";
-/// Reason: the transfer completed.
-pub const REASON_COMPLETED: &str = "Completed";
+// The reasons this module decides on, from the one vocabulary kubectl
+// transfer reads too.
+pub use crate::api::namespace_transfer::{
+    REASON_CLAIM_MISMATCH, REASON_CLONE_NEEDS_CONSUMER, REASON_CLONING, REASON_COMPLETED,
+    REASON_DELETED, REASON_DESTINATION_LOST, REASON_DESTINATION_REFUSED, REASON_MODE_NOT_SUPPORTED,
+    REASON_SOURCE_IN_USE, REASON_SOURCE_LOCKED, REASON_SOURCE_NOT_BOUND, REASON_SOURCE_NOT_FOUND,
+    REASON_SOURCE_RELEASE_REFUSED, REASON_STORAGE_CLASS_NOT_ALLOWED, REASON_VOLUME_CHANGED,
+    REASON_WAITING_FOR_BINDING, REASON_WAITING_FOR_CAPACITY, REASON_WAITING_FOR_CLAIM,
+    REASON_WAITING_FOR_PEER,
+};
 
 /// How often a waiting pair looks again even without a triggering event.
 pub const WAIT_POLL: Duration = Duration::from_secs(5);

@@ -60,14 +60,11 @@ use crate::controller::transfer::snapshot::{
 };
 use crate::controller::transfer::Step;
 
-/// Reason: the source snapshot is not bound to a content, or not ready.
-pub const REASON_SNAPSHOT_NOT_READY: &str = "SnapshotNotReady";
-/// Reason: the source snapshot is a member of a VolumeGroupSnapshot, which
-/// owns it.
-pub const REASON_SNAPSHOT_IN_GROUP: &str = "SnapshotInGroup";
-/// Reason: the snapshot's VolumeSnapshotClass does not allow transfers, or
-/// its deletion secret belongs to the source namespace.
-pub const REASON_SNAPSHOT_CLASS_NOT_ALLOWED: &str = "SnapshotClassNotAllowed";
+// The reasons this module decides on, from the one vocabulary kubectl
+// transfer reads too.
+pub use crate::api::namespace_transfer::{
+    REASON_SNAPSHOT_CLASS_NOT_ALLOWED, REASON_SNAPSHOT_IN_GROUP, REASON_SNAPSHOT_NOT_READY,
+};
 
 /// How long (seconds) the source snapshot may be being deleted at R5 before
 /// the move says what holds it.
