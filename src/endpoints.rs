@@ -6,13 +6,10 @@
 //! [`ApiError`] becomes an HTTP response ([`error_response`]). It does not own
 //! transport (TLS, connections), health checks or shutdown: that is `server`.
 
-pub mod bounded_patch;
 pub mod codec;
 pub mod handler;
-pub mod json_cost;
 pub mod negotiate;
 pub mod request;
-pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +24,7 @@ use crate::discovery;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{Context, Store};
+use crate::wire::MAX_BODY_BYTES;
 use handler::{Call, Handler, Resource};
 use negotiate::IncludeObject;
 use request::Query;
@@ -34,9 +32,6 @@ use request::Query;
 /// The body type of every response: boxed, so that streaming responses (watch)
 /// and whole ones share one type.
 pub type Body = UnsyncBoxBody<Bytes, std::convert::Infallible>;
-
-/// Request bodies larger than this are refused with 413, as kube-apiserver does.
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// The served resources, by plural name.
 #[derive(Debug, Clone)]

@@ -7,11 +7,15 @@
 //! api ← storage ← registry ← endpoints ← server
 //! ```
 //!
-//! `discovery` (built from `api`), `authn`, `authz` (with the `review_cache` they
-//! share), `admission` (the cluster's policies and webhooks, run by the registry
-//! through `registry::AdmissionControl`), `audit` and `controller` sit beside the request
-//! path. The registry's field
-//! management reads its schemas from the OpenAPI definitions `discovery` builds. `api` is pure: no I/O and no tokio. See `DESIGN.md` §3.
+//! `api` is the `transfer-api` crate: the types, their validation, their
+//! reasons and their OpenAPI schemas, pure by its dependencies (no I/O, no
+//! tokio). `wire` (the bounds every body is read within) sits just above
+//! it. `discovery` (built from `api`), `authn`, `authz` (with the
+//! `review_cache` they share), `admission` (the cluster's policies and
+//! webhooks, run by the registry through `registry::AdmissionControl`),
+//! `audit` and `controller` sit beside the request path, each at the layer
+//! `tests/layers.rs` gives it; that test fails when a module uses one of
+//! its own layer or a higher one. See `DESIGN.md` §3.
 #![forbid(unsafe_code)]
 
 pub mod admission;
@@ -30,3 +34,4 @@ pub mod registry;
 pub mod review_cache;
 pub mod server;
 pub mod storage;
+pub mod wire;

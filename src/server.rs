@@ -646,7 +646,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
         let (parts, body) = req.into_parts();
         let taken = match state
             .intake
-            .take(body, endpoints::MAX_BODY_BYTES, deadline)
+            .take(body, crate::wire::MAX_BODY_BYTES, deadline)
             .await
         {
             Ok(taken) => taken,
@@ -678,7 +678,11 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
             fence: None,
         };
         let req = match &mut record {
-            Some(record) => record.capture_request(req, endpoints::MAX_BODY_BYTES).await,
+            Some(record) => {
+                record
+                    .capture_request(req, crate::wire::MAX_BODY_BYTES)
+                    .await
+            }
             None => audit::Replayed::passthrough(req),
         };
         let serving = endpoints::serve_api(&state.api, req, ctx);

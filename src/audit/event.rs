@@ -5,8 +5,8 @@
 //! Owns the event's shape and the small rules about its content
 //! (managed fields left out, a long User-Agent cut short). It does no I/O.
 
-use crate::endpoints::json_cost::ParseError;
-use crate::endpoints::yaml::YamlError;
+use crate::wire::json_cost::ParseError;
+use crate::wire::yaml::YamlError;
 use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
@@ -273,20 +273,20 @@ pub const ANNOTATION_REQUEST_OBJECT: &str = "audit.k8s.io/request-object";
 /// [`ANNOTATION_REQUEST_OBJECT`].
 ///
 /// JSON is read only if its tree would cost no more than the handler lets
-/// it (`endpoints::json_cost`).
+/// it (`wire::json_cost`).
 ///
 /// YAML is read only if the apply handler's own guard would let it through
 /// (its nesting and its number of elements), and is never expanded beyond
 /// its size: an alias (`*name`) repeats its anchor's whole value, so a few
 /// megabytes of aliases would otherwise become billions of values before
 /// the handler could refuse them. The conversion counts what it builds, and
-/// gives up past `endpoints::yaml::MAX_YAML_VALUES` values or twice the body's bytes of
+/// gives up past `wire::yaml::MAX_YAML_VALUES` values or twice the body's bytes of
 /// text; an apply body without aliases never comes near either.
 pub fn read_body(bytes: &[u8], content_type: Option<&str>) -> Result<Option<Value>, &'static str> {
     if bytes.is_empty() {
         return Ok(None);
     }
-    match crate::endpoints::json_cost::parse(bytes) {
+    match crate::wire::json_cost::parse(bytes) {
         Ok(v) => return Ok(Some(v)),
         Err(ParseError::TooCostly { .. }) => return Err("omitted (json too costly to decode)"),
         Err(ParseError::Invalid(_)) => {}
@@ -295,10 +295,10 @@ pub fn read_body(bytes: &[u8], content_type: Option<&str>) -> Result<Option<Valu
     if !yaml {
         return Ok(None);
     }
-    if crate::endpoints::handler::check_yaml_nesting(bytes).is_err() {
+    if crate::wire::yaml::check_nesting(bytes).is_err() {
         return Err("omitted (yaml too deep or too large)");
     }
-    match crate::endpoints::yaml::to_json_bounded(bytes) {
+    match crate::wire::yaml::to_json_bounded(bytes) {
         Ok(v) => Ok(Some(v)),
         Err(YamlError::Expands) => Err("omitted (yaml aliases expand beyond the body)"),
         Err(YamlError::Invalid(_)) => Ok(None),

@@ -1496,7 +1496,7 @@ async fn apply_yaml_at_request_level(body: Vec<u8>) -> (usize, super::Event) {
         .begin(&req, &attributes, signed_in(), "id", super::now())
         .unwrap();
     let req = record
-        .capture_request(req, crate::endpoints::MAX_BODY_BYTES)
+        .capture_request(req, crate::wire::MAX_BODY_BYTES)
         .await;
     let read = req.into_body().collect().await.unwrap().to_bytes().len();
     (read, record.event().clone())

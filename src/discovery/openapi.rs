@@ -10,13 +10,11 @@
 //! the same bytes; copies are checked in under `openapi/` ([`checked_in`],
 //! [`write_checked_in`]) and a test fails when they drift.
 //!
-//! Owns the documents' assembly. Schemas are built in `schemas`, operations in
-//! `paths`; serving them over HTTP is the caller's job.
+//! Owns the documents' assembly. Schemas are built by the API crate
+//! (`api::schema`), operations in `paths`; serving them over HTTP is the
+//! caller's job.
 
 mod paths;
-mod schemas;
-
-pub(crate) use schemas::{definitions, kind_definition};
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -25,6 +23,7 @@ use serde_json::{json, Value};
 
 use super::{Document, Error, Result};
 use crate::api;
+use crate::api::schema as schemas;
 
 /// The `Content-Type` of every OpenAPI document served here.
 pub const CONTENT_TYPE: &str = "application/json";

@@ -11,8 +11,8 @@ use crate::api::{self};
 use crate::registry::table::{Table, TableRow};
 use crate::registry::{ObjectList, Shared, Strategy};
 
-use super::json_cost;
 use super::negotiate::{IncludeObject, Output};
+use crate::wire::json_cost;
 
 /// `?fieldValidation=`: what to do with fields the schema does not know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

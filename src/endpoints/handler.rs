@@ -21,12 +21,13 @@ use crate::registry::{
     WatchEvent, WatchOptions,
 };
 
-use super::bounded_patch;
 use super::codec::{self, FieldValidation};
 use super::negotiate::{self, Output, PatchType};
 use super::request::{Query, ResourceRequest, Verb};
 use super::with_warnings;
-use super::{json_response, Body, MAX_BODY_BYTES};
+use super::{json_response, Body};
+use crate::wire::bounded_patch;
+use crate::wire::MAX_BODY_BYTES;
 
 /// Everything a verb needs from the HTTP request, already read and checked.
 #[derive(Debug)]
@@ -536,7 +537,7 @@ pub(super) fn decode_apply_body(body: &[u8]) -> Result<(Value, Option<String>), 
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok((Value::Object(serde_json::Map::new()), None));
     }
-    check_yaml_nesting(body)?;
+    crate::wire::yaml::check_nesting(body)?;
     let converting = |e: &dyn std::fmt::Display| {
         ApiError::BadRequest(format!(
             "error decoding YAML: error converting YAML to JSON: {e}"
@@ -544,12 +545,12 @@ pub(super) fn decode_apply_body(body: &[u8]) -> Result<(Value, Option<String>), 
     };
     // Aliases first, within a budget: the parses below expand them whole.
     // Then what the tree costs, since the parses below build it twice more.
-    match super::yaml::to_json_bounded(body) {
-        Err(super::yaml::YamlError::Expands) => {
+    match crate::wire::yaml::to_json_bounded(body) {
+        Err(crate::wire::yaml::YamlError::Expands) => {
             return Err(converting(&"yaml: document contains excessive aliasing"))
         }
-        Err(super::yaml::YamlError::Invalid(_)) => {}
-        Ok(tree) => super::json_cost::check_tree(&tree, body.len())
+        Err(crate::wire::yaml::YamlError::Invalid(_)) => {}
+        Ok(tree) => crate::wire::json_cost::check_tree(&tree, body.len())
             .map_err(|e| ApiError::TooLarge(e.to_string()))?,
     }
     // One parse, into YAML's own tree, which refuses a key given twice;
@@ -577,80 +578,6 @@ pub(super) fn decode_apply_body(body: &[u8]) -> Result<(Value, Option<String>), 
     Err(ApiError::BadRequest(format!(
         "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal {go_type} into Go value of type map[string]interface {{}}"
     )))
-}
-
-/// How deep an apply body may nest, and how many structural tokens it may
-/// hold. The YAML parser reads every event of a document before it checks
-/// anything, so three million `[` would cost gigabytes; this bounds the
-/// body first, loosely enough that no configuration of our kinds notices.
-const MAX_YAML_NESTING: usize = 64;
-const MAX_YAML_TOKENS: usize = 100_000;
-
-pub(crate) fn check_yaml_nesting(body: &[u8]) -> Result<(), ApiError> {
-    let refuse = |what: String| {
-        ApiError::BadRequest(format!("error decoding YAML: the configuration {what}"))
-    };
-    let (mut flow, mut tokens) = (0usize, 0usize);
-    let (mut quote, mut escaped) = (None::<u8>, false);
-    for line in body.split(|b| *b == b'\n') {
-        tokens += 1;
-        if quote.is_none() {
-            // Block nesting: two columns of indentation, or a "- ", per level.
-            let indent = line.iter().take_while(|b| **b == b' ').count();
-            let dashes = line[indent..]
-                .chunks(2)
-                .take_while(|c| *c == b"- " || *c == b"-")
-                .count();
-            if indent / 2 + dashes > MAX_YAML_NESTING * 2 {
-                return Err(refuse(format!(
-                    "nests deeper than {} levels",
-                    MAX_YAML_NESTING * 2
-                )));
-            }
-        }
-        // Whether the byte before starts a token (a quote there opens a
-        // quoted scalar, a `#` a comment).
-        let mut at_token_start = true;
-        for &b in line {
-            if let Some(q) = quote {
-                if escaped {
-                    escaped = false;
-                } else if b == b'\\' && q == b'"' {
-                    escaped = true;
-                } else if b == q {
-                    quote = None;
-                }
-                at_token_start = false;
-                continue;
-            }
-            match b {
-                b'"' | b'\'' if at_token_start => quote = Some(b),
-                b'#' if at_token_start => break,
-                b'[' | b'{' => {
-                    flow += 1;
-                    tokens += 1;
-                    if flow > MAX_YAML_NESTING {
-                        return Err(refuse(format!(
-                            "nests deeper than {MAX_YAML_NESTING} levels"
-                        )));
-                    }
-                }
-                b']' | b'}' => {
-                    flow = flow.saturating_sub(1);
-                    tokens += 1;
-                }
-                b',' | b':' | b'-' => tokens += 1,
-                _ => {}
-            }
-            at_token_start = matches!(b, b' ' | b'\t' | b'[' | b'{' | b',');
-        }
-        if tokens > MAX_YAML_TOKENS {
-            return Err(refuse(format!(
-                "holds more than {MAX_YAML_TOKENS} elements"
-            )));
-        }
-    }
-    Ok(())
 }
 
 fn unreachable_apply<T>() -> Result<T, ApiError> {

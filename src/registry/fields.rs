@@ -28,8 +28,8 @@ use crate::api::{self};
 /// The field manager of `T`, from the schemas our OpenAPI documents publish.
 pub fn for_kind<T: Object>() -> FieldManager {
     let kind = T::resource().kind;
-    let definition = crate::discovery::openapi::kind_definition(kind);
-    let definitions = crate::discovery::openapi::definitions();
+    let definition = crate::api::schema::kind_definition(kind);
+    let definitions = crate::api::schema::definitions();
     let schema = schema::Schema::from_definitions(&definitions, &[definition.as_str()]);
     FieldManager::new(schema, &definition, api::GROUP_VERSION, kind)
 }

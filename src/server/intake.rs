@@ -11,7 +11,7 @@
 //!   60 s by default), counted from when the request's headers arrived: a
 //!   body not in by then is answered 504 `Timeout`, as kube's timeout filter
 //!   answers, and the same deadline then bounds the handler;
-//! - [`crate::endpoints::MAX_BODY_BYTES`] per body (413 past it);
+//! - [`crate::wire::MAX_BODY_BYTES`] per body (413 past it);
 //! - the bytes of all bodies held at once, [`BODY_BYTES_IN_FLIGHT`]: a body
 //!   takes its share of that budget chunk by chunk as its bytes arrive and
 //!   gives it back when the request is done with it. So what the bodies

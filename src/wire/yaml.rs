@@ -6,13 +6,19 @@
 //! [`MAX_YAML_VALUES`] values or twice the body's bytes of text, which an
 //! apply body without aliases never comes near.
 //!
-//! Owns the bounded conversion; the apply handler and the audit log both
-//! read YAML through it.
+//! Before any of that, [`check_nesting`] bounds how deep a body nests and how
+//! many tokens it holds, since the parser reads every event of a document
+//! before the conversion sees one.
+//!
+//! Owns the bounded conversion and the bounds before it; the apply handler
+//! and the audit log both read YAML through them.
 
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
+
+use crate::api::errors::ApiError;
 
 /// What may still be built.
 pub(crate) struct Budget {
@@ -170,6 +176,83 @@ pub fn to_json_bounded(bytes: &[u8]) -> Result<Value, YamlError> {
         Err(_) if budget.exceeded => Err(YamlError::Expands),
         Err(e) => Err(YamlError::Invalid(e.to_string())),
     }
+}
+
+/// How deep an apply body may nest, and how many structural tokens it may
+/// hold. The YAML parser reads every event of a document before it checks
+/// anything, so three million `[` would cost gigabytes; this bounds the
+/// body first, loosely enough that no configuration of our kinds notices.
+pub const MAX_YAML_NESTING: usize = 64;
+pub const MAX_YAML_TOKENS: usize = 100_000;
+
+/// Refuses a YAML body that nests deeper than [`MAX_YAML_NESTING`] levels or
+/// holds more than [`MAX_YAML_TOKENS`] structural tokens, reading its bytes
+/// once and building nothing: what is checked before a YAML parser sees it.
+pub fn check_nesting(body: &[u8]) -> Result<(), ApiError> {
+    let refuse = |what: String| {
+        ApiError::BadRequest(format!("error decoding YAML: the configuration {what}"))
+    };
+    let (mut flow, mut tokens) = (0usize, 0usize);
+    let (mut quote, mut escaped) = (None::<u8>, false);
+    for line in body.split(|b| *b == b'\n') {
+        tokens += 1;
+        if quote.is_none() {
+            // Block nesting: two columns of indentation, or a "- ", per level.
+            let indent = line.iter().take_while(|b| **b == b' ').count();
+            let dashes = line[indent..]
+                .chunks(2)
+                .take_while(|c| *c == b"- " || *c == b"-")
+                .count();
+            if indent / 2 + dashes > MAX_YAML_NESTING * 2 {
+                return Err(refuse(format!(
+                    "nests deeper than {} levels",
+                    MAX_YAML_NESTING * 2
+                )));
+            }
+        }
+        // Whether the byte before starts a token (a quote there opens a
+        // quoted scalar, a `#` a comment).
+        let mut at_token_start = true;
+        for &b in line {
+            if let Some(q) = quote {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' && q == b'"' {
+                    escaped = true;
+                } else if b == q {
+                    quote = None;
+                }
+                at_token_start = false;
+                continue;
+            }
+            match b {
+                b'"' | b'\'' if at_token_start => quote = Some(b),
+                b'#' if at_token_start => break,
+                b'[' | b'{' => {
+                    flow += 1;
+                    tokens += 1;
+                    if flow > MAX_YAML_NESTING {
+                        return Err(refuse(format!(
+                            "nests deeper than {MAX_YAML_NESTING} levels"
+                        )));
+                    }
+                }
+                b']' | b'}' => {
+                    flow = flow.saturating_sub(1);
+                    tokens += 1;
+                }
+                b',' | b':' | b'-' => tokens += 1,
+                _ => {}
+            }
+            at_token_start = matches!(b, b' ' | b'\t' | b'[' | b'{' | b',');
+        }
+        if tokens > MAX_YAML_TOKENS {
+            return Err(refuse(format!(
+                "holds more than {MAX_YAML_TOKENS} elements"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod ephemeral_claim;
 pub mod errors;
 pub mod meta;
 pub mod namespace_transfer;
+pub mod schema;
 pub mod validation;
 mod vocabulary;
 

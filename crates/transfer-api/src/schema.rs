@@ -17,7 +17,9 @@
 //! The result is kept in one canonical form, Swagger 2.0's (`$ref` to
 //! `#/definitions/<name>`, siblings such as `description` beside `$ref`);
 //! [`refs_to_components`] turns a whole document into OpenAPI 3.0's form. Paths are
-//! not this module's business.
+//! not this module's business: discovery publishes the documents, and the
+//! registry's field management and the apply of mutating policies read the
+//! same schemas from here.
 
 use std::collections::BTreeMap;
 
@@ -30,15 +32,15 @@ use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
-use crate::api::{self, meta::Object, EphemeralClaim, NamespaceTransfer, ResourceInfo};
+use crate::{self as api, meta::Object, EphemeralClaim, NamespaceTransfer, ResourceInfo};
 
 /// Where references point in the canonical (Swagger 2.0) form.
-pub(crate) const DEFINITIONS_REF: &str = "#/definitions/";
+pub const DEFINITIONS_REF: &str = "#/definitions/";
 /// Where references point in OpenAPI 3.0.
-pub(crate) const COMPONENTS_REF: &str = "#/components/schemas/";
+pub const COMPONENTS_REF: &str = "#/components/schemas/";
 
 /// Definitions by name, in canonical form. Sorted, so documents are deterministic.
-pub(crate) type Definitions = BTreeMap<String, Value>;
+pub type Definitions = BTreeMap<String, Value>;
 
 /// What a list of one kind looks like on the wire. Only its schema is used: the
 /// registry builds lists itself.
@@ -65,36 +67,36 @@ struct ListSchema<T> {
 
 /// The prefix of our own definition names, `io.k8s.transfer.storage.v1alpha1.`: the
 /// group reversed, then the version, as kube-openapi names the types of a group.
-pub(crate) fn own_prefix() -> String {
+pub fn own_prefix() -> String {
     let reversed: Vec<&str> = api::GROUP.split('.').rev().collect();
     format!("{}.{}.", reversed.join("."), api::VERSION)
 }
 
 /// The definition name of a kind, e.g. `io.k8s.transfer.storage.v1alpha1.NamespaceTransfer`.
-pub(crate) fn kind_definition(kind: &str) -> String {
+pub fn kind_definition(kind: &str) -> String {
     format!("{}{kind}", own_prefix())
 }
 
 /// The definition name of a kind's list.
-pub(crate) fn list_definition(kind: &str) -> String {
+pub fn list_definition(kind: &str) -> String {
     format!("{}{kind}List", own_prefix())
 }
 
 /// The definition name k8s-openapi gives a type, e.g.
 /// `io.k8s.apimachinery.pkg.apis.meta.v1.Status`.
-pub(crate) fn definition_of<T: JsonSchema + ?Sized>() -> String {
+pub fn definition_of<T: JsonSchema + ?Sized>() -> String {
     T::schema_name().into_owned()
 }
 
 /// A `$ref` to a definition, in canonical form.
-pub(crate) fn reference(definition: &str) -> Value {
+pub fn reference(definition: &str) -> Value {
     json!({ "$ref": format!("{DEFINITIONS_REF}{definition}") })
 }
 
 /// Every definition the documents need: both kinds and their lists, what they
 /// refer to, and what the paths accept and answer (Status, DeleteOptions, Patch,
 /// WatchEvent).
-pub(crate) fn definitions() -> Definitions {
+pub fn definitions() -> Definitions {
     let mut generator = SchemaSettings::draft2020_12()
         .with(|s| {
             s.definitions_path = "/definitions".into();
@@ -427,7 +429,7 @@ fn gvk(kind: &str) -> Value {
 /// `#/components/schemas/`, and a reference with siblings (a field's
 /// `description`) becomes `allOf: [{$ref}]` beside them, as kube publishes it,
 /// because OpenAPI 3.0 ignores the siblings of `$ref`.
-pub(crate) fn refs_to_components(node: &mut Value) {
+pub fn refs_to_components(node: &mut Value) {
     match node {
         Value::Object(object) => {
             if let Some(Value::String(target)) = object.get_mut("$ref") {

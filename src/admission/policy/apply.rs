@@ -29,8 +29,8 @@ impl KindSchema {
     /// A kind this server does not serve is untyped: maps merge, lists are
     /// atomic.
     fn build(kind: &str) -> Self {
-        let definition = crate::discovery::openapi::kind_definition(kind);
-        let definitions = crate::discovery::openapi::definitions();
+        let definition = crate::api::schema::kind_definition(kind);
+        let definitions = crate::api::schema::definitions();
         let schema = Schema::from_definitions(&definitions, &[definition.as_str()]);
         let root = schema.named(&definition).unwrap_or(Schema::UNTYPED);
         Self { schema, root }

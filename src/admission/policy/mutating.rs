@@ -12,7 +12,7 @@
 //! [`STATE_KEY`]): a policy with `reinvocationPolicy: IfNeeded` runs again in
 //! the second pass when something changed the object after it ran.
 
-use crate::endpoints::{bounded_patch, MAX_BODY_BYTES};
+use crate::wire::{bounded_patch, MAX_BODY_BYTES};
 use std::collections::HashSet;
 use std::sync::Arc;
 

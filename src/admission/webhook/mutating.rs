@@ -19,9 +19,9 @@ use serde_json::Value;
 
 use crate::admission::{Namespaces, Reinvocation};
 use crate::api::errors::ApiError;
-use crate::endpoints::{bounded_patch, MAX_BODY_BYTES};
 use crate::registry::admission::{AnnotationLevel, Attributes};
 use crate::registry::Context;
+use crate::wire::{bounded_patch, MAX_BODY_BYTES};
 
 use super::hook::Hook;
 use super::invoke::{self, HookError};

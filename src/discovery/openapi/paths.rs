@@ -11,8 +11,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Patch, Status, WatchEvent};
 use serde_json::{json, Map, Value};
 
-use super::schemas::{self, definition_of, reference};
 use super::Dialect;
+use crate::api::schema::{self as schemas, definition_of, reference};
 use crate::api::{self, ResourceInfo};
 
 /// A query parameter, as kube-apiserver documents it.

@@ -152,7 +152,7 @@ fn a_plain_watch_keeps_its_bookmarks_in_our_kind() {
 /// A body of `GOOD` with `junk` spliced in at `at` (`"spec":{` or
 /// `"metadata":{`), padded with `item`s to just under the 3 MiB body limit.
 fn padded(at: &str, open: &str, item: impl Fn(usize) -> String, close: &str) -> Vec<u8> {
-    let room = crate::endpoints::MAX_BODY_BYTES - GOOD.len() - 64;
+    let room = crate::wire::MAX_BODY_BYTES - GOOD.len() - 64;
     let mut junk = String::from(open);
     for i in 0.. {
         let next = item(i);

@@ -352,18 +352,16 @@ fn a_long_set_merges_and_compares_item_by_item() {
 }
 
 fn fm_schema() -> schema::Schema {
-    let definitions = crate::discovery::openapi::definitions();
+    let definitions = crate::api::schema::definitions();
     schema::Schema::from_definitions(
         &definitions,
-        &[crate::discovery::openapi::kind_definition("NamespaceTransfer").as_str()],
+        &[crate::api::schema::kind_definition("NamespaceTransfer").as_str()],
     )
 }
 
 fn fm_root() -> schema::TypeId {
     fm_schema()
-        .named(&crate::discovery::openapi::kind_definition(
-            "NamespaceTransfer",
-        ))
+        .named(&crate::api::schema::kind_definition("NamespaceTransfer"))
         .unwrap()
 }
 
