@@ -12,7 +12,6 @@ pub mod meta;
 pub mod namespace_transfer;
 pub mod schema;
 pub mod validation;
-mod vocabulary;
 
 pub use ephemeral_claim::EphemeralClaim;
 pub use meta::{Object, Requester};

@@ -3,74 +3,123 @@
 //! `kubectl transfer`, so that a reason cannot mean one thing on one side
 //! and another on the other.
 
-use crate::vocabulary::vocabulary;
+use std::fmt;
 
-vocabulary! {
-    /// The reason of a NamespaceTransfer's condition or Event.
-    pub enum TransferReason {
-        /// No transfer in the other namespace matches yet.
-        WaitingForPeer,
-        /// Another destination-side transfer already matched this source.
-        PeerTaken,
-        /// The source claim does not exist.
-        SourceNotFound,
-        /// The source claim is not (yet) bound to its volume.
-        SourceNotBound,
-        /// A pod uses the source claim.
-        SourceInUse,
-        /// Another active transfer holds the source claim or its volume.
-        SourceLocked,
-        /// The volume's StorageClass does not allow transfers.
-        StorageClassNotAllowed,
-        /// The destination claim name is held by a claim this transfer did not
-        /// create.
-        DestinationExists,
-        /// kube-apiserver refuses (or would refuse) to create the destination
-        /// claim (quota, admission, validation); its message is kept.
-        DestinationRefused,
-        /// A party's rights were revoked between create and rebind.
-        Forbidden,
-        /// kube-apiserver would refuse to delete the source claim at R5.
-        SourceReleaseRefused,
-        /// The volume vanished or was changed by someone else.
-        VolumeChanged,
-        /// One side was deleted before the commit point.
-        Deleted,
-        /// `spec.activeDeadlineSeconds` passed before the transfer finished.
-        DeadlineExceeded,
-        /// The transfer asks for a mode this server does not run.
-        ModeNotSupported,
-        /// Clone mode is waiting for the clone to be provisioned (C2).
-        Cloning,
-        /// A Clone-mode transfer's clone could not be made or provisioned.
-        CloneFailed,
-        /// The source claim's StorageClass binds WaitForFirstConsumer, so a clone
-        /// nobody consumes would never be provisioned: refused at once, before it
-        /// takes the source namespace's quota.
-        CloneNeedsConsumer,
-        /// A standing clone offer's clones alive reach its `maxClones`.
-        WaitingForCapacity,
-        /// After the commit, waiting for the cluster to bind the destination.
-        WaitingForBinding,
-        /// The destination claim was deleted after the commit; the volume is kept
-        /// (reclaim policy Retain) for an administrator.
-        DestinationLost,
-        /// A populating request waits for a claim of its namespace that names it
-        /// in `dataSourceRef` and fits the volume (DESIGN §2.3).
-        WaitingForClaim,
-        /// The claim a populating request adopted no longer fits the volume (it
-        /// was bound elsewhere, or replaced), before the commit.
-        ClaimMismatch,
-        /// The source snapshot is not bound to a content, or not ready.
-        SnapshotNotReady,
-        /// The source snapshot is a member of a VolumeGroupSnapshot, which owns
-        /// it.
-        SnapshotInGroup,
-        /// The snapshot's VolumeSnapshotClass does not allow transfers, or its
-        /// deletion secret belongs to the source namespace.
-        SnapshotClassNotAllowed,
-        /// The transfer completed.
-        Completed,
+use serde::de::value::{Error as ValueError, StrDeserializer};
+use serde::Deserialize;
+
+/// The reason of a NamespaceTransfer's condition or Event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+pub enum TransferReason {
+    /// No transfer in the other namespace matches yet.
+    WaitingForPeer,
+    /// Another destination-side transfer already matched this source.
+    PeerTaken,
+    /// The source claim does not exist.
+    SourceNotFound,
+    /// The source claim is not (yet) bound to its volume.
+    SourceNotBound,
+    /// A pod uses the source claim.
+    SourceInUse,
+    /// Another active transfer holds the source claim or its volume.
+    SourceLocked,
+    /// The volume's StorageClass does not allow transfers.
+    StorageClassNotAllowed,
+    /// The destination claim name is held by a claim this transfer did not
+    /// create.
+    DestinationExists,
+    /// kube-apiserver refuses (or would refuse) to create the destination
+    /// claim (quota, admission, validation); its message is kept.
+    DestinationRefused,
+    /// A party's rights were revoked between create and rebind.
+    Forbidden,
+    /// kube-apiserver would refuse to delete the source claim at R5.
+    SourceReleaseRefused,
+    /// The volume vanished or was changed by someone else.
+    VolumeChanged,
+    /// One side was deleted before the commit point.
+    Deleted,
+    /// `spec.activeDeadlineSeconds` passed before the transfer finished.
+    DeadlineExceeded,
+    /// The transfer asks for a mode this server does not run.
+    ModeNotSupported,
+    /// Clone mode is waiting for the clone to be provisioned (C2).
+    Cloning,
+    /// A Clone-mode transfer's clone could not be made or provisioned.
+    CloneFailed,
+    /// The source claim's StorageClass binds WaitForFirstConsumer, so a clone
+    /// nobody consumes would never be provisioned: refused at once, before it
+    /// takes the source namespace's quota.
+    CloneNeedsConsumer,
+    /// A standing clone offer's clones alive reach its `maxClones`.
+    WaitingForCapacity,
+    /// After the commit, waiting for the cluster to bind the destination.
+    WaitingForBinding,
+    /// The destination claim was deleted after the commit; the volume is kept
+    /// (reclaim policy Retain) for an administrator.
+    DestinationLost,
+    /// A populating request waits for a claim of its namespace that names it
+    /// in `dataSourceRef` and fits the volume (DESIGN §2.3).
+    WaitingForClaim,
+    /// The claim a populating request adopted no longer fits the volume (it
+    /// was bound elsewhere, or replaced), before the commit.
+    ClaimMismatch,
+    /// The source snapshot is not bound to a content, or not ready.
+    SnapshotNotReady,
+    /// The source snapshot is a member of a VolumeGroupSnapshot, which owns
+    /// it.
+    SnapshotInGroup,
+    /// The snapshot's VolumeSnapshotClass does not allow transfers, or its
+    /// deletion secret belongs to the source namespace.
+    SnapshotClassNotAllowed,
+    /// The transfer completed.
+    Completed,
+}
+
+impl TransferReason {
+    /// The reason as it is written: the variant's name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TransferReason::WaitingForPeer => "WaitingForPeer",
+            TransferReason::PeerTaken => "PeerTaken",
+            TransferReason::SourceNotFound => "SourceNotFound",
+            TransferReason::SourceNotBound => "SourceNotBound",
+            TransferReason::SourceInUse => "SourceInUse",
+            TransferReason::SourceLocked => "SourceLocked",
+            TransferReason::StorageClassNotAllowed => "StorageClassNotAllowed",
+            TransferReason::DestinationExists => "DestinationExists",
+            TransferReason::DestinationRefused => "DestinationRefused",
+            TransferReason::Forbidden => "Forbidden",
+            TransferReason::SourceReleaseRefused => "SourceReleaseRefused",
+            TransferReason::VolumeChanged => "VolumeChanged",
+            TransferReason::Deleted => "Deleted",
+            TransferReason::DeadlineExceeded => "DeadlineExceeded",
+            TransferReason::ModeNotSupported => "ModeNotSupported",
+            TransferReason::Cloning => "Cloning",
+            TransferReason::CloneFailed => "CloneFailed",
+            TransferReason::CloneNeedsConsumer => "CloneNeedsConsumer",
+            TransferReason::WaitingForCapacity => "WaitingForCapacity",
+            TransferReason::WaitingForBinding => "WaitingForBinding",
+            TransferReason::DestinationLost => "DestinationLost",
+            TransferReason::WaitingForClaim => "WaitingForClaim",
+            TransferReason::ClaimMismatch => "ClaimMismatch",
+            TransferReason::SnapshotNotReady => "SnapshotNotReady",
+            TransferReason::SnapshotInGroup => "SnapshotInGroup",
+            TransferReason::SnapshotClassNotAllowed => "SnapshotClassNotAllowed",
+            TransferReason::Completed => "Completed",
+        }
+    }
+
+    /// The reason `written` names, if this build knows it (a newer server
+    /// may write one it does not): read as serde reads the variant's name.
+    pub fn parse(written: &str) -> Option<TransferReason> {
+        TransferReason::deserialize(StrDeserializer::<ValueError>::new(written)).ok()
+    }
+}
+
+impl fmt::Display for TransferReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
