@@ -50,12 +50,20 @@ pub enum Error {
     #[error("our storage refused a write: {0}")]
     Fenced(String),
     #[error("kube-apiserver: {0}")]
-    Cluster(#[from] ClusterError),
+    Cluster(ClusterError),
     #[error("our storage: {0}")]
     Api(ApiError),
     /// The reconcile ran past [`RECONCILE_TIMEOUT`] and was abandoned.
     #[error("abandoned after {0:?} without an answer")]
     TimedOut(Duration),
+}
+
+// The cause is part of the message, not a `source()` as well, so that it is
+// printed once.
+impl From<ClusterError> for Error {
+    fn from(err: ClusterError) -> Self {
+        Error::Cluster(err)
+    }
 }
 
 impl From<ApiError> for Error {

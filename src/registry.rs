@@ -27,7 +27,7 @@ pub use store::{
 pub use strategy::{Strategy, UniqueClaim};
 
 use crate::api::errors::{ApiError, GroupResource};
-use crate::api::meta::Requester;
+use crate::api::meta::{Requester, SYSTEM_MASTERS};
 use crate::storage::{Fence, StorageError};
 
 /// A create-time check that needs I/O (a SubjectAccessReview): run after
@@ -71,10 +71,6 @@ pub enum Writer {
     /// This server's own controllers, in process. No request can claim it.
     Controller,
 }
-
-/// The group whose members kube-apiserver always allows; they may also write
-/// what only the controllers write, as a break-glass.
-pub const SYSTEM_MASTERS: &str = "system:masters";
 
 impl Context {
     /// A write the controllers make in a tenant's name, as if `user` made

@@ -67,17 +67,31 @@ pub const WORKER_STACK_BYTES: usize = 8 * 1024 * 1024;
 /// Errors that stop the server from starting or running.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("listening on {addr}: {source}")]
+    #[error("listening on {addr}: {error}")]
     Bind {
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("connecting to etcd: {0}")]
-    Etcd(#[from] crate::storage::StorageError),
+    Etcd(crate::storage::StorageError),
     #[error("--kubeconfig: {0}")]
     Kube(String),
     #[error("--etcd-servers: {0}")]
-    EtcdUnsupported(#[from] crate::storage::etcd::version::UnsupportedEtcd),
+    EtcdUnsupported(crate::storage::etcd::version::UnsupportedEtcd),
+}
+
+// The causes below are part of each message, not `source()`s as well, so
+// that an error reporter walking the chain prints each cause once.
+impl From<crate::storage::StorageError> for ServeError {
+    fn from(err: crate::storage::StorageError) -> Self {
+        ServeError::Etcd(err)
+    }
+}
+
+impl From<crate::storage::etcd::version::UnsupportedEtcd> for ServeError {
+    fn from(err: crate::storage::etcd::version::UnsupportedEtcd) -> Self {
+        ServeError::EtcdUnsupported(err)
+    }
 }
 
 /// Runs the server until `shutdown` resolves, then drains connections for at most
@@ -88,9 +102,9 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     let listener = TcpListener::bind(config.bind)
         .await
-        .map_err(|source| ServeError::Bind {
+        .map_err(|error| ServeError::Bind {
             addr: config.bind,
-            source,
+            error,
         })?;
     let local = listener.local_addr().unwrap_or(config.bind);
     let etcd = EtcdStorage::connect(&config.etcd).await?;

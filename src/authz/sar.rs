@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Attributes, Authorizer, Decision};
 use crate::api::errors::ApiError;
+use crate::api::meta::SYSTEM_MASTERS;
 
 pub use crate::review_cache::CacheStats;
 use crate::review_cache::{ReviewCache, MAX_FLIGHTS, REQUEST_REVIEW_RATE};
@@ -173,14 +174,14 @@ pub fn spec_for(attributes: &Attributes) -> SubjectAccessReviewSpec {
 #[async_trait::async_trait]
 impl Authorizer for SubjectAccessReviewer {
     async fn authorize(&self, attributes: &Attributes) -> Result<Decision, ApiError> {
-        if attributes.user.groups.iter().any(|g| g == "system:masters") {
+        if attributes.user.groups.iter().any(|g| g == SYSTEM_MASTERS) {
             return Ok(Decision::Allow);
         }
         self.review(spec_for(attributes)).await
     }
 
     async fn authorize_fresh(&self, attributes: &Attributes) -> Result<Decision, ApiError> {
-        if attributes.user.groups.iter().any(|g| g == "system:masters") {
+        if attributes.user.groups.iter().any(|g| g == SYSTEM_MASTERS) {
             return Ok(Decision::Allow);
         }
         self.review_with(spec_for(attributes), false).await

@@ -46,8 +46,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
 
 use super::cluster::{Cluster, ClusterError};
 use super::events::{claim_reference, reference_to, Events, Severity};
@@ -59,7 +58,7 @@ use crate::api::ephemeral_claim::{
     FINALIZER_CLAIM_PROTECTION, OWNER_API_VERSION_V1, OWNER_KIND_POD, REASON_CLAIM_CONFLICT,
 };
 use crate::api::errors::{ApiError, GroupResource};
-use crate::api::meta::{self as apimeta, CONDITION_TRUE};
+use crate::api::meta::{self as apimeta, now, CONDITION_TRUE};
 use crate::api::{EPHEMERAL_CLAIMS, GROUP_VERSION};
 use crate::authz::Authorizer;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
@@ -744,10 +743,6 @@ pub fn unsafe_template(ec: &EphemeralClaim) -> Option<String> {
         "no claim is made from this template: {}",
         why.join("; ")
     ))
-}
-
-fn now() -> Time {
-    Time(Timestamp::now())
 }
 
 fn set_condition(st: &mut EphemeralClaimStatus, type_: &str, reason: &str, message: &str) {

@@ -49,3 +49,11 @@ async fn a_reconcile_that_never_returns_is_abandoned_and_its_key_looked_at_again
     queue.shut_down();
     worker.await.unwrap();
 }
+
+#[test]
+fn a_reconcile_error_prints_its_cause_once() {
+    use std::error::Error as _;
+    let err = Error::from(ClusterError::Unavailable("gone".to_owned()));
+    assert_eq!(err.to_string(), "kube-apiserver: gone");
+    assert!(err.source().is_none(), "the cause is in the message only");
+}

@@ -26,13 +26,12 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, Notify};
 
 use crate::api::errors::{ApiError, FieldCause, GroupResource};
-use crate::api::meta::Object;
+use crate::api::meta::{now, Object};
 use crate::api::{self};
 use crate::storage::cache::{CacheError, CacheEvent, EventKind, WatchCache, DEFAULT_CAPACITY};
 use crate::storage::{
@@ -1994,16 +1993,6 @@ fn go_string_slice(items: &[String]) -> String {
         .map(|i| serde_json::to_string(i).unwrap_or_default())
         .collect();
     format!("[]string{{{}}}", quoted.join(", "))
-}
-
-/// Now, to the second, as kube stores timestamps.
-pub(crate) fn now() -> Time {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default();
-    let seconds = i64::try_from(seconds).unwrap_or_default();
-    Time(Timestamp::from_second(seconds).unwrap_or(Timestamp::UNIX_EPOCH))
 }
 
 /// Five characters from kube's generateName alphabet (no vowels, no look-alikes).

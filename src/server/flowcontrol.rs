@@ -63,7 +63,7 @@ use crate::endpoints::request::{ResourceRequest, Verb};
 use crate::endpoints::Body;
 
 /// The group whose members are never limited, as APF's exempt level.
-pub const EXEMPT_GROUP: &str = "system:masters";
+pub const EXEMPT_GROUP: &str = crate::api::meta::SYSTEM_MASTERS;
 
 /// What a refused client is told to wait before it retries, in seconds: the
 /// `Retry-After` kube-apiserver's max-in-flight filter sends.

@@ -420,7 +420,7 @@ pub enum AuthMode {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("--tls-cert-file/--tls-private-key-file: {0}")]
-    Tls(#[from] TlsError),
+    Tls(TlsError),
     #[error("--etcd-servers: {0}")]
     Etcd(String),
     #[error("--etcd-prefix: {0}")]
@@ -439,10 +439,24 @@ pub enum ConfigError {
     #[error("--audit-log-buffer-size: must be at least 1")]
     AuditBuffer,
     #[error("--audit-log-mode: {0}")]
-    AuditMode(#[from] UnknownMode),
+    AuditMode(UnknownMode),
     /// A flow-control limit that contradicts another.
     #[error("--{flag}: {reason}")]
     FlowControl { flag: &'static str, reason: String },
+}
+
+// The causes below are part of each message, not `source()`s as well, so
+// that an error reporter walking the chain prints each cause once.
+impl From<TlsError> for ConfigError {
+    fn from(err: TlsError) -> Self {
+        ConfigError::Tls(err)
+    }
+}
+
+impl From<UnknownMode> for ConfigError {
+    fn from(err: UnknownMode) -> Self {
+        ConfigError::AuditMode(err)
+    }
 }
 
 impl Options {

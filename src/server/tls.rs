@@ -32,9 +32,23 @@ pub enum TlsError {
     #[error("reading private key from {path}: {message}")]
     PrivateKey { path: PathBuf, message: String },
     #[error("generating a self-signed certificate: {0}")]
-    Generate(#[from] rcgen::Error),
+    Generate(rcgen::Error),
     #[error("the certificate and key do not make a usable TLS identity: {0}")]
-    Rustls(#[from] rustls::Error),
+    Rustls(rustls::Error),
+}
+
+// The causes below are part of each message, not `source()`s as well, so
+// that an error reporter walking the chain prints each cause once.
+impl From<rcgen::Error> for TlsError {
+    fn from(err: rcgen::Error) -> Self {
+        TlsError::Generate(err)
+    }
+}
+
+impl From<rustls::Error> for TlsError {
+    fn from(err: rustls::Error) -> Self {
+        TlsError::Rustls(err)
+    }
 }
 
 /// A certificate chain and its private key.

@@ -7,11 +7,25 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff;
 use serde::{Deserialize, Serialize};
 
 use crate::errors::FieldCause;
 use crate::ResourceInfo;
+
+/// The group whose members kube-apiserver always allows: this server
+/// allows them without a review, never limits them in flow control, and
+/// lets them write what only the controllers write, as a break-glass.
+pub const SYSTEM_MASTERS: &str = "system:masters";
+
+/// Now, to the second: what a `metav1.Time` holds once it is written (kube
+/// stores and serializes it to the second), so that a time this server
+/// compares in memory is the time it stores.
+pub fn now() -> Time {
+    let now = jiff::Timestamp::now();
+    Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
 
 /// The authenticated user who created an object, stamped by the server at create
 /// time (like a CertificateSigningRequest's `spec.username`).

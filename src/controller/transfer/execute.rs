@@ -19,8 +19,9 @@ use super::decide::{peer_or_self, Action, Refused};
 use super::facts::Facts;
 use super::plan::snapshot::SnapshotWrite;
 use super::plan::{label, plan, ClusterWrite, Edit, EventWrite, On, Plan, StatusChange, Write};
-use super::status::{apply_change, now};
+use super::status::apply_change;
 use super::{Step, TransferController};
+use crate::api::meta::now;
 
 /// What performing a plan came to.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::errors::{ApiError, GroupResource};
-use crate::api::meta::{self as apimeta, CONDITION_FALSE, CONDITION_TRUE};
+use crate::api::meta::{self as apimeta, now, CONDITION_FALSE, CONDITION_TRUE};
 use crate::api::namespace_transfer::{
     CloneCounts, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus,
     TransferMode, TransferStepName as StepName, CONDITION_AUTHORIZED, CONDITION_PEER_MATCHED,
@@ -268,10 +268,6 @@ fn learn_steps(
 /// whose writes must start from the offer as stored.
 fn copy_of(t: &NamespaceTransfer) -> Option<&NamespaceTransfer> {
     (!t.is_standing_offer()).then_some(t)
-}
-
-pub(super) fn now() -> Time {
-    Time(Timestamp::now())
 }
 
 /// What `ttlSecondsAfterFinished` asks of a transfer at `now` (Unix

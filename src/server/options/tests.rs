@@ -404,3 +404,16 @@ fn the_pod_fence_is_namespace_slash_name_or_empty_for_none() {
     let long = format!("ns/{}", "a".repeat(254));
     assert!(parse_pod_fence(&long).is_err());
 }
+
+/// A cause is printed once: in the message, not again as a `source()` that
+/// an error reporter walking the chain would print after it.
+#[test]
+fn a_configuration_error_prints_its_cause_once() {
+    use std::error::Error as _;
+    let tls = crate::server::tls::TlsError::from(rustls::Error::General("no key".to_owned()));
+    let err = ConfigError::from(tls);
+    assert!(err.to_string().contains("no key"), "{err}");
+    assert!(err.source().is_none(), "{err}");
+    let tls = crate::server::tls::TlsError::from(rustls::Error::General("no key".to_owned()));
+    assert!(tls.source().is_none(), "{tls}");
+}
