@@ -633,7 +633,7 @@ impl Hook {
     ) -> Self {
         let mut hook = json!({
             "name": format!("{name}.admission.test"),
-            "clientConfig": {"url": url, "caBundle": base64(ca.as_bytes())},
+            "clientConfig": {"url": url, "caBundle": sta_testenv::base64(ca.as_bytes())},
             "rules": [{
                 "apiGroups": [OURS, TWIN],
                 "apiVersions": ["*"],
@@ -672,10 +672,6 @@ impl Drop for Hook {
             &self.name,
         );
     }
-}
-
-fn base64(data: &[u8]) -> String {
-    sta_testenv::base64(data)
 }
 
 /// A port nothing listens on.
@@ -940,7 +936,7 @@ fn a_dry_run_calls_webhooks_without_side_effects_with_dry_run_set_and_stores_not
                 "metadata": {"name": format!("{}-effects", ns.name)},
                 "webhooks": [{
                     "name": "effects.admission.test",
-                    "clientConfig": {"url": pure.url("/x"), "caBundle": base64(pure.ca_bundle_pem().as_bytes())},
+                    "clientConfig": {"url": pure.url("/x"), "caBundle": sta_testenv::base64(pure.ca_bundle_pem().as_bytes())},
                     "admissionReviewVersions": ["v1"],
                     "sideEffects": "Some",
                 }],
