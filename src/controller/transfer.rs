@@ -54,7 +54,9 @@
 //!
 //! Only the controllers write status (the registry refuses clients), and
 //! still nothing recorded there is acted on before it is checked against the
-//! live objects.
+//! cluster's objects, read as `gather` reads them: from the watch copies
+//! where those can be trusted, live otherwise, and all live before a step
+//! that no precondition fences.
 
 pub mod decide;
 pub mod facts;

@@ -10,7 +10,7 @@
 //! - [`Facts::source`] is the object that drives the pair (role Source or
 //!   Both); its `status` is the protocol's memory, which only the controller
 //!   writes (the registry refuses clients' status writes), and which the
-//!   decision still checks against the live objects below.
+//!   decision still checks against the cluster's objects below.
 //! - [`Facts::peer`] is the Destination-role object, found by the uid the
 //!   source recorded for it (derived from its uid, see
 //!   [`super::matching::peer_uid`]), or by matching before anything was
@@ -18,8 +18,10 @@
 //! - [`Facts::moved_claim`] (the claim whose volume is handed over: the
 //!   source claim in Move mode, the clone in Clone mode),
 //!   [`Facts::clone_source`] (in Clone mode, the source claim the clone is
-//!   made from), [`Facts::destination_claim`] and [`Facts::volume`] are
-//!   reads of kube-apiserver.
+//!   made from), [`Facts::destination_claim`] and [`Facts::volume`] are the
+//!   cluster's objects: from the watch copies where those can be trusted,
+//!   live where a copy may be behind this controller's own writes, and all
+//!   live before a step no precondition fences (`gather`).
 //! - [`Facts::users`], [`Facts::rights`] and [`Facts::admission`] are only
 //!   gathered when the decision asks for them, right before the write they
 //!   guard: the users are a live LIST of pods, which kube-apiserver answers
