@@ -322,7 +322,21 @@ pub fn advice(reason: &str) -> Option<&'static str> {
         | R::WaitingForClaim
         | R::ClaimMismatch
         | R::SnapshotNotReady
-        | R::Completed => return None,
+        | R::Completed
+        | R::Matched
+        | R::NotInUse
+        | R::RightsConfirmed
+        | R::Offering
+        | R::Serving
+        | R::RequestRefused
+        | R::TransferNotFound
+        | R::TransferNotPopulating
+        | R::NotAdopted
+        | R::ClaimNotServed
+        | R::Locked
+        | R::Authorized
+        | R::Committed
+        | R::CloneCreated => return None,
     })
 }
 

@@ -50,6 +50,7 @@ use super::facts::{Admission, ClassPolicy, Facts, Peer};
 pub use super::facts::{Refusal, Refused, Side};
 use super::matching::{holds_claim, is_named};
 use super::Step;
+use crate::api::namespace_transfer::REASON_LOCKED;
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, Role, SourceClaimSnapshot,
     TransferMode, FINALIZER_TRANSFER_PROTECTION, REASON_CLONE_FAILED, REASON_DEADLINE_EXCEEDED,
@@ -1024,7 +1025,7 @@ pub fn destination_text(reason: &str) -> &'static str {
         REASON_COMPLETED => "the volume was handed over",
         REASON_WAITING_FOR_CLAIM => "waiting for a claim in this namespace that names the transfer",
         REASON_CLAIM_MISMATCH => "refused: the adopted claim can no longer receive the volume",
-        "Locked" => "the source claim is locked for the transfer; its volume is being handed over",
+        REASON_LOCKED => "the source claim is locked for the transfer; its volume is being handed over",
         _ => "see the transfer in the other namespace",
     }
 }

@@ -47,8 +47,9 @@ use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
 use crate::api::namespace_transfer::{
     ClaimReference, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus,
     PairRecord, Role, SnapshotReference, SourceClaimSnapshot, SourceSnapshotRecord,
-    TransferStepName as StepName,
+    TransferStepName as StepName, REASON_MATCHED,
 };
+use crate::api::namespace_transfer::{REASON_CLONE_CREATED, REASON_COMMITTED, REASON_LOCKED};
 use crate::controller::events::{claim_reference, reference_to, Severity};
 use crate::controller::{object_key, Next};
 
@@ -419,7 +420,7 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
         }
         Action::RecordMatch => {
             let matched = "matched with the transfer in the other namespace";
-            pair(f, &mut p, &Report::shared("Matched", matched), |_| {
+            pair(f, &mut p, &Report::shared(REASON_MATCHED, matched), |_| {
                 Edit::Matched
             });
         }
@@ -463,14 +464,14 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                 regarding: claim_reference(source_ns, &name, None),
                 of_created: true,
                 severity: Severity::Normal,
-                reason: "CloneCreated",
+                reason: REASON_CLONE_CREATED,
                 action: Step::Clone.action(),
                 note: note.clone(),
             }));
             p.event(
                 reference_to(s),
                 Severity::Normal,
-                "CloneCreated",
+                REASON_CLONE_CREATED,
                 Step::Clone.action(),
                 note,
             );
@@ -480,7 +481,7 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                 p.event(
                     reference_to(d),
                     Severity::Normal,
-                    "CloneCreated",
+                    REASON_CLONE_CREATED,
                     Step::Clone.action(),
                     format!(
                         "the provisioner is making a clone of {source_ns}/{origin} for this transfer"
@@ -543,7 +544,7 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                 "the volume now names {}/{}",
                 destination.namespace, destination.name
             );
-            let report = Report::shared("Committed", rebound.clone());
+            let report = Report::shared(REASON_COMMITTED, rebound.clone());
             pair_step(f, &mut p, &report, |_| Edit::Committed {
                 rebound: rebound.clone(),
             });
@@ -560,7 +561,7 @@ pub(super) fn plan(f: &Facts, action: &Action) -> Plan {
                         Some(&destination.uid),
                     ),
                     Severity::Normal,
-                    "Committed",
+                    REASON_COMMITTED,
                     Step::Commit.action(),
                     format!(
                         "the volume from {} now names this claim; the cluster binds it next",
@@ -858,7 +859,7 @@ fn record_source(f: &Facts, p: &mut Plan, snapshot: &SourceClaimSnapshot) {
     }
     let volume = &snapshot.volume_name;
     let report = Report::new(
-        "Locked",
+        REASON_LOCKED,
         format!(
             "locked PersistentVolumeClaim {source_ns}/{}; moving volume {volume}",
             snapshot.name
@@ -884,7 +885,7 @@ fn record_source(f: &Facts, p: &mut Plan, snapshot: &SourceClaimSnapshot) {
         p.event(
             claim_reference(source_ns, &claim.name, Some(&claim.uid)),
             Severity::Normal,
-            "Locked",
+            REASON_LOCKED,
             Step::Lock.action(),
             format!(
                 "locked for NamespaceTransfer {}: its volume {volume} moves to {dest_ns}/{dest_name}",

@@ -49,10 +49,9 @@ use super::matching::{is_active, peer_uid};
 use super::status::set;
 use super::{decide, TransferController};
 
-/// Reason of a standing populating request that is open.
-pub(super) const REASON_SERVING: &str = "Serving";
-/// Reason of the Warning on a claim whose request kube-apiserver refused.
-pub(super) const REASON_REQUEST_REFUSED: &str = "RequestRefused";
+pub(super) use crate::api::namespace_transfer::{
+    REASON_MATCHED, REASON_REQUEST_REFUSED, REASON_SERVING,
+};
 
 /// The fault-injection point right after a request for a claim is made.
 pub(super) const POPULATE: &str = "Populate";
@@ -407,7 +406,13 @@ impl TransferController {
                     );
                     let regarding = claim_reference(namespace, &claim.name, Some(&claim.uid));
                     self.events
-                        .publish(&regarding, Severity::Normal, "Matched", "Populate", &note)
+                        .publish(
+                            &regarding,
+                            Severity::Normal,
+                            REASON_MATCHED,
+                            "Populate",
+                            &note,
+                        )
                         .await;
                 }
                 Ok(())

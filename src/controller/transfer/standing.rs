@@ -20,8 +20,7 @@ use super::matching::{is_active, is_named, receiver_uid, reference};
 use super::status::set;
 use super::{decide, matching, TransferController};
 
-/// Reason of a standing clone offer that is open.
-pub(super) const REASON_OFFERING: &str = "Offering";
+pub(super) use crate::api::namespace_transfer::REASON_OFFERING;
 
 /// The fault-injection point between R1's two writes for a standing
 /// offer's pair: its record, and the offer's count of the clone.

@@ -14,6 +14,7 @@ use crate::api::namespace_transfer::{
     CloneCounts, NamespaceTransfer, NamespaceTransferPhase as Phase, NamespaceTransferStatus,
     TransferMode, TransferStepName as StepName, CONDITION_AUTHORIZED, CONDITION_PEER_MATCHED,
     CONDITION_READY, CONDITION_REBOUND, CONDITION_SOURCE_RELEASED, FINALIZER_TRANSFER_PROTECTION,
+    REASON_MATCHED, REASON_NOT_IN_USE, REASON_RIGHTS_CONFIRMED,
 };
 use crate::controller::events::{reference_to, Severity};
 use crate::controller::{Error, Next};
@@ -327,7 +328,7 @@ pub(super) fn apply_change(
         Edit::Matched => {
             st.phase = Some(Phase::WaitingForRelease);
             let matched = "matched with the transfer in the other namespace";
-            set(st, CONDITION_PEER_MATCHED, true, "Matched", matched);
+            set(st, CONDITION_PEER_MATCHED, true, REASON_MATCHED, matched);
         }
         Edit::Finished { phase, reason } => {
             st.phase = Some(*phase);
@@ -340,7 +341,13 @@ pub(super) fn apply_change(
             if let Some(snapshot) = snapshot {
                 st.source_claim = Some(snapshot.clone());
             }
-            set(st, CONDITION_SOURCE_RELEASED, true, "NotInUse", released);
+            set(
+                st,
+                CONDITION_SOURCE_RELEASED,
+                true,
+                REASON_NOT_IN_USE,
+                released,
+            );
             st.record_step(StepName::Locked, now);
         }
         Edit::Retained => {
@@ -400,7 +407,13 @@ pub(super) fn apply_change(
             if let Some(record) = record {
                 st.source_snapshot = Some(record.clone());
             }
-            set(st, CONDITION_SOURCE_RELEASED, true, "NotInUse", released);
+            set(
+                st,
+                CONDITION_SOURCE_RELEASED,
+                true,
+                REASON_NOT_IN_USE,
+                released,
+            );
             st.record_step(StepName::Locked, now);
         }
         Edit::SnapshotDestination(reference) => {
@@ -435,7 +448,13 @@ pub(super) fn apply_change(
 /// `Authorized=True`: both parties' rights were confirmed before R2.
 fn authorized(st: &mut NamespaceTransferStatus) {
     let message = "both parties still hold the rights the transfer needs";
-    set(st, CONDITION_AUTHORIZED, true, "RightsConfirmed", message);
+    set(
+        st,
+        CONDITION_AUTHORIZED,
+        true,
+        REASON_RIGHTS_CONFIRMED,
+        message,
+    );
     st.reason = None;
 }
 

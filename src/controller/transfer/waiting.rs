@@ -24,17 +24,10 @@ use super::facts::Claim;
 use super::matching::role_of;
 use super::TransferController;
 
-/// Reason: no NamespaceTransfer of that name exists in the claim's
-/// namespace.
-pub(super) const REASON_TRANSFER_NOT_FOUND: &str = "TransferNotFound";
-/// Reason: the claim names a transfer that fills no claims: not a
-/// populating request, finished, or being deleted.
-pub(super) const REASON_TRANSFER_NOT_POPULATING: &str = "TransferNotPopulating";
-/// Reason: the Move request the claim names adopted another claim.
-pub(super) const REASON_NOT_ADOPTED: &str = "NotAdopted";
-/// Reason: the request a standing populating request made for the claim
-/// finished without serving it.
-pub(super) const REASON_CLAIM_NOT_SERVED: &str = "ClaimNotServed";
+pub(super) use crate::api::namespace_transfer::{
+    REASON_CLAIM_NOT_SERVED, REASON_NOT_ADOPTED, REASON_TRANSFER_NOT_FOUND,
+    REASON_TRANSFER_NOT_POPULATING,
+};
 
 /// Why a claim `claim_uid` that names `namespace/name` in `dataSourceRef`
 /// cannot receive a volume from the object found there (`t`), as an

@@ -72,6 +72,34 @@ pub enum TransferReason {
     /// The snapshot's VolumeSnapshotClass does not allow transfers, or its
     /// deletion secret belongs to the source namespace.
     SnapshotClassNotAllowed,
+    /// The reason of `PeerMatched=True`: the two sides found each other.
+    Matched,
+    /// The reason of `SourceReleased=True`: no pod uses the source claim.
+    NotInUse,
+    /// The reason of `Authorized=True`: both sides' rights were checked again.
+    RightsConfirmed,
+    /// The reason of a standing clone offer that is open.
+    Offering,
+    /// The reason of a standing populating request that is open.
+    Serving,
+    /// On a claim: kube-apiserver refused the request made for it.
+    RequestRefused,
+    /// On a claim: no NamespaceTransfer of the name it gives exists in its namespace.
+    TransferNotFound,
+    /// On a claim: the transfer it names fills no claims (not a populating request, finished, or being deleted).
+    TransferNotPopulating,
+    /// On a claim: the Move request it names adopted another claim.
+    NotAdopted,
+    /// On a claim: the request a standing populating request made for it finished without serving it.
+    ClaimNotServed,
+    /// The Event of R1: the source claim (or snapshot) is locked for the transfer.
+    Locked,
+    /// The Event of R2 in a snapshot move: both sides' rights were checked again.
+    Authorized,
+    /// The Event of the commit: the volume (or content) names the destination.
+    Committed,
+    /// The Event on a clone made to be handed over.
+    CloneCreated,
     /// The transfer completed.
     Completed,
 }
@@ -106,6 +134,20 @@ impl TransferReason {
             TransferReason::SnapshotNotReady => "SnapshotNotReady",
             TransferReason::SnapshotInGroup => "SnapshotInGroup",
             TransferReason::SnapshotClassNotAllowed => "SnapshotClassNotAllowed",
+            TransferReason::Matched => "Matched",
+            TransferReason::NotInUse => "NotInUse",
+            TransferReason::RightsConfirmed => "RightsConfirmed",
+            TransferReason::Offering => "Offering",
+            TransferReason::Serving => "Serving",
+            TransferReason::RequestRefused => "RequestRefused",
+            TransferReason::TransferNotFound => "TransferNotFound",
+            TransferReason::TransferNotPopulating => "TransferNotPopulating",
+            TransferReason::NotAdopted => "NotAdopted",
+            TransferReason::ClaimNotServed => "ClaimNotServed",
+            TransferReason::Locked => "Locked",
+            TransferReason::Authorized => "Authorized",
+            TransferReason::Committed => "Committed",
+            TransferReason::CloneCreated => "CloneCreated",
             TransferReason::Completed => "Completed",
         }
     }
@@ -151,4 +193,18 @@ pub const REASON_SNAPSHOT_NOT_READY: &str = TransferReason::SnapshotNotReady.as_
 pub const REASON_SNAPSHOT_IN_GROUP: &str = TransferReason::SnapshotInGroup.as_str();
 pub const REASON_SNAPSHOT_CLASS_NOT_ALLOWED: &str =
     TransferReason::SnapshotClassNotAllowed.as_str();
+pub const REASON_LOCKED: &str = TransferReason::Locked.as_str();
+pub const REASON_AUTHORIZED: &str = TransferReason::Authorized.as_str();
+pub const REASON_COMMITTED: &str = TransferReason::Committed.as_str();
+pub const REASON_CLONE_CREATED: &str = TransferReason::CloneCreated.as_str();
 pub const REASON_COMPLETED: &str = TransferReason::Completed.as_str();
+pub const REASON_MATCHED: &str = TransferReason::Matched.as_str();
+pub const REASON_NOT_IN_USE: &str = TransferReason::NotInUse.as_str();
+pub const REASON_RIGHTS_CONFIRMED: &str = TransferReason::RightsConfirmed.as_str();
+pub const REASON_OFFERING: &str = TransferReason::Offering.as_str();
+pub const REASON_SERVING: &str = TransferReason::Serving.as_str();
+pub const REASON_REQUEST_REFUSED: &str = TransferReason::RequestRefused.as_str();
+pub const REASON_TRANSFER_NOT_FOUND: &str = TransferReason::TransferNotFound.as_str();
+pub const REASON_TRANSFER_NOT_POPULATING: &str = TransferReason::TransferNotPopulating.as_str();
+pub const REASON_NOT_ADOPTED: &str = TransferReason::NotAdopted.as_str();
+pub const REASON_CLAIM_NOT_SERVED: &str = TransferReason::ClaimNotServed.as_str();

@@ -48,6 +48,7 @@ use super::{
     REASON_SOURCE_NOT_FOUND, REASON_SOURCE_RELEASE_REFUSED, REASON_VOLUME_CHANGED,
     REASON_WAITING_FOR_BINDING, RELEASE_RETRY,
 };
+use crate::api::namespace_transfer::REASON_LOCKED;
 use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase as Phase, SnapshotReference, SourceSnapshotRecord,
     TransferStepName as StepName,
@@ -897,7 +898,7 @@ pub fn destination_text(reason: &str) -> &'static str {
             "the new snapshot was deleted after the snapshot was handed to it"
         }
         REASON_FORBIDDEN => "refused: the source side no longer holds a right the transfer needs",
-        "Locked" => "the source snapshot is locked for the transfer; it is being handed over",
+        REASON_LOCKED => "the source snapshot is locked for the transfer; it is being handed over",
         REASON_COMPLETED => "the snapshot was handed over",
         REASON_WAITING_FOR_BINDING => {
             "waiting for the snapshot controller to bind the new snapshot and report it ready"

@@ -13,6 +13,7 @@ use crate::api::namespace_transfer::{
     NamespaceTransfer, SnapshotReference, SourceSnapshotRecord, TransferStepName as StepName,
     ANNOTATION_ORIGINAL_DELETION_POLICY, ANNOTATION_TRANSFER_LOCK,
 };
+use crate::api::namespace_transfer::{REASON_AUTHORIZED, REASON_COMMITTED, REASON_LOCKED};
 use crate::controller::events::{reference_to, Severity};
 use crate::controller::object_key;
 use crate::controller::transfer::decide::snapshot::{
@@ -208,7 +209,7 @@ pub(super) fn plan(f: &Facts, p: &mut Plan, action: &SnapshotAction) {
             );
             p.points.push((first, Step::Retain.name()));
             let authorized = "both parties still hold the rights the transfer needs";
-            pair_step(f, p, &Report::shared("Authorized", authorized), |_| {
+            pair_step(f, p, &Report::shared(REASON_AUTHORIZED, authorized), |_| {
                 Edit::Retained
             });
         }
@@ -258,16 +259,19 @@ pub(super) fn plan(f: &Facts, p: &mut Plan, action: &SnapshotAction) {
                 "VolumeSnapshot {}/{} is bound to the snapshot and ready to use",
                 dest.namespace, dest.name
             );
-            pair_step(f, p, &Report::shared("Committed", rebound.clone()), |_| {
-                Edit::Committed {
+            pair_step(
+                f,
+                p,
+                &Report::shared(REASON_COMMITTED, rebound.clone()),
+                |_| Edit::Committed {
                     rebound: rebound.clone(),
-                }
-            });
+                },
+            );
             p.point(Step::Commit.name());
             p.event(
                 reference_to(s),
                 Severity::Normal,
-                "Committed",
+                REASON_COMMITTED,
                 Step::Commit.action(),
                 rebound,
             );
@@ -465,12 +469,12 @@ fn record_source(f: &Facts, p: &mut Plan, record: &SourceSnapshotRecord) {
     let s = &f.source;
     let source_ns = s.source_namespace();
     let report = Report {
-        reason: "Locked",
+        reason: REASON_LOCKED,
         source: format!(
             "locked VolumeSnapshot {source_ns}/{}; moving it with VolumeSnapshotContent {}",
             record.name, record.content_name
         ),
-        destination: destination_text("Locked").to_owned(),
+        destination: destination_text(REASON_LOCKED).to_owned(),
     };
     let released = format!(
         "no claim is being restored from VolumeSnapshot {source_ns}/{}",
@@ -484,7 +488,7 @@ fn record_source(f: &Facts, p: &mut Plan, record: &SourceSnapshotRecord) {
     p.event(
         reference_to(s),
         Severity::Normal,
-        "Locked",
+        REASON_LOCKED,
         Step::Lock.action(),
         format!(
             "locked VolumeSnapshot {source_ns}/{} for NamespaceTransfer {}",
