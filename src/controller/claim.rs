@@ -158,7 +158,8 @@ impl ClaimController {
         let claim = self.cluster.claim(namespace, &claim_name).await?;
         let claim_state = lifecycle::claim_state(claim.as_ref(), uid_of(ec));
         let phase = phase_of(ec);
-        let pods = if lifecycle::reads_pods(phase, claim_state) {
+        let deleting = ec.metadata.deletion_timestamp.is_some();
+        let pods = if lifecycle::reads_pods(phase, claim_state, deleting) {
             self.cluster.pods(namespace).await?
         } else {
             Vec::new()
@@ -180,7 +181,7 @@ impl ClaimController {
         let facts = Facts {
             phase,
             release_policy: ec.release_policy(),
-            deleting: ec.metadata.deletion_timestamp.is_some(),
+            deleting,
             has_finalizer: has_finalizer(ec),
             claim_created: status.is_some_and(|st| {
                 apimeta::is_condition_true(&st.conditions, CONDITION_CLAIM_CREATED)

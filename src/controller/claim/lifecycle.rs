@@ -180,13 +180,15 @@ pub enum Step {
 }
 
 /// Whether the step for a claim in `phase` whose claim is `claim` reads the
-/// namespace's pods (its owner, users and holders). A finished claim's does
+/// namespace's pods (its owner, users and holders); `deleting`: the
+/// EphemeralClaim itself is being deleted. A finished claim's step does
 /// not, nor does a Deleting one's, except to say which pods hold a claim
-/// that is being deleted: so a claim whose release is decided is deleted
-/// without waiting for a LIST of every pod in its namespace.
-pub fn reads_pods(phase: Phase, claim: ClaimState) -> bool {
+/// that is being deleted while the EphemeralClaim waits for it: so a claim
+/// whose release is decided is deleted, and its finalizer let go, without
+/// waiting for a LIST of every pod in its namespace.
+pub fn reads_pods(phase: Phase, claim: ClaimState, deleting: bool) -> bool {
     match phase {
-        Phase::Deleting => matches!(claim, ClaimState::Ours { deleting: true, .. }),
+        Phase::Deleting => !deleting && matches!(claim, ClaimState::Ours { deleting: true, .. }),
         phase => !phase.is_finished(),
     }
 }

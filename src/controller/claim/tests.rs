@@ -842,11 +842,11 @@ fn a_claim_whose_release_is_decided_is_deleted_without_reading_pods() {
             OURS_DELETING,
         ] {
             for deleting in [false, true] {
-                let reads = reads_pods(phase, claim);
+                let reads = reads_pods(phase, claim, deleting);
                 assert_eq!(
                     reads,
-                    phase == Phase::Deleting && claim == OURS_DELETING,
-                    "{phase:?} {claim:?}"
+                    phase == Phase::Deleting && claim == OURS_DELETING && !deleting,
+                    "{phase:?} {claim:?} deleting {deleting}"
                 );
                 if reads {
                     continue;
