@@ -4,7 +4,7 @@
 # and:
 #   make down   stop what `make dev` started
 #   make lint   rustfmt and clippy, as CI runs them
-#   make release   the release binary, by the Dockerfile's command (CI builds it too)
+#   make release   the release binaries: the server (the Dockerfile builds it alone) and the plugin (CI builds both)
 #   make tools  only build the pinned etcd, Kubernetes and CSI binaries, krew and the client-go test program (cached outside the tree)
 #   make fresh-check   run the README's commands on a bare Debian root, as on a new machine
 #   make openapi   rewrite the checked-in OpenAPI documents under openapi/ from the code
@@ -22,7 +22,7 @@ prereqs:
 	@hack/prereqs.sh
 
 # etcd 3.6, kube-apiserver, kube-controller-manager, kubectl, the CSI stack,
-# krew (tests/krew.rs installs the plugin with it) and the client-go test
+# krew (crates/kubectl-transfer/tests/krew.rs installs the plugin with it) and the client-go test
 # program (tests/clientgo), each pinned under hack/ and built once into
 # ~/.cache/storage-transfer-apiserver.
 tools: prereqs
@@ -83,7 +83,8 @@ bench-core: tools
 bench-auth: tools
 	$(CARGO) bench --locked --bench auth
 
-# The release binary, by the same command the Dockerfile runs.
+# The release binaries: the server, as the Dockerfile builds it, and the
+# plugin, as krew packages it.
 release: prereqs
 	$(CARGO) build --locked --release -p storage-transfer-apiserver -p kubectl-transfer
 

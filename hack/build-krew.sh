@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds krew, the kubectl plugin manager, from the Go module proxy, pinned to
 # the release in hack/krew-version, into a cache outside the source tree. A
-# second run returns at once. tests/krew.rs installs our kubectl plugin with it
+# second run returns at once. crates/kubectl-transfer/tests/krew.rs installs our kubectl plugin with it
 # from deploy/krew/transfer.yaml, as a user would from the krew index.
 #
 # A wrapper module requires sigs.k8s.io/krew at the pin and builds its

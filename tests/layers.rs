@@ -4,7 +4,10 @@
 //! layer than its own. The compiler cannot say so; this reads every source
 //! file outside the tests and does.
 //!
-//! A new top-level module needs a layer here before this passes.
+//! A new top-level module needs a layer here before this passes, and so
+//! does any other name used through `crate::`. Paths through `super::` are
+//! not read: they stay inside one top-level module here (a file two levels
+//! down could reach out with `super::super::`; none here does).
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
@@ -68,22 +71,68 @@ fn owner(src: &Path, file: &Path) -> Option<String> {
     (name != "lib" && name != "main").then(|| name.to_owned())
 }
 
-/// The top-level modules a line of code names as `crate::<module>`,
-/// comments left out.
-fn named(line: &str) -> Vec<String> {
-    let code = line.split("//").next().unwrap_or_default();
-    code.match_indices("crate::")
-        .filter(|(at, _)| {
-            // `$crate::` and `other_crate::` are not ours.
-            !code[..*at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '$')
-        })
-        .map(|(at, word)| {
-            code[at + word.len()..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect()
-        })
-        .collect()
+/// `text` without its comments: a `//` ends a line's code unless a `:`
+/// comes right before it (as in a URL in a string).
+fn code_of(text: &str) -> String {
+    let mut code = String::with_capacity(text.len());
+    for line in text.lines() {
+        let mut end = line.len();
+        let mut from = 0;
+        while let Some(at) = line[from..].find("//") {
+            let at = from + at;
+            if !line[..at].ends_with(':') {
+                end = at;
+                break;
+            }
+            from = at + 2;
+        }
+        code.push_str(&line[..end]);
+        code.push('\n');
+    }
+    code
+}
+
+/// The top-level modules `code` names as `crate::<module>` or within
+/// `crate::{…}`, each with its line (from 1).
+fn named(code: &str) -> Vec<(usize, String)> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = Vec::new();
+    for (at, word) in code.match_indices("crate::") {
+        // `$crate::` and `other_crate::` are not ours.
+        if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        let line = code[..at].matches('\n').count() + 1;
+        let rest = &code[at + word.len()..];
+        let Some(group) = rest.strip_prefix('{') else {
+            found.push((line, ident(rest)));
+            continue;
+        };
+        // A group: the first segment of each of its items.
+        let (mut depth, mut item_start) = (0usize, 0usize);
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    found.push((line, ident(&group[item_start..i])));
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    found.push((line, ident(&group[item_start..i])));
+                    item_start = i + 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    found.retain(|(_, name)| !name.is_empty() && name != "self");
+    found
 }
 
 #[test]
@@ -102,20 +151,19 @@ fn no_module_uses_a_module_of_its_own_layer_or_a_higher_one() {
             continue;
         };
         let text = std::fs::read_to_string(file).unwrap();
-        for (number, line) in text.lines().enumerate() {
-            for used in named(line) {
-                if used == module {
-                    continue;
-                }
-                match layer(&used) {
-                    Some(theirs) if theirs < own => {}
-                    Some(theirs) => wrong.push(format!(
-                        "{}:{}: {module} (layer {own}) uses {used} (layer {theirs})",
-                        file.strip_prefix(&src).unwrap().display(),
-                        number + 1
-                    )),
-                    None => {}
-                }
+        let at = file.strip_prefix(&src).unwrap().display();
+        for (line, used) in named(&code_of(&text)) {
+            if used == module {
+                continue;
+            }
+            match layer(&used) {
+                Some(theirs) if theirs < own => {}
+                Some(theirs) => wrong.push(format!(
+                    "{at}:{line}: {module} (layer {own}) uses {used} (layer {theirs})"
+                )),
+                None => wrong.push(format!(
+                    "{at}:{line}: {module} uses crate::{used}, which has no layer here"
+                )),
             }
         }
     }
@@ -123,17 +171,32 @@ fn no_module_uses_a_module_of_its_own_layer_or_a_higher_one() {
 }
 
 #[test]
-fn the_reader_finds_what_a_line_names_and_leaves_comments_and_other_crates() {
+fn the_reader_finds_what_code_names_and_leaves_comments_and_other_crates() {
+    let names =
+        |text: &str| -> Vec<String> { named(&code_of(text)).into_iter().map(|(_, n)| n).collect() };
     assert_eq!(
-        named("use crate::registry::{Store, Context}; // crate::server"),
+        names("use crate::registry::{Store, Context}; // crate::server"),
         ["registry"]
     );
     assert_eq!(
-        named("let x = crate::wire::MAX_BODY_BYTES + crate::api::X;"),
+        names("let x = crate::wire::MAX_BODY_BYTES + crate::api::X;"),
         ["wire", "api"]
     );
-    assert!(named("$crate::api::GROUP_VERSION; kube_crate::x").is_empty());
-    assert!(named("//! see crate::endpoints").is_empty());
+    assert_eq!(
+        names("use crate::{\n    audit::Sink,\n    endpoints::{Body, Call},\n    self,\n};"),
+        ["audit", "endpoints"]
+    );
+    assert_eq!(
+        names("let url = \"https://x\"; let y = crate::server::Z; // crate::audit"),
+        ["server"]
+    );
+    assert!(names("$crate::api::GROUP_VERSION; kube_crate::x").is_empty());
+    assert!(names("//! see crate::endpoints").is_empty());
+    let lines: Vec<usize> = named(&code_of("\n\nuse crate::{a,\n b};"))
+        .into_iter()
+        .map(|(line, _)| line)
+        .collect();
+    assert_eq!(lines, [3, 3], "a group's names are reported at its line");
     assert_eq!(layer("server"), Some(7));
     assert_eq!(layer("nonexistent"), None);
 }

@@ -148,7 +148,7 @@ impl Visitor<'_> for Key<'_> {
 }
 
 /// At most this many JSON values come out of one document: twice the
-/// elements the apply handler lets through (`check_yaml_nesting`).
+/// elements the apply handler lets through ([`check_nesting`]).
 pub const MAX_YAML_VALUES: usize = 200_000;
 
 /// Why a YAML document was not converted.

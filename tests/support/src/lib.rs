@@ -152,8 +152,10 @@ pub fn repo_root() -> PathBuf {
 /// The `kubectl-transfer` binary of this build, beside the test binary that
 /// asks (`target/<profile>/`). It is its own package
 /// (`crates/kubectl-transfer`), so cargo names no `CARGO_BIN_EXE_` of it to
-/// the server's tests; it builds it with the workspace's tests (`make test`),
-/// as its own integration tests need it. `STA_PLUGIN_BIN` names another.
+/// the server's tests and does not rebuild it for them: it builds it with
+/// the workspace's tests (`make test`), as its own integration tests need
+/// it. A binary older than the plugin's or the API's sources is refused
+/// rather than tested. `STA_PLUGIN_BIN` names another.
 pub fn plugin_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("STA_PLUGIN_BIN") {
         return PathBuf::from(bin);
@@ -161,13 +163,51 @@ pub fn plugin_bin() -> PathBuf {
     let beside = std::env::current_exe()
         .ok()
         .and_then(|exe| Some(exe.parent()?.parent()?.join("kubectl-transfer")));
-    match beside {
-        Some(bin) if bin.is_file() => bin,
-        _ => panic!(
-            "no kubectl-transfer beside this test binary ({beside:?}): build it with \
+    let Some(bin) = beside.filter(|bin| bin.is_file()) else {
+        panic!(
+            "no kubectl-transfer beside this test binary: build it with \
              `cargo build -p kubectl-transfer` (`make test` does), or name one in STA_PLUGIN_BIN"
-        ),
+        );
+    };
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+    let root = repo_root();
+    // What the binary is built from: the two crates' sources and manifests.
+    let newest = [
+        "crates/kubectl-transfer/src",
+        "crates/kubectl-transfer/Cargo.toml",
+        "crates/transfer-api/src",
+        "crates/transfer-api/Cargo.toml",
+    ]
+    .iter()
+    .filter_map(|path| newest_change(&root.join(path)))
+    .max();
+    if let (Some(built), Some(newest)) = (built, newest) {
+        assert!(
+            built >= newest,
+            "{} is older than the plugin's sources: build it again with \
+             `cargo build -p kubectl-transfer` (`make test` does)",
+            bin.display()
+        );
     }
+    bin
+}
+
+/// When `path`, or anything below it, last changed.
+fn newest_change(path: &Path) -> Option<SystemTime> {
+    let mut newest = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    if !path.is_dir() {
+        return newest;
+    }
+    for entry in std::fs::read_dir(path).ok()?.flatten() {
+        let path = entry.path();
+        let changed = if path.is_dir() {
+            newest_change(&path)
+        } else {
+            entry.metadata().and_then(|m| m.modified()).ok()
+        };
+        newest = newest.max(changed);
+    }
+    newest
 }
 
 /// How to start a control plane.
