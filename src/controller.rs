@@ -128,10 +128,10 @@ pub(crate) async fn keyed<S: crate::registry::Strategy>(
 ///
 /// Abandoning a reconcile is safe for the reason a crash or a failover is:
 /// each write is conditional and made again or found made on the next look,
-/// which reads afresh. What it leaves in memory is also what a new leader
+/// which reads afresh. What it can leave in memory is also what a new leader
 /// starts without: the read cache's expectation of a write whose answer was
 /// not awaited (the copy is then trusted as a new leader's would be, against
-/// conditional writes), and Events not yet queued.
+/// conditional writes).
 pub(crate) const RECONCILE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a reconcile asks of the queue.

@@ -1,10 +1,12 @@
 //! The `storage.transfer.k8s.io` API: its group, versions and resources, the types,
-//! defaulting and validation of its two kinds, and the error vocabulary every layer
-//! speaks.
+//! defaulting and validation of its two kinds, their reasons and OpenAPI schemas,
+//! and the error vocabulary every layer speaks. The server (which names this crate
+//! `api`) and `kubectl-transfer` both build on it.
 //!
-//! This layer is pure: no I/O, no tokio. Everything above it (storage, registry,
-//! endpoints, discovery) reads the resource table here instead of restating it, so
-//! that adding a resource starts with one entry in [`RESOURCES`].
+//! This crate is pure: no I/O, no tokio, and its dependencies keep it so. Everything
+//! above it (storage, registry, endpoints, discovery) reads the resource table here
+//! instead of restating it, so that adding a resource starts with one entry in
+//! [`RESOURCES`].
 
 pub mod ephemeral_claim;
 pub mod errors;

@@ -199,13 +199,7 @@ fn newest_change(path: &Path) -> Option<SystemTime> {
         return newest;
     }
     for entry in std::fs::read_dir(path).ok()?.flatten() {
-        let path = entry.path();
-        let changed = if path.is_dir() {
-            newest_change(&path)
-        } else {
-            entry.metadata().and_then(|m| m.modified()).ok()
-        };
-        newest = newest.max(changed);
+        newest = newest.max(newest_change(&entry.path()));
     }
     newest
 }
