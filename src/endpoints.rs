@@ -27,7 +27,7 @@ use crate::registry::{Context, Store};
 use crate::wire::MAX_BODY_BYTES;
 use handler::{Call, Handler, Resource};
 use negotiate::IncludeObject;
-use request::Query;
+use request::{Query, RequestInfo};
 
 /// The body type of every response: boxed, so that streaming responses (watch)
 /// and whole ones share one type.
@@ -53,29 +53,32 @@ impl Api {
         Self { resources }
     }
 
-    /// How many objects the list `request` with `query` may return,
-    /// counted no further than `at_most` (see [`Resource::list_objects`]);
-    /// 0 for a resource we do not serve.
-    pub fn list_objects(
-        &self,
-        request: &request::ResourceRequest,
-        query: &request::Query,
-        at_most: usize,
-    ) -> usize {
-        self.resources.get(request.resource.plural).map_or(0, |r| {
-            r.list_objects(request.namespace.as_deref(), query, at_most)
-        })
+    /// How many objects the request may return, counted no further than
+    /// `at_most` (see [`Resource::list_objects`]), for flow control's work
+    /// estimate as kube's list estimator asks its storage; `None` for any
+    /// request but a list, 0 for a resource we do not serve.
+    pub fn objects_listed(&self, info: &RequestInfo, at_most: usize) -> Option<usize> {
+        let request = info.resource().filter(|r| r.verb == request::Verb::List)?;
+        Some(self.resources.get(request.resource.plural).map_or(0, |r| {
+            r.list_objects(request.namespace.as_deref(), &info.query, at_most)
+        }))
     }
 }
 
-/// Serves one request under `/apis`, as `ctx.user`.
-pub async fn serve_api<B>(api: &Api, req: Request<B>, ctx: Context) -> Response<Body>
+/// Serves one request under `/apis`, as `ctx.user`; `info` is what the
+/// filters before it made of the request.
+pub async fn serve_api<B>(
+    api: &Api,
+    info: &RequestInfo,
+    req: Request<B>,
+    ctx: Context,
+) -> Response<Body>
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let notes = ctx.notes.clone();
-    let resp = match route(api, req, ctx).await {
+    let resp = match route(api, info, req, ctx).await {
         Ok(resp) => resp,
         Err(err) => error_response(&err),
     };
@@ -108,17 +111,21 @@ pub fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<
     resp
 }
 
-async fn route<B>(api: &Api, req: Request<B>, mut ctx: Context) -> Result<Response<Body>, ApiError>
+async fn route<B>(
+    api: &Api,
+    info: &RequestInfo,
+    req: Request<B>,
+    mut ctx: Context,
+) -> Result<Response<Body>, ApiError>
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let query = Query::parse(req.uri().query());
-    let path = req.uri().path().to_owned();
-    if let Some(resp) = discovery_document(req.method(), &path, &query, req.headers())? {
+    let query = &info.query;
+    if let Some(resp) = discovery_document(&info.method, &info.path, query, req.headers())? {
         return Ok(resp);
     }
-    let Some(request) = request::parse(req.method(), &path, &query)? else {
+    let Some(request) = info.routed()?.cloned() else {
         return Err(ApiError::PathNotFound);
     };
     let resource = api
@@ -149,7 +156,7 @@ where
     resource
         .serve(Call {
             request,
-            query,
+            query: query.clone(),
             output,
             content_type,
             body,

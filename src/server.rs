@@ -38,7 +38,7 @@ use crate::authn::{self, Anonymous, Authenticator, Peer, UserInfo};
 use crate::authz::sar::SubjectAccessReviewer;
 use crate::authz::{self, AllowAll, Attributes, Authorizer, Decision, ResourceAttributes};
 use crate::controller::{self, leader::LeaderStatus, transfer::TransferOptions, ControllerConfig};
-use crate::endpoints::request::{self, Query, ResourceRequest, Verb};
+use crate::endpoints::request::RequestInfo;
 use crate::endpoints::{self, Api, Body};
 use crate::registry::admission::AnnotationLevel;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
@@ -582,12 +582,20 @@ async fn probe_etcd(storage: Arc<dyn Storage>, ok: Arc<AtomicBool>, stop: Arc<No
     }
 }
 
-/// The filter chain, in kube-apiserver's order: health, then
-/// authentication, then (for the API: see [`flowcontrol`]) the body read
-/// whole ([`intake`]) and flow control, then authorization, then the API
-/// within `--request-timeout` (or `/metrics`). Every request is counted, and
-/// audited as the policy says (crate::audit), refusals with 429 included.
-/// Every response carries its `Audit-ID`.
+/// The filter chain, in kube-apiserver's order, one function each:
+/// 1. [`authenticate`];
+/// 2. [`audit_begin`]: the audit event's RequestReceived stage, the policy
+///    judging the request with who made it (crate::audit);
+/// 3. [`flow_control`], for the API: its body read whole first
+///    ([`intake`]), then a seat charged to who the caller is;
+/// 4. [`authorize`];
+/// 5. the handler: [`handle`] for the API, within `--request-timeout`, or
+///    [`serve_own`] for the server's own paths (`/metrics`).
+///
+/// Health checks come before all of them. The request is parsed once, into
+/// the [`RequestInfo`] every filter reads. [`finish`] counts every request
+/// and completes its audit event, refusals with 429 included; every
+/// response carries its `Audit-ID`.
 ///
 /// Flow control comes after authentication, so that a seat is charged to
 /// who the caller is, and before authorization, so that what an
@@ -599,59 +607,24 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
     let arrived = tokio::time::Instant::now();
     let received = audit::now();
     let audit_id = audit::audit_id(req.headers());
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    if let Some(resp) = state.health.serve(&path, req.uri().query()) {
+    if let Some(resp) = state.health.serve(req.uri().path(), req.uri().query()) {
         return audit::with_audit_id(resp, &audit_id);
     }
-    let query = Query::parse(req.uri().query());
-    let resource = match request::parse(&method, &path, &query) {
-        Ok(Some(r)) => Some(r),
-        // Malformed resource paths are answered by the router with the right
-        // error; authorize them as the non-resource path they are.
-        _ => None,
-    };
-    let caller = authenticate(state, peer, &req, resource.as_ref()).await;
-    let mut record = state.audit.as_ref().and_then(|auditor| {
-        auditor.begin(
-            &req,
-            &caller.attributes,
-            audit::Origin {
-                authenticated: caller.user.is_ok(),
-                peer: peer.ip(),
-                front_proxy: caller.by_front_proxy,
-            },
-            &audit_id,
-            received,
-        )
-    });
-    let mut user = caller.user;
-    if let Some(record) = &mut record {
-        // As kube: RequestReceived is written before authorization speaks;
-        // in blocking-strict mode a request whose event cannot be written
-        // fails, with nothing more written for it.
-        if let Err(lost) = record.request_received().await {
-            tracing::warn!(error = %lost, %path, "refusing a request whose audit event cannot be written");
-            user = Err(ApiError::Internal("failed to store audit event".to_owned()));
-        }
-    }
-    let attributes = caller.attributes;
+    let info = RequestInfo::new(req.method(), req.uri());
+    let mut caller = authenticate(state, peer, &req, &info).await;
+    let mut record = audit_begin(state, peer, &req, &mut caller, &audit_id, received).await;
     let notes = Notes::default();
     let mut held = None;
     let seats = &mut held;
     let handled = async {
-        let user = match user {
+        let user = match caller.user {
             Ok(user) => user,
             Err(err) => return endpoints::error_response(&err),
         };
-        if !(path == "/apis" || path.starts_with("/apis/") || path.starts_with("/openapi/")) {
-            if let Err(err) = authorize(state, &attributes, &mut record).await {
-                return endpoints::error_response(&err);
-            }
-            return if path == "/metrics" && method == http::Method::GET {
-                render_metrics(state).await
-            } else {
-                endpoints::error_response(&ApiError::PathNotFound)
+        if !info.is_api() {
+            return match authorize(state, &caller.attributes, &mut record).await {
+                Ok(()) => serve_own(state, &info).await,
+                Err(err) => endpoints::error_response(&err),
             };
         }
         // The body first, whole, within the request's deadline: a client
@@ -667,51 +640,14 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
             Err(err) => return endpoints::error_response(&err),
         };
         let req = Request::from_parts(parts, Full::new(taken.body.clone()));
-        let kind = RequestKind::of(resource.as_ref(), &method);
-        let width = match &resource {
-            Some(r) if r.verb == Verb::List => flowcontrol::list_width(state.api.list_objects(
-                r,
-                &query,
-                flowcontrol::MAX_WEIGHED_OBJECTS,
-            )),
-            _ => 1,
-        };
-        let permit = match state.flow_control.admit_wide(&user, kind, width).await {
+        let permit = match flow_control(state, &user, &info).await {
             Ok(permit) => permit,
-            Err(rejected) => return endpoints::error_response(&rejected.into()),
+            Err(err) => return endpoints::error_response(&err),
         };
-        if let Err(err) = authorize(state, &attributes, &mut record).await {
+        if let Err(err) = authorize(state, &caller.attributes, &mut record).await {
             return endpoints::error_response(&err);
         }
-        let ctx = Context {
-            user,
-            dry_run: false,
-            writer: crate::registry::Writer::Client,
-            manager: String::new(),
-            notes: notes.clone(),
-            fence: None,
-        };
-        let req = match &mut record {
-            Some(record) => {
-                record
-                    .capture_request(req, crate::wire::MAX_BODY_BYTES)
-                    .await
-            }
-            None => audit::Replayed::passthrough(req),
-        };
-        let serving = endpoints::serve_api(&state.api, req, ctx);
-        let resp = if kind == RequestKind::Watch {
-            // Long-running: a watch ends when its client or its timeoutSeconds
-            // says so.
-            serving.await
-        } else {
-            match tokio::time::timeout_at(deadline, serving).await {
-                Ok(resp) => resp,
-                Err(_) => endpoints::error_response(&ApiError::Timeout(
-                    intake::TIMEOUT_MESSAGE.to_owned(),
-                )),
-            }
-        };
+        let resp = handle(state, &info, user, &notes, req, &mut record, deadline).await;
         drop(taken);
         // Held on through the writing of the response, which starts
         // after the audit record has taken its copy.
@@ -727,39 +663,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
             std::panic::resume_unwind(panic);
         }
     };
-    if let Some(record) = &mut record {
-        let level = if record.level() >= audit::Level::Request {
-            AnnotationLevel::Request
-        } else {
-            AnnotationLevel::Metadata
-        };
-        for (key, value) in notes.annotations_at(level) {
-            record.annotate(key, value);
-        }
-    }
-    let code = resp.status().as_u16();
-    let labels = match &resource {
-        Some(r) => RequestLabels {
-            verb: r.verb.as_str().to_ascii_uppercase(),
-            resource: r.resource.plural.to_owned(),
-            subresource: if r.status {
-                "status".to_owned()
-            } else {
-                String::new()
-            },
-        },
-        None => RequestLabels {
-            verb: method.as_str().to_owned(),
-            resource: String::new(),
-            subresource: String::new(),
-        },
-    };
-    state.metrics.observe(labels, code, started.elapsed());
-    tracing::debug!(%method, %path, code, "request");
-    let resp = match record {
-        Some(record) => record.finish(resp, audit::MAX_AUDITED_RESPONSE_BYTES).await,
-        None => resp,
-    };
+    let resp = finish(state, &info, started, resp, record, &notes).await;
     let resp = audit::with_audit_id(resp, &audit_id);
     match held {
         Some(permit) => permit.hold_through(resp),
@@ -767,37 +671,148 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
     }
 }
 
-/// `/metrics`: the request metrics, and what each part of the server counts.
-async fn render_metrics(state: &State) -> Response<Body> {
+/// Audit, the chain's second filter: begins the request's event, as the policy says, with who made
+/// it. As kube, RequestReceived is written before authorization speaks; in
+/// blocking-strict mode a request whose event cannot be written fails, with
+/// nothing more written for it.
+async fn audit_begin(
+    state: &State,
+    peer: &Peer,
+    req: &Request<Incoming>,
+    caller: &mut Caller,
+    audit_id: &str,
+    received: k8s_openapi::jiff::Timestamp,
+) -> Option<audit::RequestAudit> {
+    let auditor = state.audit.as_ref()?;
+    let mut record = auditor.begin(
+        req,
+        &caller.attributes,
+        audit::Origin {
+            authenticated: caller.user.is_ok(),
+            peer: peer.ip(),
+            front_proxy: caller.by_front_proxy,
+        },
+        audit_id,
+        received,
+    )?;
+    if let Err(lost) = record.request_received().await {
+        tracing::warn!(error = %lost, path = %req.uri().path(), "refusing a request whose audit event cannot be written");
+        caller.user = Err(ApiError::Internal("failed to store audit event".to_owned()));
+    }
+    Some(record)
+}
+
+/// Flow control, the third filter: a seat, or a watch's place, charged to `user`. A list
+/// weighs as many seats as the objects it may return, counted in the watch
+/// cache (kube's list work estimator).
+async fn flow_control(
+    state: &State,
+    user: &UserInfo,
+    info: &RequestInfo,
+) -> Result<flowcontrol::Permit, ApiError> {
+    let kind = RequestKind::of(info.resource(), &info.method);
+    let width = state
+        .api
+        .objects_listed(info, flowcontrol::MAX_WEIGHED_OBJECTS)
+        .map_or(1, flowcontrol::list_width);
+    Ok(state.flow_control.admit_wide(user, kind, width).await?)
+}
+
+/// The handler, last: the API as `user`, within the request's `deadline`; a watch runs
+/// until its client or its `timeoutSeconds` ends it.
+async fn handle(
+    state: &State,
+    info: &RequestInfo,
+    user: UserInfo,
+    notes: &Notes,
+    req: Request<Full<Bytes>>,
+    record: &mut Option<audit::RequestAudit>,
+    deadline: tokio::time::Instant,
+) -> Response<Body> {
+    let ctx = Context {
+        user,
+        dry_run: false,
+        writer: crate::registry::Writer::Client,
+        manager: String::new(),
+        notes: notes.clone(),
+        fence: None,
+    };
+    let req = match record {
+        Some(record) => {
+            record
+                .capture_request(req, crate::wire::MAX_BODY_BYTES)
+                .await
+        }
+        None => audit::Replayed::passthrough(req),
+    };
+    let serving = endpoints::serve_api(&state.api, info, req, ctx);
+    if RequestKind::of(info.resource(), &info.method) == RequestKind::Watch {
+        return serving.await;
+    }
+    match tokio::time::timeout_at(deadline, serving).await {
+        Ok(resp) => resp,
+        Err(_) => endpoints::error_response(&ApiError::Timeout(intake::TIMEOUT_MESSAGE.to_owned())),
+    }
+}
+
+/// The handler for the server's own paths: `/metrics`, with the request metrics and
+/// what each part of the server counts; any other is not found.
+async fn serve_own(state: &State, info: &RequestInfo) -> Response<Body> {
+    if info.path != "/metrics" || info.method != http::Method::GET {
+        return endpoints::error_response(&ApiError::PathNotFound);
+    }
     let mut text = state.metrics.render();
     if let Some(reviewer) = &state.reviewer {
-        let stats = reviewer.stats();
-        text.push_str(&format!(
-                "# HELP storage_transfer_authorization_cache_total SubjectAccessReview answers by where they came from.\n# TYPE storage_transfer_authorization_cache_total counter\nstorage_transfer_authorization_cache_total{{result=\"hit\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"miss\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"refused\"}} {}\n",
-                stats.hits, stats.misses, stats.refused
-            ));
+        text.push_str(&metrics::authorization_cache(reviewer.stats()));
     }
-    text.push_str(&transfers_by_phase(&state.transfers).await);
+    if let Ok(list) = state.transfers.list(None, &Default::default()).await {
+        text.push_str(&metrics::transfers_by_phase(
+            list.items.iter().map(|t| &**t),
+        ));
+    }
     if let Some(leader) = &state.leader {
-        text.push_str(&format!(
-                "# HELP storage_transfer_leader Whether this replica leads the controllers (1) or not (0).\n# TYPE storage_transfer_leader gauge\nstorage_transfer_leader {}\n",
-                u8::from(leader.is_leader())
-            ));
+        text.push_str(&metrics::leader(leader.is_leader()));
     }
     if let Some(auditor) = &state.audit {
         text.push_str(&auditor.sink().metrics());
     }
     text.push_str(&state.flow_control.metrics());
-    text.push_str(&format!(
-            "# HELP storage_transfer_open_connections Client connections open now.\n# TYPE storage_transfer_open_connections gauge\nstorage_transfer_open_connections {}\n",
-            state.open.len()
-        ));
+    text.push_str(&metrics::open_connections(state.open.len()));
     let mut resp = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     resp
+}
+
+/// After the handler: what the request collected on its way goes into its
+/// audit event, the request is counted, and the event completed.
+async fn finish(
+    state: &State,
+    info: &RequestInfo,
+    started: Instant,
+    resp: Response<Body>,
+    record: Option<audit::RequestAudit>,
+    notes: &Notes,
+) -> Response<Body> {
+    let code = resp.status().as_u16();
+    state
+        .metrics
+        .observe(RequestLabels::of(info), code, started.elapsed());
+    tracing::debug!(method = %info.method, path = %info.path, code, "request");
+    let Some(mut record) = record else {
+        return resp;
+    };
+    let level = if record.level() >= audit::Level::Request {
+        AnnotationLevel::Request
+    } else {
+        AnnotationLevel::Metadata
+    };
+    for (key, value) in notes.annotations_at(level) {
+        record.annotate(key, value);
+    }
+    record.finish(resp, audit::MAX_AUDITED_RESPONSE_BYTES).await
 }
 
 /// What a panic said, for the audit event of its request.
@@ -807,57 +822,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".to_owned())
-}
-
-/// `storage_transfer_namespace_transfers{phase}`: how many transfers are in
-/// each phase, from the watch cache; and `storage_transfer_clones{phase}`:
-/// the Clone-mode transfers among them, counted once per clone on the side
-/// that receives it (a standing offer has one object for many clones, each
-/// request one), so that Completed, Failed and Cancelled are the clones'
-/// outcomes.
-async fn transfers_by_phase(store: &Store<NamespaceTransferStrategy>) -> String {
-    use crate::api::namespace_transfer::{NamespaceTransferPhase as Phase, Role, TransferMode};
-    let Ok(list) = store.list(None, &Default::default()).await else {
-        return String::new();
-    };
-    let phases = [
-        Phase::Pending,
-        Phase::WaitingForPeer,
-        Phase::WaitingForRelease,
-        Phase::Rebinding,
-        Phase::Completed,
-        Phase::Failed,
-        Phase::Cancelled,
-    ];
-    let mut text = String::from(
-        "# HELP storage_transfer_namespace_transfers NamespaceTransfers by phase.\n# TYPE storage_transfer_namespace_transfers gauge\n",
-    );
-    for phase in phases {
-        let count = list
-            .items
-            .iter()
-            .filter(|t| t.status.as_ref().and_then(|s| s.phase) == Some(phase))
-            .count();
-        text.push_str(&format!(
-            "storage_transfer_namespace_transfers{{phase=\"{phase}\"}} {count}\n"
-        ));
-    }
-    text.push_str(
-        "# HELP storage_transfer_clones Clone-mode transfers by phase, once per clone.\n# TYPE storage_transfer_clones gauge\n",
-    );
-    for phase in phases {
-        let count = list
-            .items
-            .iter()
-            .filter(|t| t.mode() == TransferMode::Clone)
-            .filter(|t| matches!(t.role(), Ok(Role::Destination | Role::Both)))
-            .filter(|t| t.status.as_ref().and_then(|s| s.phase) == Some(phase))
-            .count();
-        text.push_str(&format!(
-            "storage_transfer_clones{{phase=\"{phase}\"}} {count}\n"
-        ));
-    }
-    text
 }
 
 /// What authentication made of a request.
@@ -871,19 +835,19 @@ struct Caller {
     user: Result<UserInfo, ApiError>,
 }
 
-/// Authenticates the caller of `req`, and names what it asks for.
+/// Authentication, the first filter: who the caller of `req` is, and what it asks for.
 async fn authenticate(
     state: &State,
     peer: &Peer,
     req: &Request<Incoming>,
-    resource: Option<&ResourceRequest>,
+    info: &RequestInfo,
 ) -> Caller {
     let authenticated = state.authn.authenticate(req.headers(), peer).await;
     let by_front_proxy = authenticated.as_ref().is_ok_and(|a| a.by_front_proxy);
     let user = authenticated.map(|a| a.user);
     let attributes = Attributes {
         user: user.as_ref().cloned().unwrap_or_default(),
-        ..request_attributes(req, resource)
+        ..request_attributes(info)
     };
     Caller {
         attributes,
@@ -892,9 +856,9 @@ async fn authenticate(
     }
 }
 
-/// What `req` asks to do, for the authorizer, by no one yet.
-fn request_attributes(req: &Request<Incoming>, resource: Option<&ResourceRequest>) -> Attributes {
-    match resource {
+/// What a request asks to do, for the authorizer, by no one yet.
+fn request_attributes(info: &RequestInfo) -> Attributes {
+    match info.resource() {
         Some(r) => Attributes {
             user: UserInfo::default(),
             verb: r.verb.as_str().to_owned(),
@@ -910,18 +874,18 @@ fn request_attributes(req: &Request<Incoming>, resource: Option<&ResourceRequest
                 namespace: r.namespace.clone().unwrap_or_default(),
                 name: r.name.clone().unwrap_or_default(),
             }),
-            path: req.uri().path().to_owned(),
+            path: info.path.clone(),
         },
         None => Attributes {
             user: UserInfo::default(),
-            verb: req.method().as_str().to_ascii_lowercase(),
+            verb: info.method.as_str().to_ascii_lowercase(),
             resource: None,
-            path: req.uri().path().to_owned(),
+            path: info.path.clone(),
         },
     }
 }
 
-/// Asks the authorizer about an authenticated request, and annotates its
+/// Authorization, the fourth filter: asks the authorizer about an authenticated request, and annotates its
 /// audit event with the answer (`authorization.k8s.io/decision` and
 /// `/reason`, as kube's authorization filter does).
 async fn authorize(

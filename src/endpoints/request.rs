@@ -104,6 +104,58 @@ impl Query {
     }
 }
 
+/// What a request asks for, derived once from its method, path and query
+/// (k8s.io/apiserver's `RequestInfo`) and handed down the filter chain:
+/// authorization, flow control, audit, metrics and the router all read this
+/// one.
+#[derive(Debug, Clone)]
+pub struct RequestInfo {
+    pub method: Method,
+    pub path: String,
+    pub query: Query,
+    /// What [`parse`] made of the path: `Ok(None)` for a path that is not
+    /// one of our resources'; an error for a malformed resource path, which
+    /// the router answers and the filters treat as the non-resource path it
+    /// is.
+    parsed: Result<Option<ResourceRequest>, ApiError>,
+}
+
+impl RequestInfo {
+    pub fn new(method: &Method, uri: &http::Uri) -> Self {
+        let query = Query::parse(uri.query());
+        let path = uri.path().to_owned();
+        let parsed = parse(method, &path, &query);
+        Self {
+            method: method.clone(),
+            path,
+            query,
+            parsed,
+        }
+    }
+
+    /// The resource request, if the path names one of ours well formed.
+    pub fn resource(&self) -> Option<&ResourceRequest> {
+        self.parsed.as_ref().ok().and_then(Option::as_ref)
+    }
+
+    /// The resource request as the router needs it: a malformed path is its
+    /// error, any other path `None`.
+    pub fn routed(&self) -> Result<Option<&ResourceRequest>, ApiError> {
+        self.parsed
+            .as_ref()
+            .map(Option::as_ref)
+            .map_err(Clone::clone)
+    }
+
+    /// Whether the path is the API's (`/apis…`, `/openapi/…`), which
+    /// [`crate::endpoints`] serves; any other is the server's own.
+    pub fn is_api(&self) -> bool {
+        self.path == "/apis"
+            || self.path.starts_with("/apis/")
+            || self.path.starts_with("/openapi/")
+    }
+}
+
 /// Parses `/apis/<group>/<version>/[namespaces/<ns>/]<resource>[/<name>[/<sub>]]`.
 /// Returns `Ok(None)` for paths that are not resource paths of ours.
 pub fn parse(

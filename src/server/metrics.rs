@@ -3,12 +3,21 @@
 //! them (`apiserver_request_total`, `apiserver_request_duration_seconds`).
 //!
 //! A small hand-rolled registry: a handful of series behind one mutex, which
-//! is cheap next to a TLS request.
+//! is cheap next to a TLS request. The server's own gauges (the SAR cache,
+//! leadership, transfers by phase, open connections) are written here too,
+//! from figures the server reads; audit and flow control write the series
+//! of what they count themselves.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
+
+use crate::api::namespace_transfer::{
+    NamespaceTransfer, NamespaceTransferPhase as Phase, Role, TransferMode,
+};
+use crate::endpoints::request::RequestInfo;
+use crate::review_cache::CacheStats;
 
 /// Latency buckets in seconds, a subset of kube-apiserver's.
 const BUCKETS: &[f64] = &[
@@ -47,6 +56,29 @@ pub struct RequestLabels {
     /// Empty for non-resource requests.
     pub resource: String,
     pub subresource: String,
+}
+
+impl RequestLabels {
+    /// A request's labels: its verb, resource and subresource when it names
+    /// one of ours, else its HTTP method.
+    pub fn of(info: &RequestInfo) -> Self {
+        match info.resource() {
+            Some(r) => Self {
+                verb: r.verb.as_str().to_ascii_uppercase(),
+                resource: r.resource.plural.to_owned(),
+                subresource: if r.status {
+                    "status".to_owned()
+                } else {
+                    String::new()
+                },
+            },
+            None => Self {
+                verb: info.method.as_str().to_owned(),
+                resource: String::new(),
+                subresource: String::new(),
+            },
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +154,75 @@ impl Metrics {
         }
         out
     }
+}
+
+/// `storage_transfer_authorization_cache_total{result}`.
+pub fn authorization_cache(stats: CacheStats) -> String {
+    format!(
+        "# HELP storage_transfer_authorization_cache_total SubjectAccessReview answers by where they came from.\n# TYPE storage_transfer_authorization_cache_total counter\nstorage_transfer_authorization_cache_total{{result=\"hit\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"miss\"}} {}\nstorage_transfer_authorization_cache_total{{result=\"refused\"}} {}\n",
+        stats.hits, stats.misses, stats.refused
+    )
+}
+
+/// `storage_transfer_leader`: whether this replica leads the controllers.
+pub fn leader(is_leader: bool) -> String {
+    format!(
+        "# HELP storage_transfer_leader Whether this replica leads the controllers (1) or not (0).\n# TYPE storage_transfer_leader gauge\nstorage_transfer_leader {}\n",
+        u8::from(is_leader)
+    )
+}
+
+/// `storage_transfer_open_connections`.
+pub fn open_connections(open: usize) -> String {
+    format!(
+        "# HELP storage_transfer_open_connections Client connections open now.\n# TYPE storage_transfer_open_connections gauge\nstorage_transfer_open_connections {open}\n"
+    )
+}
+
+/// `storage_transfer_namespace_transfers{phase}`: how many of `transfers`
+/// are in each phase; and `storage_transfer_clones{phase}`: the Clone-mode
+/// transfers among them, counted once per clone on the side that receives
+/// it (a standing offer has one object for many clones, each request one),
+/// so that Completed, Failed and Cancelled are the clones' outcomes.
+pub fn transfers_by_phase<'a>(
+    transfers: impl Iterator<Item = &'a NamespaceTransfer> + Clone,
+) -> String {
+    let phases = [
+        Phase::Pending,
+        Phase::WaitingForPeer,
+        Phase::WaitingForRelease,
+        Phase::Rebinding,
+        Phase::Completed,
+        Phase::Failed,
+        Phase::Cancelled,
+    ];
+    let phase_of = |t: &NamespaceTransfer| t.status.as_ref().and_then(|s| s.phase);
+    let mut text = String::from(
+        "# HELP storage_transfer_namespace_transfers NamespaceTransfers by phase.\n# TYPE storage_transfer_namespace_transfers gauge\n",
+    );
+    for phase in phases {
+        let count = transfers
+            .clone()
+            .filter(|t| phase_of(t) == Some(phase))
+            .count();
+        let _ = writeln!(
+            text,
+            "storage_transfer_namespace_transfers{{phase=\"{phase}\"}} {count}"
+        );
+    }
+    text.push_str(
+        "# HELP storage_transfer_clones Clone-mode transfers by phase, once per clone.\n# TYPE storage_transfer_clones gauge\n",
+    );
+    for phase in phases {
+        let count = transfers
+            .clone()
+            .filter(|t| t.mode() == TransferMode::Clone)
+            .filter(|t| matches!(t.role(), Ok(Role::Destination | Role::Both)))
+            .filter(|t| phase_of(t) == Some(phase))
+            .count();
+        let _ = writeln!(text, "storage_transfer_clones{{phase=\"{phase}\"}} {count}");
+    }
+    text
 }
 
 fn labels(l: &RequestLabels) -> String {

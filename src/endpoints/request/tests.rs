@@ -125,3 +125,51 @@ fn query_values_are_decoded_and_validated() {
     assert_eq!(q.int("limit").unwrap_err().code(), 400);
     assert!(Query::parse(Some("dryRun=All")).dry_run().unwrap());
 }
+
+fn info(method: Method, target: &str) -> RequestInfo {
+    RequestInfo::new(&method, &target.parse().unwrap())
+}
+
+#[test]
+fn request_info_parses_the_path_and_query_once_for_every_filter() {
+    let i = info(
+        Method::GET,
+        "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/p/namespacetransfers?watch=1&limit=5",
+    );
+    let r = i.resource().unwrap();
+    assert_eq!(r.verb, Verb::Watch);
+    assert_eq!(r.namespace.as_deref(), Some("p"));
+    assert_eq!(i.query.get("limit"), Some("5"));
+    assert_eq!(i.routed().unwrap(), Some(r));
+    assert!(i.is_api());
+}
+
+#[test]
+fn a_malformed_resource_path_is_no_resource_to_the_filters_and_an_error_to_the_router() {
+    let i = info(
+        Method::GET,
+        "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/p/namespacetransfers/a/b/c",
+    );
+    assert!(i.resource().is_none());
+    assert_eq!(i.routed(), Err(ApiError::PathNotFound));
+    let bad_watch = info(
+        Method::GET,
+        "/apis/storage.transfer.k8s.io/v1alpha1/namespacetransfers?watch=maybe",
+    );
+    assert!(bad_watch.resource().is_none());
+    assert!(matches!(bad_watch.routed(), Err(ApiError::BadRequest(_))));
+}
+
+#[test]
+fn only_the_apis_and_openapi_paths_are_the_apis() {
+    for (path, api) in [
+        ("/apis", true),
+        ("/apis/storage.transfer.k8s.io", true),
+        ("/openapi/v2", true),
+        ("/metrics", false),
+        ("/apisx", false),
+        ("/openapi", false),
+    ] {
+        assert_eq!(info(Method::GET, path).is_api(), api, "{path}");
+    }
+}
