@@ -9,8 +9,8 @@
 //! this server runs the cluster's admission configuration itself, as every
 //! server built on k8s.io/apiserver does.
 //!
-//! Owns the plugins and their shared per-request state; the store decides
-//! when each phase runs (`crate::registry::admission`).
+//! Owns the plugins and their order ([`chain`]); the store decides when
+//! each phase runs (`crate::registry::admission`).
 
 pub mod chain;
 pub mod config;
@@ -19,8 +19,6 @@ pub mod quota;
 pub mod rights;
 pub mod webhook;
 
-use std::any::Any;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::admissionregistration::v1::{
@@ -29,6 +27,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::Namespace;
 
+pub use crate::registry::admission::Reinvocation;
+pub use chain::plugins;
 pub use rights::{claim_rights, first_missing, transfer_rights, Right, RightsAdmission};
 
 /// The cluster's admission configuration at one moment, each list sorted by
@@ -48,19 +48,4 @@ pub struct Snapshot {
 pub trait Namespaces: Send + Sync + std::fmt::Debug {
     /// The namespace, if the cache has it.
     fn get(&self, name: &str) -> Option<Arc<Namespace>>;
-}
-
-/// One request's mutating passes, shared by the mutating plugins (kube's
-/// `admission.ReinvocationContext`): a mutator with `reinvocationPolicy:
-/// IfNeeded` runs a second time when a later mutator changed the object
-/// after it ran.
-#[derive(Debug, Default)]
-pub struct Reinvocation {
-    /// Set by a plugin whose mutator changed the object after a mutator
-    /// that may be reinvoked had run.
-    pub should_reinvoke: bool,
-    /// True during the second pass.
-    pub reinvoking: bool,
-    /// Each plugin's own state between the passes, by plugin name.
-    pub state: HashMap<&'static str, Box<dyn Any + Send + Sync>>,
 }

@@ -11,8 +11,9 @@
 //! reasons and their OpenAPI schemas, pure by its dependencies (no I/O, no
 //! tokio). `wire` (the bounds every body is read within) sits just above
 //! it. `discovery` (built from `api`), `authn`, `authz` (with the
-//! `review_cache` they share), `admission` (the cluster's policies and
-//! webhooks, run by the registry through `registry::AdmissionControl`),
+//! `review_cache` they share), `admission` (the ordered plugins: the
+//! tenant's rights, the cluster's policies, webhooks and quotas, run by the
+//! registry through `registry::admission::Chain`),
 //! `audit` and `controller` sit beside the request path, each at the layer
 //! `tests/layers.rs` gives it; that test fails when a module uses one of
 //! its own layer or a higher one. See `DESIGN.md` §3.

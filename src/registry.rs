@@ -17,7 +17,7 @@ pub mod store;
 pub mod strategy;
 pub mod table;
 
-pub use admission::{AdmissionControl, Attributes, Notes, Operation, QuotaControl};
+pub use admission::{Attributes, Chain, Notes, Operation, Plugin};
 pub use selectors::{FieldSelector, LabelSelector};
 pub use shared::Shared;
 pub use store::{
@@ -29,13 +29,6 @@ pub use strategy::{Strategy, UniqueClaim};
 use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::{Requester, SYSTEM_MASTERS};
 use crate::storage::{Fence, StorageError};
-
-/// A create-time check that needs I/O (a SubjectAccessReview): run after
-/// defaulting and validation, before the write, dry-run included.
-#[async_trait::async_trait]
-pub trait Admission<O>: Send + Sync + std::fmt::Debug {
-    async fn admit_create(&self, ctx: &Context, obj: &O) -> Result<(), ApiError>;
-}
 
 /// Who is asking, and how: what every write needs besides its object.
 #[derive(Debug, Clone, Default)]

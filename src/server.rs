@@ -26,12 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::Notify;
 
-use crate::admission::chain::ClusterAdmission;
 use crate::admission::config::AdmissionConfig;
-use crate::admission::policy::Policies;
-use crate::admission::quota::ResourceQuotas;
-use crate::admission::webhook::Webhooks;
-use crate::admission::RightsAdmission;
 use crate::api::errors::ApiError;
 use crate::audit::{self, Auditor};
 use crate::authn::{self, Anonymous, Authenticator, Peer, UserInfo};
@@ -43,7 +38,7 @@ use crate::endpoints::{self, Api, Body};
 use crate::registry::admission::AnnotationLevel;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
-use crate::registry::{AdmissionControl, Context, Notes, QuotaControl, Store};
+use crate::registry::{Context, Notes, Store};
 use crate::storage::etcd::EtcdStorage;
 use crate::storage::Storage;
 use bytes::Bytes;
@@ -315,48 +310,34 @@ pub async fn serve(
 ) {
     let stop = Arc::new(Notify::new());
     let auditor = config.audit.as_ref().map(Auditor::start);
-    let rights = Arc::new(RightsAdmission::new(auth.authz.clone()));
-    // The cluster's policies and webhooks, which kube-apiserver does not
-    // run for what it proxies to us.
-    let admission = cluster.as_ref().map(|c| {
-        let watched = Arc::new(AdmissionConfig::start(c.client.clone()));
-        let control: Arc<dyn AdmissionControl> = Arc::new(ClusterAdmission::new(
-            watched.clone(),
-            Policies::new(c.client.clone(), auth.authz.clone()),
-            Webhooks::new(c.client.clone()),
-        ));
-        (watched, control)
-    });
-    let mut transfers = Store::new(
+    // The cluster's admission configuration, watched for the policies and
+    // webhooks, and for readiness.
+    let watched = cluster
+        .as_ref()
+        .map(|c| Arc::new(AdmissionConfig::start(c.client.clone())));
+    let admission = crate::admission::plugins(
+        auth.authz.clone(),
+        cluster.as_ref().map(|c| &c.client).zip(watched.as_ref()),
+    );
+    let transfers = Store::new(
         NamespaceTransferStrategy,
         storage.clone(),
         &config.etcd_prefix,
         stop.clone(),
     )
-    .with_admission(rights.clone())
+    .with_admission(admission.clone())
     .with_max_objects_per_namespace(config.max_objects_per_namespace);
-    let mut claims = Store::new(
+    let claims = Store::new(
         EphemeralClaimStrategy,
         storage.clone(),
         &config.etcd_prefix,
         stop.clone(),
     )
-    .with_admission(rights)
+    .with_admission(admission)
     .with_max_objects_per_namespace(config.max_objects_per_namespace);
-    if let Some((_, control)) = &admission {
-        transfers = transfers.with_admission_control(control.clone());
-        claims = claims.with_admission_control(control.clone());
-    }
-    // The namespaces' ResourceQuotas, which kube-apiserver does not charge
-    // for what it proxies to us either.
-    if let Some(c) = &cluster {
-        let quotas: Arc<dyn QuotaControl> = Arc::new(ResourceQuotas::new(c.client.clone()));
-        transfers = transfers.with_quota(quotas.clone());
-        claims = claims.with_quota(quotas);
-    }
     let (transfers, claims) = (Arc::new(transfers), Arc::new(claims));
     let mut health = Health::new();
-    if let Some((watched, _)) = admission {
+    if let Some(watched) = watched {
         health.add_readyz("admission-config", move || {
             if watched.synced() {
                 Ok(())

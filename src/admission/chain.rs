@@ -1,37 +1,74 @@
-//! The cluster's admission plugins as one [`AdmissionControl`], in
-//! kube-apiserver's order: mutating admission policies, then mutating
-//! webhooks (and, when one of them changed the object after a mutator that
-//! asked for it had run, both once more: kube's reinvocation); then, after
-//! the store's own validation and the tenant's rights, validating admission
-//! policies and then validating webhooks.
+//! The admission chain: every plugin, in kube-apiserver's order, as one
+//! list ([`plugins`]):
+//! 1. [`RightsAdmission`]: the rights a tenant must hold for what it
+//!    creates (DESIGN §3.1);
+//! 2. [`MutatingPolicies`]: mutating admission policies;
+//! 3. [`MutatingWebhooks`]: mutating webhooks;
+//! 4. [`ValidatingPolicies`]: validating admission policies;
+//! 5. [`ValidatingWebhooks`]: validating webhooks;
+//! 6. [`ResourceQuotas`]: the namespace's object counts, on a create.
+//!
+//! kube's two phases run over this one list
+//! (`crate::registry::admission::Chain`): the mutating phase runs the
+//! mutators, 2 and 3 (both once more when one of them changed the object
+//! after one that asked for it had run: kube's reinvocation); then the
+//! store validates the object; then the validating phase runs 1, 4, 5 and
+//! 6, quota last. A new plugin is one file implementing [`Plugin`] and one
+//! line in [`plugins`].
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Namespace;
+
 use crate::api::errors::ApiError;
-use crate::registry::admission::{AdmissionControl, Attributes};
+use crate::authz::Authorizer;
+use crate::registry::admission::{Attributes, Chain, Operation, Plugin, Reinvocation};
 use crate::registry::Context;
 
 use super::config::{AdmissionConfig, SYNC_WAIT};
 use super::policy::Policies;
+use super::quota::ResourceQuotas;
 use super::webhook::Webhooks;
-use super::{Namespaces, Reinvocation};
-use k8s_openapi::api::core::v1::Namespace;
+use super::{Namespaces, RightsAdmission};
 
-/// Policies and webhooks over the watched configuration.
-#[derive(Debug)]
-pub struct ClusterAdmission {
-    config: Arc<AdmissionConfig>,
-    policies: Policies,
-    webhooks: Webhooks,
+/// The plugins of a server: the tenant's rights always; with a cluster
+/// (its `client` and its watched admission `config`), its policies,
+/// webhooks and quotas, which kube-apiserver does not run for what it
+/// proxies to us.
+pub fn plugins(
+    authorizer: Arc<dyn Authorizer>,
+    cluster: Option<(&kube::Client, &Arc<AdmissionConfig>)>,
+) -> Chain {
+    let mut plugins: Vec<Arc<dyn Plugin>> =
+        vec![Arc::new(RightsAdmission::new(authorizer.clone()))];
+    if let Some((client, config)) = cluster {
+        let config = config.clone();
+        let policies = Arc::new(Policies::new(client.clone(), authorizer));
+        let webhooks = Arc::new(Webhooks::new(client.clone()));
+        let cluster = Cluster { config };
+        plugins.extend([
+            Arc::new(MutatingPolicies(cluster.clone(), policies.clone())) as Arc<dyn Plugin>,
+            Arc::new(MutatingWebhooks(cluster.clone(), webhooks.clone())),
+            Arc::new(ValidatingPolicies(cluster.clone(), policies)),
+            Arc::new(ValidatingWebhooks(cluster, webhooks)),
+            Arc::new(ResourceQuotas::new(client.clone())),
+        ]);
+    }
+    Chain::new(plugins)
 }
 
-impl ClusterAdmission {
-    pub fn new(config: Arc<AdmissionConfig>, policies: Policies, webhooks: Webhooks) -> Self {
-        Self {
-            config,
-            policies,
-            webhooks,
-        }
+/// What the cluster's policies and webhooks share: the watched
+/// configuration, and the namespaces their selectors match.
+#[derive(Debug, Clone)]
+struct Cluster {
+    config: Arc<AdmissionConfig>,
+}
+
+impl Cluster {
+    /// Whether any configuration could act on a write: none does (and the
+    /// informers have synced) when no binding or webhook exists.
+    fn active(&self) -> bool {
+        !self.config.is_empty()
     }
 
     /// Whether the configuration is known; a write is refused until it is,
@@ -86,57 +123,140 @@ impl Namespaces for WithRequestNamespace<'_> {
     }
 }
 
+/// kube's `MutatingAdmissionPolicy` plugin.
+#[derive(Debug)]
+struct MutatingPolicies(Cluster, Arc<Policies>);
+
 #[async_trait::async_trait]
-impl AdmissionControl for ClusterAdmission {
-    fn is_idle(&self) -> bool {
-        self.config.is_empty()
+impl Plugin for MutatingPolicies {
+    fn name(&self) -> &'static str {
+        "MutatingAdmissionPolicy"
     }
 
-    async fn mutate(&self, ctx: &Context, attrs: &mut Attributes) -> Result<(), ApiError> {
-        self.ready(attrs).await?;
-        let snapshot = self.config.snapshot();
-        let namespaces = &self.namespaces(attrs).await;
-        let mut reinvocation = Reinvocation::default();
-        self.policies
-            .mutate(&snapshot, attrs, ctx, namespaces, &mut reinvocation)
-            .await?;
-        self.webhooks
-            .mutate(
-                &snapshot.mutating_webhooks,
-                attrs,
-                ctx,
-                namespaces,
-                &mut reinvocation,
-            )
-            .await?;
-        if reinvocation.should_reinvoke {
-            reinvocation.should_reinvoke = false;
-            reinvocation.reinvoking = true;
-            self.policies
-                .mutate(&snapshot, attrs, ctx, namespaces, &mut reinvocation)
-                .await?;
-            self.webhooks
-                .mutate(
-                    &snapshot.mutating_webhooks,
-                    attrs,
-                    ctx,
-                    namespaces,
-                    &mut reinvocation,
-                )
-                .await?;
-        }
-        Ok(())
+    fn handles(&self, _: Operation) -> bool {
+        self.0.active()
+    }
+
+    async fn admit(
+        &self,
+        ctx: &Context,
+        attrs: &mut Attributes,
+        passes: &mut Reinvocation,
+    ) -> Result<(), ApiError> {
+        self.0.ready(attrs).await?;
+        let namespaces = &self.0.namespaces(attrs).await;
+        let snapshot = self.0.config.snapshot();
+        self.1
+            .mutate(&snapshot, attrs, ctx, namespaces, passes)
+            .await
+    }
+}
+
+/// kube's `MutatingAdmissionWebhook` plugin.
+#[derive(Debug)]
+struct MutatingWebhooks(Cluster, Arc<Webhooks>);
+
+#[async_trait::async_trait]
+impl Plugin for MutatingWebhooks {
+    fn name(&self) -> &'static str {
+        "MutatingAdmissionWebhook"
+    }
+
+    fn handles(&self, _: Operation) -> bool {
+        self.0.active()
+    }
+
+    async fn admit(
+        &self,
+        ctx: &Context,
+        attrs: &mut Attributes,
+        passes: &mut Reinvocation,
+    ) -> Result<(), ApiError> {
+        self.0.ready(attrs).await?;
+        let namespaces = &self.0.namespaces(attrs).await;
+        let snapshot = self.0.config.snapshot();
+        self.1
+            .mutate(&snapshot.mutating_webhooks, attrs, ctx, namespaces, passes)
+            .await
+    }
+}
+
+/// kube's `ValidatingAdmissionPolicy` plugin.
+#[derive(Debug)]
+struct ValidatingPolicies(Cluster, Arc<Policies>);
+
+#[async_trait::async_trait]
+impl Plugin for ValidatingPolicies {
+    fn name(&self) -> &'static str {
+        "ValidatingAdmissionPolicy"
+    }
+
+    fn handles(&self, _: Operation) -> bool {
+        self.0.active()
     }
 
     async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError> {
-        self.ready(attrs).await?;
-        let snapshot = self.config.snapshot();
-        let namespaces = &self.namespaces(attrs).await;
-        self.policies
-            .validate(&snapshot, attrs, ctx, namespaces)
-            .await?;
-        self.webhooks
+        self.0.ready(attrs).await?;
+        let namespaces = &self.0.namespaces(attrs).await;
+        let snapshot = self.0.config.snapshot();
+        self.1.validate(&snapshot, attrs, ctx, namespaces).await
+    }
+}
+
+/// kube's `ValidatingAdmissionWebhook` plugin.
+#[derive(Debug)]
+struct ValidatingWebhooks(Cluster, Arc<Webhooks>);
+
+#[async_trait::async_trait]
+impl Plugin for ValidatingWebhooks {
+    fn name(&self) -> &'static str {
+        "ValidatingAdmissionWebhook"
+    }
+
+    fn handles(&self, _: Operation) -> bool {
+        self.0.active()
+    }
+
+    async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError> {
+        self.0.ready(attrs).await?;
+        let namespaces = &self.0.namespaces(attrs).await;
+        let snapshot = self.0.config.snapshot();
+        self.1
             .validate(&snapshot.validating_webhooks, attrs, ctx, namespaces)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::AllowAll;
+
+    #[tokio::test]
+    async fn the_chain_is_ours_then_the_mutators_then_the_validators_then_quota() {
+        let alone = plugins(Arc::new(AllowAll), None);
+        assert_eq!(alone.names(), ["TenantRights"]);
+        // A cluster nobody answers: the chain is built all the same.
+        let unreachable = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(unreachable).unwrap();
+        let config = Arc::new(AdmissionConfig::start(client.clone()));
+        let chain = plugins(Arc::new(AllowAll), Some((&client, &config)));
+        assert_eq!(
+            chain.names(),
+            [
+                "TenantRights",
+                "MutatingAdmissionPolicy",
+                "MutatingAdmissionWebhook",
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionWebhook",
+                "ResourceQuota",
+            ]
+        );
+        // Until the configuration is listed, every write passes through the
+        // cluster's plugins (which refuse it until then); the tenant's rights
+        // and quota are asked on a create only.
+        assert!(chain.handles(Operation::Update));
+        assert!(chain.handles(Operation::Delete));
+        assert!(!alone.handles(Operation::Update));
     }
 }

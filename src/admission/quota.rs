@@ -50,7 +50,7 @@ use tokio::time::Instant;
 
 use crate::api::errors::{ApiError, GroupResource};
 use crate::reflect::Watched;
-use crate::registry::admission::QuotaControl;
+use crate::registry::admission::{Attributes, Operation, Plugin};
 use crate::registry::Context;
 
 /// How often the charge is redone after a quota changed under it.
@@ -393,8 +393,28 @@ fn newer(a: &ResourceQuota, b: &ResourceQuota) -> bool {
     matches!((revision(a), revision(b)), (Some(a), Some(b)) if a > b)
 }
 
+/// kube's `ResourceQuota` plugin, last in the chain: refuses a create the
+/// namespace's quotas have no room for and, unless the write is a dry run,
+/// charges it to them before it is written.
 #[async_trait::async_trait]
-impl QuotaControl for ResourceQuotas {
+impl Plugin for ResourceQuotas {
+    fn name(&self) -> &'static str {
+        "ResourceQuota"
+    }
+
+    fn handles(&self, operation: Operation) -> bool {
+        operation == Operation::Create
+    }
+
+    async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError> {
+        let resource = GroupResource::new(&attrs.group, &attrs.resource);
+        self.charge_create(ctx, &resource, &attrs.namespace, &attrs.name)
+            .await
+    }
+}
+
+impl ResourceQuotas {
+    /// Charges a create of `name` to the quotas of `namespace`.
     async fn charge_create(
         &self,
         ctx: &Context,

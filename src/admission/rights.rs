@@ -14,7 +14,8 @@ use crate::api::errors::ApiError;
 use crate::api::meta::{Object, Requester};
 use crate::api::namespace_transfer::{NamespaceTransfer, Role, TransferMode, SNAPSHOT_GROUP};
 use crate::authz::{Attributes, Authorizer, Decision, ResourceAttributes};
-use crate::registry::{Admission, Context};
+use crate::registry::admission::{Attributes as Write, Operation, Plugin};
+use crate::registry::Context;
 
 /// One right an object needs its requester to hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -250,21 +251,39 @@ impl RightsAdmission {
     }
 }
 
-#[async_trait::async_trait]
-impl Admission<NamespaceTransfer> for RightsAdmission {
-    async fn admit_create(&self, ctx: &Context, obj: &NamespaceTransfer) -> Result<(), ApiError> {
-        let name = obj.metadata().name.clone().unwrap_or_default();
-        self.require(ctx, "NamespaceTransfer", &name, transfer_rights(obj))
-            .await
-    }
+/// The object of a create, decoded as the kind it is.
+fn decoded<T: serde::de::DeserializeOwned>(write: &Write) -> Result<T, ApiError> {
+    let object = write.object.as_ref().ok_or_else(|| {
+        ApiError::Internal(format!(
+            "admitting a create of {} without an object",
+            write.kind
+        ))
+    })?;
+    T::deserialize(object)
+        .map_err(|e| ApiError::Internal(format!("decoding {} for admission: {e}", write.kind)))
 }
 
+/// Our own plugin, first in the chain: on a create, after validation, the
+/// rights the object needs its requester to hold, dry runs included.
 #[async_trait::async_trait]
-impl Admission<EphemeralClaim> for RightsAdmission {
-    async fn admit_create(&self, ctx: &Context, obj: &EphemeralClaim) -> Result<(), ApiError> {
-        let name = obj.metadata().name.clone().unwrap_or_default();
-        self.require(ctx, "EphemeralClaim", &name, claim_rights(obj))
-            .await
+impl Plugin for RightsAdmission {
+    fn name(&self) -> &'static str {
+        "TenantRights"
+    }
+
+    fn handles(&self, operation: Operation) -> bool {
+        operation == Operation::Create
+    }
+
+    async fn validate(&self, ctx: &Context, write: &Write) -> Result<(), ApiError> {
+        let rights = if write.resource == NamespaceTransfer::resource().plural {
+            transfer_rights(&decoded(write)?)
+        } else if write.resource == EphemeralClaim::resource().plural {
+            claim_rights(&decoded(write)?)
+        } else {
+            return Ok(());
+        };
+        self.require(ctx, &write.kind, &write.name, rights).await
     }
 }
 

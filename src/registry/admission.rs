@@ -1,18 +1,19 @@
 //! What the store hands to admission on every client write, and what
 //! admission hands back besides a refusal: the request's attributes (kube's
-//! `admission.Attributes`), the [`AdmissionControl`] the store calls in
-//! kube's two phases, the [`QuotaControl`] it calls last on a create, and
-//! the [`Notes`] (warnings, audit annotations) a
-//! request collects on its way through.
+//! `admission.Attributes`), the one [`Plugin`] trait every admission plugin
+//! implements, the [`Chain`] that runs them in order in kube's two phases,
+//! and the [`Notes`] (warnings, audit annotations) a request collects on
+//! its way through.
 //!
 //! The store owns *when* admission runs (mutating before the strategy
 //! prepares the object, validating after validation, both inside the retry
-//! of a write); `crate::admission` owns *what* runs.
+//! of a write); `crate::admission` owns *what* runs, and in which order.
 
-use std::collections::BTreeMap;
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use crate::api::errors::{ApiError, GroupResource};
+use crate::api::errors::ApiError;
 use crate::api::meta::Requester;
 
 use super::Context;
@@ -69,36 +70,109 @@ pub struct Attributes {
     pub user: Requester,
 }
 
-/// The cluster's admission plugins, in kube's two phases. Only client writes
-/// are admitted: the controllers' own protocol steps are not (a webhook that
-/// could refuse a finalizer's removal would wedge a transfer halfway).
+/// One admission plugin, as k8s.io/apiserver's `admission.Interface`: which
+/// operations it acts on, and what it does in each of kube's two phases. A
+/// plugin acts in the mutating phase, the validating phase, or both; what
+/// it leaves out does nothing. Only client writes are admitted: the
+/// controllers' own protocol steps are not (a webhook that could refuse a
+/// finalizer's removal would wedge a transfer halfway).
 #[async_trait::async_trait]
-pub trait AdmissionControl: Send + Sync + std::fmt::Debug {
-    /// Whether no plugin could act on any write (no configuration at all):
-    /// the store then skips building the attributes.
-    fn is_idle(&self) -> bool {
-        false
+pub trait Plugin: Send + Sync + std::fmt::Debug {
+    /// Its name, as kube's `--enable-admission-plugins` names it.
+    fn name(&self) -> &'static str;
+    /// Whether it would act on a write of `operation` now (kube's
+    /// `Handles`); when no plugin would, the store builds no attributes.
+    fn handles(&self, operation: Operation) -> bool;
+    /// The mutating phase: may replace `attrs.object`. `passes` is shared
+    /// by the request's mutators, for kube's reinvocation.
+    async fn admit(
+        &self,
+        _ctx: &Context,
+        _attrs: &mut Attributes,
+        _passes: &mut Reinvocation,
+    ) -> Result<(), ApiError> {
+        Ok(())
     }
-    /// Mutating admission (policies, then webhooks, with reinvocation):
-    /// may replace `attrs.object`.
-    async fn mutate(&self, ctx: &Context, attrs: &mut Attributes) -> Result<(), ApiError>;
-    /// Validating admission (policies, then webhooks), on the final object.
-    async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError>;
+    /// The validating phase, on the object as it will be stored.
+    async fn validate(&self, _ctx: &Context, _attrs: &Attributes) -> Result<(), ApiError> {
+        Ok(())
+    }
 }
 
-/// kube's `ResourceQuota` admission of a create: the last check, after
-/// validating admission, once per create, dry runs included. Refuses a
-/// create the namespace's quotas have no room for and, unless the write is
-/// a dry run, charges it to them before it is written.
-#[async_trait::async_trait]
-pub trait QuotaControl: Send + Sync + std::fmt::Debug {
-    async fn charge_create(
+/// One request's mutating passes, shared by the mutating plugins (kube's
+/// `admission.ReinvocationContext`): a mutator with `reinvocationPolicy:
+/// IfNeeded` runs a second time when a later mutator changed the object
+/// after it ran.
+#[derive(Debug, Default)]
+pub struct Reinvocation {
+    /// Set by a plugin whose mutator changed the object after a mutator
+    /// that may be reinvoked had run.
+    pub should_reinvoke: bool,
+    /// True during the second pass.
+    pub reinvoking: bool,
+    /// Each plugin's own state between the passes, by plugin name.
+    pub state: HashMap<&'static str, Box<dyn Any + Send + Sync>>,
+}
+
+/// The admission plugins in their order (kube's `chainAdmissionHandler`):
+/// each phase runs every plugin that handles the write, in this order, and
+/// stops at the first refusal.
+#[derive(Debug, Clone, Default)]
+pub struct Chain {
+    plugins: Vec<Arc<dyn Plugin>>,
+}
+
+impl Chain {
+    pub fn new(plugins: Vec<Arc<dyn Plugin>>) -> Self {
+        Self { plugins }
+    }
+
+    /// The plugins' names, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.plugins.iter().map(|p| p.name()).collect()
+    }
+
+    /// Whether any plugin would act on a write of `operation`.
+    pub fn handles(&self, operation: Operation) -> bool {
+        self.plugins.iter().any(|p| p.handles(operation))
+    }
+
+    /// The mutating phase; and, when a mutator asked for it and a later one
+    /// changed the object, every mutator once more (kube's reinvocation).
+    pub async fn admit(&self, ctx: &Context, attrs: &mut Attributes) -> Result<(), ApiError> {
+        let mut passes = Reinvocation::default();
+        self.admit_pass(ctx, attrs, &mut passes).await?;
+        if passes.should_reinvoke {
+            passes.should_reinvoke = false;
+            passes.reinvoking = true;
+            self.admit_pass(ctx, attrs, &mut passes).await?;
+        }
+        Ok(())
+    }
+
+    async fn admit_pass(
         &self,
         ctx: &Context,
-        resource: &GroupResource,
-        namespace: &str,
-        name: &str,
-    ) -> Result<(), ApiError>;
+        attrs: &mut Attributes,
+        passes: &mut Reinvocation,
+    ) -> Result<(), ApiError> {
+        for plugin in &self.plugins {
+            if plugin.handles(attrs.operation) {
+                plugin.admit(ctx, attrs, passes).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The validating phase.
+    pub async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError> {
+        for plugin in &self.plugins {
+            if plugin.handles(attrs.operation) {
+                plugin.validate(ctx, attrs).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a request collects besides its answer: `Warning` headers for the
@@ -217,6 +291,182 @@ impl Notes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plugin that writes its name into the object's `seen` list in each
+    /// phase it is given, and refuses or asks for reinvocation when told.
+    #[derive(Debug)]
+    struct Marks {
+        name: &'static str,
+        operations: Vec<Operation>,
+        refuses: bool,
+        /// Asks to be run again if a later mutator changes the object.
+        reinvoked_if_needed: bool,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Marks {
+        fn new(name: &'static str, log: &Arc<Mutex<Vec<String>>>) -> Self {
+            Self {
+                name,
+                operations: vec![Operation::Create, Operation::Update],
+                refuses: false,
+                reinvoked_if_needed: false,
+                log: log.clone(),
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Plugin for Marks {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+
+        fn handles(&self, operation: Operation) -> bool {
+            self.operations.contains(&operation)
+        }
+
+        async fn admit(
+            &self,
+            _ctx: &Context,
+            attrs: &mut Attributes,
+            passes: &mut Reinvocation,
+        ) -> Result<(), ApiError> {
+            let pass = if passes.reinvoking { "again" } else { "admit" };
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{pass} {}", self.name));
+            if passes.reinvoking && !self.reinvoked_if_needed {
+                return Ok(());
+            }
+            if let Some(seen) = attrs.object.as_mut().and_then(|o| o["seen"].as_array_mut()) {
+                seen.push(self.name.into());
+                // A change after a mutator that may be reinvoked had run.
+                let ran_before = passes.state.contains_key("reinvocable");
+                passes.should_reinvoke |= ran_before && !passes.reinvoking;
+            }
+            if self.reinvoked_if_needed {
+                passes.state.insert("reinvocable", Box::new(()));
+            }
+            Ok(())
+        }
+
+        async fn validate(&self, _ctx: &Context, _attrs: &Attributes) -> Result<(), ApiError> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("validate {}", self.name));
+            if self.refuses {
+                return Err(ApiError::Forbidden {
+                    message: format!("refused by {}", self.name),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    fn write(operation: Operation) -> Attributes {
+        Attributes {
+            operation,
+            group: crate::api::GROUP.to_owned(),
+            version: crate::api::VERSION.to_owned(),
+            kind: "NamespaceTransfer".to_owned(),
+            resource: "namespacetransfers".to_owned(),
+            subresource: String::new(),
+            namespace: "prod".to_owned(),
+            name: "t".to_owned(),
+            object: Some(serde_json::json!({"seen": []})),
+            old_object: None,
+            options: serde_json::json!({}),
+            dry_run: false,
+            user: Requester::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn each_phase_runs_the_plugins_that_handle_the_write_in_list_order_until_one_refuses() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let creates_only = Marks {
+            operations: vec![Operation::Create],
+            ..Marks::new("creates-only", &log)
+        };
+        let refuses = Marks {
+            refuses: true,
+            ..Marks::new("refuses", &log)
+        };
+        let chain = Chain::new(vec![
+            Arc::new(Marks::new("first", &log)),
+            Arc::new(creates_only),
+            Arc::new(refuses),
+            Arc::new(Marks::new("never", &log)),
+        ]);
+        assert_eq!(chain.names(), ["first", "creates-only", "refuses", "never"]);
+        assert!(chain.handles(Operation::Update));
+        assert!(!chain.handles(Operation::Delete));
+        let ctx = Context::default();
+        let mut update = write(Operation::Update);
+        chain.admit(&ctx, &mut update).await.unwrap();
+        assert_eq!(
+            update.object.unwrap()["seen"],
+            serde_json::json!(["first", "refuses", "never"])
+        );
+        let err = chain
+            .validate(&ctx, &write(Operation::Create))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), 403);
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "admit first",
+                "admit refuses",
+                "admit never",
+                "validate first",
+                "validate creates-only",
+                "validate refuses",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_mutator_that_asks_runs_once_more_when_a_later_one_changed_the_object() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let reinvocable = Marks {
+            reinvoked_if_needed: true,
+            ..Marks::new("reinvocable", &log)
+        };
+        let chain = Chain::new(vec![
+            Arc::new(reinvocable),
+            Arc::new(Marks::new("later", &log)),
+        ]);
+        let mut create = write(Operation::Create);
+        chain.admit(&Context::default(), &mut create).await.unwrap();
+        assert_eq!(
+            create.object.unwrap()["seen"],
+            serde_json::json!(["reinvocable", "later", "reinvocable"])
+        );
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "admit reinvocable",
+                "admit later",
+                "again reinvocable",
+                "again later"
+            ]
+        );
+        // Alone, nothing changes the object after it: it runs once.
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let alone = Chain::new(vec![Arc::new(Marks {
+            reinvoked_if_needed: true,
+            ..Marks::new("reinvocable", &log)
+        })]);
+        alone
+            .admit(&Context::default(), &mut write(Operation::Create))
+            .await
+            .unwrap();
+        assert_eq!(*log.lock().unwrap(), ["admit reinvocable"]);
+    }
 
     #[test]
     fn warnings_within_four_ki_characters_are_sent_whole() {

@@ -18,7 +18,7 @@
 //!
 //! A client's create is bounded twice: by `--max-objects-per-namespace`,
 //! counted in the watch cache before admission, and by the namespace's
-//! ResourceQuotas ([`QuotaControl`]), charged last, once, before the write.
+//! ResourceQuotas (the last admission plugin), charged before the write.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -38,12 +38,12 @@ use crate::storage::{
     self, index_key, resource_prefix, Guard, KeyValue, Release, Revision, Storage, StorageError,
 };
 
-use super::admission::{AdmissionControl, Operation, QuotaControl};
+use super::admission::{Chain, Operation};
 use super::fields::{self, manager::Write, ApplyError, FieldManager};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::shared::Shared;
 use super::strategy::{Strategy, UniqueClaim, COMMON_FIELDS};
-use super::{storage_error, Admission, Context, Writer};
+use super::{storage_error, Context, Writer};
 
 /// How long a read waits for the watch cache to reach the revision it needs.
 const FRESHNESS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -134,11 +134,8 @@ pub struct Store<S: Strategy> {
     etcd_prefix: String,
     resource: GroupResource,
     bookmark_interval: Duration,
-    admission: Option<Arc<dyn Admission<S::Object>>>,
-    /// The cluster's admission plugins, for client writes.
-    control: Option<Arc<dyn AdmissionControl>>,
-    /// The namespace's ResourceQuotas, charged by a client's create.
-    quota: Option<Arc<dyn QuotaControl>>,
+    /// The admission plugins, in order, for client writes.
+    admission: Chain,
     /// `--max-objects-per-namespace`: the most objects of this resource a
     /// client's create may bring a namespace to; 0 for no limit.
     max_per_namespace: usize,
@@ -229,30 +226,15 @@ impl<S: Strategy> Store<S> {
             etcd_prefix: etcd_prefix.to_owned(),
             resource: GroupResource::new(api::GROUP, info.plural),
             bookmark_interval: Duration::from_secs(30),
-            admission: None,
-            control: None,
-            quota: None,
+            admission: Chain::default(),
             max_per_namespace: 0,
             fields: Arc::new(fields::for_kind::<S::Object>()),
         }
     }
 
-    /// Adds a create-time admission check.
-    pub fn with_admission(mut self, admission: Arc<dyn Admission<S::Object>>) -> Self {
-        self.admission = Some(admission);
-        self
-    }
-
-    /// Adds the cluster's admission plugins (policies and webhooks).
-    pub fn with_admission_control(mut self, control: Arc<dyn AdmissionControl>) -> Self {
-        self.control = Some(control);
-        self
-    }
-
-    /// Adds quota admission: a client's create is charged to the
-    /// namespace's ResourceQuotas.
-    pub fn with_quota(mut self, quota: Arc<dyn QuotaControl>) -> Self {
-        self.quota = Some(quota);
+    /// Sets the admission plugins client writes pass, in their order.
+    pub fn with_admission(mut self, chain: Chain) -> Self {
+        self.admission = chain;
         self
     }
 
@@ -483,8 +465,6 @@ impl<S: Strategy> Store<S> {
         obj.apply_defaults();
         obj.reset_status();
 
-        // Charged once, whatever names are drawn after it.
-        let mut charged = false;
         for attempt in 0..RETRIES {
             if generate {
                 let base = obj.metadata().generate_name.clone().unwrap_or_default();
@@ -494,9 +474,15 @@ impl<S: Strategy> Store<S> {
             if !causes.is_empty() {
                 return Err(self.invalid(&obj, causes));
             }
-            if let Some(admission) = &self.admission {
-                admission.admit_create(ctx, &obj).await?;
-            }
+            // The size before validating admission: a create that is too
+            // large only because of its entries loses them, as kube's does,
+            // and one too large all the same is refused before the tenant's
+            // rights are reviewed or its quota charged (ResourceQuota is the
+            // last plugin, so a create refused for any other reason is not
+            // charged). A generated name that is taken draws another and is
+            // admitted again, charged again as in kube, until the quota
+            // controller counts again.
+            self.encode_tracked(ctx.writer, &mut obj, fields)?;
             let name = obj.metadata().name.clone().unwrap_or_default();
             self.admit_validating(
                 ctx,
@@ -508,20 +494,6 @@ impl<S: Strategy> Store<S> {
                 false,
             )
             .await?;
-            // Checked last, so that a create that is too large only
-            // because of its entries loses them, as kube's does.
-            self.encode_tracked(ctx.writer, &mut obj, fields)?;
-            let name = obj.metadata().name.clone().unwrap_or_default();
-            // Last, as kube's quota admission: a create refused for any
-            // other reason is not charged.
-            if let Some(quota) = self.quota.as_ref().filter(|_| !charged) {
-                if ctx.writer == Writer::Client {
-                    quota
-                        .charge_create(ctx, &self.resource, namespace, &name)
-                        .await?;
-                }
-                charged = true;
-            }
             match self.create_claiming(ctx, namespace, &name, &obj).await {
                 Ok(written) => {
                     if let Some(kv) = written {

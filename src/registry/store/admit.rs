@@ -1,5 +1,5 @@
-//! Where a write meets the cluster's admission plugins: the attributes the
-//! store builds for them, and the two phases as the store calls them.
+//! Where a write meets the admission chain: the attributes the store builds
+//! for its plugins, and the two phases as the store calls them.
 //! Mutating admission sees the object before the strategy prepares it (so
 //! that what the server sets, such as `spec.requester` and status, cannot
 //! be changed by a mutation); validating admission sees the object as it
@@ -28,7 +28,7 @@ impl<S: Strategy> Store<S> {
         old: Option<&S::Object>,
         status: bool,
     ) -> Result<Option<Attributes>, ApiError> {
-        if ctx.writer != Writer::Client || self.control.as_ref().is_none_or(|c| c.is_idle()) {
+        if ctx.writer != Writer::Client || !self.admission.handles(operation) {
             return Ok(None);
         }
         let to_json = |o: &S::Object| {
@@ -85,11 +85,8 @@ impl<S: Strategy> Store<S> {
         else {
             return Ok(obj);
         };
-        let Some(control) = &self.control else {
-            return Ok(obj);
-        };
         let before = attrs.object.clone();
-        control.mutate(ctx, &mut attrs).await?;
+        self.admission.admit(ctx, &mut attrs).await?;
         if attrs.object == before {
             return Ok(obj);
         }
@@ -130,10 +127,7 @@ impl<S: Strategy> Store<S> {
         else {
             return Ok(());
         };
-        match &self.control {
-            Some(control) => control.validate(ctx, &attrs).await,
-            None => Ok(()),
-        }
+        self.admission.validate(ctx, &attrs).await
     }
 
     /// A delete's admission: both phases, on the stored object, as kube's
@@ -170,10 +164,7 @@ impl<S: Strategy> Store<S> {
         if !preconditions.is_empty() {
             attrs.options["preconditions"] = serde_json::Value::Object(preconditions);
         }
-        let Some(control) = &self.control else {
-            return Ok(());
-        };
-        control.mutate(ctx, &mut attrs).await?;
-        control.validate(ctx, &attrs).await
+        self.admission.admit(ctx, &mut attrs).await?;
+        self.admission.validate(ctx, &attrs).await
     }
 }

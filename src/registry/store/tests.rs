@@ -4,6 +4,7 @@ use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase, NamespaceTransferStatus, Role,
     FINALIZER_TRANSFER_PROTECTION,
 };
+use crate::registry::admission::Plugin;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::storage::memory::MemoryStorage;
 
@@ -1972,11 +1973,20 @@ struct Recorder {
 }
 
 #[async_trait::async_trait]
-impl AdmissionControl for Recorder {
-    async fn mutate(
+impl Plugin for Recorder {
+    fn name(&self) -> &'static str {
+        "Recorder"
+    }
+
+    fn handles(&self, _: Operation) -> bool {
+        true
+    }
+
+    async fn admit(
         &self,
         _ctx: &Context,
         attrs: &mut crate::registry::Attributes,
+        _passes: &mut crate::registry::admission::Reinvocation,
     ) -> Result<(), ApiError> {
         self.calls.lock().unwrap().push((
             "mutate".to_owned(),
@@ -2034,7 +2044,9 @@ impl Recorder {
 
 async fn admitted_store() -> (NstStore, Arc<Recorder>) {
     let recorder = Arc::new(Recorder::default());
-    let s = store().await.with_admission_control(recorder.clone());
+    let s = store()
+        .await
+        .with_admission(Chain::new(vec![recorder.clone()]));
     (s, recorder)
 }
 
@@ -2501,16 +2513,23 @@ struct QuotaRecorder {
 }
 
 #[async_trait::async_trait]
-impl QuotaControl for QuotaRecorder {
-    async fn charge_create(
+impl Plugin for QuotaRecorder {
+    fn name(&self) -> &'static str {
+        "QuotaRecorder"
+    }
+
+    fn handles(&self, operation: Operation) -> bool {
+        operation == Operation::Create
+    }
+
+    async fn validate(
         &self,
         ctx: &Context,
-        resource: &GroupResource,
-        namespace: &str,
-        name: &str,
+        attrs: &crate::registry::Attributes,
     ) -> Result<(), ApiError> {
+        let resource = GroupResource::new(&attrs.group, &attrs.resource);
         self.asked.lock().unwrap().push((
-            format!("{resource} {namespace}/{name}"),
+            format!("{resource} {}/{}", attrs.namespace, attrs.name),
             ctx.field_manager().to_owned(),
             ctx.dry_run,
         ));
@@ -2526,7 +2545,9 @@ impl QuotaControl for QuotaRecorder {
 #[tokio::test]
 async fn quota_is_asked_once_per_valid_client_create_dry_runs_included() {
     let quota = Arc::new(QuotaRecorder::default());
-    let s = store().await.with_quota(quota.clone());
+    let s = store()
+        .await
+        .with_admission(Chain::new(vec![quota.clone()]));
     s.create(&ctx("alice"), "prod", offer("a")).await.unwrap();
     let dry = Context {
         dry_run: true,
@@ -2567,10 +2588,12 @@ async fn quota_is_asked_once_per_valid_client_create_dry_runs_included() {
 
 #[tokio::test]
 async fn a_create_quota_refuses_is_not_written() {
-    let s = store().await.with_quota(Arc::new(QuotaRecorder {
-        refuse: true,
-        ..Default::default()
-    }));
+    let s = store()
+        .await
+        .with_admission(Chain::new(vec![Arc::new(QuotaRecorder {
+            refuse: true,
+            ..Default::default()
+        })]));
     let err = s
         .create(&ctx("alice"), "prod", offer("a"))
         .await
@@ -2969,13 +2992,13 @@ async fn a_patch_over_a_lagging_cache_keeps_the_write_the_cache_has_not_seen() {
 struct RefusesFrozen;
 
 #[async_trait::async_trait]
-impl AdmissionControl for RefusesFrozen {
-    async fn mutate(
-        &self,
-        _ctx: &Context,
-        _attrs: &mut crate::registry::Attributes,
-    ) -> Result<(), ApiError> {
-        Ok(())
+impl Plugin for RefusesFrozen {
+    fn name(&self) -> &'static str {
+        "RefusesFrozen"
+    }
+
+    fn handles(&self, _: Operation) -> bool {
+        true
     }
 
     async fn validate(
@@ -2996,7 +3019,7 @@ impl AdmissionControl for RefusesFrozen {
 async fn a_refusal_that_only_a_stale_copy_earns_is_decided_again_on_the_object() {
     let s = store()
         .await
-        .with_admission_control(Arc::new(RefusesFrozen));
+        .with_admission(Chain::new(vec![Arc::new(RefusesFrozen)]));
     let mut frozen = offer("a");
     frozen.metadata.labels = Some([("frozen".to_owned(), "yes".to_owned())].into());
     let copy = s.create(&ctx("alice"), "prod", frozen).await.unwrap();
