@@ -393,8 +393,11 @@ pub(super) fn is_record_of(
     record.request.uid.is_some() && is_named(d, &record.request, s)
 }
 
-/// Whether `t` is a standing offer's pair view (see [`standing_view`]): an
-/// offer itself never records a peer.
+/// Whether `t` is a standing offer's pair view (see [`standing_view`]): a
+/// standing offer whose status names a peer by a uid not its own. The
+/// offer's own status never names a peer (it is shared by all its pairs,
+/// each of which has its own); the view names the pair's request, by the
+/// request's uid or the one derived from it (see [`reference`]).
 pub(super) fn is_standing_pair(t: &NamespaceTransfer) -> bool {
     t.is_standing_offer()
         && t.status
