@@ -29,7 +29,7 @@ use super::config::{AdmissionConfig, SYNC_WAIT};
 use super::policy::Policies;
 use super::quota::ResourceQuotas;
 use super::webhook::Webhooks;
-use super::{Namespaces, RightsAdmission};
+use super::{Namespaces, RightsAdmission, Snapshot};
 
 /// The plugins of a server: the tenant's rights always; with a cluster
 /// (its `client` and its watched admission `config`), its policies,
@@ -88,6 +88,16 @@ impl Cluster {
         })
     }
 
+    /// What a plugin acts on, once the configuration is known: the
+    /// configuration now, and the namespaces its selectors match.
+    async fn look(
+        &self,
+        attrs: &Attributes,
+    ) -> Result<(Snapshot, WithRequestNamespace<'_>), ApiError> {
+        self.ready(attrs).await?;
+        Ok((self.config.snapshot(), self.namespaces(attrs).await))
+    }
+
     /// The namespaces the plugins see: the informer's, and the request's
     /// own read from kube-apiserver when the informer has not seen it yet
     /// (a namespace created just before the write), as kube's matchers
@@ -143,11 +153,9 @@ impl Plugin for MutatingPolicies {
         attrs: &mut Attributes,
         passes: &mut Reinvocation,
     ) -> Result<(), ApiError> {
-        self.0.ready(attrs).await?;
-        let namespaces = &self.0.namespaces(attrs).await;
-        let snapshot = self.0.config.snapshot();
+        let (snapshot, namespaces) = self.0.look(attrs).await?;
         self.1
-            .mutate(&snapshot, attrs, ctx, namespaces, passes)
+            .mutate(&snapshot, attrs, ctx, &namespaces, passes)
             .await
     }
 }
@@ -172,11 +180,9 @@ impl Plugin for MutatingWebhooks {
         attrs: &mut Attributes,
         passes: &mut Reinvocation,
     ) -> Result<(), ApiError> {
-        self.0.ready(attrs).await?;
-        let namespaces = &self.0.namespaces(attrs).await;
-        let snapshot = self.0.config.snapshot();
+        let (snapshot, namespaces) = self.0.look(attrs).await?;
         self.1
-            .mutate(&snapshot.mutating_webhooks, attrs, ctx, namespaces, passes)
+            .mutate(&snapshot.mutating_webhooks, attrs, ctx, &namespaces, passes)
             .await
     }
 }
@@ -196,10 +202,8 @@ impl Plugin for ValidatingPolicies {
     }
 
     async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError> {
-        self.0.ready(attrs).await?;
-        let namespaces = &self.0.namespaces(attrs).await;
-        let snapshot = self.0.config.snapshot();
-        self.1.validate(&snapshot, attrs, ctx, namespaces).await
+        let (snapshot, namespaces) = self.0.look(attrs).await?;
+        self.1.validate(&snapshot, attrs, ctx, &namespaces).await
     }
 }
 
@@ -218,11 +222,9 @@ impl Plugin for ValidatingWebhooks {
     }
 
     async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError> {
-        self.0.ready(attrs).await?;
-        let namespaces = &self.0.namespaces(attrs).await;
-        let snapshot = self.0.config.snapshot();
+        let (snapshot, namespaces) = self.0.look(attrs).await?;
         self.1
-            .validate(&snapshot.validating_webhooks, attrs, ctx, namespaces)
+            .validate(&snapshot.validating_webhooks, attrs, ctx, &namespaces)
             .await
     }
 }
