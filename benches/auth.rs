@@ -13,14 +13,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark fails by panicking.
 
-#[path = "support/load.rs"]
-mod load;
-
 use std::path::Path;
 use std::time::Duration;
 
 use http::Method;
-use load::{call_with, connect, env_f64, run, scaled, wait_ready, Client};
+use sta_testenv::bench::load::{call_with, connect, env_f64, run, scaled, wait_ready, Client};
 use sta_testenv::process::Process;
 use sta_testenv::{free_port, ControlPlane, Options};
 

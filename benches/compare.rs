@@ -46,17 +46,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark fails by panicking.
 
-#[path = "support/load.rs"]
-mod load;
-#[path = "support/null_backend.rs"]
-mod null_backend;
-#[path = "support/plot.rs"]
-mod plot;
-#[path = "../tests/scenario/mod.rs"]
-mod scenario;
-#[path = "support/transfer.rs"]
-mod transfer;
-
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,9 +55,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
-use load::{call_with, connect_to, env_f64, run, scaled, Client, Sample, SERVER_NAME};
-use null_backend::NullBackend;
-use plot::Series;
+use sta_testenv::bench::load::{
+    call_with, connect_to, env_f64, run, scaled, Client, Sample, SERVER_NAME,
+};
+use sta_testenv::bench::null_backend::NullBackend;
+use sta_testenv::bench::plot::Series;
+use sta_testenv::bench::{null_backend, plot, transfer};
 use sta_testenv::{crd, repo_root, ControlPlane, Options};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
@@ -1213,7 +1205,7 @@ fn ceiling_report(md: &mut String, r: &Results, targets: &[Arc<Target>]) {
     let (ours, crd) = (targets[1].label, targets[2].label);
     let _ = writeln!(
         md,
-        "\n### The aggregated ceiling: a null backend behind the same aggregator\n\nThe null backend (`benches/support/null_backend.rs`) is registered with its own APIService (`{}/{}`) the way ours is, and answers every get, list and watch from bytes made once, copies of one of our objects: its figures are what kube-apiserver's proxy alone allows. Fraction of the ceiling: the target's throughput ÷ the null backend's, or the null backend's p99 ÷ the target's; 1.00 is the ceiling, and the CRD, which is not proxied, can pass it.\n\n| | null via aggregator | {ours} | {crd} | {ours}: fraction of the ceiling | CRD: fraction of the ceiling |\n|---|---|---|---|---|---|",
+        "\n### The aggregated ceiling: a null backend behind the same aggregator\n\nThe null backend (`tests/support/src/bench/null_backend.rs`) is registered with its own APIService (`{}/{}`) the way ours is, and answers every get, list and watch from bytes made once, copies of one of our objects: its figures are what kube-apiserver's proxy alone allows. Fraction of the ceiling: the target's throughput ÷ the null backend's, or the null backend's p99 ÷ the target's; 1.00 is the ceiling, and the CRD, which is not proxied, can pass it.\n\n| | null via aggregator | {ours} | {crd} | {ours}: fraction of the ceiling | CRD: fraction of the ceiling |\n|---|---|---|---|---|---|",
         null_backend::GROUP,
         null_backend::VERSION
     );

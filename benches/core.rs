@@ -10,16 +10,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark fails by panicking.
 
-#[path = "support/load.rs"]
-mod load;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
-use load::{env_f64, run, scaled, wait_ready, Client, Sample, SERVER_NAME};
+use sta_testenv::bench::load::{
+    self, env_f64, run, scaled, wait_ready, Client, Sample, SERVER_NAME,
+};
 use sta_testenv::pki::Pki;
 use sta_testenv::process::Process;
 use sta_testenv::{free_port, Etcd};

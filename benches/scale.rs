@@ -47,22 +47,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark fails by panicking.
 
-#[path = "support/load.rs"]
-mod load;
-#[path = "support/plot.rs"]
-mod plot;
-#[path = "../tests/scenario/mod.rs"]
-mod scenario;
-
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::Method;
-use load::{call_with, connect_to, run, scaled};
-use plot::Series;
-use scenario::many::{Fleet, Run, Settled};
+use sta_testenv::bench::load::{call_with, connect_to, run, scaled};
+use sta_testenv::bench::plot::Series;
+use sta_testenv::bench::writes::Settled;
+use sta_testenv::bench::{load, plot};
+use sta_testenv::scenario;
+use sta_testenv::scenario::many::{Fleet, Run};
 use sta_testenv::{repo_root, ControlPlane, Kubectl, Options};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");

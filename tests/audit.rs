@@ -7,14 +7,12 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod scenario;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use scenario::*;
 use serde_json::Value;
 use sta_testenv::http::HttpClient;
+use sta_testenv::scenario::*;
 use sta_testenv::{shared, ControlPlane, SERVICE_NAME, SERVICE_NAMESPACE};
 
 fn cp() -> &'static ControlPlane {

@@ -31,9 +31,6 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod ephemeral;
-mod scenario;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::BufReader;
@@ -43,11 +40,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use scenario::ensure_classes;
-use scenario::many::{Fleet, Pair};
 use serde_json::Value;
 use sta_testenv::balancer::Balancer;
+use sta_testenv::scenario::ensure_classes;
+use sta_testenv::scenario::many::{Fleet, Pair};
 use sta_testenv::{csi, ControlPlane, Kubectl, Options, Replica};
+use sta_testenv::{ephemeral, scenario};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
 /// The controllers' lease: short, so that a replica paused past it is taken
@@ -685,7 +683,7 @@ fn ephemeral_life(
     i: usize,
     deadline: Instant,
 ) -> Result<String, String> {
-    use ephemeral::{ephemeral_claim_yaml, pod_yaml, Policy, Scheduling};
+    use sta_testenv::ephemeral::{ephemeral_claim_yaml, pod_yaml, Policy, Scheduling};
     let (pod, ec) = (format!("runner-{i}"), format!("scratch-{i}"));
     let claim = format!("{pod}-{ec}");
     let phase = |want: &str| {

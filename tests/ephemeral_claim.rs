@@ -6,14 +6,13 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod ephemeral;
-mod scenario;
-
 use std::time::Duration;
 
-use ephemeral::*;
-use scenario::{claim_json, consistently, delete_pod, events_when, eventually, set_pod_phase};
 use serde_json::{json, Value};
+use sta_testenv::ephemeral::*;
+use sta_testenv::scenario::{
+    claim_json, consistently, delete_pod, events_when, eventually, set_pod_phase,
+};
 use sta_testenv::{shared, ControlPlane, Kubectl};
 
 const WAIT: Duration = Duration::from_secs(60);

@@ -7,14 +7,11 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod ephemeral;
-mod scenario;
-
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use ephemeral::*;
-use scenario::{claim_json, consistently, delete_pod, eventually, set_pod_phase};
+use sta_testenv::ephemeral::*;
+use sta_testenv::scenario::{claim_json, consistently, delete_pod, eventually, set_pod_phase};
 use sta_testenv::{ControlPlane, Options};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");

@@ -15,14 +15,11 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod ephemeral;
-mod scenario;
-
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ephemeral::{ephemeral_claim_yaml, grant, pod_yaml, tenant, Policy, Scheduling};
-use scenario::{ensure_classes, eventually, wait_phase};
+use sta_testenv::ephemeral::{ephemeral_claim_yaml, grant, pod_yaml, tenant, Policy, Scheduling};
+use sta_testenv::scenario::{ensure_classes, eventually, wait_phase};
 use sta_testenv::{shared, ControlPlane, Kubectl};
 
 const WAITING: usize = 2_000;

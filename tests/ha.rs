@@ -8,16 +8,14 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod scenario;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use scenario::*;
 use sta_testenv::balancer::Balancer;
+use sta_testenv::scenario::*;
 use sta_testenv::{ControlPlane, Kubectl, Options};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");

@@ -9,12 +9,10 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod scenario;
-
 use std::time::Duration;
 
-use scenario::*;
 use serde_json::Value;
+use sta_testenv::scenario::*;
 use sta_testenv::{shared, ControlPlane, Kubectl, Namespace};
 
 const WAIT: Duration = Duration::from_secs(60);

@@ -6,16 +6,14 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod scenario;
-
 use std::io::Read;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use portable_pty::{native_pty_system, CommandBuilder, PtySize};
-use scenario::*;
 use serde_json::Value;
+use sta_testenv::scenario::*;
 use sta_testenv::{shared, ControlPlane, Kubectl, Namespace};
 
 const WAIT: Duration = Duration::from_secs(60);

@@ -13,13 +13,12 @@
 #![cfg(feature = "fault-injection")]
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod scenario;
-
 use std::time::Duration;
 
-use scenario::crash::{crash_each_new_boundary_of, private_control_plane, restart};
-use scenario::snapshots::{self, SnapshotSetup, SNAP_ALLOWED};
-use scenario::{eventually, quota, wait_phase};
+use sta_testenv::scenario;
+use sta_testenv::scenario::crash::{crash_each_new_boundary_of, private_control_plane, restart};
+use sta_testenv::scenario::snapshots::{self, SnapshotSetup, SNAP_ALLOWED};
+use sta_testenv::scenario::{eventually, quota, wait_phase};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
 const WAIT: Duration = Duration::from_secs(90);

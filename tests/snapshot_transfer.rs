@@ -9,13 +9,11 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod scenario;
-
 use std::time::Duration;
 
-use scenario::snapshots::*;
-use scenario::*;
 use sta_testenv::csi::DRIVER;
+use sta_testenv::scenario::snapshots::*;
+use sta_testenv::scenario::*;
 use sta_testenv::{shared, ControlPlane, Kubectl};
 
 const WAIT: Duration = Duration::from_secs(60);

@@ -10,11 +10,10 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod scenario;
-
 use std::time::{Duration, Instant};
 
-use scenario::*;
+use sta_testenv::scenario;
+use sta_testenv::scenario::*;
 use sta_testenv::{shared, ControlPlane, Kubectl, Namespace};
 
 const WAIT: Duration = Duration::from_secs(60);

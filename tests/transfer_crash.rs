@@ -16,16 +16,14 @@
 #![cfg(feature = "fault-injection")]
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod ephemeral;
-mod scenario;
-
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use scenario::crash::{
+use sta_testenv::ephemeral;
+use sta_testenv::scenario::crash::{
     self, crash_each_new_boundary_of, env, every_new_boundary, restart, FAULT_EXIT_CODE,
 };
-use scenario::*;
+use sta_testenv::scenario::*;
 use sta_testenv::{ControlPlane, Kubectl, Namespace};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");

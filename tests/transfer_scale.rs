@@ -9,12 +9,10 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-mod scenario;
-
 use std::time::Duration;
 
-use scenario::ensure_classes;
-use scenario::many::Fleet;
+use sta_testenv::scenario::ensure_classes;
+use sta_testenv::scenario::many::Fleet;
 use sta_testenv::shared;
 
 const PAIRS: usize = 200;

@@ -27,15 +27,27 @@
 //! fault injection through [`Options::server_env`]) and
 //! [`ControlPlane::restart_server`] (same port, so the APIService keeps
 //! working), and run more replicas with [`ControlPlane::start_replica`].
+//!
+//! On top of it, what the integration tests and benchmarks build their
+//! scenarios from: [`scenario`] (NamespaceTransfers: classes, claims,
+//! consents, phases; [`scenario::many`] for fleets, [`scenario::snapshots`]
+//! for VolumeSnapshots, and `scenario::crash` with the `fault-injection`
+//! feature), [`ephemeral`] (EphemeralClaims), and, with the `bench`
+//! feature, `bench` (the benchmarks' load generator, null backend, charts
+//! and latencies).
 
 pub mod balancer;
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod crd;
 pub mod csi;
+pub mod ephemeral;
 pub mod etcd_cluster;
 pub mod http;
 pub mod kubectl;
 pub mod pki;
 pub mod process;
+pub mod scenario;
 pub mod standalone;
 pub mod webhook;
 

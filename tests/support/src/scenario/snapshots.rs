@@ -4,22 +4,22 @@
 //! `DeleteSnapshot` calls, the last word on whether a backend snapshot was
 //! ever deleted.
 
+use crate::csi::DRIVER;
+use crate::{ControlPlane, Csi, CsiCall, Kubectl, Namespace};
 use serde_json::Value;
-use sta_testenv::csi::DRIVER;
-use sta_testenv::{ControlPlane, Csi, CsiCall, Kubectl, Namespace};
 
 use super::{provisioned_volume, ALLOWED_CLASS};
 
 /// A VolumeSnapshotClass that allows transfers.
-pub(crate) const SNAP_ALLOWED: &str = "snapshots-transferable";
+pub const SNAP_ALLOWED: &str = "snapshots-transferable";
 /// One that does not.
-pub(crate) const SNAP_PLAIN: &str = "snapshots-plain";
+pub const SNAP_PLAIN: &str = "snapshots-plain";
 /// One that allows them, but whose snapshotter secret is the snapshot's
 /// namespace's own.
-pub(crate) const SNAP_PER_NAMESPACE_SECRET: &str = "snapshots-secret-per-namespace";
+pub const SNAP_PER_NAMESPACE_SECRET: &str = "snapshots-secret-per-namespace";
 
 /// Makes the snapshot classes (idempotent).
-pub(crate) fn ensure_snapshot_classes(k: &Kubectl) {
+pub fn ensure_snapshot_classes(k: &Kubectl) {
     let allow = "storage.transfer.k8s.io/allow-namespace-transfer: \"true\"";
     let class = |name: &str, annotations: &str, parameters: &str| {
         format!(
@@ -41,17 +41,18 @@ pub(crate) fn ensure_snapshot_classes(k: &Kubectl) {
 
 /// A source namespace with a claim and a ready snapshot `nightly` of it in
 /// a snapshot class, and a destination namespace.
-pub(crate) struct SnapshotSetup {
-    pub(crate) src: Namespace,
-    pub(crate) dst: Namespace,
+#[derive(Debug)]
+pub struct SnapshotSetup {
+    pub src: Namespace,
+    pub dst: Namespace,
     /// The snapshot's uid, its content and the backend snapshot's id.
-    pub(crate) uid: String,
-    pub(crate) content: String,
-    pub(crate) handle: String,
+    pub uid: String,
+    pub content: String,
+    pub handle: String,
 }
 
 impl SnapshotSetup {
-    pub(crate) fn new(cp: &ControlPlane, class: &str) -> Self {
+    pub fn new(cp: &ControlPlane, class: &str) -> Self {
         let k = cp.kubectl();
         let src = cp.namespace("snap-src").unwrap();
         let dst = cp.namespace("snap-dst").unwrap();
@@ -87,7 +88,7 @@ impl SnapshotSetup {
     /// The request first: until the offer exists the source side writes
     /// nothing, so a server set to crash at its first write of the move
     /// crashes only once both are in.
-    pub(crate) fn consent(&self, k: &Kubectl) {
+    pub fn consent(&self, k: &Kubectl) {
         take_snapshot(k, &self.dst.name, "take", &self.src.name, "nightly");
         give_snapshot(k, &self.src.name, "give", "nightly", &self.dst.name);
     }
@@ -96,12 +97,7 @@ impl SnapshotSetup {
     /// bound to each other, unlocked, unmarked, under `Delete`; the backend
     /// snapshot never deleted.
     #[track_caller]
-    pub(crate) fn assert_source_untouched(
-        &self,
-        k: &Kubectl,
-        csi: &Csi,
-        wait: std::time::Duration,
-    ) {
+    pub fn assert_source_untouched(&self, k: &Kubectl, csi: &Csi, wait: std::time::Duration) {
         super::eventually("the rollback to take its marks off", wait, || {
             let x = snapshot_json(k, &self.src.name, "nightly").unwrap();
             let c = content_json(k, &self.content).unwrap();
@@ -125,7 +121,7 @@ impl SnapshotSetup {
     /// unmarked; nothing of the source left; the backend never deleted.
     /// The destination's snapshot's content.
     #[track_caller]
-    pub(crate) fn assert_moved(&self, k: &Kubectl, csi: &Csi, wait: std::time::Duration) -> String {
+    pub fn assert_moved(&self, k: &Kubectl, csi: &Csi, wait: std::time::Duration) -> String {
         let done = super::wait_phase(k, &self.src.name, "give", "Completed", wait);
         super::wait_phase(k, &self.dst.name, "take", "Completed", wait);
         let dest = &done["status"]["destinationSnapshot"];
@@ -159,7 +155,7 @@ impl SnapshotSetup {
     /// Both consents of a Clone of `nightly`: `dst/take` receives a restore
     /// of it as `copy`, `src/give` gives it (the request first, as in
     /// [`SnapshotSetup::consent`]).
-    pub(crate) fn clone_consent(&self, k: &Kubectl) {
+    pub fn clone_consent(&self, k: &Kubectl) {
         snapshot_clone(
             k,
             &self.dst.name,
@@ -183,7 +179,7 @@ impl SnapshotSetup {
     /// left beside the snapshot, and the snapshot as it was. The source
     /// side's transfer.
     #[track_caller]
-    pub(crate) fn assert_cloned(&self, k: &Kubectl, csi: &Csi, wait: std::time::Duration) -> Value {
+    pub fn assert_cloned(&self, k: &Kubectl, csi: &Csi, wait: std::time::Duration) -> Value {
         let done = super::wait_phase(k, &self.src.name, "give", "Completed", wait);
         super::wait_phase(k, &self.dst.name, "take", "Completed", wait);
         self.restored_volume(k, csi, &self.dst.name, "copy");
@@ -199,13 +195,7 @@ impl SnapshotSetup {
     /// The backend volume `namespace/claim` is bound to, checked to be a
     /// restore of the backend snapshot by the driver's own CreateVolume.
     #[track_caller]
-    pub(crate) fn restored_volume(
-        &self,
-        k: &Kubectl,
-        csi: &Csi,
-        namespace: &str,
-        claim: &str,
-    ) -> String {
+    pub fn restored_volume(&self, k: &Kubectl, csi: &Csi, namespace: &str, claim: &str) -> String {
         let pvc = super::claim_json(k, namespace, claim).unwrap();
         assert_eq!(pvc["status"]["phase"], "Bound", "{pvc}");
         let pv = super::volume_json(k, pvc["spec"]["volumeName"].as_str().unwrap()).unwrap();
@@ -228,7 +218,7 @@ impl SnapshotSetup {
     /// its content, ready, unlocked; the content unmarked and under
     /// `Delete`; the backend snapshot never deleted.
     #[track_caller]
-    pub(crate) fn assert_snapshot_stays(&self, k: &Kubectl, csi: &Csi) {
+    pub fn assert_snapshot_stays(&self, k: &Kubectl, csi: &Csi) {
         let x = snapshot_json(k, &self.src.name, "nightly").unwrap();
         assert_eq!(x["metadata"]["uid"], self.uid.as_str());
         assert_eq!(x["status"]["readyToUse"], true);
@@ -246,7 +236,7 @@ impl SnapshotSetup {
 
     /// The driver was never asked to delete the backend snapshot.
     #[track_caller]
-    pub(crate) fn assert_backend_kept(&self, csi: &Csi) {
+    pub fn assert_backend_kept(&self, csi: &Csi) {
         let deletions = snapshot_deletions(csi, &self.handle);
         assert!(
             deletions.is_empty(),
@@ -258,7 +248,7 @@ impl SnapshotSetup {
 
 /// Takes a snapshot `name` of `claim` in `class`, and waits until it is
 /// ready.
-pub(crate) fn snapshot_of(k: &Kubectl, namespace: &str, name: &str, claim: &str, class: &str) {
+pub fn snapshot_of(k: &Kubectl, namespace: &str, name: &str, claim: &str, class: &str) {
     k.apply(&format!(
         "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  volumeSnapshotClassName: {class}\n  source:\n    persistentVolumeClaimName: {claim}\n"
     ))
@@ -273,20 +263,20 @@ pub(crate) fn snapshot_of(k: &Kubectl, namespace: &str, name: &str, claim: &str,
     ]);
 }
 
-pub(crate) fn snapshot_json(k: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
+pub fn snapshot_json(k: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
     let run = k.run(&["get", "volumesnapshot", name, "-n", namespace, "-o", "json"]);
     run.success
         .then(|| serde_json::from_str(&run.stdout).unwrap())
 }
 
-pub(crate) fn content_json(k: &Kubectl, name: &str) -> Option<Value> {
+pub fn content_json(k: &Kubectl, name: &str) -> Option<Value> {
     let run = k.run(&["get", "volumesnapshotcontent", name, "-o", "json"]);
     run.success
         .then(|| serde_json::from_str(&run.stdout).unwrap())
 }
 
 /// Every `DeleteSnapshot` the driver answered for `handle`.
-pub(crate) fn snapshot_deletions(csi: &Csi, handle: &str) -> Vec<CsiCall> {
+pub fn snapshot_deletions(csi: &Csi, handle: &str) -> Vec<CsiCall> {
     csi.calls("DeleteSnapshot")
         .into_iter()
         .filter(|c| c.request["snapshot_id"] == handle)
@@ -294,7 +284,7 @@ pub(crate) fn snapshot_deletions(csi: &Csi, handle: &str) -> Vec<CsiCall> {
 }
 
 /// The source side's consent: give the snapshot `snapshot` to `to`.
-pub(crate) fn give_snapshot(k: &Kubectl, namespace: &str, name: &str, snapshot: &str, to: &str) {
+pub fn give_snapshot(k: &Kubectl, namespace: &str, name: &str, snapshot: &str, to: &str) {
     k.apply(&format!(
         "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  source:\n    kind: VolumeSnapshot\n    name: {snapshot}\n  destination:\n    namespace: {to}\n"
     ))
@@ -302,7 +292,7 @@ pub(crate) fn give_snapshot(k: &Kubectl, namespace: &str, name: &str, snapshot: 
 }
 
 /// The destination side's consent: receive `from/snapshot` under its name.
-pub(crate) fn take_snapshot(k: &Kubectl, namespace: &str, name: &str, from: &str, snapshot: &str) {
+pub fn take_snapshot(k: &Kubectl, namespace: &str, name: &str, from: &str, snapshot: &str) {
     k.apply(&format!(
         "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  source:\n    kind: VolumeSnapshot\n    namespace: {from}\n    name: {snapshot}\n"
     ))
@@ -312,7 +302,7 @@ pub(crate) fn take_snapshot(k: &Kubectl, namespace: &str, name: &str, from: &str
 /// A NamespaceTransfer `namespace/name` of mode Clone whose source is the
 /// VolumeSnapshot `from/snapshot` (`from` empty: its own namespace), with
 /// `destination` as the body of its `spec.destination` (flow YAML).
-pub(crate) fn snapshot_clone(
+pub fn snapshot_clone(
     k: &Kubectl,
     namespace: &str,
     name: &str,

@@ -7,41 +7,40 @@
 //! deleted" invariant, with the driver's own call log as the last word on
 //! deletion.
 
-#![allow(dead_code)] // Each test binary uses its own subset.
+#![allow(clippy::unwrap_used)] // Test helpers fail by panicking.
 
 #[cfg(feature = "fault-injection")]
-pub(crate) mod crash;
-pub(crate) mod many;
-pub(crate) mod snapshots;
+pub mod crash;
+pub mod many;
+pub mod snapshots;
 
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::csi::storage_class_yaml;
+use crate::{ControlPlane, Csi, Kubectl};
 use serde_json::Value;
-use sta_testenv::csi::storage_class_yaml;
-use sta_testenv::{ControlPlane, Csi, Kubectl};
 
 /// The CSI mock driver's StorageClass that allows transfers (DESIGN §2.1.4).
-pub(crate) const ALLOWED_CLASS: &str = "transfer-allowed";
+pub const ALLOWED_CLASS: &str = "transfer-allowed";
 /// The CSI mock driver's StorageClass without the annotation.
-pub(crate) const PLAIN_CLASS: &str = "transfer-plain";
+pub const PLAIN_CLASS: &str = "transfer-plain";
 /// A class for statically provisioned volumes that allows transfers: only for
 /// shapes the mock driver cannot provision (it refuses 1 TiB and more).
-pub(crate) const STATIC_ALLOWED_CLASS: &str = "transfer-allowed-static";
+pub const STATIC_ALLOWED_CLASS: &str = "transfer-allowed-static";
 /// A CSI mock driver class that allows transfers and provisions volumes but
 /// refuses to clone them ([`CLONE_REFUSAL`]).
-pub(crate) const CLONE_FAILS_CLASS: &str = "transfer-allowed-no-clones";
+pub const CLONE_FAILS_CLASS: &str = "transfer-allowed-no-clones";
 /// The mock driver's message when it refuses a clone in [`CLONE_FAILS_CLASS`].
-pub(crate) const CLONE_REFUSAL: &str = "this backend has no room for clones";
+pub const CLONE_REFUSAL: &str = "this backend has no room for clones";
 
 const ALLOW: &str = "{storage.transfer.k8s.io/allow-namespace-transfer: \"true\"}";
 
-/// Makes the test StorageClasses (idempotent).
 /// Points the APIService at a local balancer on `port` (in front of several
 /// replicas, as a Service's endpoints would be) and waits until our API
 /// answers through it.
-pub(crate) fn serve_through_balancer(k: &Kubectl, port: u16) {
+pub fn serve_through_balancer(k: &Kubectl, port: u16) {
     k.ok(&[
         "patch",
         "apiservice",
@@ -56,7 +55,8 @@ pub(crate) fn serve_through_balancer(k: &Kubectl, port: u16) {
     );
 }
 
-pub(crate) fn ensure_classes(k: &Kubectl) {
+/// Makes the test StorageClasses (idempotent).
+pub fn ensure_classes(k: &Kubectl) {
     let yaml = format!(
         "{}---\n{}---\n{}---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {STATIC_ALLOWED_CLASS}\n  annotations: {ALLOW}\nprovisioner: kubernetes.io/no-provisioner\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n",
         storage_class_yaml(ALLOWED_CLASS, ALLOW, "{}"),
@@ -72,19 +72,19 @@ pub(crate) fn ensure_classes(k: &Kubectl) {
 
 /// A claim and the volume the CSI stack provisioned for it.
 #[derive(Debug, Clone)]
-pub(crate) struct Provisioned {
-    pub(crate) claim_uid: String,
-    pub(crate) pv: String,
-    pub(crate) pv_uid: String,
+pub struct Provisioned {
+    pub claim_uid: String,
+    pub pv: String,
+    pub pv_uid: String,
     /// The CSI volume id (`spec.csi.volumeHandle`), which `DeleteVolume`
     /// names.
-    pub(crate) handle: String,
+    pub handle: String,
 }
 
 /// Creates `namespace/claim` of `capacity` in `class` (a CSI class) and waits
 /// until the external-provisioner has made its volume and kube-controller-
 /// manager has bound it.
-pub(crate) fn provisioned_volume(
+pub fn provisioned_volume(
     k: &Kubectl,
     class: &str,
     namespace: &str,
@@ -114,7 +114,7 @@ pub(crate) fn provisioned_volume(
 /// and waits until the driver has deleted that volume, exactly once: it was
 /// intact and still the cluster's to reclaim.
 #[track_caller]
-pub(crate) fn assert_deleting_the_claim_deletes_the_volume_once(
+pub fn assert_deleting_the_claim_deletes_the_volume_once(
     k: &Kubectl,
     csi: &Csi,
     namespace: &str,
@@ -127,7 +127,7 @@ pub(crate) fn assert_deleting_the_claim_deletes_the_volume_once(
 
 /// Waits until `namespace/claim` is Bound.
 #[track_caller]
-pub(crate) fn wait_bound(k: &Kubectl, namespace: &str, claim: &str) {
+pub fn wait_bound(k: &Kubectl, namespace: &str, claim: &str) {
     k.ok(&[
         "wait",
         "--for=jsonpath={.status.phase}=Bound",
@@ -143,7 +143,7 @@ pub(crate) fn wait_bound(k: &Kubectl, namespace: &str, claim: &str) {
 /// waits until it is Bound. Returns the claim's uid. For the shapes the CSI
 /// mock driver cannot provision; everything else uses
 /// [`provisioned_volume`].
-pub(crate) fn bound_volume(
+pub fn bound_volume(
     k: &Kubectl,
     pv: &str,
     capacity: &str,
@@ -163,13 +163,7 @@ pub(crate) fn bound_volume(
 }
 
 /// The source side's consent: give `claim` in `namespace` to `destination`.
-pub(crate) fn offer(
-    k: &Kubectl,
-    namespace: &str,
-    name: &str,
-    claim: &str,
-    destination: &str,
-) -> String {
+pub fn offer(k: &Kubectl, namespace: &str, name: &str, claim: &str, destination: &str) -> String {
     k.apply(&format!(
         "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  source:\n    name: {claim}\n  destination:\n    namespace: {destination}\n"
     ))
@@ -177,13 +171,7 @@ pub(crate) fn offer(
 }
 
 /// The destination side's consent: receive `source/claim` under the same name.
-pub(crate) fn request(
-    k: &Kubectl,
-    namespace: &str,
-    name: &str,
-    source: &str,
-    claim: &str,
-) -> String {
+pub fn request(k: &Kubectl, namespace: &str, name: &str, source: &str, claim: &str) -> String {
     request_with(k, namespace, name, source, claim, "")
 }
 
@@ -205,19 +193,14 @@ fn request_with(
 
 /// Both consents of a one-shot Clone-mode transfer of `source/claim` to
 /// `destination` under the same name: `source/give` and `destination/take`.
-pub(crate) fn clone_consent(k: &Kubectl, source: &str, claim: &str, destination: &str) {
+pub fn clone_consent(k: &Kubectl, source: &str, claim: &str, destination: &str) {
     for consent in clone_consents(source, claim, destination) {
         apply_clone_consent(k, consent);
     }
 }
 
 /// [`clone_consent`], the request applied first.
-pub(crate) fn clone_consent_request_first(
-    k: &Kubectl,
-    source: &str,
-    claim: &str,
-    destination: &str,
-) {
+pub fn clone_consent_request_first(k: &Kubectl, source: &str, claim: &str, destination: &str) {
     for consent in clone_consents(source, claim, destination).into_iter().rev() {
         apply_clone_consent(k, consent);
     }
@@ -259,7 +242,7 @@ fn apply_clone_consent(k: &Kubectl, (ns, name, ends): (&str, &str, String)) {
 /// and the first five characters of the uid the offer records for the
 /// request, a UUIDv5 of the request's uid in the offer's (the source
 /// namespace never learns the request's own).
-pub(crate) fn clone_claim_name(k: &Kubectl, source: &str, destination: &str) -> String {
+pub fn clone_claim_name(k: &Kubectl, source: &str, destination: &str) -> String {
     let uid_of = |namespace: &str, name: &str| {
         let t = transfer_json(k, namespace, name).expect("the transfer exists");
         t["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
@@ -277,7 +260,7 @@ pub(crate) fn clone_claim_name(k: &Kubectl, source: &str, destination: &str) -> 
 
 /// A ResourceQuota `tiny` in `namespace` with `hard` (a YAML flow mapping),
 /// once kube-controller-manager has counted it (within `timeout`).
-pub(crate) fn quota(k: &Kubectl, namespace: &str, hard: &str, timeout: Duration) {
+pub fn quota(k: &Kubectl, namespace: &str, hard: &str, timeout: Duration) {
     k.apply(&format!(
         "apiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: tiny\n  namespace: {namespace}\nspec:\n  hard: {hard}\n"
     ))
@@ -297,7 +280,7 @@ pub(crate) fn quota(k: &Kubectl, namespace: &str, hard: &str, timeout: Duration)
 }
 
 /// The successful `CreateVolume` calls that cloned the volume `handle`.
-pub(crate) fn clones_of(csi: &Csi, handle: &str) -> Vec<sta_testenv::CsiCall> {
+pub fn clones_of(csi: &Csi, handle: &str) -> Vec<crate::CsiCall> {
     csi.calls("CreateVolume")
         .into_iter()
         .filter(|c| {
@@ -309,15 +292,15 @@ pub(crate) fn clones_of(csi: &Csi, handle: &str) -> Vec<sta_testenv::CsiCall> {
 }
 
 /// A transfer as JSON, or `None` once it is gone.
-pub(crate) fn transfer_json(k: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
+pub fn transfer_json(k: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
     get_json(k, &["get", "namespacetransfer", name, "-n", namespace])
 }
 
-pub(crate) fn claim_json(k: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
+pub fn claim_json(k: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
     get_json(k, &["get", "pvc", name, "-n", namespace])
 }
 
-pub(crate) fn volume_json(k: &Kubectl, name: &str) -> Option<Value> {
+pub fn volume_json(k: &Kubectl, name: &str) -> Option<Value> {
     get_json(k, &["get", "pv", name])
 }
 
@@ -346,8 +329,8 @@ fn get_json(k: &Kubectl, args: &[&str]) -> Option<Value> {
     }
 }
 
-/// `status.phase` of a transfer ("" while unset, "<gone>" once deleted).
-pub(crate) fn phase(k: &Kubectl, namespace: &str, name: &str) -> String {
+/// `status.phase` of a transfer (`""` while unset, `"<gone>"` once deleted).
+pub fn phase(k: &Kubectl, namespace: &str, name: &str) -> String {
     match transfer_json(k, namespace, name) {
         None => "<gone>".to_owned(),
         Some(t) => t["status"]["phase"].as_str().unwrap_or_default().to_owned(),
@@ -356,7 +339,7 @@ pub(crate) fn phase(k: &Kubectl, namespace: &str, name: &str) -> String {
 
 /// Waits until the transfer's phase is `want`; panics with its status if not.
 #[track_caller]
-pub(crate) fn wait_phase(
+pub fn wait_phase(
     k: &Kubectl,
     namespace: &str,
     name: &str,
@@ -376,7 +359,7 @@ pub(crate) fn wait_phase(
 /// Waits until the transfer satisfies `holds` (`what` it then does); panics
 /// with the status it last had if not.
 #[track_caller]
-pub(crate) fn wait_status(
+pub fn wait_status(
     k: &Kubectl,
     namespace: &str,
     name: &str,
@@ -405,7 +388,7 @@ pub(crate) fn wait_status(
 
 /// Waits until `f` holds.
 #[track_caller]
-pub(crate) fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !f() {
         assert!(
@@ -418,7 +401,7 @@ pub(crate) fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> b
 
 /// Asserts that `f` keeps holding for `period`.
 #[track_caller]
-pub(crate) fn consistently(what: &str, period: Duration, mut f: impl FnMut() -> bool) {
+pub fn consistently(what: &str, period: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + period;
     while Instant::now() < deadline {
         assert!(f(), "{what} stopped holding");
@@ -427,7 +410,7 @@ pub(crate) fn consistently(what: &str, period: Duration, mut f: impl FnMut() -> 
 }
 
 /// The events recorded about an object, as "Reason: note" lines.
-pub(crate) fn events_about(k: &Kubectl, namespace: &str, kind: &str, name: &str) -> Vec<String> {
+pub fn events_about(k: &Kubectl, namespace: &str, kind: &str, name: &str) -> Vec<String> {
     let out = k.ok(&["get", "events.events.k8s.io", "-n", namespace, "-o", "json"]);
     let list: Value = serde_json::from_str(&out).unwrap();
     list["items"]
@@ -448,7 +431,7 @@ pub(crate) fn events_about(k: &Kubectl, namespace: &str, kind: &str, name: &str)
 /// The events recorded about an object once `seen` holds of them (the
 /// controllers write Events after the writes they report, from a queue),
 /// or after 30 s whatever they are, for the caller's assertion to name.
-pub(crate) fn events_when(
+pub fn events_when(
     k: &Kubectl,
     namespace: &str,
     kind: &str,
@@ -467,7 +450,7 @@ pub(crate) fn events_when(
 
 /// A running pod (nodeName set, phase patched to Running, as there is no
 /// kubelet) that mounts `claim`.
-pub(crate) fn running_pod(k: &Kubectl, namespace: &str, name: &str, claim: &str) {
+pub fn running_pod(k: &Kubectl, namespace: &str, name: &str, claim: &str) {
     k.apply(&format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  nodeName: test-node\n  containers:\n  - name: app\n    image: registry.invalid/app\n    volumeMounts:\n    - name: data\n      mountPath: /data\n  volumes:\n  - name: data\n    persistentVolumeClaim:\n      claimName: {claim}\n"
     ))
@@ -478,7 +461,7 @@ pub(crate) fn running_pod(k: &Kubectl, namespace: &str, name: &str, claim: &str)
 /// Deletes a pod at once (there is no kubelet to confirm a graceful end).
 /// KCM's pvc-protection keeps a deleted claim while any scheduled pod names
 /// it, finished or not; a finished pod must go before its claim can.
-pub(crate) fn delete_pod(k: &Kubectl, namespace: &str, name: &str) {
+pub fn delete_pod(k: &Kubectl, namespace: &str, name: &str) {
     k.ok(&[
         "delete",
         "pod",
@@ -490,7 +473,7 @@ pub(crate) fn delete_pod(k: &Kubectl, namespace: &str, name: &str) {
     ]);
 }
 
-pub(crate) fn set_pod_phase(k: &Kubectl, namespace: &str, name: &str, phase: &str) {
+pub fn set_pod_phase(k: &Kubectl, namespace: &str, name: &str, phase: &str) {
     k.ok(&[
         "patch",
         "pod",
@@ -507,14 +490,7 @@ pub(crate) fn set_pod_phase(k: &Kubectl, namespace: &str, name: &str, phase: &st
 /// bound to `dest_ns/claim`, reclaim policy Delete again, no transfer
 /// annotation left on it, and the source claim `src_ns/db` gone.
 #[track_caller]
-pub(crate) fn assert_moved(
-    k: &Kubectl,
-    pv: &str,
-    pv_uid: &str,
-    src_ns: &str,
-    dest_ns: &str,
-    claim: &str,
-) {
+pub fn assert_moved(k: &Kubectl, pv: &str, pv_uid: &str, src_ns: &str, dest_ns: &str, claim: &str) {
     let source_claim = "db";
     let volume = volume_json(k, pv).expect("the PV still exists");
     assert_eq!(
@@ -551,13 +527,14 @@ pub(crate) fn assert_moved(
 }
 
 /// Watches one PV with `kubectl get -w` and keeps every version seen.
-pub(crate) struct VolumeRecorder {
+#[derive(Debug)]
+pub struct VolumeRecorder {
     child: Child,
     pv: String,
 }
 
 impl VolumeRecorder {
-    pub(crate) fn start(k: &Kubectl, pv: &str) -> Self {
+    pub fn start(k: &Kubectl, pv: &str) -> Self {
         let child = Command::new(k.binary())
             .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
             .args(["get", "pv", pv, "-w", "--output-watch-events", "-o", "json"])
@@ -574,7 +551,7 @@ impl VolumeRecorder {
     /// Stops watching and checks every version seen: never deleted, never
     /// Released or Failed, and never bound to any claim but `allowed` (uids).
     #[track_caller]
-    pub(crate) fn assert_never_lost(mut self, allowed: &[&str]) -> usize {
+    pub fn assert_never_lost(mut self, allowed: &[&str]) -> usize {
         let _ = self.child.kill();
         let mut out = String::new();
         self.child
@@ -620,7 +597,7 @@ impl Drop for VolumeRecorder {
 
 /// A user holding the roles a party needs: the built-in `edit` role in
 /// `ns`, which covers PVCs and (aggregated) our kinds.
-pub(crate) fn editor(cp: &ControlPlane, name: &str, ns: &str) -> Kubectl {
+pub fn editor(cp: &ControlPlane, name: &str, ns: &str) -> Kubectl {
     let k = cp.user(name, None).unwrap();
     grant_edit(cp.kubectl(), name, ns);
     k
@@ -628,7 +605,7 @@ pub(crate) fn editor(cp: &ControlPlane, name: &str, ns: &str) -> Kubectl {
 
 /// Binds the built-in `edit` role to `user` in `ns` (the RoleBinding
 /// `<user>-edit`, which [`revoke`] deletes) and waits until RBAC applies it.
-pub(crate) fn grant_edit(admin: &Kubectl, user: &str, ns: &str) {
+pub fn grant_edit(admin: &Kubectl, user: &str, ns: &str) {
     admin.ok(&[
         "create",
         "rolebinding",
@@ -643,7 +620,7 @@ pub(crate) fn grant_edit(admin: &Kubectl, user: &str, ns: &str) {
 
 /// Waits until `user` may create NamespaceTransfers in `ns`: RBAC applies a
 /// new binding a moment after it is written.
-pub(crate) fn wait_may_create_transfers(admin: &Kubectl, user: &str, ns: &str) {
+pub fn wait_may_create_transfers(admin: &Kubectl, user: &str, ns: &str) {
     eventually("the role to apply", Duration::from_secs(60), || {
         admin
             .run(&[
@@ -660,12 +637,12 @@ pub(crate) fn wait_may_create_transfers(admin: &Kubectl, user: &str, ns: &str) {
 }
 
 /// Takes back what [`editor`] granted.
-pub(crate) fn revoke(admin: &Kubectl, ns: &str, user: &str) {
+pub fn revoke(admin: &Kubectl, ns: &str, user: &str) {
     admin.ok(&["delete", "rolebinding", &format!("{user}-edit"), "-n", ns]);
 }
 
 /// The user name a per-user kubectl authenticates as.
-pub(crate) fn whoami(k: &Kubectl) -> String {
+pub fn whoami(k: &Kubectl) -> String {
     k.ok(&[
         "auth",
         "whoami",
@@ -677,7 +654,7 @@ pub(crate) fn whoami(k: &Kubectl) -> String {
 }
 
 /// A name unique to this process and call.
-pub(crate) fn unique(prefix: &str) -> String {
+pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     format!(
@@ -690,7 +667,7 @@ pub(crate) fn unique(prefix: &str) -> String {
 /// A claim of the destination's own that names the populating request
 /// `request` in `dataSourceRef` (DESIGN §2.3), as a StatefulSet or a chart
 /// writes it.
-pub(crate) fn populated_claim_yaml(
+pub fn populated_claim_yaml(
     namespace: &str,
     name: &str,
     request: &str,
@@ -705,7 +682,7 @@ pub(crate) fn populated_claim_yaml(
 
 /// The destination side's consent as a volume populator: receive
 /// `source/claim` into the claims of `namespace` that name `name`.
-pub(crate) fn populating_request(
+pub fn populating_request(
     k: &Kubectl,
     namespace: &str,
     name: &str,
@@ -718,7 +695,7 @@ pub(crate) fn populating_request(
 
 /// A standing populating Clone request `namespace/name` for clones of
 /// `source/claim`: every claim naming it gets a clone of its own.
-pub(crate) fn populating_clone_request(
+pub fn populating_clone_request(
     k: &Kubectl,
     namespace: &str,
     name: &str,
@@ -731,7 +708,7 @@ pub(crate) fn populating_clone_request(
 
 /// A standing clone offer `source/name` of `claim` to `destination`, at
 /// most `max` alive.
-pub(crate) fn standing_offer(
+pub fn standing_offer(
     k: &Kubectl,
     source: &str,
     name: &str,

@@ -9,7 +9,9 @@
 //! [`Fleet::request_all`] files every request at once, from several
 //! `kubectl` processes side by side, while one watch on all transfers stamps
 //! each request's `ADDED` and each source's `Completed` as they arrive;
-//! [`Fleet::assert_intact`] checks every volume against what it was.
+//! [`Fleet::assert_intact`] checks every volume against what it was. What
+//! the run wrote to etcd is the scale benchmark's own measure
+//! (`bench::writes`, with the `bench` feature).
 
 use std::collections::HashMap;
 use std::io::BufReader;
@@ -17,75 +19,57 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::csi::DRIVER;
+use crate::{ControlPlane, Csi, Kubectl, Namespace};
 use serde_json::Value;
-use sta_testenv::csi::DRIVER;
-use sta_testenv::{ControlPlane, Csi, Kubectl, Namespace};
 
 use super::STATIC_ALLOWED_CLASS;
 
 /// Claims per namespace pair: tenants move several claims at a time, and
 /// matching must not weigh the whole cluster's transfers for each.
-pub(crate) const CLAIMS_PER_NAMESPACE: usize = 10;
-/// How many etcd writes a window of [`QUIET_WINDOW`] may see with the
-/// control plane idle (its components renew their leases every 2 to 10 s).
-const QUIET_WRITES: u64 = 4;
-const QUIET_WINDOW: Duration = Duration::from_secs(2);
+const CLAIMS_PER_NAMESPACE: usize = 10;
 /// `kubectl` processes that file the requests side by side.
 const FILERS: usize = 8;
 
 /// One pair: `src/claim` moves to `dst/claim` with volume `pv`.
 #[derive(Debug, Clone)]
-pub(crate) struct Pair {
-    pub(crate) src: String,
-    pub(crate) dst: String,
-    pub(crate) claim: String,
-    pub(crate) pv: String,
-    pub(crate) pv_uid: String,
-    pub(crate) handle: String,
+pub struct Pair {
+    pub src: String,
+    pub dst: String,
+    pub claim: String,
+    pub pv: String,
+    pub pv_uid: String,
+    pub handle: String,
 }
 
 /// The pairs and their namespaces (deleted when the fleet drops).
-pub(crate) struct Fleet {
-    pub(crate) pairs: Vec<Pair>,
+#[derive(Debug)]
+pub struct Fleet {
+    pub pairs: Vec<Pair>,
     namespaces: Vec<Namespace>,
 }
 
 /// When each request was seen created and each pair seen completed, by the
 /// watch; and how the run went.
 #[derive(Debug, Clone)]
-pub(crate) struct Run {
+pub struct Run {
     /// From the first request filed to the last pair completed.
-    pub(crate) elapsed: Duration,
+    pub elapsed: Duration,
     /// Request `ADDED` → source `Completed`, one per pair.
-    pub(crate) latencies: Vec<Duration>,
+    pub latencies: Vec<Duration>,
     /// etcd writes (revisions) per pair from the first request to the end:
     /// ours, kube-apiserver's, kube-controller-manager's, Events, leases.
-    pub(crate) writes_per_pair: f64,
+    pub writes_per_pair: f64,
     /// The etcd revision before the first request, and at the last
     /// completion.
-    revisions: (u64, u64),
-}
-
-/// Every write the fleet caused, counted once etcd is quiet again: those
-/// made after the last completion too (Events still queued, pvc-protection
-/// letting the source claims go).
-#[derive(Debug, Clone)]
-pub(crate) struct Settled {
-    /// etcd writes (revisions) per pair, from the first request until quiet.
-    pub(crate) writes_per_pair: f64,
-    /// How long after the last completion etcd was quiet.
-    pub(crate) after: Duration,
-    /// The keys those writes put or deleted, per pair, by kind (see
-    /// [`key_kind`]), most first; empty when etcd compacted the run's
-    /// history before it was read.
-    pub(crate) keys_per_pair: Vec<(String, f64)>,
+    pub revisions: (u64, u64),
 }
 
 impl Fleet {
     /// Makes `count` pairs over `count / CLAIMS_PER_NAMESPACE` namespace
     /// pairs (prefix `prefix`), every claim Bound, and files every offer;
     /// returns once each offer waits for its peer.
-    pub(crate) fn prepare(cp: &ControlPlane, prefix: &str, count: usize) -> Fleet {
+    pub fn prepare(cp: &ControlPlane, prefix: &str, count: usize) -> Fleet {
         let k = cp.kubectl();
         let mut namespaces = Vec::new();
         let mut pairs = Vec::new();
@@ -126,7 +110,7 @@ impl Fleet {
 
     /// Waits until every offer is in `phase`.
     #[track_caller]
-    pub(crate) fn wait_sources_in_phase(&self, k: &Kubectl, phase: &str, timeout: Duration) {
+    pub fn wait_sources_in_phase(&self, k: &Kubectl, phase: &str, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
             let phases = transfer_phases(k);
@@ -153,7 +137,7 @@ impl Fleet {
     }
 
     /// Files every request at once, from several `kubectl` processes.
-    pub(crate) fn file_requests(&self, cp: &ControlPlane) {
+    pub fn file_requests(&self, cp: &ControlPlane) {
         let k = cp.kubectl();
         let chunks: Vec<Vec<String>> = (0..FILERS)
             .map(|i| {
@@ -174,7 +158,7 @@ impl Fleet {
 
     /// Files every request at once and waits until every pair is Completed
     /// (or `timeout` passes, which panics with how many did).
-    pub(crate) fn request_all(&self, cp: &ControlPlane, timeout: Duration) -> Run {
+    pub fn request_all(&self, cp: &ControlPlane, timeout: Duration) -> Run {
         let k = cp.kubectl();
         let watch = Watch::start(k);
         let first_revision = revision(k);
@@ -238,38 +222,6 @@ impl Fleet {
         }
     }
 
-    /// Waits, up to `timeout`, until etcd is quiet after `run` (no more
-    /// than [`QUIET_WRITES`] writes in each of two [`QUIET_WINDOW`]s in a
-    /// row: the control plane's leases), then counts every write since the
-    /// run's first request, by kind.
-    pub(crate) fn settle(&self, cp: &ControlPlane, run: &Run, timeout: Duration) -> Settled {
-        let k = cp.kubectl();
-        let started = Instant::now();
-        let (mut before, mut quiet) = (revision(k), 0);
-        while quiet < 2 && started.elapsed() < timeout {
-            std::thread::sleep(QUIET_WINDOW);
-            let now = revision(k);
-            quiet = if now - before <= QUIET_WRITES {
-                quiet + 1
-            } else {
-                0
-            };
-            before = now;
-        }
-        let (first, _) = run.revisions;
-        let pairs = self.pairs.len() as f64;
-        let mut keys_per_pair: Vec<(String, f64)> = keys_written(&cp.etcd_url, first, before)
-            .into_iter()
-            .map(|(kind, n)| (kind, n as f64 / pairs))
-            .collect();
-        keys_per_pair.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        Settled {
-            writes_per_pair: before.saturating_sub(first) as f64 / pairs,
-            after: started.elapsed(),
-            keys_per_pair,
-        }
-    }
-
     /// Every volume kept its uid, is Bound to its destination claim with
     /// the policy it had (`Delete`), and the CSI driver was never asked to
     /// delete it. The source claims, deleted at R5, go once
@@ -277,7 +229,7 @@ impl Fleet {
     /// and a write each, through its own client's rate limit): waited for,
     /// up to two minutes.
     #[track_caller]
-    pub(crate) fn assert_intact(&self, k: &Kubectl, csi: &Csi) {
+    pub fn assert_intact(&self, k: &Kubectl, csi: &Csi) {
         let sources: std::collections::HashSet<(String, String)> = self
             .pairs
             .iter()
@@ -356,7 +308,7 @@ impl Fleet {
     }
 
     /// The namespaces, for callers that clean up early.
-    pub(crate) fn namespaces(&self) -> impl Iterator<Item = &str> {
+    pub fn namespaces(&self) -> impl Iterator<Item = &str> {
         self.namespaces.iter().map(|n| n.name.as_str())
     }
 }
@@ -478,106 +430,7 @@ fn transfer_phases(k: &Kubectl) -> HashMap<(String, String), String> {
 
 /// etcd's revision now, as kube-apiserver's resourceVersion of a list (one
 /// etcd serves both kube-apiserver and our server).
-/// The keys etcd put or deleted after revision `after` up to `until`, by
-/// [`key_kind`], read from etcd's history with a watch; empty if etcd
-/// compacted that history first (kube-apiserver compacts every 5 minutes).
-/// With `BENCH_KEYS_LOG=path`, each write is also logged there in order
-/// (revision, put or delete, key, and the phase and steps of our objects),
-/// to name the writes of a small fleet one by one.
-fn keys_written(etcd_url: &str, after: u64, until: u64) -> HashMap<String, u64> {
-    use std::io::Write as _;
-    let mut log = std::env::var_os("BENCH_KEYS_LOG")
-        .map(|p| std::io::BufWriter::new(std::fs::File::create(p).unwrap()));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut counts = HashMap::new();
-        let client = etcd_client::Client::connect([etcd_url], None)
-            .await
-            .unwrap();
-        let mut stream = client
-            .watch_client()
-            // A response batches up to a thousand revisions' events.
-            .max_decoding_message_size(256 << 20)
-            .watch(
-                vec![0u8],
-                Some(
-                    etcd_client::WatchOptions::new()
-                        .with_from_key()
-                        .with_start_revision(after as i64 + 1),
-                ),
-            )
-            .await
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while let Ok(Some(r)) = tokio::time::timeout_at(deadline.into(), stream.message())
-            .await
-            .unwrap_or(Ok(None))
-        {
-            if r.compact_revision() > 0 || r.canceled() {
-                return HashMap::new();
-            }
-            // One revision's keys (a transaction's) come in one response:
-            // count all of them, then stop once `until` is reached.
-            let mut reached = false;
-            for e in r.events() {
-                let Some(kv) = e.kv() else { continue };
-                let revision = kv.mod_revision() as u64;
-                if revision > until {
-                    return counts;
-                }
-                let key = String::from_utf8_lossy(kv.key());
-                if let Some(log) = log.as_mut() {
-                    let what = serde_json::from_slice::<Value>(kv.value())
-                        .map(|v| {
-                            let steps: Vec<&str> = v["status"]["steps"]
-                                .as_array()
-                                .into_iter()
-                                .flatten()
-                                .filter_map(|s| s["name"].as_str())
-                                .collect();
-                            format!(
-                                "{} {:?} finalizers {}",
-                                v["status"]["phase"].as_str().unwrap_or("-"),
-                                steps,
-                                v["metadata"]["finalizers"]
-                            )
-                        })
-                        .unwrap_or_default();
-                    let verb = if e.event_type() == etcd_client::EventType::Delete {
-                        "delete"
-                    } else {
-                        "put"
-                    };
-                    writeln!(log, "{revision} {verb} {key} {what}").unwrap();
-                }
-                *counts.entry(key_kind(&key)).or_insert(0) += 1;
-                reached |= revision == until;
-            }
-            if reached {
-                return counts;
-            }
-        }
-        counts
-    })
-}
-
-/// What an etcd key holds: the resource under kube's `/registry/` prefix
-/// (`persistentvolumeclaims`, `events`, `leases`…), with its group when it
-/// has one (`storage.transfer.k8s.io/namespacetransfers`).
-fn key_kind(key: &str) -> String {
-    let rest = key.strip_prefix("/registry/").unwrap_or(key);
-    let mut parts = rest.split('/');
-    match (parts.next(), parts.next()) {
-        (Some(group), Some(resource)) if group.contains('.') => format!("{group}/{resource}"),
-        (Some(resource), _) => resource.to_owned(),
-        _ => key.to_owned(),
-    }
-}
-
-fn revision(k: &Kubectl) -> u64 {
+pub(crate) fn revision(k: &Kubectl) -> u64 {
     let list: Value =
         serde_json::from_str(&k.ok(&["get", "--raw", "/api/v1/namespaces?limit=1"])).unwrap();
     list["metadata"]["resourceVersion"]

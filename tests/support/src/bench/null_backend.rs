@@ -18,13 +18,11 @@
 //! It owns its listener, its runtime and its APIService; it must not touch
 //! anything our server or the CRD twin serve.
 
-// Each benchmark uses part of this module.
-#![allow(dead_code)]
-
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::{base64, pki::Usage, ControlPlane};
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -33,13 +31,12 @@ use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use sta_testenv::{base64, pki::Usage, ControlPlane};
 use tokio::sync::broadcast;
 
 /// The null backend's API group, version and resource.
-pub(crate) const GROUP: &str = "null.bench.k8s.io";
-pub(crate) const VERSION: &str = "v1";
-pub(crate) const RESOURCE: &str = "nulls";
+pub const GROUP: &str = "null.bench.k8s.io";
+pub const VERSION: &str = "v1";
+pub const RESOURCE: &str = "nulls";
 const KIND: &str = "Null";
 /// Its APIService, and the Service (namespace, name) that APIService names.
 const APISERVICE: &str = "v1.null.bench.k8s.io";
@@ -148,9 +145,9 @@ impl Fixed {
 }
 
 /// A running null backend, registered with the aggregator.
-pub(crate) struct NullBackend {
+pub struct NullBackend {
     /// The port it listens on, on 127.0.0.1.
-    pub(crate) port: u16,
+    pub port: u16,
     fixed: Arc<Fixed>,
     events: broadcast::Sender<Bytes>,
     /// Its own runtime, so that the bench's load generator does not queue
@@ -171,7 +168,7 @@ impl NullBackend {
     /// its list `list_len` of them (the bench's "list 10") and `events`
     /// watch events ready to emit, registers its APIService with `cp`'s
     /// aggregator and returns once the aggregator proxies a get to it.
-    pub(crate) fn start(
+    pub fn start(
         cp: &ControlPlane,
         template: &serde_json::Value,
         list_len: usize,
@@ -217,7 +214,7 @@ impl NullBackend {
 
     /// Sends watch event `n` to every open watch now; returns how many
     /// watches it was sent to.
-    pub(crate) fn emit(&self, n: usize) -> usize {
+    pub fn emit(&self, n: usize) -> usize {
         self.events.send(self.fixed.events[n].clone()).unwrap_or(0)
     }
 

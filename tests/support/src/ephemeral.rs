@@ -4,26 +4,26 @@
 //! without a kubelet, EphemeralClaims from one template, tenants with chosen
 //! rights, and waiting on phases.
 
-#![allow(dead_code)] // Each test binary uses its own subset.
+#![allow(clippy::unwrap_used)] // Test helpers fail by panicking.
 
 use std::time::{Duration, Instant};
 
+use crate::csi::storage_class_yaml;
+use crate::{ControlPlane, Kubectl};
 use serde_json::Value;
-use sta_testenv::csi::storage_class_yaml;
-use sta_testenv::{ControlPlane, Kubectl};
 
 /// The CSI mock driver's class the templates use: reclaim policy Delete.
-pub(crate) const CSI_CLASS: &str = "ephemeral-csi";
+pub const CSI_CLASS: &str = "ephemeral-csi";
 
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Makes the test StorageClass (idempotent).
-pub(crate) fn ensure_class(k: &Kubectl) {
+pub fn ensure_class(k: &Kubectl) {
     k.apply(&storage_class_yaml(CSI_CLASS, "{}", "{}")).unwrap();
 }
 
 /// The volume bound to `namespace/claim`: its PV name and CSI volume id.
-pub(crate) fn bound_volume_of(k: &Kubectl, namespace: &str, claim: &str) -> (String, String) {
+pub fn bound_volume_of(k: &Kubectl, namespace: &str, claim: &str) -> (String, String) {
     let pvc = json_of(k, &["get", "pvc", claim, "-n", namespace]);
     let pv = pvc["spec"]["volumeName"]
         .as_str()
@@ -40,20 +40,20 @@ pub(crate) fn bound_volume_of(k: &Kubectl, namespace: &str, claim: &str) -> (Str
 /// Whether a pod is on a node (as if scheduled: KCM's pvc-protection counts it
 /// as a user of its claims) or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Scheduling {
+pub enum Scheduling {
     Scheduled,
     Unscheduled,
 }
 
 /// A pod that mounts `claim`. There is no kubelet: it stays without a phase
 /// until a test sets one.
-pub(crate) fn create_pod(k: &Kubectl, namespace: &str, name: &str, claim: &str, at: Scheduling) {
+pub fn create_pod(k: &Kubectl, namespace: &str, name: &str, claim: &str, at: Scheduling) {
     k.apply(&pod_yaml(namespace, name, claim, at))
         .unwrap_or_else(|e| panic!("pod {namespace}/{name}: {e}"));
 }
 
 /// The pod of [`create_pod`], as YAML.
-pub(crate) fn pod_yaml(namespace: &str, name: &str, claim: &str, at: Scheduling) -> String {
+pub fn pod_yaml(namespace: &str, name: &str, claim: &str, at: Scheduling) -> String {
     let node = match at {
         Scheduling::Scheduled => "  nodeName: test-node\n",
         Scheduling::Unscheduled => "",
@@ -65,7 +65,7 @@ pub(crate) fn pod_yaml(namespace: &str, name: &str, claim: &str, at: Scheduling)
 
 /// `spec.releasePolicy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Policy {
+pub enum Policy {
     Delete,
     Retain,
 }
@@ -73,7 +73,7 @@ pub(crate) enum Policy {
 /// An EphemeralClaim `name` owned by pod `owner`: 1Gi, ReadWriteOnce, of the
 /// CSI class, with two labels and an annotation; `extra` is one more line
 /// of the template's spec (or empty).
-pub(crate) fn ephemeral_claim_yaml(
+pub fn ephemeral_claim_yaml(
     namespace: &str,
     name: &str,
     owner: &str,
@@ -94,7 +94,7 @@ pub(crate) fn ephemeral_claim_yaml(
     )
 }
 
-pub(crate) fn apply_ephemeral_claim(
+pub fn apply_ephemeral_claim(
     k: &Kubectl,
     namespace: &str,
     name: &str,
@@ -107,7 +107,7 @@ pub(crate) fn apply_ephemeral_claim(
 
 /// A user who may create, get and list pods and EphemeralClaims in
 /// `namespace`, and nothing else (until [`grant`]ed more).
-pub(crate) fn tenant(cp: &ControlPlane, namespace: &str, user: &str) -> Kubectl {
+pub fn tenant(cp: &ControlPlane, namespace: &str, user: &str) -> Kubectl {
     grant(
         cp,
         namespace,
@@ -120,7 +120,7 @@ pub(crate) fn tenant(cp: &ControlPlane, namespace: &str, user: &str) -> Kubectl 
 
 /// Grants `user` the `verbs` on `resources` in `namespace`, with a Role and
 /// RoleBinding of their own.
-pub(crate) fn grant(cp: &ControlPlane, namespace: &str, user: &str, verbs: &str, resources: &str) {
+pub fn grant(cp: &ControlPlane, namespace: &str, user: &str, verbs: &str, resources: &str) {
     let role = format!("{user}-{}", verbs.replace(',', "-"));
     let k = cp.kubectl();
     k.ok(&[
@@ -146,7 +146,7 @@ pub(crate) fn grant(cp: &ControlPlane, namespace: &str, user: &str, verbs: &str,
 /// `kubectl get <args> -o json` as JSON, or `None` once it is gone. Retried
 /// for a while: a server that was just restarted takes a moment to be
 /// reachable again through the aggregator.
-pub(crate) fn get_json(k: &Kubectl, args: &[&str]) -> Option<Value> {
+pub fn get_json(k: &Kubectl, args: &[&str]) -> Option<Value> {
     let text = get_raw(k, args);
     (!text.trim().is_empty()).then(|| serde_json::from_str(&text).unwrap())
 }
@@ -171,21 +171,21 @@ fn get_raw(k: &Kubectl, args: &[&str]) -> String {
 }
 
 /// Like [`get_json`], for something that must exist.
-pub(crate) fn json_of(k: &Kubectl, args: &[&str]) -> Value {
+pub fn json_of(k: &Kubectl, args: &[&str]) -> Value {
     get_json(k, args).unwrap_or_else(|| panic!("{args:?} does not exist"))
 }
 
 /// A claim exactly as kube-apiserver serves it, for byte-for-byte comparison.
-pub(crate) fn raw_claim(k: &Kubectl, namespace: &str, name: &str) -> String {
+pub fn raw_claim(k: &Kubectl, namespace: &str, name: &str) -> String {
     get_raw(k, &["get", "pvc", name, "-n", namespace])
 }
 
-pub(crate) fn ec_json(k: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
+pub fn ec_json(k: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
     get_json(k, &["get", "ephemeralclaim", name, "-n", namespace])
 }
 
-/// `status.phase` ("" while unset, "<gone>" once deleted).
-pub(crate) fn ec_phase(k: &Kubectl, namespace: &str, name: &str) -> String {
+/// `status.phase` (`""` while unset, `"<gone>"` once deleted).
+pub fn ec_phase(k: &Kubectl, namespace: &str, name: &str) -> String {
     match ec_json(k, namespace, name) {
         None => "<gone>".to_owned(),
         Some(ec) => ec["status"]["phase"]
@@ -198,12 +198,7 @@ pub(crate) fn ec_phase(k: &Kubectl, namespace: &str, name: &str) -> String {
 /// Waits until the EphemeralClaim satisfies `done`; panics with its status if
 /// it does not within a minute.
 #[track_caller]
-pub(crate) fn wait_ec(
-    k: &Kubectl,
-    namespace: &str,
-    name: &str,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
+pub fn wait_ec(k: &Kubectl, namespace: &str, name: &str, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + WAIT;
     loop {
         let ec = ec_json(k, namespace, name);
@@ -225,6 +220,6 @@ pub(crate) fn wait_ec(
 
 /// Waits until the EphemeralClaim's phase is `phase`.
 #[track_caller]
-pub(crate) fn wait_phase(k: &Kubectl, namespace: &str, name: &str, phase: &str) -> Value {
+pub fn wait_phase(k: &Kubectl, namespace: &str, name: &str, phase: &str) -> Value {
     wait_ec(k, namespace, name, |ec| ec["status"]["phase"] == phase)
 }

@@ -1,7 +1,7 @@
 //! How long a NamespaceTransfer takes end to end, and the kube-controller-manager
 //! bind time it is compared with. Both run against a real control plane
 //! (etcd, kube-apiserver, kube-controller-manager, our server behind its
-//! APIService), as `sta_testenv::ControlPlane` starts it.
+//! APIService), as [`ControlPlane`] starts it.
 //!
 //! - [`transfer_latency`]: a statically provisioned volume bound to `<src>/db`,
 //!   an offer from `<src>` (processed: phase `WaitingForPeer`), then the
@@ -35,17 +35,14 @@
 //! benchmark fails by panicking: anything unexpected panics with what was seen.
 //! Namespaces and volumes are deleted after the last run of each function.
 
-// Each benchmark uses part of this module.
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::{ControlPlane, Kubectl, Namespace};
 use serde_json::Value;
-use sta_testenv::{ControlPlane, Kubectl, Namespace};
 
 use crate::scenario::{self, ALLOWED_CLASS, STATIC_ALLOWED_CLASS};
 
@@ -64,16 +61,16 @@ const CLAIM: &str = "db";
 
 /// Second consent → destination claim Bound, for each capacity, `runs` times each.
 #[derive(Debug, Clone)]
-pub(crate) struct TransferTiming {
+pub struct TransferTiming {
     /// The volume's capacity, as given (e.g. "1Gi").
-    pub(crate) capacity: String,
+    pub capacity: String,
     /// One latency per run, in run order.
-    pub(crate) runs: Vec<Duration>,
+    pub runs: Vec<Duration>,
 }
 
 /// The median of `samples` (the mean of the middle two for an even count);
 /// zero for none.
-pub(crate) fn median(samples: &[Duration]) -> Duration {
+pub fn median(samples: &[Duration]) -> Duration {
     let mut sorted = samples.to_vec();
     sorted.sort();
     match sorted.len() {
@@ -88,7 +85,7 @@ pub(crate) fn median(samples: &[Duration]) -> Duration {
 /// time from the second consent (the request) to the destination claim being
 /// `Bound`. Each run also checks that both transfers reached `Completed` and
 /// that the destination claim is bound to the same PV (name and uid).
-pub(crate) fn transfer_latency(
+pub fn transfer_latency(
     cp: &ControlPlane,
     capacities: &[&str],
     runs: usize,
@@ -101,7 +98,7 @@ pub(crate) fn transfer_latency(
 /// spec.volumeName = the PV; time from the claim's create to its phase Bound. This is the shape
 /// our protocol hands KCM at its end (R3 creates the destination claim with volumeName, R4 points
 /// the PV's claimRef at it). `runs` times.
-pub(crate) fn kcm_bind_baseline(cp: &ControlPlane, runs: usize) -> Vec<Duration> {
+pub fn kcm_bind_baseline(cp: &ControlPlane, runs: usize) -> Vec<Duration> {
     scenario::ensure_classes(cp.kubectl());
     let mut leftovers = Leftovers::default();
     let timings = (0..runs).map(|_| one_bind(cp, &mut leftovers)).collect();
@@ -117,11 +114,7 @@ pub(crate) fn kcm_bind_baseline(cp: &ControlPlane, runs: usize) -> Vec<Duration>
 /// bind. Each run checks that both transfers completed, that the driver made
 /// the destination's volume from the source's with the capacity asked, and
 /// that the source claim keeps its volume.
-pub(crate) fn clone_latency(
-    cp: &ControlPlane,
-    capacities: &[&str],
-    runs: usize,
-) -> Vec<TransferTiming> {
+pub fn clone_latency(cp: &ControlPlane, capacities: &[&str], runs: usize) -> Vec<TransferTiming> {
     each_capacity(cp, capacities, runs, one_clone)
 }
 
@@ -131,7 +124,7 @@ pub(crate) fn clone_latency(
 /// external-provisioner's `CreateVolume` from the source volume, then
 /// kube-controller-manager's bind). This is what C1–C2 cost at the least, so
 /// the difference is what the rest of the protocol costs.
-pub(crate) fn csi_clone_baseline(
+pub fn csi_clone_baseline(
     cp: &ControlPlane,
     capacities: &[&str],
     runs: usize,
@@ -144,7 +137,7 @@ pub(crate) fn csi_clone_baseline(
 /// consent (the request's `ADDED`) to the first event showing the
 /// destination's snapshot `readyToUse`. Each run checks that the move
 /// completed and that the driver never deleted the backend snapshot.
-pub(crate) fn snapshot_move_latency(cp: &ControlPlane, runs: usize) -> Vec<Duration> {
+pub fn snapshot_move_latency(cp: &ControlPlane, runs: usize) -> Vec<Duration> {
     scenario::ensure_classes(cp.kubectl());
     scenario::snapshots::ensure_snapshot_classes(cp.kubectl());
     let mut leftovers = Leftovers::default();
@@ -162,7 +155,7 @@ pub(crate) fn snapshot_move_latency(cp: &ControlPlane, runs: usize) -> Vec<Durat
 /// content; from its `ADDED` event to its first event showing it
 /// `readyToUse`. This is the bind the move's R3 hands the snapshot
 /// controller, so the difference is what the rest of the protocol costs.
-pub(crate) fn snapshot_bind_baseline(cp: &ControlPlane, runs: usize) -> Vec<Duration> {
+pub fn snapshot_bind_baseline(cp: &ControlPlane, runs: usize) -> Vec<Duration> {
     scenario::ensure_classes(cp.kubectl());
     scenario::snapshots::ensure_snapshot_classes(cp.kubectl());
     let mut leftovers = Leftovers::default();
@@ -207,7 +200,7 @@ fn one_snapshot_bind(cp: &ControlPlane, leftovers: &mut Leftovers) -> Duration {
     let dst = &s.dst.name;
     k.apply(&format!(
         "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshotContent\nmetadata:\n  name: {content}\nspec:\n  deletionPolicy: Retain\n  driver: {driver}\n  source:\n    snapshotHandle: \"{handle}\"\n  volumeSnapshotClassName: {SNAP_ALLOWED}\n  volumeSnapshotRef:\n    apiVersion: snapshot.storage.k8s.io/v1\n    kind: VolumeSnapshot\n    namespace: {dst}\n    name: nightly\n",
-        driver = sta_testenv::csi::DRIVER,
+        driver = crate::csi::DRIVER,
         handle = s.handle,
     ))
     .unwrap_or_else(|e| panic!("creating content {content}: {e}"));

@@ -4,9 +4,6 @@
 //! plotters draws text with: a TrueType font read from the system once per
 //! process (Debian package `fonts-dejavu-core`).
 
-// Each benchmark uses part of this module.
-#![allow(dead_code)]
-
 use std::fmt::Display;
 use std::ops::Range;
 use std::path::Path;
@@ -54,18 +51,20 @@ const VALUE_PX: f64 = 12.0;
 const LEGEND_PX: f64 = 15.0;
 
 /// One named series of values, one value per category.
-pub(crate) struct Series {
+#[derive(Debug)]
+pub struct Series {
     /// Shown in the legend.
-    pub(crate) name: String,
+    pub name: String,
     /// `values[i]` belongs to `categories[i]`; non-finite values are not drawn.
-    pub(crate) values: Vec<f64>,
+    pub values: Vec<f64>,
 }
 
 /// A horizontal reference line across a bar chart (a ceiling, a goal),
 /// labelled at its right end.
-pub(crate) struct Rule {
-    pub(crate) value: f64,
-    pub(crate) label: String,
+#[derive(Debug)]
+pub struct Rule {
+    pub value: f64,
+    pub label: String,
 }
 
 /// A grouped bar chart: one group per category, one bar per series, a legend.
@@ -75,7 +74,7 @@ pub(crate) struct Rule {
 /// above the bar. Returns an error when there is nothing to draw, when a
 /// series' length differs from the number of categories, or when the font
 /// or the file cannot be had.
-pub(crate) fn grouped_bars(
+pub fn grouped_bars(
     path: &Path,
     title: &str,
     y_label: &str,
@@ -89,7 +88,7 @@ pub(crate) fn grouped_bars(
 /// [`grouped_bars`] with horizontal reference lines drawn over the bars; the
 /// y axis spans the lines too. A line whose value cannot be drawn on the
 /// axis (not finite, or <= 0 on a log axis) is skipped.
-pub(crate) fn grouped_bars_with_rules(
+pub fn grouped_bars_with_rules(
     path: &Path,
     title: &str,
     y_label: &str,
@@ -234,7 +233,7 @@ pub(crate) fn grouped_bars_with_rules(
 /// Non-finite values are skipped (the line breaks there). Returns an error
 /// when there is nothing to draw, when a series' length differs from the
 /// number of categories, or when the font or the file cannot be had.
-pub(crate) fn lines(
+pub fn lines(
     path: &Path,
     title: &str,
     x_label: &str,

@@ -2,9 +2,6 @@
 //! rustls (as client-go talks to an API server), a fixed number of workers,
 //! and latency percentiles.
 
-// Each benchmark uses part of this module.
-#![allow(dead_code)]
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,11 +12,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
-pub(crate) const SERVER_NAME: &str = "storage-transfer-apiserver.storage-transfer-system.svc";
+pub const SERVER_NAME: &str = "storage-transfer-apiserver.storage-transfer-system.svc";
 
-pub(crate) type Client = SendRequest<Full<Bytes>>;
+pub type Client = SendRequest<Full<Bytes>>;
 
-pub(crate) fn env_f64(name: &str, default: f64) -> f64 {
+pub fn env_f64(name: &str, default: f64) -> f64 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
@@ -27,20 +24,20 @@ pub(crate) fn env_f64(name: &str, default: f64) -> f64 {
 }
 
 /// `n` scaled by `BENCH_SCALE` (default 1), at least 1.
-pub(crate) fn scaled(n: usize) -> usize {
+pub fn scaled(n: usize) -> usize {
     ((n as f64) * env_f64("BENCH_SCALE", 1.0)).round().max(1.0) as usize
 }
 
 /// An HTTP/2 connection to our server trusting `ca`, presenting `client`
 /// (certificate, key) if given.
-pub(crate) async fn connect(port: u16, ca: &Path, client: Option<(&Path, &Path)>) -> Client {
+pub async fn connect(port: u16, ca: &Path, client: Option<(&Path, &Path)>) -> Client {
     connect_to(port, SERVER_NAME, ca, client).await
 }
 
 /// An HTTP/2 connection to the server on `port` that presents a certificate
 /// for `server_name` signed by `ca`, presenting `client` (certificate, key)
 /// if given.
-pub(crate) async fn connect_to(
+pub async fn connect_to(
     port: u16,
     server_name: &str,
     ca: &Path,
@@ -94,7 +91,7 @@ pub(crate) async fn connect_to(
 }
 
 /// One request; returns the status and the whole body.
-pub(crate) async fn call_with(
+pub async fn call_with(
     client: &Client,
     method: Method,
     path: &str,
@@ -125,7 +122,7 @@ pub(crate) async fn call_with(
 }
 
 /// Waits until `/readyz` answers 200.
-pub(crate) async fn wait_ready(client: &Client) {
+pub async fn wait_ready(client: &Client) {
     loop {
         let (status, _) = call_with(client, Method::GET, "/readyz", &[], None).await;
         if status == 200 {
@@ -136,22 +133,23 @@ pub(crate) async fn wait_ready(client: &Client) {
 }
 
 /// Latencies of one operation, and the wall time they took together.
-pub(crate) struct Sample {
-    pub(crate) name: String,
-    pub(crate) latencies: Vec<Duration>,
-    pub(crate) wall: Duration,
+#[derive(Debug)]
+pub struct Sample {
+    pub name: String,
+    pub latencies: Vec<Duration>,
+    pub wall: Duration,
 }
 
 impl Sample {
     /// The latency at quantile `q`, in milliseconds.
-    pub(crate) fn quantile_ms(&mut self, q: f64) -> f64 {
+    pub fn quantile_ms(&mut self, q: f64) -> f64 {
         self.latencies.sort();
         let i = ((self.latencies.len() as f64 - 1.0) * q).round() as usize;
         self.latencies[i].as_secs_f64() * 1000.0
     }
 
     /// A Markdown row: name, requests, ops/s, p50, p99.
-    pub(crate) fn row(&mut self) -> String {
+    pub fn row(&mut self) -> String {
         let (p50, p99) = (self.quantile_ms(0.5), self.quantile_ms(0.99));
         format!(
             "| {} | {} | {:.0} | {p50:.2} | {p99:.2} |",
@@ -163,7 +161,7 @@ impl Sample {
 }
 
 /// Runs `total` calls of `op(i)` over `concurrency` workers.
-pub(crate) async fn run<F, Fut>(name: &str, total: usize, concurrency: usize, op: F) -> Sample
+pub async fn run<F, Fut>(name: &str, total: usize, concurrency: usize, op: F) -> Sample
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,

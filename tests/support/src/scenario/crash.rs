@@ -1,22 +1,25 @@
-//! Building blocks of the crash tests (they need the `fault-injection`
-//! feature): a private control plane whose server leads again within
-//! seconds of a restart, restarts with a fault in the server's environment,
-//! and the loop that crashes the server once at every boundary between two
-//! writes that it has not crashed at yet.
+//! Building blocks of the crash tests: a private control plane whose
+//! server leads again within seconds of a restart, restarts with a fault in
+//! the server's environment, and the loop that crashes the server once at
+//! every boundary between two writes that it has not crashed at yet.
+//!
+//! Only with this crate's `fault-injection` feature, which the server's
+//! feature of the same name turns on: a server built without it ignores
+//! the faults these restarts ask for.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sta_testenv::{ControlPlane, Kubectl, Options};
+use crate::{ControlPlane, Kubectl, Options};
 
 /// The exit code of an injected crash (src/controller/fault.rs).
-pub(crate) const FAULT_EXIT_CODE: i32 = 86;
+pub const FAULT_EXIT_CODE: i32 = 86;
 /// A short lease, so that a restarted server leads again within seconds.
 const LEASE: &str = "--leader-elect-lease-duration=2s";
 
 /// A control plane of its own for a crash test binary, whose server
 /// (`server_bin`) is restarted at will.
-pub(crate) fn private_control_plane(server_bin: &str) -> ControlPlane {
+pub fn private_control_plane(server_bin: &str) -> ControlPlane {
     let mut opts = Options::for_tests(server_bin);
     opts.server_args.push(LEASE.to_owned());
     let cp = ControlPlane::start(opts).unwrap_or_else(|e| panic!("{e}"));
@@ -25,7 +28,7 @@ pub(crate) fn private_control_plane(server_bin: &str) -> ControlPlane {
 }
 
 /// `pairs` as the environment a server is started with.
-pub(crate) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+pub fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -33,14 +36,14 @@ pub(crate) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// Restarts the server with `fault` in its environment (or none).
-pub(crate) fn restart(cp: &ControlPlane, fault: &[(&str, &str)]) {
+pub fn restart(cp: &ControlPlane, fault: &[(&str, &str)]) {
     cp.restart_server(&[], &env(fault))
         .unwrap_or_else(|e| panic!("restarting the server: {e}"));
 }
 
 /// The `STA_FAULT_EXIT_AFTER` that crashes the server once at each
 /// boundary `crossed` does not list yet, and adds it there.
-pub(crate) fn every_new_boundary(crossed: &Path) -> String {
+pub fn every_new_boundary(crossed: &Path) -> String {
     format!("*:{}", crossed.display())
 }
 
@@ -50,7 +53,7 @@ pub(crate) fn every_new_boundary(crossed: &Path) -> String {
 /// crash may keep a later boundary of the same action from being reached:
 /// the next decision goes on from the first write). The crashes and the
 /// pairs.
-pub(crate) fn crash_each_new_boundary_of<S>(
+pub fn crash_each_new_boundary_of<S>(
     cp: &ControlPlane,
     crossed: &Path,
     setup: impl Fn() -> S,
