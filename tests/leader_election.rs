@@ -6,12 +6,12 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use sta_testenv::Etcd;
 use storage_transfer_apiserver::controller::leader::{LeaderElection, LeaderStatus, Leadership};
 use storage_transfer_apiserver::storage::etcd::{EtcdConfig, EtcdStorage};
 use storage_transfer_apiserver::storage::{Storage, StorageError};
@@ -22,12 +22,6 @@ use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
 const ELECTION: &str = "/registry/storage.transfer.k8s.io/_leader/controllers";
-
-fn start_etcd(name: &str) -> sta_testenv::Etcd {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("leader-election-{name}-{}", std::process::id()));
-    sta_testenv::Etcd::start(&dir).unwrap()
-}
 
 async fn storage(url: &str) -> EtcdStorage {
     EtcdStorage::connect(&EtcdConfig {
@@ -207,7 +201,7 @@ async fn wait_for_a_leader(
 
 #[tokio::test]
 async fn two_candidates_on_one_election_never_lead_at_the_same_time() {
-    let etcd = start_etcd("two");
+    let etcd = Etcd::for_test("two");
     let ttl = Duration::from_secs(2);
     let referee = Arc::new(Referee::default());
     let a = Candidate::spawn("a", client(&etcd.url).await, ttl, &referee);
@@ -233,7 +227,7 @@ async fn two_candidates_on_one_election_never_lead_at_the_same_time() {
 
 #[tokio::test]
 async fn a_leader_shutting_down_hands_over_well_within_the_ttl() {
-    let etcd = start_etcd("handover");
+    let etcd = Etcd::for_test("handover");
     let ttl = Duration::from_secs(10);
     let referee = Arc::new(Referee::default());
     let a = Candidate::spawn("a", client(&etcd.url).await, ttl, &referee);
@@ -258,7 +252,7 @@ async fn a_leader_shutting_down_hands_over_well_within_the_ttl() {
 
 #[tokio::test]
 async fn a_leader_whose_lease_is_revoked_stops_and_the_other_takes_over() {
-    let etcd = start_etcd("revoked");
+    let etcd = Etcd::for_test("revoked");
     let ttl = Duration::from_secs(3);
     let referee = Arc::new(Referee::default());
     let mut a = Candidate::spawn("a", client(&etcd.url).await, ttl, &referee);
@@ -290,7 +284,7 @@ async fn a_leader_whose_lease_is_revoked_stops_and_the_other_takes_over() {
 
 #[tokio::test]
 async fn a_leader_cut_off_from_etcd_stops_passing_check_before_anyone_else_leads() {
-    let etcd = start_etcd("cut-off");
+    let etcd = Etcd::for_test("cut-off");
     let proxy = FreezableProxy::start(&etcd.url).await;
     let ttl = Duration::from_secs(3);
     let referee = Arc::new(Referee::default());
@@ -323,7 +317,7 @@ async fn a_leader_cut_off_from_etcd_stops_passing_check_before_anyone_else_leads
 
 #[tokio::test]
 async fn a_leaders_write_held_up_until_another_leads_is_refused_when_it_lands() {
-    let etcd = start_etcd("held-write");
+    let etcd = Etcd::for_test("held-write");
     let proxy = FreezableProxy::start(&etcd.url).await;
     let ttl = Duration::from_secs(2);
     let referee = Arc::new(Referee::default());
@@ -390,7 +384,7 @@ async fn a_leaders_write_held_up_until_another_leads_is_refused_when_it_lands() 
 
 #[tokio::test]
 async fn a_leader_whose_election_key_is_deleted_ends_its_term_and_can_no_longer_write() {
-    let etcd = start_etcd("key-deleted");
+    let etcd = Etcd::for_test("key-deleted");
     let ttl = Duration::from_secs(3);
     let referee = Arc::new(Referee::default());
     let mut a = Candidate::spawn("a", client(&etcd.url).await, ttl, &referee);

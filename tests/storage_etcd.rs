@@ -4,7 +4,6 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,9 +13,7 @@ use storage_transfer_apiserver::storage::{
 };
 
 async fn etcd(name: &str) -> (sta_testenv::Etcd, EtcdStorage) {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("storage-etcd-{name}-{}", std::process::id()));
-    let etcd = sta_testenv::Etcd::start(&dir).unwrap();
+    let etcd = sta_testenv::Etcd::for_test(name);
     let storage = EtcdStorage::connect(&EtcdConfig {
         endpoints: vec![etcd.url.clone()],
         ..EtcdConfig::default()

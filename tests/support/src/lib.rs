@@ -216,6 +216,30 @@ fn newest_change(path: &Path) -> Option<SystemTime> {
     newest
 }
 
+/// A directory of its own for one run of a test binary, under
+/// `target/testenv`, named after the binary.
+fn fresh_run_dir() -> PathBuf {
+    let stem = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "test".to_owned());
+    let stamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    // Tests in one binary run in parallel, and two of them may start a
+    // control plane within the same second: the counter keeps their
+    // directories (and so their PKI and etcd data) apart.
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    target
+        .join("testenv")
+        .join(format!("{stem}-{stamp}-{}-{run}", std::process::id()))
+}
+
 /// How to start a control plane.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -248,26 +272,8 @@ pub struct Options {
 impl Options {
     /// Options for a test binary: a fresh run directory under `target/testenv`.
     pub fn for_tests(server_bin: impl Into<PathBuf>) -> Self {
-        let stem = std::env::current_exe()
-            .ok()
-            .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| "test".to_owned());
-        let stamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("target"));
-        // Tests in one binary run in parallel, and two of them may start a
-        // control plane within the same second: the counter keeps their
-        // directories (and so their PKI and etcd data) apart.
-        static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
-            dir: target
-                .join("testenv")
-                .join(format!("{stem}-{stamp}-{}-{run}", std::process::id())),
+            dir: fresh_run_dir(),
             server_bin: server_bin.into(),
             server_args: Vec::new(),
             server_env: Vec::new(),
@@ -1646,6 +1652,14 @@ pub struct Etcd {
 }
 
 impl Etcd {
+    /// Starts etcd for one test: in a fresh run directory under
+    /// `target/testenv` (as [`Options::for_tests`] makes), its log at
+    /// `<that>/<name>/etcd.log`. Panics if it cannot: a test fails there.
+    #[track_caller]
+    pub fn for_test(name: &str) -> Self {
+        Self::start(&fresh_run_dir().join(name)).unwrap_or_else(|e| panic!("etcd for {name}: {e}"))
+    }
+
     /// Starts etcd on free ports with a fresh data dir; its log goes to
     /// `<dir>/etcd.log`.
     pub fn start(dir: &Path) -> Result<Self, Error> {
