@@ -60,6 +60,7 @@ use sta_testenv::bench::load::{
 };
 use sta_testenv::bench::null_backend::NullBackend;
 use sta_testenv::bench::plot::Series;
+use sta_testenv::bench::report::write_report;
 use sta_testenv::bench::{null_backend, plot, transfer};
 use sta_testenv::{crd, repo_root, ControlPlane, Options};
 
@@ -1772,24 +1773,6 @@ fn plots(r: &Results, targets: &[Arc<Target>], dir: &Path) {
     .unwrap();
 }
 
-/// Writes the report into `benchmarks.md` under `out`, between the markers
-/// if the file has them, so that the prose around them survives.
-fn write_report(out: &Path, generated: &str) {
-    let path = out.join("benchmarks.md");
-    let block = format!("{BEGIN}\n\n{generated}\n{END}");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(old) => match (old.find(BEGIN), old.find(END)) {
-            (Some(b), Some(e)) if b < e => {
-                format!("{}{block}{}", &old[..b], &old[e + END.len()..])
-            }
-            _ => format!("{old}\n{block}\n"),
-        },
-        Err(_) => format!("# Benchmarks\n\n{block}\n"),
-    };
-    std::fs::write(&path, text).unwrap();
-    println!("wrote {}", path.display());
-}
-
 /// `BENCH_ONLY=transfer`: the Move and Clone latency per size and the
 /// protocol's overhead over kube-controller-manager's own bind (a Clone's
 /// over the driver's own clone, which ends in such a bind), printed,
@@ -2167,5 +2150,5 @@ fn main() {
     let generated = report(&results, &targets, &provenance(&cp));
     println!("{generated}");
     plots(&results, &targets, &out.join("benchmarks"));
-    write_report(&out, &generated);
+    write_report(&out, BEGIN, END, &format!("{BEGIN}\n\n{generated}\n{END}"));
 }

@@ -55,6 +55,7 @@ use std::time::{Duration, Instant};
 use http::Method;
 use sta_testenv::bench::load::{call_with, connect_to, run, scaled};
 use sta_testenv::bench::plot::Series;
+use sta_testenv::bench::report::write_report;
 use sta_testenv::bench::writes::Settled;
 use sta_testenv::bench::{load, plot};
 use sta_testenv::scenario;
@@ -1003,24 +1004,6 @@ fn plots(sizes: &[Size], at_default: &Size, flood: &Flood, dir: &Path) {
     .unwrap();
 }
 
-/// Replaces this bench's block in `benchmarks.md` (appends it if absent).
-fn write_report(out: &Path, generated: &str) {
-    let path = out.join("benchmarks.md");
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
-    let text = match (text.find(BEGIN), text.find(END)) {
-        (Some(b), Some(e)) if b < e => {
-            format!(
-                "{}{}{}",
-                &text[..b],
-                generated.trim_end(),
-                &text[e + END.len()..]
-            )
-        }
-        _ => format!("{}\n{generated}", text.trim_end()),
-    };
-    std::fs::write(&path, text).unwrap();
-}
-
 fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     if std::env::var("BENCH_ONLY").as_deref() == Ok("flood") {
@@ -1074,5 +1057,6 @@ fn main() {
     let dir = out.join("benchmarks");
     std::fs::create_dir_all(&dir).unwrap();
     plots(&sizes, &at_default, &flood, &dir);
-    write_report(&out, &report(&sizes, &at_default, &wait, &flood));
+    let block = report(&sizes, &at_default, &wait, &flood);
+    write_report(&out, BEGIN, END, &block);
 }
