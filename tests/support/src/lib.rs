@@ -61,6 +61,7 @@ pub use csi::{Csi, CsiBinaries, CsiCall};
 pub use etcd_cluster::EtcdCluster;
 pub use kubectl::{Kubectl, Run};
 use pki::{Pki, Usage};
+pub(crate) use process::wait_ready;
 use process::{Process, Watchdog};
 
 /// The namespace and name of the Service the APIService points at.
@@ -610,40 +611,10 @@ impl ControlPlane {
             args.extend(extra.iter().cloned());
             Ok(args)
         };
-        let p = self.spawn_ready(name, program, with_extra, env, timeout, ready)?;
+        let log = self.log_path(name);
+        let p = process::spawn_ready(name, program, with_extra, &log, env, timeout, ready)?;
         self.track(p);
         Ok(())
-    }
-
-    /// Spawns `name` until it is ready, on fresh ports (from `args_for`) while
-    /// it loses port races, and again if it gave up on a request that timed
-    /// out (up to three starts); the caller tracks the process.
-    fn spawn_ready(
-        &self,
-        name: &str,
-        program: &Path,
-        mut args_for: impl FnMut() -> Result<Vec<String>, Error>,
-        env: &[(&str, &str)],
-        timeout: Duration,
-        mut ready: impl FnMut() -> bool,
-    ) -> Result<Process, Error> {
-        let log = self.log_path(name);
-        for attempt in 1..=3 {
-            let args = args_for()?;
-            let mut p = Process::spawn(name, program, &args, &log, env)?;
-            match wait_ready(&mut p, name, timeout, &mut ready) {
-                Ok(()) => return Ok(p),
-                Err(e) => {
-                    let retry =
-                        attempt < 3 && (p.lost_port_race() || p.gave_up_on_a_slow_request());
-                    p.stop(Duration::from_secs(2));
-                    if !retry {
-                        return Err(e);
-                    }
-                }
-            }
-        }
-        unreachable!("the last attempt returns")
     }
 
     fn start_etcd(&mut self) -> Result<(), Error> {
@@ -1388,7 +1359,7 @@ impl ControlPlane {
         );
         let env = server_env(env);
         let port = std::cell::Cell::new(0u16);
-        let p = self.spawn_ready(
+        let p = process::spawn_ready(
             &file,
             &self.server.bin,
             || {
@@ -1397,6 +1368,7 @@ impl ControlPlane {
                 self.write_direct_kubeconfig(&kubeconfig, p)?;
                 Ok(self.server_command_line(p, extra_args))
             },
+            &log,
             &env_refs(&env),
             SERVER_READY_TIMEOUT,
             || direct.run(&["get", "--raw=/readyz"]).success,
@@ -1608,36 +1580,6 @@ fn prune_old_runs(parent: &Path, keep: usize) {
     }
 }
 
-fn wait_ready(
-    p: &mut Process,
-    name: &str,
-    timeout: Duration,
-    ready: &mut impl FnMut() -> bool,
-) -> Result<(), Error> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if !p.is_running() {
-            return Err(Error::Exited {
-                component: name.to_owned(),
-                log: p.log.clone(),
-                tail: p.log_tail(),
-            });
-        }
-        if ready() {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(Error::Timeout {
-                what: format!("{name} to become ready"),
-                timeout,
-                log: p.log.clone(),
-                tail: p.log_tail(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 fn etcd_args(data: &Path, client: u16, peer: u16) -> Vec<String> {
     let only = format!("testenv=http://127.0.0.1:{peer}");
     etcd_cluster::member_args("testenv", data, client, peer, &only)
@@ -1667,31 +1609,32 @@ impl Etcd {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let data = etcd_data_dir(dir);
         let log = dir.join("etcd.log");
-        for attempt in 1..=3 {
-            let _ = std::fs::remove_dir_all(&data);
-            let (client, peer) = (free_port()?, free_port()?);
-            let mut p = Process::spawn("etcd", &bin, &etcd_args(&data, client, peer), &log, &[])?;
-            match wait_ready(&mut p, "etcd", Duration::from_secs(30), &mut || {
-                etcd_healthy(client)
-            }) {
-                Ok(()) => {
-                    return Ok(Self {
-                        url: format!("http://127.0.0.1:{client}"),
-                        process: p,
-                        data,
-                    })
-                }
-                Err(e) => {
-                    let retry = attempt < 3 && p.lost_port_race();
-                    p.stop(Duration::from_secs(2));
-                    let _ = std::fs::remove_dir_all(&data);
-                    if !retry {
-                        return Err(e);
-                    }
-                }
+        let client = std::cell::Cell::new(0u16);
+        let started = process::spawn_ready(
+            "etcd",
+            &bin,
+            || {
+                let _ = std::fs::remove_dir_all(&data);
+                let (c, peer) = (free_port()?, free_port()?);
+                client.set(c);
+                Ok(etcd_args(&data, c, peer))
+            },
+            &log,
+            &[],
+            Duration::from_secs(30),
+            || etcd_healthy(client.get()),
+        );
+        match started {
+            Ok(process) => Ok(Self {
+                url: format!("http://127.0.0.1:{}", client.get()),
+                process,
+                data,
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&data);
+                Err(e)
             }
         }
-        unreachable!("the last attempt returns")
     }
 }
 
@@ -1729,33 +1672,48 @@ impl Etcd {
         let bin = etcd_binary()?;
         let data = etcd_data_dir(dir);
         let log = dir.join("etcd.log");
-        let (client_port, peer) = (free_port()?, free_port()?);
-        // Readiness is read from the log below, so keep etcd's info lines.
-        let mut args: Vec<String> = etcd_args(&data, client_port, peer)
-            .into_iter()
-            .filter(|a| !a.starts_with("--log-level"))
-            .collect();
-        for a in args.iter_mut() {
-            if a.starts_with("--listen-client-urls=") || a.starts_with("--advertise-client-urls=") {
-                *a = a.replace("http://", "https://");
-            }
-        }
-        args.extend([
-            format!("--cert-file={}", server.cert.display()),
-            format!("--key-file={}", server.key.display()),
-            format!("--trusted-ca-file={}", ca.cert.display()),
-            "--client-cert-auth".to_owned(),
-        ]);
-        let mut p = Process::spawn("etcd", &bin, &args, &log, &[])?;
-        let log_for_check = log.clone();
-        if let Err(e) = wait_ready(&mut p, "etcd", Duration::from_secs(30), &mut || {
-            std::fs::read_to_string(&log_for_check)
-                .is_ok_and(|l| l.contains("ready to serve client requests"))
-        }) {
-            p.stop(Duration::from_secs(2));
+        let client_port = std::cell::Cell::new(0u16);
+        let tls_args = || {
             let _ = std::fs::remove_dir_all(&data);
-            return Err(e);
-        }
+            let (port, peer) = (free_port()?, free_port()?);
+            client_port.set(port);
+            // Readiness is read from the log below, so keep etcd's info lines.
+            let mut args: Vec<String> = etcd_args(&data, port, peer)
+                .into_iter()
+                .filter(|a| !a.starts_with("--log-level"))
+                .collect();
+            for a in args.iter_mut() {
+                if a.starts_with("--listen-client-urls=")
+                    || a.starts_with("--advertise-client-urls=")
+                {
+                    *a = a.replace("http://", "https://");
+                }
+            }
+            args.extend([
+                format!("--cert-file={}", server.cert.display()),
+                format!("--key-file={}", server.key.display()),
+                format!("--trusted-ca-file={}", ca.cert.display()),
+                "--client-cert-auth".to_owned(),
+            ]);
+            Ok(args)
+        };
+        // Each start writes its log anew.
+        let p = process::spawn_ready(
+            "etcd",
+            &bin,
+            tls_args,
+            &log,
+            &[],
+            Duration::from_secs(30),
+            || {
+                std::fs::read_to_string(&log)
+                    .is_ok_and(|l| l.contains("ready to serve client requests"))
+            },
+        )
+        .inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&data);
+        })?;
+        let client_port = client_port.get();
         Ok((
             Self {
                 url: format!("https://127.0.0.1:{client_port}"),

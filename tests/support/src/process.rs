@@ -424,3 +424,68 @@ pub fn rotate_log(log: &Path) -> Result<Option<PathBuf>, Error> {
     }
     unreachable!("some number is free")
 }
+
+/// Spawns `name` until it is ready: on fresh ports (from `args_for`, called
+/// once a start) while it loses port races, and again if it gave up on a
+/// request that timed out; up to three starts. A component we start is a
+/// separate program that must be told its port, so the port is chosen
+/// free ([`crate::free_port`]) and the race for it lost now and then is
+/// won by a start on another. Logs to `log`; the caller tracks the process.
+pub(crate) fn spawn_ready(
+    name: &str,
+    program: &Path,
+    mut args_for: impl FnMut() -> Result<Vec<String>, Error>,
+    log: &Path,
+    env: &[(&str, &str)],
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<Process, Error> {
+    let mut attempt = 1;
+    loop {
+        let args = args_for()?;
+        let mut p = Process::spawn(name, program, &args, log, env)?;
+        match wait_ready(&mut p, name, timeout, &mut ready) {
+            Ok(()) => return Ok(p),
+            Err(e) => {
+                let retry = attempt < 3 && (p.lost_port_race() || p.gave_up_on_a_slow_request());
+                p.stop(Duration::from_secs(2));
+                if !retry {
+                    return Err(e);
+                }
+            }
+        }
+        attempt += 1;
+    }
+}
+
+/// Waits until `ready` says `p` (named `name`) is, for at most `timeout`;
+/// an error with its log's tail if it exits or the time runs out.
+pub(crate) fn wait_ready(
+    p: &mut Process,
+    name: &str,
+    timeout: Duration,
+    ready: &mut impl FnMut() -> bool,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if !p.is_running() {
+            return Err(Error::Exited {
+                component: name.to_owned(),
+                log: p.log.clone(),
+                tail: p.log_tail(),
+            });
+        }
+        if ready() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what: format!("{name} to become ready"),
+                timeout,
+                log: p.log.clone(),
+                tail: p.log_tail(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
