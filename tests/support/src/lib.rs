@@ -341,7 +341,7 @@ fn etcd_binary() -> Result<PathBuf, Error> {
 }
 
 /// A free TCP port on 127.0.0.1, at the moment of asking, and none this
-/// process was given among the last [`RECENT_PORTS`]: the listener is
+/// process was given among the last 4,096 (`RECENT_PORTS`): the listener is
 /// closed before the port is used, so the kernel may offer the same port
 /// to the next caller (an etcd cluster once got two members on one peer
 /// port, and refused to start).
