@@ -2,10 +2,10 @@
 //! list ([`plugins`]):
 //! 1. [`RightsAdmission`]: the rights a tenant must hold for what it
 //!    creates (DESIGN §3.1);
-//! 2. [`MutatingPolicies`]: mutating admission policies;
-//! 3. [`MutatingWebhooks`]: mutating webhooks;
-//! 4. [`ValidatingPolicies`]: validating admission policies;
-//! 5. [`ValidatingWebhooks`]: validating webhooks;
+//! 2. mutating admission policies;
+//! 3. mutating webhooks;
+//! 4. validating admission policies;
+//! 5. validating webhooks (2 to 5 are each a [`ClusterPlugin`]);
 //! 6. [`ResourceQuotas`]: the namespace's object counts, on a create.
 //!
 //! kube's two phases run over this one list
@@ -45,12 +45,21 @@ pub fn plugins(
         let config = config.clone();
         let policies = Arc::new(Policies::new(client.clone(), authorizer));
         let webhooks = Arc::new(Webhooks::new(client.clone()));
-        let cluster = Cluster { config };
+        let cluster = |which| -> Arc<dyn Plugin> {
+            Arc::new(ClusterPlugin {
+                which,
+                cluster: Cluster {
+                    config: config.clone(),
+                },
+                policies: policies.clone(),
+                webhooks: webhooks.clone(),
+            })
+        };
         plugins.extend([
-            Arc::new(MutatingPolicies(cluster.clone(), policies.clone())) as Arc<dyn Plugin>,
-            Arc::new(MutatingWebhooks(cluster.clone(), webhooks.clone())),
-            Arc::new(ValidatingPolicies(cluster.clone(), policies)),
-            Arc::new(ValidatingWebhooks(cluster, webhooks)),
+            cluster(Configured::MutatingPolicies),
+            cluster(Configured::MutatingWebhooks),
+            cluster(Configured::ValidatingPolicies),
+            cluster(Configured::ValidatingWebhooks),
             Arc::new(ResourceQuotas::new(client.clone())),
         ]);
     }
@@ -133,18 +142,41 @@ impl Namespaces for WithRequestNamespace<'_> {
     }
 }
 
-/// kube's `MutatingAdmissionPolicy` plugin.
+/// Which of kube's four plugins over the cluster's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Configured {
+    MutatingPolicies,
+    MutatingWebhooks,
+    ValidatingPolicies,
+    ValidatingWebhooks,
+}
+
+/// One of the cluster's policy and webhook plugins (kube's
+/// `MutatingAdmissionPolicy`, `MutatingAdmissionWebhook`,
+/// `ValidatingAdmissionPolicy`, `ValidatingAdmissionWebhook`): the four
+/// share the watched configuration, and the policies and the webhooks
+/// their evaluators.
 #[derive(Debug)]
-struct MutatingPolicies(Cluster, Arc<Policies>);
+struct ClusterPlugin {
+    which: Configured,
+    cluster: Cluster,
+    policies: Arc<Policies>,
+    webhooks: Arc<Webhooks>,
+}
 
 #[async_trait::async_trait]
-impl Plugin for MutatingPolicies {
+impl Plugin for ClusterPlugin {
     fn name(&self) -> &'static str {
-        "MutatingAdmissionPolicy"
+        match self.which {
+            Configured::MutatingPolicies => "MutatingAdmissionPolicy",
+            Configured::MutatingWebhooks => "MutatingAdmissionWebhook",
+            Configured::ValidatingPolicies => "ValidatingAdmissionPolicy",
+            Configured::ValidatingWebhooks => "ValidatingAdmissionWebhook",
+        }
     }
 
     fn handles(&self, _: Operation) -> bool {
-        self.0.active()
+        self.cluster.active()
     }
 
     async fn admit(
@@ -153,79 +185,41 @@ impl Plugin for MutatingPolicies {
         attrs: &mut Attributes,
         passes: &mut Reinvocation,
     ) -> Result<(), ApiError> {
-        let (snapshot, namespaces) = self.0.look(attrs).await?;
-        self.1
-            .mutate(&snapshot, attrs, ctx, &namespaces, passes)
-            .await
-    }
-}
-
-/// kube's `MutatingAdmissionWebhook` plugin.
-#[derive(Debug)]
-struct MutatingWebhooks(Cluster, Arc<Webhooks>);
-
-#[async_trait::async_trait]
-impl Plugin for MutatingWebhooks {
-    fn name(&self) -> &'static str {
-        "MutatingAdmissionWebhook"
-    }
-
-    fn handles(&self, _: Operation) -> bool {
-        self.0.active()
-    }
-
-    async fn admit(
-        &self,
-        ctx: &Context,
-        attrs: &mut Attributes,
-        passes: &mut Reinvocation,
-    ) -> Result<(), ApiError> {
-        let (snapshot, namespaces) = self.0.look(attrs).await?;
-        self.1
-            .mutate(&snapshot.mutating_webhooks, attrs, ctx, &namespaces, passes)
-            .await
-    }
-}
-
-/// kube's `ValidatingAdmissionPolicy` plugin.
-#[derive(Debug)]
-struct ValidatingPolicies(Cluster, Arc<Policies>);
-
-#[async_trait::async_trait]
-impl Plugin for ValidatingPolicies {
-    fn name(&self) -> &'static str {
-        "ValidatingAdmissionPolicy"
-    }
-
-    fn handles(&self, _: Operation) -> bool {
-        self.0.active()
+        match self.which {
+            Configured::MutatingPolicies => {
+                let (snapshot, namespaces) = self.cluster.look(attrs).await?;
+                self.policies
+                    .mutate(&snapshot, attrs, ctx, &namespaces, passes)
+                    .await
+            }
+            Configured::MutatingWebhooks => {
+                let (snapshot, namespaces) = self.cluster.look(attrs).await?;
+                let configs = &snapshot.mutating_webhooks;
+                self.webhooks
+                    .mutate(configs, attrs, ctx, &namespaces, passes)
+                    .await
+            }
+            Configured::ValidatingPolicies | Configured::ValidatingWebhooks => Ok(()),
+        }
     }
 
     async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError> {
-        let (snapshot, namespaces) = self.0.look(attrs).await?;
-        self.1.validate(&snapshot, attrs, ctx, &namespaces).await
-    }
-}
-
-/// kube's `ValidatingAdmissionWebhook` plugin.
-#[derive(Debug)]
-struct ValidatingWebhooks(Cluster, Arc<Webhooks>);
-
-#[async_trait::async_trait]
-impl Plugin for ValidatingWebhooks {
-    fn name(&self) -> &'static str {
-        "ValidatingAdmissionWebhook"
-    }
-
-    fn handles(&self, _: Operation) -> bool {
-        self.0.active()
-    }
-
-    async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError> {
-        let (snapshot, namespaces) = self.0.look(attrs).await?;
-        self.1
-            .validate(&snapshot.validating_webhooks, attrs, ctx, &namespaces)
-            .await
+        match self.which {
+            Configured::ValidatingPolicies => {
+                let (snapshot, namespaces) = self.cluster.look(attrs).await?;
+                self.policies
+                    .validate(&snapshot, attrs, ctx, &namespaces)
+                    .await
+            }
+            Configured::ValidatingWebhooks => {
+                let (snapshot, namespaces) = self.cluster.look(attrs).await?;
+                let configs = &snapshot.validating_webhooks;
+                self.webhooks
+                    .validate(configs, attrs, ctx, &namespaces)
+                    .await
+            }
+            Configured::MutatingPolicies | Configured::MutatingWebhooks => Ok(()),
+        }
     }
 }
 
