@@ -17,7 +17,8 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::process::{Process, Watchdog};
-use crate::{etcd_binary, etcd_data_dir, etcd_healthy, free_port, io_err, wait_ready, Error};
+use crate::start::etcd::{etcd_data_dir, etcd_healthy};
+use crate::{etcd_binary, free_port, io_err, wait_ready, Error};
 
 /// How long a member, or the whole cluster, may take to become healthy.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
