@@ -154,7 +154,7 @@ impl ControlPlane {
 
     /// The error to report if our server has exited: start-up is pointless
     /// then, whatever else is still waited for.
-    pub(crate) fn server_exited(&self) -> Option<Error> {
+    pub(super) fn server_exited(&self) -> Option<Error> {
         let mut procs = lock(&self.processes);
         let p = procs.iter_mut().find(|p| p.name == SERVER)?;
         if p.is_running() {
