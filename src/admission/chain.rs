@@ -1,11 +1,11 @@
 //! The admission chain: every plugin, in kube-apiserver's order, as one
 //! list ([`plugins`]):
 //! 1. [`RightsAdmission`]: the rights a tenant must hold for what it
-//!    creates (DESIGN §3.1);
+//!    creates (DESIGN §2.1.2, §2.2);
 //! 2. mutating admission policies;
 //! 3. mutating webhooks;
 //! 4. validating admission policies;
-//! 5. validating webhooks (2 to 5 are each a [`ClusterPlugin`]);
+//! 5. validating webhooks (2 to 5 are each a `ClusterPlugin`);
 //! 6. [`ResourceQuotas`]: the namespace's object counts, on a create.
 //!
 //! kube's two phases run over this one list
@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::Namespace;
 
 use crate::api::errors::ApiError;
 use crate::authz::Authorizer;
-use crate::registry::admission::{Attributes, Chain, Operation, Plugin, Reinvocation};
+use crate::registry::admission::{Attributes, Chain, Operation, Phase, Plugin, Reinvocation};
 use crate::registry::Context;
 
 use super::config::{AdmissionConfig, SYNC_WAIT};
@@ -67,7 +67,9 @@ pub fn plugins(
 }
 
 /// What the cluster's policies and webhooks share: the watched
-/// configuration, and the namespaces their selectors match.
+/// configuration, from which each call takes its own look (a snapshot,
+/// and the namespaces its selectors match; kube's plugins each read their
+/// own informers on every call too).
 #[derive(Debug, Clone)]
 struct Cluster {
     config: Arc<AdmissionConfig>,
@@ -175,8 +177,12 @@ impl Plugin for ClusterPlugin {
         }
     }
 
-    fn handles(&self, _: Operation) -> bool {
-        self.cluster.active()
+    fn handles(&self, _: Operation, phase: Phase) -> bool {
+        let mutates = matches!(
+            self.which,
+            Configured::MutatingPolicies | Configured::MutatingWebhooks
+        );
+        self.cluster.active() && mutates == (phase == Phase::Mutating)
     }
 
     async fn admit(
@@ -251,8 +257,13 @@ mod tests {
         // Until the configuration is listed, every write passes through the
         // cluster's plugins (which refuse it until then); the tenant's rights
         // and quota are asked on a create only.
-        assert!(chain.handles(Operation::Update));
-        assert!(chain.handles(Operation::Delete));
-        assert!(!alone.handles(Operation::Update));
+        for phase in [Phase::Mutating, Phase::Validating] {
+            assert!(chain.handles(Operation::Update, phase));
+            assert!(chain.handles(Operation::Delete, phase));
+            assert!(!alone.handles(Operation::Update, phase));
+        }
+        // Alone, a create builds nothing for the mutating phase.
+        assert!(!alone.handles(Operation::Create, Phase::Mutating));
+        assert!(alone.handles(Operation::Create, Phase::Validating));
     }
 }

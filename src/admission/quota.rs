@@ -21,7 +21,9 @@
 //!
 //! A create that fails after it was charged (a name taken, a lost etcd
 //! write) leaves the quota charged one too many, as in kube, until the
-//! quota controller next recounts.
+//! quota controller next recounts. A generated name that turns out to be
+//! taken is charged again with the next name drawn, as kube's retry of
+//! `generateName` is (about once in fourteen million creates).
 //!
 //! Where the quotas are read, as kube's quota admission reads them: from a
 //! watch of the cluster's ResourceQuotas, each replaced by the copy this
@@ -35,8 +37,9 @@
 //! namespace with no quota costs kube-apiserver nothing most of the time,
 //! and never a read of its own.
 //!
-//! Owns the decision ([`check_create`], pure) and the charge; the store
-//! decides when it runs (last, after validating admission, once per create).
+//! Owns the decision ([`check_create`], pure) and the charge; it is the
+//! last plugin of the chain (`crate::admission::chain`), so it runs after
+//! every other validating plugin, once for each name a create tries.
 //! It must not touch anything but ResourceQuotas.
 
 use std::collections::{BTreeSet, HashMap};
@@ -50,7 +53,7 @@ use tokio::time::Instant;
 
 use crate::api::errors::{ApiError, GroupResource};
 use crate::reflect::Watched;
-use crate::registry::admission::{Attributes, Operation, Plugin};
+use crate::registry::admission::{Attributes, Operation, Phase, Plugin};
 use crate::registry::Context;
 
 /// How often the charge is redone after a quota changed under it.
@@ -402,8 +405,8 @@ impl Plugin for ResourceQuotas {
         "ResourceQuota"
     }
 
-    fn handles(&self, operation: Operation) -> bool {
-        operation == Operation::Create
+    fn handles(&self, operation: Operation, phase: Phase) -> bool {
+        operation == Operation::Create && phase == Phase::Validating
     }
 
     async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError> {

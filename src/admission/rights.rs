@@ -14,7 +14,7 @@ use crate::api::errors::ApiError;
 use crate::api::meta::{Object, Requester};
 use crate::api::namespace_transfer::{NamespaceTransfer, Role, TransferMode, SNAPSHOT_GROUP};
 use crate::authz::{Attributes, Authorizer, Decision, ResourceAttributes};
-use crate::registry::admission::{Attributes as Write, Operation, Plugin};
+use crate::registry::admission::{Attributes as Write, Operation, Phase, Plugin};
 use crate::registry::Context;
 
 /// One right an object needs its requester to hold.
@@ -271,8 +271,8 @@ impl Plugin for RightsAdmission {
         "TenantRights"
     }
 
-    fn handles(&self, operation: Operation) -> bool {
-        operation == Operation::Create
+    fn handles(&self, operation: Operation, phase: Phase) -> bool {
+        operation == Operation::Create && phase == Phase::Validating
     }
 
     async fn validate(&self, ctx: &Context, write: &Write) -> Result<(), ApiError> {

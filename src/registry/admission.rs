@@ -70,19 +70,30 @@ pub struct Attributes {
     pub user: Requester,
 }
 
+/// kube's two phases of admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// A plugin may change the object (kube's `MutationInterface`).
+    Mutating,
+    /// A plugin may only refuse it (kube's `ValidationInterface`).
+    Validating,
+}
+
 /// One admission plugin, as k8s.io/apiserver's `admission.Interface`: which
-/// operations it acts on, and what it does in each of kube's two phases. A
-/// plugin acts in the mutating phase, the validating phase, or both; what
-/// it leaves out does nothing. Only client writes are admitted: the
+/// operations it acts on in which of kube's two phases, and what it does in
+/// each. A plugin acts in the mutating phase, the validating phase, or
+/// both; what it leaves out does nothing. Only client writes are admitted: the
 /// controllers' own protocol steps are not (a webhook that could refuse a
 /// finalizer's removal would wedge a transfer halfway).
 #[async_trait::async_trait]
 pub trait Plugin: Send + Sync + std::fmt::Debug {
     /// Its name, as kube's `--enable-admission-plugins` names it.
     fn name(&self) -> &'static str;
-    /// Whether it would act on a write of `operation` now (kube's
-    /// `Handles`); when no plugin would, the store builds no attributes.
-    fn handles(&self, operation: Operation) -> bool;
+    /// Whether it would act on a write of `operation` in `phase` now
+    /// (kube's `Handles`, and whether it is a mutation or a validation
+    /// interface); when no plugin would, the store builds no attributes
+    /// for that phase.
+    fn handles(&self, operation: Operation, phase: Phase) -> bool;
     /// The mutating phase: may replace `attrs.object`. `passes` is shared
     /// by the request's mutators, for kube's reinvocation.
     async fn admit(
@@ -132,9 +143,9 @@ impl Chain {
         self.plugins.iter().map(|p| p.name()).collect()
     }
 
-    /// Whether any plugin would act on a write of `operation`.
-    pub fn handles(&self, operation: Operation) -> bool {
-        self.plugins.iter().any(|p| p.handles(operation))
+    /// Whether any plugin would act on a write of `operation` in `phase`.
+    pub fn handles(&self, operation: Operation, phase: Phase) -> bool {
+        self.plugins.iter().any(|p| p.handles(operation, phase))
     }
 
     /// The mutating phase; and, when a mutator asked for it and a later one
@@ -157,7 +168,7 @@ impl Chain {
         passes: &mut Reinvocation,
     ) -> Result<(), ApiError> {
         for plugin in &self.plugins {
-            if plugin.handles(attrs.operation) {
+            if plugin.handles(attrs.operation, Phase::Mutating) {
                 plugin.admit(ctx, attrs, passes).await?;
             }
         }
@@ -167,7 +178,7 @@ impl Chain {
     /// The validating phase.
     pub async fn validate(&self, ctx: &Context, attrs: &Attributes) -> Result<(), ApiError> {
         for plugin in &self.plugins {
-            if plugin.handles(attrs.operation) {
+            if plugin.handles(attrs.operation, Phase::Validating) {
                 plugin.validate(ctx, attrs).await?;
             }
         }
@@ -322,7 +333,7 @@ mod tests {
             self.name
         }
 
-        fn handles(&self, operation: Operation) -> bool {
+        fn handles(&self, operation: Operation, _: Phase) -> bool {
             self.operations.contains(&operation)
         }
 
@@ -402,8 +413,8 @@ mod tests {
             Arc::new(Marks::new("never", &log)),
         ]);
         assert_eq!(chain.names(), ["first", "creates-only", "refuses", "never"]);
-        assert!(chain.handles(Operation::Update));
-        assert!(!chain.handles(Operation::Delete));
+        assert!(chain.handles(Operation::Update, Phase::Mutating));
+        assert!(!chain.handles(Operation::Delete, Phase::Validating));
         let ctx = Context::default();
         let mut update = write(Operation::Update);
         chain.admit(&ctx, &mut update).await.unwrap();

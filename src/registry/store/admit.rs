@@ -10,17 +10,25 @@ use serde_json::json;
 use crate::api::errors::ApiError;
 use crate::api::meta::Object;
 use crate::api::{self};
-use crate::registry::admission::{Attributes, Operation};
+use crate::registry::admission::{Attributes, Operation, Phase};
 use crate::registry::{Context, Writer};
 
 use super::{DeleteOptions, Store, Strategy};
 
 impl<S: Strategy> Store<S> {
-    /// The attributes of a client write, or `None` when nothing admits it.
+    /// Whether any plugin admits this write in `phase`: only client writes
+    /// are admitted, and only where a plugin acts.
+    fn admits(&self, ctx: &Context, operation: Operation, phase: Phase) -> bool {
+        ctx.writer == Writer::Client && self.admission.handles(operation, phase)
+    }
+
+    /// The attributes of a client write, or `None` when nothing admits it
+    /// in any of `phases`.
     #[allow(clippy::too_many_arguments)]
     fn admission_attributes(
         &self,
         ctx: &Context,
+        phases: &[Phase],
         operation: Operation,
         namespace: &str,
         name: &str,
@@ -28,7 +36,7 @@ impl<S: Strategy> Store<S> {
         old: Option<&S::Object>,
         status: bool,
     ) -> Result<Option<Attributes>, ApiError> {
-        if ctx.writer != Writer::Client || !self.admission.handles(operation) {
+        if !phases.iter().any(|&p| self.admits(ctx, operation, p)) {
             return Ok(None);
         }
         let to_json = |o: &S::Object| {
@@ -80,8 +88,16 @@ impl<S: Strategy> Store<S> {
         status: bool,
     ) -> Result<S::Object, ApiError> {
         let name = obj.metadata().name.clone().unwrap_or_default();
-        let Some(mut attrs) =
-            self.admission_attributes(ctx, operation, namespace, &name, Some(&obj), old, status)?
+        let Some(mut attrs) = self.admission_attributes(
+            ctx,
+            &[Phase::Mutating],
+            operation,
+            namespace,
+            &name,
+            Some(&obj),
+            old,
+            status,
+        )?
         else {
             return Ok(obj);
         };
@@ -122,8 +138,16 @@ impl<S: Strategy> Store<S> {
         old: Option<&S::Object>,
         status: bool,
     ) -> Result<(), ApiError> {
-        let Some(attrs) =
-            self.admission_attributes(ctx, operation, namespace, name, obj, old, status)?
+        let Some(attrs) = self.admission_attributes(
+            ctx,
+            &[Phase::Validating],
+            operation,
+            namespace,
+            name,
+            obj,
+            old,
+            status,
+        )?
         else {
             return Ok(());
         };
@@ -143,6 +167,7 @@ impl<S: Strategy> Store<S> {
     ) -> Result<(), ApiError> {
         let Some(mut attrs) = self.admission_attributes(
             ctx,
+            &[Phase::Mutating, Phase::Validating],
             Operation::Delete,
             namespace,
             name,

@@ -4,7 +4,7 @@ use crate::api::namespace_transfer::{
     NamespaceTransfer, NamespaceTransferPhase, NamespaceTransferStatus, Role,
     FINALIZER_TRANSFER_PROTECTION,
 };
-use crate::registry::admission::Plugin;
+use crate::registry::admission::{Phase, Plugin};
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::storage::memory::MemoryStorage;
 
@@ -1978,7 +1978,7 @@ impl Plugin for Recorder {
         "Recorder"
     }
 
-    fn handles(&self, _: Operation) -> bool {
+    fn handles(&self, _: Operation, _: Phase) -> bool {
         true
     }
 
@@ -2518,8 +2518,8 @@ impl Plugin for QuotaRecorder {
         "QuotaRecorder"
     }
 
-    fn handles(&self, operation: Operation) -> bool {
-        operation == Operation::Create
+    fn handles(&self, operation: Operation, phase: Phase) -> bool {
+        operation == Operation::Create && phase == Phase::Validating
     }
 
     async fn validate(
@@ -2997,7 +2997,7 @@ impl Plugin for RefusesFrozen {
         "RefusesFrozen"
     }
 
-    fn handles(&self, _: Operation) -> bool {
+    fn handles(&self, _: Operation, _: Phase) -> bool {
         true
     }
 
