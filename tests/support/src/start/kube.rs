@@ -16,7 +16,9 @@ use crate::{
 
 impl ControlPlane {
     /// The audit policy kube-apiserver runs with: writes to PVs and PVCs
-    /// (among them our controllers' steps) at Metadata, nothing else.
+    /// (among them our controllers' steps) at Metadata, those to a claim's
+    /// `/status` at Request (what a status write set is what tells ours
+    /// from the binder's), nothing else.
     fn audit_policy(&self) -> Result<PathBuf, Error> {
         let path = self.dir.join("kube-audit-policy.yaml");
         std::fs::write(&path, KUBE_AUDIT_POLICY).map_err(io_err(&path))?;
@@ -250,6 +252,9 @@ const KUBE_AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+- level: Request
+  verbs: [update, patch]
+  resources: [{group: \"\", resources: [persistentvolumeclaims/status]}]
 - level: Metadata
   verbs: [create, update, patch, delete]
   resources: [{group: \"\", resources: [persistentvolumes, persistentvolumeclaims, persistentvolumeclaims/status]}]
