@@ -442,15 +442,7 @@ fn editor(ns: &str, user: &str) -> HttpClient {
             Usage::Client,
         )
         .unwrap();
-    cp().kubectl().ok(&[
-        "create",
-        "rolebinding",
-        &format!("{user}-edit"),
-        "--clusterrole=edit",
-        &format!("--user={user}"),
-        "-n",
-        ns,
-    ]);
+    sta_testenv::scenario::grant_edit(cp().kubectl(), user, ns);
     let http = HttpClient::new(
         cp().server_port,
         &cp().pki.serving_ca.cert,

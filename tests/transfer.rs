@@ -435,7 +435,7 @@ fn revoking_the_senders_right_to_delete_the_claim_after_the_offer_fails_with_for
     offer(&alice, &s.src.name, "give", "db", &s.dst.name);
     request(&bob, &s.dst.name, "take", &s.src.name, "db");
     wait_phase(admin(), &s.src.name, "give", "WaitingForRelease", WAIT);
-    let alice_name = alice_user(&alice);
+    let alice_name = whoami(&alice);
     revoke(&s.src.name, &alice_name);
     std::thread::sleep(Duration::from_secs(1));
     set_pod_phase(admin(), &s.src.name, "app", "Succeeded");
@@ -461,7 +461,7 @@ fn revoking_the_receivers_right_to_create_claims_after_the_request_fails_with_fo
     offer(&alice, &s.src.name, "give", "db", &s.dst.name);
     request(&bob, &s.dst.name, "take", &s.src.name, "db");
     wait_phase(admin(), &s.dst.name, "take", "WaitingForRelease", WAIT);
-    let bob_name = alice_user(&bob);
+    let bob_name = whoami(&bob);
     revoke(&s.dst.name, &bob_name);
     std::thread::sleep(Duration::from_secs(1));
     set_pod_phase(admin(), &s.src.name, "app", "Succeeded");
@@ -474,18 +474,6 @@ fn revoking_the_receivers_right_to_create_claims_after_the_request_fails_with_fo
     );
     s.assert_source_untouched();
     assert!(claim_json(admin(), &s.dst.name, "db").is_none());
-}
-
-/// The user name a per-user kubectl authenticates as.
-fn alice_user(k: &Kubectl) -> String {
-    k.ok(&[
-        "auth",
-        "whoami",
-        "-o",
-        "jsonpath={.status.userInfo.username}",
-    ])
-    .trim()
-    .to_owned()
 }
 
 #[test]
