@@ -336,19 +336,10 @@ pub(super) fn apply_change(
             set(st, CONDITION_READY, false, reason, &message);
         }
         Edit::Locked { snapshot, released } => {
-            st.phase = Some(Phase::Rebinding);
-            st.reason = None;
             if let Some(snapshot) = snapshot {
                 st.source_claim = Some(snapshot.clone());
             }
-            set(
-                st,
-                CONDITION_SOURCE_RELEASED,
-                true,
-                REASON_NOT_IN_USE,
-                released,
-            );
-            st.record_step(StepName::Locked, now);
+            locked(st, released, now);
         }
         Edit::Retained => {
             st.record_step(StepName::Retained, now);
@@ -402,19 +393,10 @@ pub(super) fn apply_change(
         }
         Edit::Mirror(status) => mirror(st, status, source, t),
         Edit::SnapshotLocked { record, released } => {
-            st.phase = Some(Phase::Rebinding);
-            st.reason = None;
             if let Some(record) = record {
                 st.source_snapshot = Some(record.clone());
             }
-            set(
-                st,
-                CONDITION_SOURCE_RELEASED,
-                true,
-                REASON_NOT_IN_USE,
-                released,
-            );
-            st.record_step(StepName::Locked, now);
+            locked(st, released, now);
         }
         Edit::SnapshotDestination(reference) => {
             st.destination_snapshot = Some(reference.clone());
@@ -456,6 +438,22 @@ fn authorized(st: &mut NamespaceTransferStatus) {
         message,
     );
     st.reason = None;
+}
+
+/// R1 done, for a claim or a snapshot alike: the transfer is Rebinding, the
+/// source is released (`released` says how it was found free), and the
+/// Locked step is recorded at `now`.
+fn locked(st: &mut NamespaceTransferStatus, released: &str, now: &Time) {
+    st.phase = Some(Phase::Rebinding);
+    st.reason = None;
+    set(
+        st,
+        CONDITION_SOURCE_RELEASED,
+        true,
+        REASON_NOT_IN_USE,
+        released,
+    );
+    st.record_step(StepName::Locked, now);
 }
 
 pub(super) fn set(
