@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::Namespace;
 
 pub use crate::registry::admission::Reinvocation;
 pub use chain::plugins;
-pub use rights::{claim_rights, first_missing, transfer_rights, Right, RightsAdmission};
+pub use rights::{first_missing, RightsAdmission};
 
 /// The cluster's admission configuration at one moment, each list sorted by
 /// name (kube's order for webhook configurations and policies).

@@ -1,7 +1,8 @@
 //! Discovery documents for `/apis`, `/apis/storage.transfer.k8s.io` and
-//! `/apis/storage.transfer.k8s.io/v1alpha1`, built from the resource table in
-//! [`crate::api`]; aggregated discovery ([`aggregated`]); and the OpenAPI v2 and v3
-//! documents built from the API types ([`openapi`]).
+//! `/apis/storage.transfer.k8s.io/v1alpha1`; aggregated discovery ([`aggregated`]);
+//! and the OpenAPI v2 and v3 documents built from the API types ([`openapi`]). All
+//! are built from the list of kinds they are given ([`Documents`]): the server's
+//! table of kinds, in `endpoints::kinds`.
 //!
 //! The aggregator reads these to route requests and to merge our group into
 //! kube-apiserver's own discovery and OpenAPI; `kubectl api-resources` and
@@ -17,6 +18,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, GroupVersionForDiscovery,
 };
 
+use std::sync::OnceLock;
+
+use crate::api::schema::KindSchema;
 use crate::api::{self, ResourceInfo};
 
 pub use document::Document;
@@ -38,9 +42,9 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `GET /apis/storage.transfer.k8s.io/v1alpha1`.
-pub fn api_resource_list() -> APIResourceList {
-    let mut resources = Vec::with_capacity(api::RESOURCES.len() * 2);
-    for r in api::RESOURCES {
+pub fn api_resource_list(kinds: &[KindSchema]) -> APIResourceList {
+    let mut resources = Vec::with_capacity(kinds.len() * 2);
+    for r in kinds.iter().map(|k| k.resource) {
         resources.push(main_resource(r));
         if r.has_status {
             resources.push(status_subresource(r));
@@ -101,6 +105,54 @@ pub fn api_group() -> APIGroup {
 pub fn api_group_list() -> APIGroupList {
     APIGroupList {
         groups: vec![api_group()],
+    }
+}
+
+/// Every document of one list of kinds, each encoded on first use and kept,
+/// so that a document is built once however often it is asked for.
+#[derive(Debug)]
+pub struct Documents {
+    kinds: Vec<KindSchema>,
+    openapi: OnceLock<Result<openapi::Served>>,
+    aggregated_v2: OnceLock<Result<Document>>,
+    aggregated_v2beta1: OnceLock<Result<Document>>,
+}
+
+impl Documents {
+    pub fn new(kinds: Vec<KindSchema>) -> Self {
+        Self {
+            kinds,
+            openapi: OnceLock::new(),
+            aggregated_v2: OnceLock::new(),
+            aggregated_v2beta1: OnceLock::new(),
+        }
+    }
+
+    /// The kinds described, in discovery order.
+    pub fn kinds(&self) -> &[KindSchema] {
+        &self.kinds
+    }
+
+    /// The legacy `APIResourceList`.
+    pub fn api_resource_list(&self) -> APIResourceList {
+        api_resource_list(&self.kinds)
+    }
+
+    /// The encoded aggregated discovery document of `version`.
+    pub fn aggregated(&self, version: aggregated::Version) -> Result<&Document, &Error> {
+        let cell = match version {
+            aggregated::Version::V2 => &self.aggregated_v2,
+            aggregated::Version::V2Beta1 => &self.aggregated_v2beta1,
+        };
+        cell.get_or_init(|| aggregated::encode(version, &self.kinds))
+            .as_ref()
+    }
+
+    /// The encoded OpenAPI documents.
+    pub fn openapi(&self) -> Result<&openapi::Served, &Error> {
+        self.openapi
+            .get_or_init(|| openapi::build(&self.kinds))
+            .as_ref()
     }
 }
 

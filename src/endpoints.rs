@@ -8,6 +8,7 @@
 
 pub mod codec;
 pub mod handler;
+pub mod kinds;
 pub mod negotiate;
 pub mod request;
 
@@ -21,11 +22,10 @@ use serde::Serialize;
 
 use crate::api::{self, errors::ApiError};
 use crate::discovery;
-use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
-use crate::registry::namespace_transfer::NamespaceTransferStrategy;
-use crate::registry::{Context, Store};
+use crate::registry::{Context, Store, StoreConfig, Strategy};
 use crate::wire::MAX_BODY_BYTES;
-use handler::{Call, Handler, Resource};
+use handler::{Call, Resource};
+use kinds::Kinds;
 use negotiate::IncludeObject;
 use request::{Query, RequestInfo};
 
@@ -33,24 +33,44 @@ use request::{Query, RequestInfo};
 /// and whole ones share one type.
 pub type Body = UnsyncBoxBody<Bytes, std::convert::Infallible>;
 
-/// The served resources, by plural name.
+/// The served kinds: their handlers by plural name, and the documents
+/// that describe them.
 #[derive(Debug, Clone)]
 pub struct Api {
+    kinds: Kinds,
     resources: BTreeMap<&'static str, Arc<dyn Resource>>,
+    documents: Arc<discovery::Documents>,
 }
 
 impl Api {
-    pub fn new(
-        transfers: Arc<Store<NamespaceTransferStrategy>>,
-        claims: Arc<Store<EphemeralClaimStrategy>>,
-    ) -> Self {
-        let mut resources: BTreeMap<&'static str, Arc<dyn Resource>> = BTreeMap::new();
-        resources.insert(
-            api::NAMESPACE_TRANSFERS.plural,
-            Arc::new(Handler::new(transfers)),
-        );
-        resources.insert(api::EPHEMERAL_CLAIMS.plural, Arc::new(Handler::new(claims)));
-        Self { resources }
+    /// Serves `kinds`, each from a store made as `config` says.
+    pub fn new(kinds: Kinds, config: &StoreConfig) -> Self {
+        let resources = kinds
+            .iter()
+            .map(|kind| (kind.resource().plural, kind.install(config)))
+            .collect();
+        let documents = Arc::new(discovery::Documents::new(kinds.schemas()));
+        Self {
+            kinds,
+            resources,
+            documents,
+        }
+    }
+
+    /// What is served.
+    pub fn kinds(&self) -> &Kinds {
+        &self.kinds
+    }
+
+    /// The store of strategy `S`'s kind, when it is served.
+    pub fn store<S: Strategy>(&self) -> Option<Arc<Store<S>>> {
+        let plural = <S::Object as crate::api::meta::Object>::resource().plural;
+        self.resources.get(plural)?.store().downcast().ok()
+    }
+
+    /// Whether every kind's watch cache has synced.
+    pub fn is_ready(&self) -> bool {
+        self.resources.values().all(|r| r.is_ready())
     }
 
     /// How many objects the request may return, counted no further than
@@ -122,7 +142,13 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let query = &info.query;
-    if let Some(resp) = discovery_document(&info.method, &info.path, query, req.headers())? {
+    if let Some(resp) = discovery_document(
+        &api.documents,
+        &info.method,
+        &info.path,
+        query,
+        req.headers(),
+    )? {
         return Ok(resp);
     }
     let Some(request) = info.routed()?.cloned() else {
@@ -192,6 +218,7 @@ where
 /// current one may be cached forever; a stale hash is redirected to the current one,
 /// as kube-openapi does. `Ok(None)` for any other path.
 fn discovery_document(
+    documents: &discovery::Documents,
     method: &Method,
     path: &str,
     query: &Query,
@@ -267,7 +294,7 @@ fn discovery_document(
             let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
             match discovery::aggregated::negotiate(accept) {
                 Some(version) => tagged(
-                    discovery::aggregated::served(version).map_err(internal)?,
+                    documents.aggregated(version).map_err(internal)?,
                     headers,
                     Some("public"),
                 ),
@@ -276,22 +303,16 @@ fn discovery_document(
         }
         Doc::Group => json_response(StatusCode::OK, serialize(&discovery::api_group())?),
         Doc::ResourceList => {
-            json_response(StatusCode::OK, serialize(&discovery::api_resource_list())?)
+            json_response(StatusCode::OK, serialize(&documents.api_resource_list())?)
         }
-        Doc::OpenApiV2 => tagged(
-            &discovery::openapi::served().map_err(internal)?.v2,
-            headers,
-            None,
-        ),
+        Doc::OpenApiV2 => tagged(&documents.openapi().map_err(internal)?.v2, headers, None),
         Doc::OpenApiV3Root => tagged(
-            &discovery::openapi::served().map_err(internal)?.v3_root,
+            &documents.openapi().map_err(internal)?.v3_root,
             headers,
             None,
         ),
         Doc::OpenApiV3GroupVersion => {
-            let doc = &discovery::openapi::served()
-                .map_err(internal)?
-                .v3_group_version;
+            let doc = &documents.openapi().map_err(internal)?.v3_group_version;
             match query.get("hash") {
                 None | Some("") => tagged(doc, headers, None),
                 Some(hash) if hash == doc.hash() => tagged(doc, headers, Some("public, immutable")),

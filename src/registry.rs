@@ -11,6 +11,7 @@ pub mod admission;
 pub mod ephemeral_claim;
 pub mod fields;
 pub mod namespace_transfer;
+pub mod rights;
 pub mod selectors;
 pub mod shared;
 pub mod store;
@@ -21,8 +22,8 @@ pub use admission::{Attributes, Chain, Notes, Operation, Plugin};
 pub use selectors::{FieldSelector, LabelSelector};
 pub use shared::Shared;
 pub use store::{
-    DeleteOptions, DeleteOutcome, ListOptions, ObjectList, Part, Store, Watch, WatchEvent,
-    WatchOptions,
+    Config as StoreConfig, DeleteOptions, DeleteOutcome, ListOptions, ObjectList, Part, Store,
+    Watch, WatchEvent, WatchOptions,
 };
 pub use strategy::{Strategy, UniqueClaim};
 

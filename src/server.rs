@@ -33,12 +33,13 @@ use crate::authn::{self, Anonymous, Authenticator, Peer, UserInfo};
 use crate::authz::sar::SubjectAccessReviewer;
 use crate::authz::{self, AllowAll, Attributes, Authorizer, Decision, ResourceAttributes};
 use crate::controller::{self, leader::LeaderStatus, transfer::TransferOptions, ControllerConfig};
+use crate::endpoints::kinds::Kinds;
 use crate::endpoints::request::RequestInfo;
 use crate::endpoints::{self, Api, Body};
 use crate::registry::admission::AnnotationLevel;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
-use crate::registry::{Context, Notes, Store};
+use crate::registry::{Context, Notes, Store, StoreConfig};
 use crate::storage::etcd::EtcdStorage;
 use crate::storage::Storage;
 use bytes::Bytes;
@@ -319,23 +320,24 @@ pub async fn serve(
         auth.authz.clone(),
         cluster.as_ref().map(|c| &c.client).zip(watched.as_ref()),
     );
-    let transfers = Store::new(
-        NamespaceTransferStrategy,
-        storage.clone(),
-        &config.etcd_prefix,
-        stop.clone(),
-    )
-    .with_admission(admission.clone())
-    .with_max_objects_per_namespace(config.max_objects_per_namespace);
-    let claims = Store::new(
-        EphemeralClaimStrategy,
-        storage.clone(),
-        &config.etcd_prefix,
-        stop.clone(),
-    )
-    .with_admission(admission)
-    .with_max_objects_per_namespace(config.max_objects_per_namespace);
-    let (transfers, claims) = (Arc::new(transfers), Arc::new(claims));
+    let api = Api::new(
+        Kinds::served(),
+        &StoreConfig {
+            storage: storage.clone(),
+            etcd_prefix: config.etcd_prefix.clone(),
+            shutdown: stop.clone(),
+            admission,
+            max_objects_per_namespace: config.max_objects_per_namespace,
+        },
+    );
+    // The controllers', and the gauge's, own kinds.
+    let (Some(transfers), Some(claims)) = (
+        api.store::<NamespaceTransferStrategy>(),
+        api.store::<EphemeralClaimStrategy>(),
+    ) else {
+        tracing::error!("the table of kinds serves no NamespaceTransfer or no EphemeralClaim store; not serving");
+        return;
+    };
     let mut health = Health::new();
     if let Some(watched) = watched {
         health.add_readyz("admission-config", move || {
@@ -359,9 +361,9 @@ pub async fn serve(
         }
     });
     health.add_readyz("watch-cache-sync", {
-        let (t, c) = (transfers.clone(), claims.clone());
+        let api = api.clone();
         move || {
-            if t.is_ready() && c.is_ready() {
+            if api.is_ready() {
                 Ok(())
             } else {
                 Err("the watch caches have not synced yet".to_owned())
@@ -463,7 +465,7 @@ pub async fn serve(
         metrics: Metrics::default(),
         reviewer: auth.reviewer.clone(),
         transfers: transfers.clone(),
-        api: Api::new(transfers, claims),
+        api,
         authn: auth.authn,
         authz: auth.authz,
         audit: auditor.clone(),
@@ -591,7 +593,7 @@ async fn dispatch(state: &State, peer: &Peer, req: Request<Incoming>) -> Respons
     if let Some(resp) = state.health.serve(req.uri().path(), req.uri().query()) {
         return audit::with_audit_id(resp, &audit_id);
     }
-    let info = RequestInfo::new(req.method(), req.uri());
+    let info = RequestInfo::new(req.method(), req.uri(), state.api.kinds());
     let mut caller = authenticate(state, peer, &req, &info).await;
     let mut record = audit_begin(state, peer, &req, &mut caller, &audit_id, received).await;
     let notes = Notes::default();

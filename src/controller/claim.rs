@@ -52,7 +52,7 @@ use super::cluster::{Cluster, ClusterError};
 use super::events::{claim_reference, reference_to, Events, Severity};
 use super::leader::Leadership;
 use super::{object_key, Error, Next};
-use crate::admission::{claim_rights, first_missing};
+use crate::admission::first_missing;
 use crate::api::ephemeral_claim::{
     EphemeralClaim, EphemeralClaimPhase as Phase, EphemeralClaimStatus, CONDITION_CLAIM_CREATED,
     FINALIZER_CLAIM_PROTECTION, OWNER_API_VERSION_V1, OWNER_KIND_POD, REASON_CLAIM_CONFLICT,
@@ -61,6 +61,7 @@ use crate::api::errors::{ApiError, GroupResource};
 use crate::api::meta::{self as apimeta, now, CONDITION_TRUE};
 use crate::api::{EPHEMERAL_CLAIMS, GROUP_VERSION};
 use crate::authz::Authorizer;
+use crate::registry::ephemeral_claim::claim_rights;
 use crate::registry::ephemeral_claim::EphemeralClaimStrategy;
 use crate::registry::namespace_transfer::NamespaceTransferStrategy;
 use crate::registry::{Context, Store};

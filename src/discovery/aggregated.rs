@@ -5,14 +5,13 @@
 //!
 //! Owns the document types (mirroring `k8s.io/api/apidiscovery/v2`), the choice
 //! between aggregated and legacy discovery from an `Accept` header, and the
-//! encoded document, built once. Serving it over HTTP is the caller's job.
-
-use std::sync::OnceLock;
+//! encoded document (which [`super::Documents`] keeps). Serving it over HTTP is the caller's job.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
 use serde::Serialize;
 
 use super::{Document, Error};
+use crate::api::schema::KindSchema;
 use crate::api::{self, ResourceInfo};
 
 /// The `apidiscovery.k8s.io` version of an aggregated discovery document.
@@ -154,8 +153,8 @@ pub fn negotiate(accept: Option<&str>) -> Option<Version> {
     None
 }
 
-/// The aggregated discovery document, built from [`api::RESOURCES`].
-pub fn group_discovery_list(version: Version) -> ApiGroupDiscoveryList {
+/// The aggregated discovery document of `kinds`.
+pub fn group_discovery_list(version: Version, kinds: &[KindSchema]) -> ApiGroupDiscoveryList {
     ApiGroupDiscoveryList {
         api_version: version.api_version(),
         kind: "APIGroupDiscoveryList",
@@ -167,7 +166,7 @@ pub fn group_discovery_list(version: Version) -> ApiGroupDiscoveryList {
             },
             versions: vec![ApiVersionDiscovery {
                 version: api::VERSION,
-                resources: api::RESOURCES.iter().map(resource).collect(),
+                resources: kinds.iter().map(|k| resource(k.resource)).collect(),
                 freshness: "Current",
             }],
         }],
@@ -205,23 +204,14 @@ fn resource(r: &ResourceInfo) -> ApiResourceDiscovery {
     }
 }
 
-/// The encoded document for `version`, built on first use.
-pub fn served(version: Version) -> Result<&'static Document, &'static Error> {
-    static V2: OnceLock<Result<Document, Error>> = OnceLock::new();
-    static V2BETA1: OnceLock<Result<Document, Error>> = OnceLock::new();
-    let cell = match version {
-        Version::V2 => &V2,
-        Version::V2Beta1 => &V2BETA1,
-    };
-    cell.get_or_init(|| encode(version)).as_ref()
-}
-
-fn encode(version: Version) -> Result<Document, Error> {
-    let body =
-        serde_json::to_vec(&group_discovery_list(version)).map_err(|source| Error::Encode {
+/// The encoded document of `kinds` for `version`.
+pub fn encode(version: Version, kinds: &[KindSchema]) -> Result<Document, Error> {
+    let body = serde_json::to_vec(&group_discovery_list(version, kinds)).map_err(|source| {
+        Error::Encode {
             document: "aggregated discovery",
             source,
-        })?;
+        }
+    })?;
     Ok(Document::new(body, version.content_type()))
 }
 

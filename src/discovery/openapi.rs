@@ -6,7 +6,8 @@
 //!
 //! kube-apiserver's aggregator downloads these and merges them into its own, which
 //! is what `kubectl explain` and kubectl's validation read. The documents are built
-//! once ([`served`]) and encoded with sorted keys, so the same code always yields
+//! once per list of kinds ([`build`], kept by [`super::Documents`]) and encoded
+//! with sorted keys, so the same code always yields
 //! the same bytes; copies are checked in under `openapi/` ([`checked_in`],
 //! [`write_checked_in`]) and a test fails when they drift.
 //!
@@ -17,13 +18,12 @@
 mod paths;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
 use super::{Document, Error, Result};
 use crate::api;
-use crate::api::schema as schemas;
+use crate::api::schema::{self as schemas, KindSchema};
 
 /// The `Content-Type` of every OpenAPI document served here.
 pub const CONTENT_TYPE: &str = "application/json";
@@ -47,12 +47,12 @@ pub fn group_version_path() -> String {
 }
 
 /// The Swagger 2.0 document served at `/openapi/v2`.
-pub fn swagger_v2() -> Value {
+pub fn swagger_v2(kinds: &[KindSchema]) -> Value {
     json!({
         "swagger": "2.0",
         "info": { "title": TITLE, "version": api::VERSION },
-        "paths": paths::paths(Dialect::Swagger2),
-        "definitions": schemas::definitions(),
+        "paths": paths::paths(Dialect::Swagger2, kinds),
+        "definitions": schemas::definitions(kinds),
         "securityDefinitions": {
             "BearerToken": {
                 "description": "Bearer Token authentication",
@@ -67,13 +67,13 @@ pub fn swagger_v2() -> Value {
 
 /// The OpenAPI 3.0 document served at
 /// `/openapi/v3/apis/storage.transfer.k8s.io/v1alpha1`.
-pub fn openapi_v3_group_version() -> Value {
+pub fn openapi_v3_group_version(kinds: &[KindSchema]) -> Value {
     let mut document = json!({
         "openapi": "3.0.0",
         "info": { "title": TITLE, "version": api::VERSION },
-        "paths": paths::paths(Dialect::OpenApi3),
+        "paths": paths::paths(Dialect::OpenApi3, kinds),
         "components": {
-            "schemas": schemas::definitions(),
+            "schemas": schemas::definitions(kinds),
             "securitySchemes": {
                 "BearerToken": {
                     "description": "Bearer Token authentication",
@@ -109,22 +109,17 @@ pub struct Served {
     pub v3_group_version: Document,
 }
 
-/// The served documents, built on first use.
-pub fn served() -> std::result::Result<&'static Served, &'static Error> {
-    static SERVED: OnceLock<Result<Served>> = OnceLock::new();
-    SERVED.get_or_init(build).as_ref()
-}
-
-fn build() -> Result<Served> {
+/// The three documents of `kinds`, encoded.
+pub fn build(kinds: &[KindSchema]) -> Result<Served> {
     let v3_group_version = Document::new(
-        encode("OpenAPI v3", &openapi_v3_group_version())?,
+        encode("OpenAPI v3", &openapi_v3_group_version(kinds))?,
         CONTENT_TYPE,
     );
     let v3_root = Document::new(
         encode("OpenAPI v3 root", &openapi_v3_root(v3_group_version.hash()))?,
         CONTENT_TYPE,
     );
-    let v2 = Document::new(encode("OpenAPI v2", &swagger_v2())?, CONTENT_TYPE);
+    let v2 = Document::new(encode("OpenAPI v2", &swagger_v2(kinds))?, CONTENT_TYPE);
     Ok(Served {
         v2,
         v3_root,
@@ -139,7 +134,7 @@ fn encode(document: &'static str, value: &Value) -> Result<Vec<u8>> {
 /// The files checked in under `openapi/`: paths relative to that directory, and
 /// their contents (pretty-printed, keys sorted, ending in a newline). `make
 /// openapi` writes them.
-pub fn checked_in() -> Result<Vec<(PathBuf, String)>> {
+pub fn checked_in(kinds: &[KindSchema]) -> Result<Vec<(PathBuf, String)>> {
     let pretty = |document: &'static str, value: &Value| {
         serde_json::to_string_pretty(value)
             .map(|text| text + "\n")
@@ -149,18 +144,18 @@ pub fn checked_in() -> Result<Vec<(PathBuf, String)>> {
     Ok(vec![
         (
             PathBuf::from("v2.json"),
-            pretty("OpenAPI v2", &swagger_v2())?,
+            pretty("OpenAPI v2", &swagger_v2(kinds))?,
         ),
         (
             Path::new("v3").join(v3_name),
-            pretty("OpenAPI v3", &openapi_v3_group_version())?,
+            pretty("OpenAPI v3", &openapi_v3_group_version(kinds))?,
         ),
     ])
 }
 
 /// Writes [`checked_in`] under `dir`, creating directories as needed.
-pub fn write_checked_in(dir: &Path) -> std::io::Result<()> {
-    for (relative, contents) in checked_in().map_err(std::io::Error::other)? {
+pub fn write_checked_in(dir: &Path, kinds: &[KindSchema]) -> std::io::Result<()> {
+    for (relative, contents) in checked_in(kinds).map_err(std::io::Error::other)? {
         let path = dir.join(relative);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;

@@ -49,6 +49,13 @@ pub trait Resource: Send + Sync + std::fmt::Debug {
     /// counted no further than `at_most`: the watch cache's count in that
     /// scope, or `limit` when the list honours it and it is fewer.
     fn list_objects(&self, namespace: Option<&str>, query: &Query, at_most: usize) -> usize;
+
+    /// Whether the resource's watch cache has synced.
+    fn is_ready(&self) -> bool;
+
+    /// The resource's store, for a caller that knows its strategy (the
+    /// controllers) to take back as `Store<S>`.
+    fn store(&self) -> Arc<dyn std::any::Any + Send + Sync>;
 }
 
 /// The generic handler of one resource.
@@ -65,6 +72,14 @@ impl<S: Strategy> Handler<S> {
 
 #[async_trait::async_trait]
 impl<S: Strategy> Resource for Handler<S> {
+    fn is_ready(&self) -> bool {
+        self.store.is_ready()
+    }
+
+    fn store(&self) -> Arc<dyn std::any::Any + Send + Sync> {
+        self.store.clone()
+    }
+
     fn list_objects(&self, namespace: Option<&str>, query: &Query, at_most: usize) -> usize {
         let count = self.store.count_in(namespace, at_most);
         let limit = query

@@ -6,6 +6,8 @@ use http::Method;
 
 use crate::api::{self, errors::ApiError, ResourceInfo};
 
+use super::kinds::Kinds;
+
 /// The verb of a resource request, in RBAC terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
@@ -121,10 +123,11 @@ pub struct RequestInfo {
 }
 
 impl RequestInfo {
-    pub fn new(method: &Method, uri: &http::Uri) -> Self {
+    /// The request's info, its resource one of `kinds`.
+    pub fn new(method: &Method, uri: &http::Uri, kinds: &Kinds) -> Self {
         let query = Query::parse(uri.query());
         let path = uri.path().to_owned();
-        let parsed = parse(method, &path, &query);
+        let parsed = parse(method, &path, &query, kinds);
         Self {
             method: method.clone(),
             path,
@@ -157,11 +160,13 @@ impl RequestInfo {
 }
 
 /// Parses `/apis/<group>/<version>/[namespaces/<ns>/]<resource>[/<name>[/<sub>]]`.
-/// Returns `Ok(None)` for paths that are not resource paths of ours.
+/// Returns `Ok(None)` for paths that are not resource paths of ours; a
+/// resource not among `kinds` is not found.
 pub fn parse(
     method: &Method,
     path: &str,
     query: &Query,
+    kinds: &Kinds,
 ) -> Result<Option<ResourceRequest>, ApiError> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let rest = match segments.as_slice() {
@@ -180,7 +185,7 @@ pub fn parse(
         [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
         _ => return Err(ApiError::PathNotFound),
     };
-    let Some(resource) = api::resource_by_plural(plural) else {
+    let Some(resource) = kinds.resource(plural) else {
         return Err(ApiError::PathNotFound);
     };
     let status = match sub {

@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::api::errors::ApiError;
 use crate::api::meta::Requester;
+use crate::api::schema::KindSchema;
 
+use super::rights::Right;
 use super::Context;
 
 /// The operation an admission request is for, as `AdmissionRequest.operation`.
@@ -68,6 +70,12 @@ pub struct Attributes {
     pub options: serde_json::Value,
     pub dry_run: bool,
     pub user: Requester,
+    /// The written kind's schemas, for a plugin that merges as server-side
+    /// apply does (a mutating policy's `ApplyConfiguration`).
+    pub schema: KindSchema,
+    /// On a create, the rights the object needs its requester to hold, as
+    /// its kind's strategy names them ([`super::Strategy::create_rights`]).
+    pub rights: Vec<Right>,
 }
 
 /// kube's two phases of admission.
@@ -392,6 +400,8 @@ mod tests {
             options: serde_json::json!({}),
             dry_run: false,
             user: Requester::default(),
+            schema: KindSchema::of::<crate::api::NamespaceTransfer>(),
+            rights: Vec::new(),
         }
     }
 

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::api::ephemeral_claim::{EphemeralClaim, FINALIZER_CLAIM_PROTECTION};
 
+use super::rights::Right;
 use super::strategy::{age_cell, text_cell, Strategy};
 use super::table::TableColumn;
 
@@ -15,6 +16,10 @@ pub struct EphemeralClaimStrategy;
 
 impl Strategy for EphemeralClaimStrategy {
     type Object = EphemeralClaim;
+
+    fn create_rights(&self, obj: &EphemeralClaim) -> Vec<Right> {
+        claim_rights(obj)
+    }
 
     fn controller_finalizers(&self) -> &'static [&'static str] {
         &[FINALIZER_CLAIM_PROTECTION]
@@ -61,4 +66,55 @@ impl Strategy for EphemeralClaimStrategy {
             age_cell(obj),
         ]
     }
+}
+
+/// The rights an EphemeralClaim's requester needs (§2.2): creating the claim,
+/// and reading what it is cloned from.
+pub fn claim_rights(obj: &EphemeralClaim) -> Vec<Right> {
+    let namespace = obj.metadata.namespace.clone().unwrap_or_default();
+    let mut rights = vec![Right::pvcs("create", &namespace, "", "creating the claim")];
+    let Some(template) = &obj.spec.claim_template else {
+        return rights;
+    };
+    let spec = &template.spec;
+    let source = spec
+        .data_source_ref
+        .as_ref()
+        .map(|r| {
+            (
+                r.api_group.clone(),
+                r.kind.clone(),
+                r.name.clone(),
+                r.namespace.clone(),
+            )
+        })
+        .or_else(|| {
+            spec.data_source
+                .as_ref()
+                .map(|r| (r.api_group.clone(), r.kind.clone(), r.name.clone(), None))
+        });
+    // A claim in another namespace is cloned through that namespace's
+    // standing offer: the consent is the offer's, and its requester's right
+    // to read the claim is checked before each clone.
+    if obj.cross_namespace_source().is_some() {
+        return rights;
+    }
+    if let Some((group, kind, name, ns)) = source {
+        let group = group.unwrap_or_default();
+        let resource = match (group.as_str(), kind.as_str()) {
+            ("", "PersistentVolumeClaim") => "persistentvolumeclaims".to_owned(),
+            ("snapshot.storage.k8s.io", "VolumeSnapshot") => "volumesnapshots".to_owned(),
+            // kube's own guess for a kind's resource: lower-case plural.
+            (_, other) => format!("{}s", other.to_ascii_lowercase()),
+        };
+        rights.push(Right {
+            verb: "get",
+            group,
+            resource,
+            namespace: ns.filter(|n| !n.is_empty()).unwrap_or(namespace),
+            name,
+            because: "cloning from it",
+        });
+    }
+    rights
 }

@@ -23,13 +23,15 @@ pub mod typed;
 pub use manager::{ApplyError, FieldManager, Write};
 
 use crate::api::meta::Object;
+use crate::api::schema as schema_of;
 use crate::api::{self};
 
-/// The field manager of `T`, from the schemas our OpenAPI documents publish.
+/// The field manager of `T`, from the schemas our OpenAPI documents
+/// publish for it.
 pub fn for_kind<T: Object>() -> FieldManager {
     let kind = T::resource().kind;
-    let definition = crate::api::schema::kind_definition(kind);
-    let definitions = crate::api::schema::definitions();
+    let definition = schema_of::kind_definition(kind);
+    let definitions = schema_of::definitions(&[schema_of::KindSchema::of::<T>()]);
     let schema = schema::Schema::from_definitions(&definitions, &[definition.as_str()]);
     FieldManager::new(schema, &definition, api::GROUP_VERSION, kind)
 }

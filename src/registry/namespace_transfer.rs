@@ -9,7 +9,11 @@
 
 use serde_json::Value;
 
-use crate::api::namespace_transfer::{NamespaceTransfer, Role, FINALIZER_TRANSFER_PROTECTION};
+use crate::api::namespace_transfer::{
+    NamespaceTransfer, Role, TransferMode, FINALIZER_TRANSFER_PROTECTION,
+};
+
+use super::rights::Right;
 
 use super::strategy::{age_cell, text_cell, Strategy, UniqueClaim};
 use super::table::TableColumn;
@@ -26,6 +30,10 @@ pub struct NamespaceTransferStrategy;
 
 impl Strategy for NamespaceTransferStrategy {
     type Object = NamespaceTransfer;
+
+    fn create_rights(&self, obj: &NamespaceTransfer) -> Vec<Right> {
+        transfer_rights(obj)
+    }
 
     fn controller_finalizers(&self) -> &'static [&'static str] {
         &[FINALIZER_TRANSFER_PROTECTION]
@@ -154,6 +162,66 @@ impl Strategy for NamespaceTransferStrategy {
             text_cell(phase),
             age_cell(obj),
         ]
+    }
+}
+
+/// The rights a NamespaceTransfer's requester needs (§2.1.2, §2.1.5a):
+/// giving a claim away is deleting it from the source namespace; giving a
+/// clone of it is reading it and creating a claim (the clone) there;
+/// receiving either is creating a claim in the destination namespace. A
+/// VolumeSnapshot (§2.1.7) is given away by deleting it, and received by
+/// creating one; a clone of it by reading it and creating the claim restored
+/// from it, and received as any claim.
+pub fn transfer_rights(obj: &NamespaceTransfer) -> Vec<Right> {
+    let source_ns = obj.source_namespace();
+    let source = obj.spec.source.name.as_str();
+    if obj.moves_snapshot() {
+        let give = || Right::snapshots("delete", source_ns, source, "giving a snapshot away");
+        let receive = || {
+            Right::snapshots(
+                "create",
+                obj.destination_namespace(),
+                "",
+                "receiving a snapshot",
+            )
+        };
+        return match obj.role() {
+            Ok(Role::Source) => vec![give()],
+            Ok(Role::Destination) => vec![receive()],
+            Ok(Role::Both) => vec![give(), receive()],
+            Err(_) => Vec::new(),
+        };
+    }
+    let give = || match obj.mode() {
+        TransferMode::Clone if obj.source_is_snapshot() => vec![
+            Right::snapshots("get", source_ns, source, "giving a clone of it"),
+            Right::pvcs("create", source_ns, "", "restoring the clone"),
+        ],
+        TransferMode::Move => vec![Right::pvcs(
+            "delete",
+            source_ns,
+            source,
+            "giving a claim away",
+        )],
+        TransferMode::Clone => vec![
+            Right::pvcs("get", source_ns, source, "giving a clone of it"),
+            Right::pvcs("create", source_ns, "", "making the clone"),
+        ],
+    };
+    let receive = || {
+        Right::pvcs(
+            "create",
+            obj.destination_namespace(),
+            "",
+            "receiving a claim",
+        )
+    };
+    match obj.role() {
+        Ok(Role::Source) => give(),
+        Ok(Role::Destination) => vec![receive()],
+        Ok(Role::Both) => give().into_iter().chain([receive()]).collect(),
+        // Validation has already refused an object without a role.
+        Err(_) => Vec::new(),
     }
 }
 

@@ -123,6 +123,21 @@ pub enum WatchEvent<T> {
     },
 }
 
+/// What every store of a server shares, from which the server's table of
+/// kinds makes one store per kind ([`Store::configured`]).
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub storage: Arc<dyn Storage>,
+    /// `--etcd-prefix`.
+    pub etcd_prefix: String,
+    /// Notified when the server stops: the watch caches stop with it.
+    pub shutdown: Arc<Notify>,
+    /// The admission plugins of client writes, in order.
+    pub admission: Chain,
+    /// `--max-objects-per-namespace`; 0 for no limit.
+    pub max_objects_per_namespace: usize,
+}
+
 /// The generic store of one resource.
 #[derive(Debug)]
 pub struct Store<S: Strategy> {
@@ -230,6 +245,18 @@ impl<S: Strategy> Store<S> {
             max_per_namespace: 0,
             fields: Arc::new(fields::for_kind::<S::Object>()),
         }
+    }
+
+    /// A store for `S`'s resource as `config` says every store is made.
+    pub fn configured(strategy: S, config: &Config) -> Self {
+        Self::new(
+            strategy,
+            config.storage.clone(),
+            &config.etcd_prefix,
+            config.shutdown.clone(),
+        )
+        .with_admission(config.admission.clone())
+        .with_max_objects_per_namespace(config.max_objects_per_namespace)
     }
 
     /// Sets the admission plugins client writes pass, in their order.

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use crate::api::meta::Object;
 
+use super::rights::Right;
 use super::table::TableColumn;
 
 /// The fields every resource can be selected by.
@@ -61,6 +62,14 @@ pub trait Strategy: Clone + Send + Sync + std::fmt::Debug + 'static {
     /// object go before its controller has finished with it.
     fn controller_finalizers(&self) -> &'static [&'static str] {
         &[]
+    }
+
+    /// The rights a create of `obj` needs its requester to hold, for what
+    /// the object will have the server do later with its own rights; none
+    /// by default. Called on a defaulted, valid object; admission's
+    /// `TenantRights` asks the authorizer for each.
+    fn create_rights(&self, _obj: &Self::Object) -> Vec<Right> {
+        Vec::new()
     }
 
     /// The Table columns, Name first and Age last.

@@ -262,6 +262,12 @@ pub struct EphemeralClaimStatus {
     pub released_time: Option<Time>,
     /// The latest observations of the claim's state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-map-keys" = ["type"],
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-patch-merge-key" = "type",
+        "x-kubernetes-patch-strategy" = "merge"
+    ))]
     pub conditions: Vec<Condition>,
     /// A CamelCase reason for the current phase, e.g. `ClaimConflict`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,10 +3,9 @@
 //! and the error vocabulary every layer speaks. The server (which names this crate
 //! `api`) and `kubectl-transfer` both build on it.
 //!
-//! This crate is pure: no I/O, no tokio, and its dependencies keep it so. Everything
-//! above it (storage, registry, endpoints, discovery) reads the resource table here
-//! instead of restating it, so that adding a resource starts with one entry in
-//! [`RESOURCES`].
+//! This crate is pure: no I/O, no tokio, and its dependencies keep it so. It keeps
+//! no list of the kinds: the server's table of kinds (`endpoints::kinds`) names
+//! each kind once, and discovery, OpenAPI, routing and storage are built from it.
 
 pub mod ephemeral_claim;
 pub mod errors;
@@ -43,8 +42,8 @@ pub const VERBS: &[&str] = &[
 /// The verbs of a `/status` subresource, as kube-apiserver lists them.
 pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 
-/// Static facts about one served resource, the single source for discovery,
-/// routing and OpenAPI.
+/// Static facts about one served resource, which discovery, routing and
+/// OpenAPI read from the server's table of kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResourceInfo {
     /// The URL path segment, e.g. `namespacetransfers`.
@@ -78,14 +77,6 @@ pub const EPHEMERAL_CLAIMS: ResourceInfo = ResourceInfo {
     namespaced: true,
     has_status: true,
 };
-
-/// Every resource this server serves, in discovery order.
-pub const RESOURCES: &[ResourceInfo] = &[NAMESPACE_TRANSFERS, EPHEMERAL_CLAIMS];
-
-/// Finds a served resource by its plural name.
-pub fn resource_by_plural(plural: &str) -> Option<&'static ResourceInfo> {
-    RESOURCES.iter().find(|r| r.plural == plural)
-}
 
 #[cfg(test)]
 mod tests;

@@ -45,6 +45,7 @@ pub struct Requester {
     pub uid: Option<String>,
     /// The groups the user belonged to when the object was created. Set by the server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub groups: Vec<String>,
     /// Extra attributes of the user, as the authenticator reported them. Set by the
     /// server.
@@ -55,7 +56,9 @@ pub struct Requester {
 /// The [`Object`] methods every kind implements alike, from its fields
 /// `api_version`, `kind`, `metadata`, `spec` and `status` and its
 /// [`ResourceInfo`](crate::ResourceInfo) `$info`. Used inside the
-/// kind's `impl Object`, which adds what differs.
+/// kind's `impl Object`, which adds what differs; exported, so that a kind
+/// the server defines for its tests writes its own `impl Object` as ours do.
+#[macro_export]
 macro_rules! object_fields {
     ($info:expr) => {
         fn resource() -> &'static $crate::ResourceInfo {
@@ -94,13 +97,16 @@ macro_rules! object_fields {
         }
     };
 }
-pub(crate) use object_fields;
+pub use object_fields;
 
 /// The contract between a kind of this API group and the one generic store and
-/// registry that serve every kind. A new resource implements this and nothing else.
+/// registry that serve every kind: its schema, its metadata and status, its
+/// defaulting and validation. A new resource implements this, and the server
+/// adds a strategy and a line in its table of kinds.
 pub trait Object:
     Serialize
     + serde::de::DeserializeOwned
+    + schemars::JsonSchema
     + Clone
     + std::fmt::Debug
     + PartialEq

@@ -391,6 +391,12 @@ pub struct NamespaceTransferStatus {
     /// The latest observations of the transfer's state: PeerMatched, Authorized,
     /// SourceReleased, Rebound and Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-map-keys" = ["type"],
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-patch-merge-key" = "type",
+        "x-kubernetes-patch-strategy" = "merge"
+    ))]
     pub conditions: Vec<Condition>,
     /// A CamelCase reason for the current phase, e.g. `DestinationExists`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -406,6 +412,12 @@ pub struct NamespaceTransferStatus {
     /// Created, Committed, Released, Settled. Both sides see them. For a
     /// person to follow; the protocol never reads them back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-map-keys" = ["name"],
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-patch-merge-key" = "name",
+        "x-kubernetes-patch-strategy" = "merge"
+    ))]
     pub steps: Vec<TransferStep>,
 }
 
@@ -625,6 +637,7 @@ pub struct SourceClaimSnapshot {
     pub storage_class_name: Option<String>,
     /// The claim's `spec.accessModes`, given to the destination claim.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub access_modes: Vec<String>,
     /// The claim's `spec.volumeMode`, given to the destination claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -32,7 +32,7 @@ use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
-use crate::{self as api, meta::Object, EphemeralClaim, NamespaceTransfer, ResourceInfo};
+use crate::{self as api, meta::Object, ResourceInfo};
 
 /// Where references point in the canonical (Swagger 2.0) form.
 pub const DEFINITIONS_REF: &str = "#/definitions/";
@@ -93,32 +93,57 @@ pub fn reference(definition: &str) -> Value {
     json!({ "$ref": format!("{DEFINITIONS_REF}{definition}") })
 }
 
-/// Every definition the documents need: both kinds and their lists, what they
-/// refer to, and what the paths accept and answer (Status, DeleteOptions, Patch,
-/// WatchEvent).
-pub fn definitions() -> Definitions {
+/// One kind as the documents describe it: its resource facts, and how to
+/// add its schema and its list's to a generator. The server's table of
+/// kinds holds one per kind it serves.
+#[derive(Debug, Clone, Copy)]
+pub struct KindSchema {
+    pub resource: &'static ResourceInfo,
+    add: fn(&mut SchemaGenerator),
+}
+
+/// Two are the same kind when they describe the same resource.
+impl PartialEq for KindSchema {
+    fn eq(&self, other: &Self) -> bool {
+        self.resource == other.resource
+    }
+}
+
+impl Eq for KindSchema {}
+
+impl KindSchema {
+    /// The schemas of kind `T` and of its list.
+    pub fn of<T: Object>() -> Self {
+        fn add<T: Object>(generator: &mut SchemaGenerator) {
+            generator.subschema_for::<T>();
+            generator.subschema_for::<ListSchema<T>>();
+        }
+        Self {
+            resource: T::resource(),
+            add: add::<T>,
+        }
+    }
+}
+
+/// Every definition the documents of `kinds` need: each kind and its list,
+/// what they refer to, and what the paths accept and answer (Status,
+/// DeleteOptions, Patch, WatchEvent).
+pub fn definitions(kinds: &[KindSchema]) -> Definitions {
     let mut generator = SchemaSettings::draft2020_12()
         .with(|s| {
             s.definitions_path = "/definitions".into();
             s.meta_schema = None;
         })
         .into_generator();
-    // Adding a resource adds a line here; a test checks every resource has one.
-    let kinds = [
-        add_kind::<NamespaceTransfer>(&mut generator),
-        add_kind::<EphemeralClaim>(&mut generator),
-    ];
+    for kind in kinds {
+        (kind.add)(&mut generator);
+    }
     generator.subschema_for::<Status>();
     generator.subschema_for::<DeleteOptions>();
     generator.subschema_for::<Patch>();
     generator.subschema_for::<WatchEvent<Value>>();
-    normalize(generator.take_definitions(true), &kinds)
-}
-
-fn add_kind<T: Object + JsonSchema>(generator: &mut SchemaGenerator) -> &'static ResourceInfo {
-    generator.subschema_for::<T>();
-    generator.subschema_for::<ListSchema<T>>();
-    T::resource()
+    let resources: Vec<&ResourceInfo> = kinds.iter().map(|k| k.resource).collect();
+    normalize(generator.take_definitions(true), &resources)
 }
 
 /// The rewrite described in the module documentation.
@@ -305,10 +330,12 @@ fn publish_as_kubernetes_does(definitions: &mut Definitions) {
     }
 }
 
-/// How lists and structs merge under server-side apply, as kube publishes
-/// it for its own types (`+listType`, `+listMapKey`, `+structType`) and as
-/// our types declare it. A list without a type is atomic; these say so
-/// anyway where kube does, so that our documents read as kube's.
+/// How lists and structs of kube's own types merge under server-side apply,
+/// as kube publishes them (`+listType`, `+listMapKey`, `+structType`). A
+/// list without a type is atomic; these say so anyway where kube does, so
+/// that our documents read as kube's. Our own types carry their markers
+/// beside their fields (`#[schemars(extend(…))]`), so a kind's module says
+/// how it merges.
 const MERGE_TYPES: &[(&str, Option<&str>, &str)] = &[
     (
         META_V1_OBJECT_META,
@@ -354,31 +381,6 @@ const MERGE_TYPES: &[(&str, Option<&str>, &str)] = &[
         "io.k8s.api.core.v1.TypedLocalObjectReference",
         None,
         r#"{"x-kubernetes-map-type":"atomic"}"#,
-    ),
-    (
-        "io.k8s.transfer.storage.v1alpha1.NamespaceTransferStatus",
-        Some("conditions"),
-        r#"{"x-kubernetes-list-map-keys":["type"],"x-kubernetes-list-type":"map","x-kubernetes-patch-merge-key":"type","x-kubernetes-patch-strategy":"merge"}"#,
-    ),
-    (
-        "io.k8s.transfer.storage.v1alpha1.NamespaceTransferStatus",
-        Some("steps"),
-        r#"{"x-kubernetes-list-map-keys":["name"],"x-kubernetes-list-type":"map","x-kubernetes-patch-merge-key":"name","x-kubernetes-patch-strategy":"merge"}"#,
-    ),
-    (
-        "io.k8s.transfer.storage.v1alpha1.EphemeralClaimStatus",
-        Some("conditions"),
-        r#"{"x-kubernetes-list-map-keys":["type"],"x-kubernetes-list-type":"map","x-kubernetes-patch-merge-key":"type","x-kubernetes-patch-strategy":"merge"}"#,
-    ),
-    (
-        "io.k8s.transfer.storage.v1alpha1.Requester",
-        Some("groups"),
-        r#"{"x-kubernetes-list-type":"atomic"}"#,
-    ),
-    (
-        "io.k8s.transfer.storage.v1alpha1.SourceClaimSnapshot",
-        Some("accessModes"),
-        r#"{"x-kubernetes-list-type":"atomic"}"#,
     ),
 ];
 

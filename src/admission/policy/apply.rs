@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
 
+use crate::api::schema;
 use crate::registry::fields::path::{Path, PathElement};
 use crate::registry::fields::schema::{Atom, ListKind, Schema, TypeId};
 use crate::registry::fields::typed;
@@ -26,28 +27,27 @@ pub(super) struct KindSchema {
 }
 
 impl KindSchema {
-    /// A kind this server does not serve is untyped: maps merge, lists are
-    /// atomic.
-    fn build(kind: &str) -> Self {
-        let definition = crate::api::schema::kind_definition(kind);
-        let definitions = crate::api::schema::definitions();
+    fn build(kind: &schema::KindSchema) -> Self {
+        let definition = schema::kind_definition(kind.resource.kind);
+        let definitions = schema::definitions(&[*kind]);
         let schema = Schema::from_definitions(&definitions, &[definition.as_str()]);
         let root = schema.named(&definition).unwrap_or(Schema::UNTYPED);
         Self { schema, root }
     }
 }
 
-/// The schemas of our kinds, by kind, built on first use.
+/// The schemas of the kinds written, by kind, built on first use from what
+/// each write says of its kind.
 #[derive(Debug, Default)]
 pub(super) struct Schemas {
-    kinds: Mutex<HashMap<String, Arc<KindSchema>>>,
+    kinds: Mutex<HashMap<&'static str, Arc<KindSchema>>>,
 }
 
 impl Schemas {
-    pub(super) fn for_kind(&self, kind: &str) -> Arc<KindSchema> {
+    pub(super) fn for_kind(&self, kind: &schema::KindSchema) -> Arc<KindSchema> {
         let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
         kinds
-            .entry(kind.to_owned())
+            .entry(kind.resource.kind)
             .or_insert_with(|| Arc::new(KindSchema::build(kind)))
             .clone()
     }

@@ -175,7 +175,7 @@ pub(super) async fn mutate(
             .map(|s| *s)
             .unwrap_or_default();
         let reinvoking = reinvocation.reinvoking;
-        let schema = policies.schemas.for_kind(&attrs.kind);
+        let schema = policies.schemas.for_kind(&attrs.schema);
         let handle = tokio::runtime::Handle::current();
         let authorizer = policies.authorizer.clone();
         let user = attrs.user.clone();

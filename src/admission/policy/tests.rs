@@ -160,6 +160,8 @@ fn create(object: Value) -> Attributes {
             groups: vec!["tenants".to_owned()],
             ..Requester::default()
         },
+        schema: crate::api::schema::KindSchema::of::<crate::api::NamespaceTransfer>(),
+        rights: Vec::new(),
     }
 }
 

@@ -84,6 +84,8 @@ fn attrs(operation: Operation) -> Attributes {
         options: json!({"apiVersion": "meta.k8s.io/v1", "kind": operation.options_kind()}),
         dry_run: false,
         user: Requester::default(),
+        schema: crate::api::schema::KindSchema::of::<crate::api::NamespaceTransfer>(),
+        rights: Vec::new(),
     }
 }
 

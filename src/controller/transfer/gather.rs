@@ -8,12 +8,13 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::admission::{first_missing, transfer_rights};
+use crate::admission::first_missing;
 use crate::api::namespace_transfer::{
     NamespaceTransfer, Role, TransferMode, ANNOTATION_ALLOW_NAMESPACE_TRANSFER,
 };
 use crate::controller::cluster::{Cluster, ClusterError};
 use crate::controller::{object_key, Error};
+use crate::registry::namespace_transfer::transfer_rights;
 
 use super::decide::snapshot as snapshot_decide;
 use super::decide::{

@@ -1,5 +1,5 @@
 //! The `paths` of both OpenAPI documents: every operation this server serves on
-//! each resource of [`api::RESOURCES`], named, parameterized and answered as
+//! each kind it is given, named, parameterized and answered as
 //! kube-apiserver documents its own resources, in Swagger 2.0 or OpenAPI 3.0 shape.
 //!
 //! Only what the server actually serves is listed: no `/watch/` paths (watch is
@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Patch, Statu
 use serde_json::{json, Map, Value};
 
 use super::Dialect;
-use crate::api::schema::{self as schemas, definition_of, reference};
+use crate::api::schema::{self as schemas, definition_of, reference, KindSchema};
 use crate::api::{self, ResourceInfo};
 
 /// A query parameter, as kube-apiserver documents it.
@@ -158,10 +158,10 @@ enum Scope {
 }
 
 /// The paths of every served resource.
-pub(super) fn paths(dialect: Dialect) -> Map<String, Value> {
+pub(super) fn paths(dialect: Dialect, kinds: &[KindSchema]) -> Map<String, Value> {
     let mut paths = Map::new();
-    for resource in api::RESOURCES {
-        resource_paths(&mut paths, resource, dialect);
+    for kind in kinds {
+        resource_paths(&mut paths, kind.resource, dialect);
     }
     paths
 }

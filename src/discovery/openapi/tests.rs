@@ -23,8 +23,12 @@ fn each_object(value: &Value, pointer: &str, visit: &mut dyn FnMut(&str, &Map<St
 /// Both documents with their schema maps and the prefix their references use.
 fn documents() -> Vec<(&'static str, Value, &'static str)> {
     vec![
-        ("v2", swagger_v2(), "#/definitions/"),
-        ("v3", openapi_v3_group_version(), "#/components/schemas/"),
+        ("v2", swagger_v2(&kinds()), "#/definitions/"),
+        (
+            "v3",
+            openapi_v3_group_version(&kinds()),
+            "#/components/schemas/",
+        ),
     ]
 }
 
@@ -124,7 +128,7 @@ fn no_one_of_or_any_of_is_left_for_optionals_or_enums() {
 fn kinds_and_their_lists_carry_their_group_version_kind() {
     for (name, document, _) in documents() {
         let schemas = schemas_of(name, &document);
-        for resource in api::RESOURCES {
+        for resource in kinds().iter().map(|k| k.resource) {
             for (definition, kind) in [
                 (
                     schemas::kind_definition(resource.kind),
@@ -150,7 +154,7 @@ fn kinds_and_their_lists_carry_their_group_version_kind() {
 
 #[test]
 fn our_types_are_named_after_the_reversed_group() {
-    let document = swagger_v2();
+    let document = swagger_v2(&kinds());
     let schemas = schemas_of("v2", &document);
     for name in [
         "io.k8s.transfer.storage.v1alpha1.NamespaceTransfer",
@@ -170,7 +174,7 @@ fn our_types_are_named_after_the_reversed_group() {
 
 #[test]
 fn metadata_refers_to_object_meta_and_list_metadata_to_list_meta() {
-    let document = openapi_v3_group_version();
+    let document = openapi_v3_group_version(&kinds());
     let schemas = schemas_of("v3", &document);
     let nst = &schemas["io.k8s.transfer.storage.v1alpha1.NamespaceTransfer"];
     assert_eq!(
@@ -186,7 +190,7 @@ fn metadata_refers_to_object_meta_and_list_metadata_to_list_meta() {
         list["properties"]["items"]["items"]["$ref"],
         "#/components/schemas/io.k8s.transfer.storage.v1alpha1.EphemeralClaim"
     );
-    let v2 = swagger_v2();
+    let v2 = swagger_v2(&kinds());
     assert_eq!(
         v2["definitions"]["io.k8s.transfer.storage.v1alpha1.NamespaceTransfer"]["properties"]
             ["metadata"]["$ref"],
@@ -218,7 +222,7 @@ fn quantity_and_time_are_published_as_kubernetes_publishes_them() {
 
 #[test]
 fn field_descriptions_are_kept_and_reflowed_into_paragraphs() {
-    let document = swagger_v2();
+    let document = swagger_v2(&kinds());
     let source = &document["definitions"]["io.k8s.transfer.storage.v1alpha1.TransferSource"];
     let kind = source["properties"]["kind"]["description"]
         .as_str()
@@ -236,7 +240,7 @@ fn field_descriptions_are_kept_and_reflowed_into_paragraphs() {
 
 #[test]
 fn string_enums_are_inlined_with_their_values() {
-    let document = swagger_v2();
+    let document = swagger_v2(&kinds());
     let spec = &document["definitions"]["io.k8s.transfer.storage.v1alpha1.NamespaceTransferSpec"];
     let mode = &spec["properties"]["mode"];
     assert_eq!(mode["type"], "string");
@@ -257,7 +261,7 @@ fn string_enums_are_inlined_with_their_values() {
 
 #[test]
 fn v3_root_lists_our_group_version_with_the_hash_of_the_served_document() {
-    let served = served().unwrap();
+    let served = build(&kinds()).unwrap();
     let root: Value = serde_json::from_slice(&served.v3_root.body()).unwrap();
     let hash = served.v3_group_version.hash();
     assert_eq!(
@@ -281,11 +285,11 @@ fn v3_root_lists_our_group_version_with_the_hash_of_the_served_document() {
 
 #[test]
 fn served_documents_are_the_built_documents() {
-    let served = served().unwrap();
+    let served = build(&kinds()).unwrap();
     let v2: Value = serde_json::from_slice(&served.v2.body()).unwrap();
-    assert_eq!(v2, swagger_v2());
+    assert_eq!(v2, swagger_v2(&kinds()));
     let v3: Value = serde_json::from_slice(&served.v3_group_version.body()).unwrap();
-    assert_eq!(v3, openapi_v3_group_version());
+    assert_eq!(v3, openapi_v3_group_version(&kinds()));
 }
 
 #[test]
@@ -300,12 +304,12 @@ fn documents_are_deterministic_with_sorted_keys() {
         });
         assert!(unsorted.is_empty(), "{name}: {unsorted:?}");
     }
-    assert_eq!(checked_in().unwrap(), checked_in().unwrap());
+    assert_eq!(checked_in(&kinds()).unwrap(), checked_in(&kinds()).unwrap());
 }
 
 #[test]
 fn checked_in_files_are_the_v2_and_v3_documents() {
-    let files = checked_in().unwrap();
+    let files = checked_in(&kinds()).unwrap();
     let names: Vec<String> = files.iter().map(|(p, _)| p.display().to_string()).collect();
     assert_eq!(
         names,
@@ -314,4 +318,9 @@ fn checked_in_files_are_the_v2_and_v3_documents() {
     for (path, contents) in files {
         assert!(contents.ends_with("}\n"), "{}", path.display());
     }
+}
+
+/// The kinds the server serves.
+fn kinds() -> Vec<crate::api::schema::KindSchema> {
+    crate::endpoints::kinds::Kinds::served().schemas()
 }

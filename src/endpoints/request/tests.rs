@@ -2,9 +2,14 @@ use super::*;
 
 fn parse_ok(method: &str, path: &str, query: &str) -> ResourceRequest {
     let q = Query::parse(Some(query));
-    parse(&Method::from_bytes(method.as_bytes()).unwrap(), path, &q)
-        .unwrap()
-        .unwrap_or_else(|| panic!("{path} is not ours"))
+    parse(
+        &Method::from_bytes(method.as_bytes()).unwrap(),
+        path,
+        &q,
+        &Kinds::served(),
+    )
+    .unwrap()
+    .unwrap_or_else(|| panic!("{path} is not ours"))
 }
 
 #[test]
@@ -92,7 +97,7 @@ fn unknown_resources_and_subresources_are_not_found() {
         "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/p/namespacetransfers/a/scale",
         "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/p/namespacetransfers/a/status/x",
     ] {
-        let err = parse(&Method::GET, path, &q).unwrap_err();
+        let err = parse(&Method::GET, path, &q, &Kinds::served()).unwrap_err();
         assert_eq!(err.code(), 404, "{path}");
     }
 }
@@ -107,7 +112,9 @@ fn wrong_methods_are_method_not_allowed() {
         (Method::DELETE, format!("{base}/a/status")),
     ] {
         assert_eq!(
-            parse(&method, &path, &q).unwrap_err().code(),
+            parse(&method, &path, &q, &Kinds::served())
+                .unwrap_err()
+                .code(),
             405,
             "{method} {path}"
         );
@@ -127,7 +134,7 @@ fn query_values_are_decoded_and_validated() {
 }
 
 fn info(method: Method, target: &str) -> RequestInfo {
-    RequestInfo::new(&method, &target.parse().unwrap())
+    RequestInfo::new(&method, &target.parse().unwrap(), &Kinds::served())
 }
 
 #[test]

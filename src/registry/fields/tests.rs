@@ -352,7 +352,9 @@ fn a_long_set_merges_and_compares_item_by_item() {
 }
 
 fn fm_schema() -> schema::Schema {
-    let definitions = crate::api::schema::definitions();
+    let definitions = crate::api::schema::definitions(&[crate::api::schema::KindSchema::of::<
+        crate::api::NamespaceTransfer,
+    >()]);
     schema::Schema::from_definitions(
         &definitions,
         &[crate::api::schema::kind_definition("NamespaceTransfer").as_str()],

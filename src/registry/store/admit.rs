@@ -9,6 +9,7 @@ use serde_json::json;
 
 use crate::api::errors::ApiError;
 use crate::api::meta::Object;
+use crate::api::schema::KindSchema;
 use crate::api::{self};
 use crate::registry::admission::{Attributes, Operation, Phase};
 use crate::registry::{Context, Writer};
@@ -72,6 +73,13 @@ impl<S: Strategy> Store<S> {
             options,
             dry_run: ctx.dry_run,
             user: ctx.user.clone(),
+            schema: KindSchema::of::<S::Object>(),
+            rights: match (operation, object) {
+                (Operation::Create, Some(obj)) if phases.contains(&Phase::Validating) => {
+                    self.strategy.create_rights(obj)
+                }
+                _ => Vec::new(),
+            },
         }))
     }
 

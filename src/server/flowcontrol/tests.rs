@@ -374,9 +374,14 @@ fn requests_are_classified_as_kube_apiserver_classifies_them() {
     ];
     for (method, path, query, want) in cases {
         let query_str = (!query.is_empty()).then_some(query);
-        let resource = parse(&method, path, &Query::parse(query_str))
-            .ok()
-            .flatten();
+        let resource = parse(
+            &method,
+            path,
+            &Query::parse(query_str),
+            &crate::endpoints::kinds::Kinds::served(),
+        )
+        .ok()
+        .flatten();
         assert_eq!(
             RequestKind::of(resource.as_ref(), &method),
             want,

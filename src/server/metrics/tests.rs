@@ -43,8 +43,13 @@ fn latency_buckets_are_cumulative_and_watches_are_left_out() {
 
 #[test]
 fn a_request_is_labelled_by_its_verb_and_resource_or_else_by_its_method() {
-    let info =
-        |method: http::Method, target: &str| RequestInfo::new(&method, &target.parse().unwrap());
+    let info = |method: http::Method, target: &str| {
+        RequestInfo::new(
+            &method,
+            &target.parse().unwrap(),
+            &crate::endpoints::kinds::Kinds::served(),
+        )
+    };
     let status = RequestLabels::of(&info(
         http::Method::PATCH,
         "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/p/ephemeralclaims/a/status",

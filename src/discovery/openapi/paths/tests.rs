@@ -30,8 +30,8 @@ fn query_names(op: &Value) -> Vec<&str> {
 
 #[test]
 fn every_resource_has_its_collection_item_status_and_all_namespaces_paths() {
-    let paths = paths(Dialect::Swagger2);
-    for r in api::RESOURCES {
+    let paths = paths(Dialect::Swagger2, &kinds());
+    for r in kinds().iter().map(|k| k.resource) {
         let base = "/apis/storage.transfer.k8s.io/v1alpha1";
         let collection = format!("{base}/namespaces/{{namespace}}/{}", r.plural);
         let item = format!("{collection}/{{name}}");
@@ -46,12 +46,12 @@ fn every_resource_has_its_collection_item_status_and_all_namespaces_paths() {
             assert_eq!(methods(item), want, "{path}");
         }
     }
-    assert_eq!(paths.len(), 4 * api::RESOURCES.len());
+    assert_eq!(paths.len(), 4 * kinds().len());
 }
 
 #[test]
 fn operations_are_named_and_tagged_as_kube_names_them() {
-    let paths = paths(Dialect::Swagger2);
+    let paths = paths(Dialect::Swagger2, &kinds());
     let id = |path: &str, method: &str| {
         paths[path][method]["operationId"]
             .as_str()
@@ -90,7 +90,7 @@ fn operations_are_named_and_tagged_as_kube_names_them() {
 #[test]
 fn every_operation_carries_its_action_and_group_version_kind() {
     for dialect in [Dialect::Swagger2, Dialect::OpenApi3] {
-        for (path, item) in paths(dialect) {
+        for (path, item) in paths(dialect, &kinds()) {
             let kind = if path.contains("namespacetransfers") {
                 "NamespaceTransfer"
             } else {
@@ -112,8 +112,8 @@ fn every_operation_carries_its_action_and_group_version_kind() {
 
 #[test]
 fn patches_take_dry_run_field_validation_and_both_patch_types() {
-    let v2 = paths(Dialect::Swagger2);
-    let v3 = paths(Dialect::OpenApi3);
+    let v2 = paths(Dialect::Swagger2, &kinds());
+    let v3 = paths(Dialect::OpenApi3, &kinds());
     for path in [format!("{NST}/{{name}}"), format!("{NST}/{{name}}/status")] {
         let op = &v2[&path]["patch"];
         assert_eq!(query_names(op), ["dryRun", "fieldValidation"], "{path}");
@@ -144,7 +144,7 @@ fn patches_take_dry_run_field_validation_and_both_patch_types() {
 
 #[test]
 fn lists_take_selectors_paging_and_watch_parameters() {
-    let v2 = paths(Dialect::Swagger2);
+    let v2 = paths(Dialect::Swagger2, &kinds());
     for path in [
         NST,
         "/apis/storage.transfer.k8s.io/v1alpha1/namespacetransfers",
@@ -171,7 +171,7 @@ fn lists_take_selectors_paging_and_watch_parameters() {
 
 #[test]
 fn path_parameters_are_declared_once_per_path_in_each_dialect() {
-    let v2 = paths(Dialect::Swagger2);
+    let v2 = paths(Dialect::Swagger2, &kinds());
     let item = &v2[&format!("{NST}/{{name}}")];
     assert_eq!(
         item["parameters"],
@@ -180,7 +180,7 @@ fn path_parameters_are_declared_once_per_path_in_each_dialect() {
             { "name": "namespace", "in": "path", "required": true, "type": "string", "uniqueItems": true, "description": "object name and auth scope, such as for teams and projects" },
         ])
     );
-    let v3 = paths(Dialect::OpenApi3);
+    let v3 = paths(Dialect::OpenApi3, &kinds());
     assert_eq!(
         v3[NST]["parameters"][0]["schema"],
         json!({ "type": "string", "uniqueItems": true })
@@ -189,7 +189,7 @@ fn path_parameters_are_declared_once_per_path_in_each_dialect() {
 
 #[test]
 fn v3_list_answers_the_list_as_json_and_watch_events_as_a_stream() {
-    let v3 = paths(Dialect::OpenApi3);
+    let v3 = paths(Dialect::OpenApi3, &kinds());
     let content = &v3[NST]["get"]["responses"]["200"]["content"];
     assert_eq!(
         content["application/json"]["schema"]["$ref"],
@@ -199,4 +199,9 @@ fn v3_list_answers_the_list_as_json_and_watch_events_as_a_stream() {
         content["application/json;stream=watch"]["schema"]["$ref"],
         "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent"
     );
+}
+
+/// The kinds the server serves.
+fn kinds() -> Vec<crate::api::schema::KindSchema> {
+    crate::endpoints::kinds::Kinds::served().schemas()
 }

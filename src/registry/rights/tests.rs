@@ -1,4 +1,9 @@
 use super::*;
+use crate::api::ephemeral_claim::EphemeralClaim;
+use crate::api::meta::Object;
+use crate::api::namespace_transfer::NamespaceTransfer;
+use crate::registry::ephemeral_claim::claim_rights;
+use crate::registry::namespace_transfer::transfer_rights;
 
 fn transfer(ns: &str, spec: serde_json::Value) -> NamespaceTransfer {
     let mut obj: NamespaceTransfer = serde_json::from_value(serde_json::json!({
