@@ -237,19 +237,31 @@ async fn json_of(resp: http::Response<crate::endpoints::Body>) -> (StatusCode, V
 
 const WIDGETS: &str = "/apis/storage.transfer.k8s.io/v1alpha1/namespaces/shop/widgets";
 
-#[tokio::test]
-async fn a_third_kind_registered_with_one_line_is_created_read_listed_updated_and_deleted() {
-    let api = api_with_widgets().await;
-    let (code, created) = json_of(
+/// A create of a Widget with `fields` besides its apiVersion and kind.
+async fn create(api: &Api, fields: Value) -> (StatusCode, Value) {
+    let mut body = json!({"apiVersion": "storage.transfer.k8s.io/v1alpha1", "kind": "Widget"});
+    for (key, value) in fields.as_object().unwrap() {
+        body[key] = value.clone();
+    }
+    json_of(
         call(
-            &api,
+            api,
             Method::POST,
             WIDGETS,
             &[(header::CONTENT_TYPE, "application/json")],
-            json!({"apiVersion": "storage.transfer.k8s.io/v1alpha1", "kind": "Widget",
-                   "metadata": {"name": "w"}, "spec": {"colours": ["red"]}}),
+            body,
         )
         .await,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_third_kind_registered_with_one_line_is_created_read_listed_updated_and_deleted() {
+    let api = api_with_widgets().await;
+    let (code, created) = create(
+        &api,
+        json!({"metadata": {"name": "w"}, "spec": {"colours": ["red"]}}),
     )
     .await;
     assert_eq!(code, StatusCode::CREATED, "{created}");
@@ -257,16 +269,9 @@ async fn a_third_kind_registered_with_one_line_is_created_read_listed_updated_an
     assert_eq!(created["spec"]["requester"]["username"], "alice");
     assert_eq!(created["status"]["phase"], "Pending");
 
-    let (code, bad) = json_of(
-        call(
-            &api,
-            Method::POST,
-            WIDGETS,
-            &[(header::CONTENT_TYPE, "application/json")],
-            json!({"apiVersion": "storage.transfer.k8s.io/v1alpha1", "kind": "Widget",
-                   "metadata": {"name": "tiny"}, "spec": {"size": 0}}),
-        )
-        .await,
+    let (code, bad) = create(
+        &api,
+        json!({"metadata": {"name": "tiny"}, "spec": {"size": 0}}),
     )
     .await;
     assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
@@ -323,16 +328,9 @@ async fn a_third_kind_registered_with_one_line_is_created_read_listed_updated_an
 #[tokio::test]
 async fn a_third_kind_is_watched_and_printed_as_a_table_with_its_own_columns() {
     let api = api_with_widgets().await;
-    let (code, _) = json_of(
-        call(
-            &api,
-            Method::POST,
-            WIDGETS,
-            &[(header::CONTENT_TYPE, "application/json")],
-            json!({"apiVersion": "storage.transfer.k8s.io/v1alpha1", "kind": "Widget",
-                   "metadata": {"name": "w"}, "spec": {"size": 7}}),
-        )
-        .await,
+    let (code, _) = create(
+        &api,
+        json!({"metadata": {"name": "w"}, "spec": {"size": 7}}),
     )
     .await;
     assert_eq!(code, StatusCode::CREATED);
