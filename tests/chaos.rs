@@ -33,9 +33,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -44,6 +42,7 @@ use serde_json::Value;
 use sta_testenv::balancer::Balancer;
 use sta_testenv::scenario::ensure_classes;
 use sta_testenv::scenario::many::{Fleet, Pair};
+use sta_testenv::watch::{Ends, Recording};
 use sta_testenv::{csi, ControlPlane, Kubectl, Options, Replica};
 use sta_testenv::{ephemeral, scenario};
 
@@ -387,125 +386,47 @@ struct Seen {
     object: Value,
 }
 
-struct Recorder {
-    seen: Arc<Mutex<Vec<Seen>>>,
-    /// Times a watch had to be started again (each one a re-list).
-    restarts: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
+/// The soak's watches, as `kubectl get -w` in every namespace: every PV,
+/// claim and transfer, each watch started again whenever its stream ends.
+struct Recorder(Vec<(&'static str, Recording)>);
 
 impl Recorder {
     fn start(k: &Kubectl) -> Self {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let restarts = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = [
-            ("pv", "persistentvolumes"),
-            ("pvc", "persistentvolumeclaims"),
-            ("transfer", "namespacetransfers"),
-        ]
-        .into_iter()
-        .map(|(kind, resource)| {
-            let (k, seen, restarts, stop) =
-                (k.clone(), seen.clone(), restarts.clone(), stop.clone());
-            std::thread::spawn(move || watch(&k, kind, resource, &seen, &restarts, &stop))
-        })
-        .collect();
-        Self {
-            seen,
-            restarts,
-            stop,
-            threads,
-        }
+        Self(
+            [
+                ("pv", "persistentvolumes"),
+                ("pvc", "persistentvolumeclaims"),
+                ("transfer", "namespacetransfers"),
+            ]
+            .into_iter()
+            .map(|(kind, resource)| {
+                (
+                    kind,
+                    Recording::start(k, &[resource, "-A"], Ends::StartAgain),
+                )
+            })
+            .collect(),
+        )
     }
 
-    fn finish(mut self) -> (Vec<Seen>, usize) {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in std::mem::take(&mut self.threads) {
-            let _ = t.join();
-        }
-        let seen = std::mem::take(&mut *self.seen.lock().unwrap());
-        (seen, self.restarts.load(Ordering::SeqCst))
-    }
-}
-
-impl Drop for Recorder {
-    /// On a panic too: no `kubectl get -w` outlives the soak.
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Watches `resource` in every namespace with `kubectl get -w`, starting
-/// again whenever the stream ends, until `stop`.
-fn watch(
-    k: &Kubectl,
-    kind: &'static str,
-    resource: &str,
-    seen: &Mutex<Vec<Seen>>,
-    restarts: &AtomicUsize,
-    stop: &Arc<AtomicBool>,
-) {
-    let mut first = true;
-    while !stop.load(Ordering::SeqCst) {
-        if !first {
-            restarts.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        first = false;
-        let Ok(mut child) = Command::new(k.binary())
-            .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
-            .args([
-                "get",
-                resource,
-                "-A",
-                "-w",
-                "--output-watch-events",
-                "-o",
-                "json",
-                "--request-timeout=0",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-        else {
-            continue;
-        };
-        let stdout = child.stdout.take().unwrap();
-        let pid = child.id();
-        // The reader blocks on kubectl's output: this thread ends kubectl
-        // when the soak is over, or when its stream has ended anyway.
-        let done = Arc::new(AtomicBool::new(false));
-        let killer = std::thread::spawn({
-            let (done, stop) = (done.clone(), stop.clone());
-            move || {
-                while !done.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                signal(pid, "KILL");
-            }
-        });
-        for event in
-            serde_json::Deserializer::from_reader(BufReader::new(stdout)).into_iter::<Value>()
-        {
-            let Ok(event) = event else { break };
-            let object = event["object"].clone();
-            let meta = &object["metadata"];
-            seen.lock().unwrap().push(Seen {
-                at: Instant::now(),
+    /// Every version seen, in the order they arrived, and how often a
+    /// watch had to be started again (each one a re-list).
+    fn finish(self) -> (Vec<Seen>, usize) {
+        let mut seen = Vec::new();
+        let mut restarts = 0;
+        for (kind, recording) in self.0 {
+            let (events, again) = recording.finish();
+            restarts += again;
+            seen.extend(events.into_iter().map(|e| Seen {
+                at: e.at,
                 kind,
-                event: event["type"].as_str().unwrap_or_default().to_owned(),
-                name: meta["name"].as_str().unwrap_or_default().to_owned(),
-                object: summary(kind, &object),
-            });
-            if stop.load(Ordering::SeqCst) {
-                break;
-            }
+                name: e.name().to_owned(),
+                object: summary(kind, &e.object),
+                event: e.kind,
+            }));
         }
-        done.store(true, Ordering::SeqCst);
-        let _ = killer.join();
-        let _ = child.wait();
+        seen.sort_by_key(|s| s.at);
+        (seen, restarts)
     }
 }
 

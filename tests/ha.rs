@@ -8,14 +8,13 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sta_testenv::balancer::Balancer;
 use sta_testenv::scenario::*;
+use sta_testenv::watch::{Ends, Recording};
 use sta_testenv::{ControlPlane, Kubectl, Options};
 
 const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
@@ -44,59 +43,6 @@ fn lister(
             std::thread::sleep(Duration::from_millis(100));
         }
         (lists, failures)
-    })
-}
-
-/// Watches with `kubectl get -w`, starting again when the stream ends (as a
-/// reflector would); returns the names seen and how often it had to start
-/// again.
-fn watcher(
-    k: Kubectl,
-    ns: String,
-    stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<Vec<String>>>,
-) -> std::thread::JoinHandle<usize> {
-    std::thread::spawn(move || {
-        let mut restarts = 0;
-        while !stop.load(Ordering::Relaxed) {
-            let mut child = Command::new(k.binary())
-                .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
-                .args(["get", "namespacetransfers", "-n", &ns, "-w", "-o", "name"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            let stdout = child.stdout.take().unwrap();
-            let (stop2, ended) = (stop.clone(), Arc::new(AtomicBool::new(false)));
-            let ended2 = ended.clone();
-            let pid = child.id();
-            // Ends the watch when the test is over.
-            let killer = std::thread::spawn(move || {
-                while !stop2.load(Ordering::Relaxed) && !ended2.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                if !ended2.load(Ordering::Relaxed) {
-                    sta_testenv::process::sigterm(pid);
-                }
-            });
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // An ERROR event (kubectl prints its Status as `status/…`)
-                // ends the watch, as it ends a reflector's: start again.
-                if line.starts_with("status/") {
-                    let _ = child.kill();
-                    break;
-                }
-                seen.lock().unwrap().push(line.trim().to_owned());
-            }
-            let _ = child.wait();
-            ended.store(true, Ordering::Relaxed);
-            let _ = killer.join();
-            if !stop.load(Ordering::Relaxed) {
-                restarts += 1;
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        restarts
     })
 }
 
@@ -138,9 +84,13 @@ fn clients_and_a_transfer_ride_through_each_replica_being_killed_in_turn() {
     wait_phase(admin, &src.name, "give", "WaitingForRelease", WAIT);
 
     let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Vec::new()));
     let lists = lister(admin.clone(), dst.name.clone(), stop.clone());
-    let watch = watcher(admin.clone(), dst.name.clone(), stop.clone(), seen.clone());
+    // Started again when its stream ends, as a reflector's watch is.
+    let watch = Recording::start(
+        admin,
+        &["namespacetransfers", "-n", &dst.name],
+        Ends::StartAgain,
+    );
     std::thread::sleep(Duration::from_secs(2));
 
     // Kill one replica; objects made while it is down and after it is back
@@ -177,16 +127,16 @@ fn clients_and_a_transfer_ride_through_each_replica_being_killed_in_turn() {
         "the aggregator's connections went to a replica that was killed"
     );
     eventually("the watcher to see every object", WAIT, || {
-        let seen = seen.lock().unwrap();
-        (0..5).all(|i| {
-            seen.iter().any(|s| s.ends_with(&format!("/down-{i}")))
-                && seen.iter().any(|s| s.ends_with(&format!("/up-{i}")))
-                && seen.iter().any(|s| s.ends_with(&format!("/late-{i}")))
+        watch.read(|seen| {
+            let saw = |name: String| seen.iter().any(|e| e.name() == name);
+            (0..5).all(|i| {
+                saw(format!("down-{i}")) && saw(format!("up-{i}")) && saw(format!("late-{i}"))
+            })
         })
     });
     stop.store(true, Ordering::Relaxed);
     let (lists, failures) = lists.join().unwrap();
-    let restarts = watch.join().unwrap();
+    let (_, restarts) = watch.finish();
     println!(
         "HA: {lists} lists, failures {failures:?}; watch restarted {restarts} time(s); the main replica was down for {main_down:?}"
     );

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sta_testenv::scenario::*;
+use sta_testenv::watch::{Ends, Recording};
 use sta_testenv::{shared, ControlPlane, Kubectl, Namespace};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -539,7 +540,7 @@ fn a_destination_that_pads_its_request_to_the_size_limit_cannot_jam_the_transfer
 
 /// Every version of one transfer a user can watch, as `kubectl get -w`
 /// shows it to them, from before it exists.
-struct ObjectWatch(std::process::Child);
+struct ObjectWatch(Recording);
 
 impl ObjectWatch {
     /// Every version of the transfer `namespace/name` that `k` can read.
@@ -553,34 +554,16 @@ impl ObjectWatch {
     }
 
     fn start(k: &Kubectl, resource: &str, namespace: &str, name: &str) -> Self {
-        let child = std::process::Command::new(k.binary())
-            .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
-            .args(["get", resource, "-n", namespace])
-            .arg(format!("--field-selector=metadata.name={name}"))
-            .args(["-w", "--output-watch-events", "-o", "json"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        Self(child)
+        let selector = format!("--field-selector=metadata.name={name}");
+        Self(Recording::start(
+            k,
+            &[resource, "-n", namespace, &selector],
+            Ends::Once,
+        ))
     }
 
-    fn finish(mut self) -> Vec<Value> {
-        let _ = self.0.kill();
-        let mut out = String::new();
-        std::io::Read::read_to_string(&mut self.0.stdout.take().unwrap(), &mut out).unwrap();
-        let _ = self.0.wait();
-        serde_json::Deserializer::from_str(&out)
-            .into_iter::<Value>()
-            .map(|e| e.unwrap()["object"].clone())
-            .collect()
-    }
-}
-
-impl Drop for ObjectWatch {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+    fn finish(self) -> Vec<Value> {
+        self.0.finish().0.into_iter().map(|e| e.object).collect()
     }
 }
 

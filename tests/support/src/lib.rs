@@ -32,7 +32,8 @@
 //! scenarios from: [`scenario`] (NamespaceTransfers: classes, claims,
 //! consents, phases; [`scenario::many`] for fleets, [`scenario::snapshots`]
 //! for VolumeSnapshots, and `scenario::crash` with the `fault-injection`
-//! feature), [`ephemeral`] (EphemeralClaims), and, with the `bench`
+//! feature), [`ephemeral`] (EphemeralClaims), [`watch`] (the one recorder of
+//! `kubectl get -w`, which tests and benches watch with), and, with the `bench`
 //! feature, `bench` (the benchmarks' load generator, null backend, charts
 //! and latencies).
 
@@ -50,6 +51,7 @@ pub mod process;
 pub mod scenario;
 pub mod standalone;
 mod start;
+pub mod watch;
 pub mod webhook;
 
 use std::net::TcpListener;

@@ -14,11 +14,10 @@ pub mod crash;
 pub mod many;
 pub mod snapshots;
 
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::csi::storage_class_yaml;
+use crate::watch::{Ends, Recording};
 use crate::{ControlPlane, Csi, Kubectl};
 use serde_json::Value;
 
@@ -529,21 +528,14 @@ pub fn assert_moved(k: &Kubectl, pv: &str, pv_uid: &str, src_ns: &str, dest_ns: 
 /// Watches one PV with `kubectl get -w` and keeps every version seen.
 #[derive(Debug)]
 pub struct VolumeRecorder {
-    child: Child,
+    watch: Recording,
     pv: String,
 }
 
 impl VolumeRecorder {
     pub fn start(k: &Kubectl, pv: &str) -> Self {
-        let child = Command::new(k.binary())
-            .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
-            .args(["get", "pv", pv, "-w", "--output-watch-events", "-o", "json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
         Self {
-            child,
+            watch: Recording::start(k, &["pv", pv], Ends::Once),
             pv: pv.to_owned(),
         }
     }
@@ -551,22 +543,11 @@ impl VolumeRecorder {
     /// Stops watching and checks every version seen: never deleted, never
     /// Released or Failed, and never bound to any claim but `allowed` (uids).
     #[track_caller]
-    pub fn assert_never_lost(mut self, allowed: &[&str]) -> usize {
-        let _ = self.child.kill();
-        let mut out = String::new();
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        let _ = self.child.wait();
-        let mut seen = 0;
-        for event in serde_json::Deserializer::from_str(&out).into_iter::<Value>() {
-            let event = event.unwrap();
-            let pv = &event["object"];
-            seen += 1;
-            assert_ne!(event["type"], "DELETED", "PV {} was deleted", self.pv);
+    pub fn assert_never_lost(self, allowed: &[&str]) -> usize {
+        let (events, _) = self.watch.finish();
+        for event in &events {
+            let pv = &event.object;
+            assert_ne!(event.kind, "DELETED", "PV {} was deleted", self.pv);
             let phase = pv["status"]["phase"].as_str().unwrap_or_default();
             assert!(
                 phase != "Released" && phase != "Failed",
@@ -583,15 +564,8 @@ impl VolumeRecorder {
                 );
             }
         }
-        assert!(seen > 0, "the recorder saw PV {}", self.pv);
-        seen
-    }
-}
-
-impl Drop for VolumeRecorder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        assert!(!events.is_empty(), "the recorder saw PV {}", self.pv);
+        events.len()
     }
 }
 

@@ -35,12 +35,9 @@
 //! benchmark fails by panicking: anything unexpected panics with what was seen.
 //! Namespaces and volumes are deleted after the last run of each function.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::watch::{Ends, Event, Recording};
 use crate::{ControlPlane, Kubectl, Namespace};
 use serde_json::Value;
 
@@ -166,8 +163,8 @@ pub fn snapshot_bind_baseline(cp: &ControlPlane, runs: usize) -> Vec<Duration> {
     timings
 }
 
-fn is_ready(event: &Value) -> bool {
-    event["object"]["status"]["readyToUse"] == true
+fn is_ready(event: &Event) -> bool {
+    event.object["status"]["readyToUse"] == true
 }
 
 /// One snapshot moved; see [`snapshot_move_latency`].
@@ -180,7 +177,7 @@ fn one_snapshot_move(cp: &ControlPlane, leftovers: &mut Leftovers) -> Duration {
     let snapshot = EventWatch::start(cp, "volumesnapshots", &s.dst.name, "nightly");
     let request = EventWatch::start(cp, "namespacetransfers", &s.dst.name, "take");
     take_snapshot(k, &s.dst.name, "take", &s.src.name, "nightly");
-    let second_consent = request.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let second_consent = request.first("ADDED", WAIT, |e| e.kind == "ADDED");
     let ready = snapshot.first("readyToUse", WAIT, is_ready);
     let latency = ready.duration_since(second_consent);
     drop((snapshot, request));
@@ -210,7 +207,7 @@ fn one_snapshot_bind(cp: &ControlPlane, leftovers: &mut Leftovers) -> Duration {
         "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: nightly\n  namespace: {dst}\nspec:\n  volumeSnapshotClassName: {SNAP_ALLOWED}\n  source:\n    volumeSnapshotContentName: {content}\n"
     ))
     .unwrap_or_else(|e| panic!("creating snapshot {dst}/nightly: {e}"));
-    let created = watch.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let created = watch.first("ADDED", WAIT, |e| e.kind == "ADDED");
     let ready = watch.first("readyToUse", WAIT, is_ready);
     let latency = ready.duration_since(created);
     drop(watch);
@@ -264,7 +261,7 @@ fn one_clone(cp: &ControlPlane, capacity: &str, leftovers: &mut Leftovers) -> Du
         "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: take\n  namespace: {dst_ns}\nspec:\n  mode: Clone\n  source:\n    namespace: {src_ns}\n    name: {CLAIM}\n"
     ))
     .unwrap_or_else(|e| panic!("clone request {dst_ns}/take: {e}"));
-    let second_consent = request.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let second_consent = request.first("ADDED", WAIT, |e| e.kind == "ADDED");
     let bound = claim.first("Bound", WAIT, is_bound);
     let latency = bound.duration_since(second_consent);
     drop((claim, request));
@@ -298,7 +295,7 @@ fn one_csi_clone(cp: &ControlPlane, capacity: &str, leftovers: &mut Leftovers) -
         "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: copy\n  namespace: {namespace}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {ALLOWED_CLASS}\n  dataSource:\n    kind: PersistentVolumeClaim\n    name: {CLAIM}\n  resources:\n    requests:\n      storage: {capacity}\n"
     ))
     .unwrap_or_else(|e| panic!("creating claim {namespace}/copy: {e}"));
-    let created = watch.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let created = watch.first("ADDED", WAIT, |e| e.kind == "ADDED");
     let bound = watch.first("Bound", WAIT, is_bound);
     let latency = bound.duration_since(created);
     drop(watch);
@@ -358,7 +355,7 @@ fn one_transfer(cp: &ControlPlane, capacity: &str, leftovers: &mut Leftovers) ->
     let claim = EventWatch::start(cp, "pvc", &dst_ns, CLAIM);
     let request = EventWatch::start(cp, "namespacetransfers", &dst_ns, "take");
     scenario::request(k, &dst_ns, "take", &src_ns, CLAIM);
-    let second_consent = request.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let second_consent = request.first("ADDED", WAIT, |e| e.kind == "ADDED");
     let bound = claim.first("Bound", WAIT, is_bound);
     let latency = bound.duration_since(second_consent);
     drop((claim, request));
@@ -414,7 +411,7 @@ fn one_bind(cp: &ControlPlane, leftovers: &mut Leftovers) -> Duration {
         "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {CLAIM}\n  namespace: {namespace}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {STATIC_ALLOWED_CLASS}\n  volumeName: {pv}\n  resources:\n    requests:\n      storage: 1Gi\n"
     ))
     .unwrap_or_else(|e| panic!("creating claim {namespace}/{CLAIM}: {e}"));
-    let created = watch.first("ADDED", WAIT, |e| e["type"] == "ADDED");
+    let created = watch.first("ADDED", WAIT, |e| e.kind == "ADDED");
     let bound = watch.first("Bound", WAIT, is_bound);
     let latency = bound.duration_since(created);
     drop(watch);
@@ -438,130 +435,36 @@ fn uid(object: &Value) -> String {
 }
 
 /// Whether a watch event shows a claim `Bound`.
-fn is_bound(event: &Value) -> bool {
-    event["object"]["status"]["phase"] == "Bound"
+fn is_bound(event: &Event) -> bool {
+    event.object["status"]["phase"] == "Bound"
 }
 
 /// A `kubectl get -w` on one object, with every event stamped on arrival.
-struct EventWatch {
-    child: Child,
-    what: String,
-    events: Receiver<(Instant, Value)>,
-    /// The last lines kubectl wrote to stderr, for a failure message.
-    log: Arc<Mutex<Vec<String>>>,
-}
+struct EventWatch(Recording);
 
 impl EventWatch {
     /// Starts watching `resource` `namespace/name` (which need not exist
     /// yet), and returns once the watch request has been answered, so that
     /// every later change arrives through it.
     fn start(cp: &ControlPlane, resource: &str, namespace: &str, name: &str) -> Self {
-        let k: &Kubectl = cp.kubectl();
-        let what = format!("{resource} {namespace}/{name}");
-        let mut child = Command::new(k.binary())
-            .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
-            .arg(format!(
-                "--cache-dir={}",
-                cp.dir.join("kube-cache").display()
-            ))
-            .args(["get", resource, "-n", namespace])
-            .arg(format!("--field-selector=metadata.name={name}"))
-            .args(["-w", "--output-watch-events", "-o", "json", "-v=6"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting kubectl get -w for {what}: {e}"));
-
-        let (events_tx, events) = mpsc::channel();
-        let stdout = child.stdout.take().expect("kubectl's stdout");
-        std::thread::spawn(move || {
-            let reader = BufReader::new(stdout);
-            for event in serde_json::Deserializer::from_reader(reader).into_iter::<Value>() {
-                let arrived = Instant::now();
-                let Ok(event) = event else { break };
-                if events_tx.send((arrived, event)).is_err() {
-                    break;
-                }
-            }
-        });
-
-        let (ready_tx, ready) = mpsc::channel();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().expect("kubectl's stderr");
-        let lines = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                // `"Response" verb="GET" url="…&watch=true" status="200 OK"`
-                if line.contains("watch=true") && line.contains("200 OK") {
-                    let _ = ready_tx.send(());
-                }
-                let mut lines = lines.lock().unwrap_or_else(|e| e.into_inner());
-                if lines.len() == 20 {
-                    lines.remove(0);
-                }
-                lines.push(line);
-            }
-        });
-
-        let watch = Self {
-            child,
-            what,
-            events,
-            log,
-        };
-        if ready.recv_timeout(WAIT).is_err() {
-            panic!(
-                "the watch on {} did not start within {WAIT:?}:\n{}",
-                watch.what,
-                watch.log_tail()
-            );
-        }
-        watch
+        let selector = format!("--field-selector=metadata.name={name}");
+        let cache = format!("--cache-dir={}", cp.dir.join("kube-cache").display());
+        let watch = Recording::start(
+            cp.kubectl(),
+            &[resource, "-n", namespace, &selector, &cache],
+            Ends::Once,
+        );
+        watch.wait_started(WAIT).unwrap_or_else(|e| panic!("{e}"));
+        Self(watch)
     }
 
     /// The arrival of the first event (not yet taken) that `wanted`
     /// accepts; `what` names it in a failure.
-    fn first(&self, what: &str, timeout: Duration, wanted: impl Fn(&Value) -> bool) -> Instant {
-        let deadline = Instant::now() + timeout;
-        let mut last = Value::Null;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.events.recv_timeout(left) {
-                Ok((arrived, event)) => {
-                    if wanted(&event) {
-                        return arrived;
-                    }
-                    last = event;
-                }
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "{} was not {what} within {timeout:?}; last seen:\n{}",
-                    self.what,
-                    serde_json::to_string_pretty(&last["object"]).unwrap_or_default()
-                ),
-                Err(RecvTimeoutError::Disconnected) => panic!(
-                    "the watch on {} ended before it was {what}; last seen:\n{}\nkubectl said:\n{}",
-                    self.what,
-                    serde_json::to_string_pretty(&last["object"]).unwrap_or_default(),
-                    self.log_tail()
-                ),
-            }
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        self.log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .join("\n")
-    }
-}
-
-impl Drop for EventWatch {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn first(&self, what: &str, timeout: Duration, wanted: impl Fn(&Event) -> bool) -> Instant {
+        self.0
+            .next(what, timeout, wanted)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .at
     }
 }
 

@@ -14,12 +14,10 @@
 //! (`bench::writes`, with the `bench` feature).
 
 use std::collections::HashMap;
-use std::io::BufReader;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::csi::DRIVER;
+use crate::watch::{Ends, Event, Recording};
 use crate::{ControlPlane, Csi, Kubectl, Namespace};
 use serde_json::Value;
 
@@ -172,7 +170,7 @@ impl Fleet {
             .collect();
         loop {
             let done = {
-                let seen = watch.seen.lock().unwrap();
+                let seen = watch.seen();
                 wanted
                     .iter()
                     .filter(|key| seen.completed.contains_key(*key))
@@ -197,7 +195,7 @@ impl Fleet {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let seen = watch.seen.lock().unwrap();
+        let seen = watch.seen();
         let last = seen.completed.values().max().copied().unwrap_or(started);
         let latencies = self
             .pairs
@@ -447,74 +445,36 @@ struct Seen {
     completed: HashMap<(String, String), Instant>,
 }
 
-/// `kubectl get namespacetransfers -A -w`, each event stamped on arrival.
-struct Watch {
-    child: Child,
-    seen: Arc<Mutex<Seen>>,
-}
-
-impl Watch {
-    fn start(k: &Kubectl) -> Watch {
-        let mut child = Command::new(k.binary())
-            .arg(format!("--kubeconfig={}", k.kubeconfig().display()))
-            .args([
-                "get",
-                "namespacetransfers",
-                "-A",
-                "-w",
-                "--output-watch-events",
-                "-o",
-                "json",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let sink = seen.clone();
-        std::thread::spawn(move || {
-            let mut ready = Some(ready_tx);
-            let events =
-                serde_json::Deserializer::from_reader(BufReader::new(stdout)).into_iter::<Value>();
-            for event in events {
-                let Ok(event) = event else { return };
-                let at = Instant::now();
-                if let Some(ready) = ready.take() {
-                    let _ = ready.send(());
-                }
-                let o = &event["object"];
-                let key = (
-                    o["metadata"]["namespace"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    o["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                );
-                let mut seen = sink.lock().unwrap();
-                if event["type"] == "ADDED" {
-                    seen.added.entry(key.clone()).or_insert(at);
-                }
-                if o["status"]["phase"] == "Completed" {
-                    seen.completed.entry(key).or_insert(at);
-                }
+impl Seen {
+    fn of(events: &[Event]) -> Self {
+        let mut seen = Self::default();
+        for event in events {
+            let key = (event.namespace().to_owned(), event.name().to_owned());
+            if event.kind == "ADDED" {
+                seen.added.entry(key.clone()).or_insert(event.at);
             }
-        });
-        // The offers exist, so the watch's initial ADDED events say it runs.
-        ready_rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the watch on all transfers did not start");
-        Watch { child, seen }
+            if event.object["status"]["phase"] == "Completed" {
+                seen.completed.entry(key).or_insert(event.at);
+            }
+        }
+        seen
     }
 }
 
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// `kubectl get namespacetransfers -A -w`, each event stamped on arrival.
+struct Watch(Recording);
+
+impl Watch {
+    fn start(k: &Kubectl) -> Watch {
+        let watch = Recording::start(k, &["namespacetransfers", "-A"], Ends::Once);
+        watch
+            .wait_started(Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Watch(watch)
+    }
+
+    /// What the events so far show.
+    fn seen(&self) -> Seen {
+        self.0.read(Seen::of)
     }
 }
