@@ -20,7 +20,9 @@ pub struct Right {
 }
 
 impl Right {
-    pub(crate) fn pvcs(
+    fn on(
+        group: &str,
+        resource: &str,
         verb: &'static str,
         namespace: &str,
         name: &str,
@@ -28,12 +30,21 @@ impl Right {
     ) -> Self {
         Self {
             verb,
-            group: String::new(),
-            resource: "persistentvolumeclaims".to_owned(),
+            group: group.to_owned(),
+            resource: resource.to_owned(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             because,
         }
+    }
+
+    pub(crate) fn pvcs(
+        verb: &'static str,
+        namespace: &str,
+        name: &str,
+        because: &'static str,
+    ) -> Self {
+        Self::on("", "persistentvolumeclaims", verb, namespace, name, because)
     }
 
     pub(crate) fn snapshots(
@@ -42,14 +53,14 @@ impl Right {
         name: &str,
         because: &'static str,
     ) -> Self {
-        Self {
+        Self::on(
+            SNAPSHOT_GROUP,
+            "volumesnapshots",
             verb,
-            group: SNAPSHOT_GROUP.to_owned(),
-            resource: "volumesnapshots".to_owned(),
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
+            namespace,
+            name,
             because,
-        }
+        )
     }
 
     /// `delete persistentvolumeclaims "db" in namespace "prod"`.

@@ -85,8 +85,8 @@ struct Shared {
 #[derive(Debug, Default)]
 struct State {
     events: Vec<Event>,
-    /// How many watch requests kubectl has had answered.
-    started: usize,
+    /// Whether kubectl has had a watch request answered.
+    started: bool,
     /// Set when the recording is over: no event comes any more.
     ended: bool,
     /// [`Recording::next`]'s place in `events`.
@@ -130,8 +130,8 @@ impl Recording {
     /// Waits until the watch request has been answered; an error names what
     /// kubectl said.
     pub fn wait_started(&self, timeout: Duration) -> Result<(), String> {
-        let state = self.wait_until(timeout, |s| s.started > 0 || s.ended);
-        if state.started > 0 {
+        let state = self.wait_until(timeout, |s| s.started || s.ended);
+        if state.started {
             return Ok(());
         }
         Err(format!(
@@ -212,15 +212,7 @@ impl Recording {
 
     fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        if let Some(child) = self
-            .shared
-            .child
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
-            let _ = child.kill();
-        }
+        kill(&self.shared);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -318,6 +310,7 @@ fn record(shared: &Shared, command: &mut Command, ends: Ends) {
     shared.update(|s| s.ended = true);
 }
 
+/// Kills the kubectl of the watch now running, if any.
 fn kill(shared: &Shared) {
     if let Some(child) = shared
         .child
@@ -336,9 +329,7 @@ fn read_log(shared: &Shared, stderr: std::process::ChildStderr) {
         let Ok(line) = line else { break };
         let answered = line.contains("watch=true") && line.contains("200 OK");
         shared.update(|s| {
-            if answered {
-                s.started += 1;
-            }
+            s.started |= answered;
             if s.log.len() == LOG_LINES {
                 s.log.pop_front();
             }
