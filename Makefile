@@ -5,7 +5,7 @@
 #   make down   stop what `make dev` started
 #   make lint   rustfmt and clippy, as CI runs them
 #   make release   the release binaries: the server (the Dockerfile builds it alone) and the plugin (CI builds both)
-#   make tools  only build the pinned etcd, Kubernetes and CSI binaries, krew and the client-go test program (cached outside the tree)
+#   make tools  only build the pinned etcd, Kubernetes and CSI binaries, krew, Prometheus, Helm and the client-go test program (cached outside the tree)
 #   make fresh-check   run the README's commands on a bare Debian root, as on a new machine
 #   make openapi   rewrite the checked-in OpenAPI documents under openapi/ from the code
 #   make bench   our server against the same schema as a CRD, side by side (docs/benchmarks.md)
@@ -22,6 +22,7 @@ prereqs:
 	@hack/prereqs.sh
 
 # etcd 3.6, kube-apiserver, kube-controller-manager, kubectl, the CSI stack,
+# Prometheus and promtool (tests/monitoring.rs), Helm (tests/helm.rs),
 # krew (crates/kubectl-transfer/tests/krew.rs installs the plugin with it) and the client-go test
 # program (tests/clientgo), each pinned under hack/ and built once into
 # ~/.cache/storage-transfer-apiserver.
@@ -31,6 +32,8 @@ tools: prereqs
 	@hack/build-csi.sh >/dev/null
 	@hack/build-clientgo.sh >/dev/null
 	@hack/build-krew.sh >/dev/null
+	@hack/build-prometheus.sh >/dev/null
+	@hack/build-helm.sh >/dev/null
 
 kube: tools
 

@@ -301,6 +301,19 @@ impl Binaries {
     }
 }
 
+/// Helm, the release pinned in `hack/helm-version`, built by
+/// `hack/build-helm.sh` (at once when cached): the path of its binary.
+pub fn helm() -> Result<PathBuf, Error> {
+    build("build-helm.sh").map(PathBuf::from)
+}
+
+/// Prometheus and promtool, the release pinned in
+/// `hack/prometheus-version`, built by `hack/build-prometheus.sh` (at once
+/// when cached): the directory that holds both.
+pub fn prometheus() -> Result<PathBuf, Error> {
+    build("build-prometheus.sh").map(PathBuf::from)
+}
+
 /// Runs `hack/<script>` and returns the one line it prints: where its build
 /// output is.
 fn build(script: &str) -> Result<String, Error> {
