@@ -316,7 +316,7 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
         fence: Some(leadership.fence().clone()),
     };
 
-    let transfer_queue = WorkQueue::new();
+    let transfer_queue = WorkQueue::named("namespacetransfer");
     let transfer_triggers = watch::Triggers::start(
         deps.transfers.clone(),
         deps.client.clone(),
@@ -344,7 +344,7 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
     )
     .with_named_keys(transfer_triggers.named_keys());
 
-    let claim_queue = WorkQueue::new();
+    let claim_queue = WorkQueue::named("ephemeralclaim");
     let claim_triggers = claim::watch::Triggers::start(
         deps.claims.clone(),
         deps.transfers.clone(),
@@ -405,6 +405,15 @@ async fn work(queue: &WorkQueue, controller: &dyn Reconciler, leadership: &Leade
                 }
             },
             Err(err @ (Error::NotLeader(_) | Error::Fenced(_))) => {
+                if matches!(err, Error::Fenced(_)) {
+                    crate::metrics::global()
+                        .transfers
+                        .fenced_writes
+                        .get_or_create(&crate::metrics::ControllerLabels {
+                            controller: queue.name(),
+                        })
+                        .inc();
+                }
                 tracing::warn!(%key, error = %err, "stopping: leadership lost");
                 leadership.forfeit();
                 queue.done(&key);

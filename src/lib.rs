@@ -30,6 +30,7 @@ pub mod authz;
 pub mod controller;
 pub mod discovery;
 pub mod endpoints;
+pub mod metrics;
 pub mod reflect;
 pub mod registry;
 pub mod review_cache;

@@ -49,7 +49,7 @@ use futures::FutureExt;
 use health::Health;
 use http_body_util::{BodyExt, Full};
 use intake::Intake;
-use metrics::{Metrics, RequestLabels};
+use metrics::{Metrics, RequestLabels, Scrape};
 pub use options::{AuthMode, CompletedConfig, ConfigError, Options};
 use std::time::Instant;
 
@@ -744,27 +744,29 @@ async fn serve_own(state: &State, info: &RequestInfo) -> Response<Body> {
     if info.path != "/metrics" || info.method != http::Method::GET {
         return endpoints::error_response(&ApiError::PathNotFound);
     }
-    let mut text = state.metrics.render();
+    let mut scrape = Scrape::new();
     if let Some(reviewer) = &state.reviewer {
-        text.push_str(&metrics::authorization_cache(reviewer.stats()));
+        scrape.authorization_cache(reviewer.stats());
     }
     if let Ok(list) = state.transfers.list(None, &Default::default()).await {
-        text.push_str(&metrics::transfers_by_phase(
+        scrape.transfers(
             list.items.iter().map(|t| &**t),
-        ));
+            crate::api::meta::now().0.as_second(),
+        );
     }
     if let Some(leader) = &state.leader {
-        text.push_str(&metrics::leader(leader.is_leader()));
+        scrape.leader(leader.is_leader());
     }
     if let Some(auditor) = &state.audit {
-        text.push_str(&auditor.sink().metrics());
+        auditor.sink().scrape(scrape.registry());
     }
-    text.push_str(&state.flow_control.metrics());
-    text.push_str(&metrics::open_connections(state.open.len()));
+    state.flow_control.scrape(scrape.registry());
+    scrape.open_connections(state.open.len());
+    let text = scrape.render(&state.metrics);
     let mut resp = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        http::HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
     );
     resp
 }

@@ -21,6 +21,7 @@ const LAYERS: &[(&str, u8)] = &[
     // Wire-level bounds, and a watch of the cluster's objects: they know
     // nothing of ours but `api`.
     ("wire", 1),
+    ("metrics", 1),
     ("reflect", 1),
     // etcd, the OpenAPI and discovery documents, and the cache of reviews.
     ("storage", 2),

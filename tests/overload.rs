@@ -411,7 +411,7 @@ fn the_in_flight_limit_answers_429_with_retry_after_and_serves_again_once_the_se
     ));
     assert!(
         text.lines().any(|l| l.starts_with(
-            "apiserver_flowcontrol_rejected_requests_total{request_kind=\"mutating\",reason=\"concurrency-limit\"} "
+            "apiserver_flowcontrol_rejected_requests_total{priority_level=\"mutating\",reason=\"concurrency-limit\"} "
         ) && !l.ends_with(" 0")),
         "{text}"
     );

@@ -24,6 +24,10 @@
 //! warning at most every ten seconds. The writer is a plain thread, not a
 //! tokio task, because writing a file blocks.
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -415,15 +419,40 @@ impl Sink {
         self.stats.failed.load(Ordering::Relaxed)
     }
 
-    /// The counters in Prometheus' text format.
-    pub fn metrics(&self) -> String {
-        format!(
-            "# HELP storage_transfer_audit_event_total Audit events written to the audit log.\n# TYPE storage_transfer_audit_event_total counter\nstorage_transfer_audit_event_total {}\n# HELP storage_transfer_audit_error_total Audit events lost: dropped because the writer was behind, or failed to write.\n# TYPE storage_transfer_audit_error_total counter\nstorage_transfer_audit_error_total{{reason=\"dropped\"}} {}\nstorage_transfer_audit_error_total{{reason=\"failed\"}} {}\n",
-            self.written(),
-            self.dropped(),
-            self.failed()
-        )
+    /// The counters, under kube-apiserver's names, added to `registry` at a
+    /// scrape: `apiserver_audit_event_total` (events written) and
+    /// `apiserver_audit_error_total{plugin="log",reason}` (events lost:
+    /// `dropped` because the writer was behind, or `failed` to write; kube
+    /// counts both in one series per plugin, ours says which).
+    pub fn scrape(&self, registry: &mut Registry) {
+        let written = Counter::<u64>::default();
+        written.inc_by(self.written());
+        let errors = Family::<ErrorLabels, Counter>::default();
+        for (reason, n) in [("dropped", self.dropped()), ("failed", self.failed())] {
+            errors
+                .get_or_create(&ErrorLabels {
+                    plugin: "log",
+                    reason,
+                })
+                .inc_by(n);
+        }
+        registry.register(
+            "apiserver_audit_event",
+            "Counter of audit events generated and sent to the audit backend",
+            written,
+        );
+        registry.register(
+            "apiserver_audit_error",
+            "Counter of audit events that failed to be audited properly, by plugin and reason",
+            errors,
+        );
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ErrorLabels {
+    plugin: &'static str,
+    reason: &'static str,
 }
 
 /// The writer thread: writes what arrives, gives back its room, and

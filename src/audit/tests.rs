@@ -914,8 +914,8 @@ async fn in_batch_mode_recording_never_waits_and_drops_and_counts_what_does_not_
         let _ = sink.record(&some_event(i)).now_or_never().unwrap();
     }
     assert!(sink.dropped() >= 95, "dropped {}", sink.dropped());
-    assert!(sink.metrics().contains(&format!(
-        "storage_transfer_audit_error_total{{reason=\"dropped\"}} {}",
+    assert!(crate::metrics::text(|r| sink.scrape(r)).contains(&format!(
+        "apiserver_audit_error_total{{plugin=\"log\",reason=\"dropped\"}} {}",
         sink.dropped()
     )));
     drop(release);
@@ -977,9 +977,8 @@ async fn in_batch_mode_the_same_event_is_dropped_and_counted_at_once() {
     sink.record(&event_of_size(1, 1000)).await.unwrap();
     let second = sink.record(&event_of_size(2, 1000)).now_or_never();
     assert_eq!(second, Some(Err(Lost::Dropped)));
-    assert!(sink
-        .metrics()
-        .contains("storage_transfer_audit_error_total{reason=\"dropped\"} 1"));
+    assert!(crate::metrics::text(|r| sink.scrape(r))
+        .contains("apiserver_audit_error_total{plugin=\"log\",reason=\"dropped\"} 1"));
     drop(release);
     assert!(sink.flush(Duration::from_secs(5)).await);
     assert_eq!((sink.written(), sink.dropped()), (1, 1));
@@ -1615,9 +1614,8 @@ async fn a_small_byte_budget_drops_big_events_and_keeps_small_ones() {
         sink.record(&some_event(i)).await.unwrap();
     }
     assert_eq!(sink.dropped(), 1, "small events still fit");
-    assert!(sink
-        .metrics()
-        .contains("storage_transfer_audit_error_total{reason=\"dropped\"} 1"));
+    assert!(crate::metrics::text(|r| sink.scrape(r))
+        .contains("apiserver_audit_error_total{plugin=\"log\",reason=\"dropped\"} 1"));
     drop(release);
     assert!(sink.flush(Duration::from_secs(5)).await);
     assert_eq!(sink.written(), 10);

@@ -27,6 +27,14 @@
 //! once, and it supersedes the key's timer or due look (the look re-derives
 //! when to look again).
 //!
+//! A named queue ([`WorkQueue::named`]) is counted as client-go counts its
+//! queues, under the same names labelled by the queue's name:
+//! `workqueue_depth` (keys waiting for a worker, now or for a token),
+//! `workqueue_adds_total` (adds that queued a key or marked a held one
+//! dirty), `workqueue_queue_duration_seconds` (from that add to a worker
+//! taking the key), `workqueue_work_duration_seconds` (from taking it to
+//! `done`) and `workqueue_retries_total` (failures queued again).
+//!
 //! Owns ordering, de-duplication and pacing only; what a key means is the
 //! reconciler's business.
 
@@ -36,6 +44,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use crate::metrics::{self, QueueMetrics};
 
 /// The shortest and the longest wait after a failed attempt.
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
@@ -65,30 +75,46 @@ struct Inner {
     due: Lanes,
     bucket: Bucket,
     shut_down: bool,
+    /// When each key waiting for a worker, or dirty, was added.
+    added: HashMap<String, Instant>,
+    /// When a worker took each key it holds.
+    taken: HashMap<String, Instant>,
 }
 
 impl Inner {
     /// Queues `key` for a worker now, or marks it dirty if one holds it;
     /// whether a waiting worker should be woken.
-    fn enqueue(&mut self, key: &str) -> bool {
-        if self.active.contains(key) {
-            self.dirty.insert(key.to_owned());
-            false
+    fn enqueue(&mut self, key: &str, metrics: Option<&QueueMetrics>) -> bool {
+        let added = if self.active.contains(key) {
+            self.dirty.insert(key.to_owned())
         } else {
             self.ready.push(key)
+        };
+        // A dirty key queued again on `done` was counted when it was added.
+        if added && !self.added.contains_key(key) {
+            self.added.insert(key.to_owned(), Instant::now());
+            if let Some(m) = metrics {
+                m.adds.inc();
+            }
         }
+        added && !self.active.contains(key)
+    }
+
+    /// Keys waiting for a worker, now or for a token.
+    fn depth(&self) -> usize {
+        self.ready.len() + self.due.len()
     }
 
     /// Moves due keys to the ready ones, round-robin between namespaces,
     /// for as many tokens as the bucket has at `now`; how long until its
     /// next token if due keys are left.
-    fn promote(&mut self, now: Instant) -> Option<Duration> {
+    fn promote(&mut self, now: Instant, metrics: Option<&QueueMetrics>) -> Option<Duration> {
         while !self.due.is_empty() {
             if let Err(wait) = self.bucket.try_take(now) {
                 return Some(wait);
             }
             if let Some(key) = self.due.pop() {
-                self.enqueue(&key);
+                self.enqueue(&key, metrics);
             }
         }
         None
@@ -217,15 +243,40 @@ impl Bucket {
 pub struct WorkQueue {
     inner: Arc<Mutex<Inner>>,
     wake: Arc<Notify>,
+    name: &'static str,
+    metrics: Option<QueueMetrics>,
 }
 
 impl WorkQueue {
+    /// A queue that is not counted.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A queue counted in the process's `workqueue_*` series as `name`.
+    pub fn named(name: &'static str) -> Self {
+        Self {
+            name,
+            metrics: Some(metrics::global().workqueue.queue(name)),
+            ..Self::default()
+        }
+    }
+
+    /// The name the queue is counted as; empty if it is not.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets `workqueue_depth` to what `inner` holds now.
+    fn count_depth(&self, inner: &Inner) {
+        if let Some(m) = &self.metrics {
+            m.depth
+                .set(i64::try_from(inner.depth()).unwrap_or(i64::MAX));
+        }
     }
 
     /// Queues `key` now, unless it is already waiting. A pending timer or
@@ -239,7 +290,9 @@ impl WorkQueue {
             }
             inner.delayed.remove(key);
             inner.due.remove(key);
-            inner.enqueue(key)
+            let wake = inner.enqueue(key, self.metrics.as_ref());
+            self.count_depth(&inner);
+            wake
         };
         if wake {
             self.wake.notify_one();
@@ -271,6 +324,7 @@ impl WorkQueue {
                 _ if delay.is_zero() => {
                     inner.delayed.remove(key);
                     inner.due.push(key);
+                    self.count_depth(&inner);
                     drop(inner);
                     self.wake.notify_one();
                     return;
@@ -291,11 +345,13 @@ impl WorkQueue {
                     return;
                 }
                 inner.delayed.remove(&key);
-                if !paced {
-                    inner.enqueue(&key)
+                let wake = if !paced {
+                    inner.enqueue(&key, queue.metrics.as_ref())
                 } else {
                     !inner.ready.contains(&key) && inner.due.push(&key)
-                }
+                };
+                queue.count_depth(&inner);
+                wake
             };
             if wake {
                 queue.wake.notify_one();
@@ -307,6 +363,9 @@ impl WorkQueue {
     /// each consecutive failure, from 250 ms up to 30 s, and then once the
     /// queue's bucket has a token for it.
     pub fn add_rate_limited(&self, key: &str) {
+        if let Some(m) = &self.metrics {
+            m.retries.inc();
+        }
         let delay = {
             let mut inner = self.lock();
             let n = inner.failures.entry(key.to_owned()).or_insert(0);
@@ -370,9 +429,17 @@ impl WorkQueue {
                 if inner.shut_down {
                     return None;
                 }
-                let token_in = inner.promote(Instant::now());
+                let now = Instant::now();
+                let token_in = inner.promote(now, self.metrics.as_ref());
                 if let Some(key) = inner.ready.pop() {
                     inner.active.insert(key.clone());
+                    let added = inner.added.remove(&key);
+                    inner.taken.insert(key.clone(), now);
+                    if let (Some(m), Some(added)) = (&self.metrics, added) {
+                        m.queue_duration
+                            .observe(now.saturating_duration_since(added).as_secs_f64());
+                    }
+                    self.count_depth(&inner);
                     let more = !inner.ready.is_empty() || !inner.due.is_empty();
                     drop(inner);
                     if more {
@@ -400,6 +467,10 @@ impl WorkQueue {
         let requeue = {
             let mut inner = self.lock();
             inner.active.remove(key);
+            let taken = inner.taken.remove(key);
+            if let (Some(m), Some(taken)) = (&self.metrics, taken) {
+                m.work_duration.observe(taken.elapsed().as_secs_f64());
+            }
             inner.dirty.remove(key)
         };
         if requeue {
@@ -415,8 +486,7 @@ impl WorkQueue {
 
     /// How many keys wait for a worker, now or for a token.
     pub fn len(&self) -> usize {
-        let inner = self.lock();
-        inner.ready.len() + inner.due.len()
+        self.lock().depth()
     }
 
     pub fn is_empty(&self) -> bool {

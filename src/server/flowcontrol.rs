@@ -47,7 +47,6 @@
 //! does not know what a request does beyond its [`RequestKind`].
 
 use std::collections::{HashMap, VecDeque};
-use std::fmt::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -55,6 +54,12 @@ use bytes::Bytes;
 use http::{Method, Response};
 use http_body_util::BodyExt;
 use hyper::body::Frame;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use tokio::sync::oneshot;
 
 use crate::api::errors::ApiError;
@@ -640,6 +645,10 @@ enum Turn {
 struct Pool {
     kind: RequestKind,
     state: Mutex<PoolState>,
+    /// Requests given a seat, at once or after a wait.
+    dispatched: Counter,
+    /// How long each of them waited.
+    waits: Histogram,
 }
 
 #[derive(Debug)]
@@ -650,9 +659,17 @@ struct PoolState {
 }
 
 impl Pool {
-    fn new(kind: RequestKind, seats: usize, limits: &FlowControlLimits) -> Self {
+    fn new(
+        kind: RequestKind,
+        seats: usize,
+        limits: &FlowControlLimits,
+        dispatched: Counter,
+        waits: Histogram,
+    ) -> Self {
         Self {
             kind,
+            dispatched,
+            waits,
             state: Mutex::new(PoolState {
                 queue: FairQueue::new(seats, limits.max_queued_per_user, limits.max_queued_total),
                 waiting: HashMap::new(),
@@ -663,6 +680,12 @@ impl Pool {
 
     fn lock(&self) -> MutexGuard<'_, PoolState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a request given a seat after `waited`.
+    fn seated(&self, waited: Duration) {
+        self.dispatched.inc();
+        self.waits.observe(waited.as_secs_f64());
     }
 }
 
@@ -700,6 +723,10 @@ pub struct FlowControl {
     read_only: Arc<Pool>,
     mutating: Arc<Pool>,
     watches: Arc<Mutex<Watches>>,
+    /// `apiserver_flowcontrol_dispatched_requests_total`, of both pools.
+    dispatched: Family<LevelLabel, Counter>,
+    /// `apiserver_flowcontrol_request_wait_duration_seconds`, of both pools.
+    waits: Family<LevelLabel, Histogram, fn() -> Histogram>,
 }
 
 /// The open watches of each user, and the watches refused.
@@ -712,19 +739,28 @@ struct Watches {
 
 impl FlowControl {
     pub fn new(limits: FlowControlLimits) -> Self {
+        let dispatched = Family::<LevelLabel, Counter>::default();
+        let waits: Family<LevelLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(wait_histogram);
+        let pool = |kind: RequestKind, seats| {
+            let level = LevelLabel {
+                priority_level: kind.label(),
+            };
+            Arc::new(Pool::new(
+                kind,
+                seats,
+                &limits,
+                dispatched.get_or_create(&level).clone(),
+                waits.get_or_create(&level).clone(),
+            ))
+        };
         Self {
-            read_only: Arc::new(Pool::new(
-                RequestKind::ReadOnly,
-                limits.max_read_only,
-                &limits,
-            )),
-            mutating: Arc::new(Pool::new(
-                RequestKind::Mutating,
-                limits.max_mutating,
-                &limits,
-            )),
+            read_only: pool(RequestKind::ReadOnly, limits.max_read_only),
+            mutating: pool(RequestKind::Mutating, limits.max_mutating),
             watches: Arc::default(),
             limits,
+            dispatched,
+            waits,
         }
     }
 
@@ -763,7 +799,10 @@ impl FlowControl {
             let mut state = pool.lock();
             let width = state.queue.width_for(width);
             match state.queue.arrive(&user.username, width) {
-                Arrival::Seated => return Ok(seat(width)),
+                Arrival::Seated => {
+                    pool.seated(Duration::ZERO);
+                    return Ok(seat(width));
+                }
                 Arrival::Refused(why) => {
                     let seats = self.seats(kind);
                     let at_cap = (state.queue.in_use() + width <= seats)
@@ -789,6 +828,7 @@ impl FlowControl {
                 }
             }
         };
+        let queued_at = tokio::time::Instant::now();
         let mut waiting = Waiting {
             pool: pool.clone(),
             user: user.username.clone(),
@@ -826,7 +866,10 @@ impl FlowControl {
         };
         waiting.settled = true;
         match turn {
-            Turn::Seated => Ok(seat(width)),
+            Turn::Seated => {
+                pool.seated(queued_at.elapsed());
+                Ok(seat(width))
+            }
             Turn::Evicted => {
                 pool.lock().count(Reason::QueueFull);
                 Err(Rejection::Evicted {
@@ -893,58 +936,141 @@ impl FlowControl {
         pool.lock().rejected.get(&reason).copied().unwrap_or(0)
     }
 
-    /// This module's part of `/metrics`, under kube-apiserver's names:
-    /// `apiserver_current_inflight_requests{request_kind}`,
-    /// `apiserver_current_inqueue_requests{request_kind}` and
-    /// `apiserver_flowcontrol_rejected_requests_total{request_kind,reason}`
-    /// (kube labels the last by priority level and flow schema; ours has
-    /// one fixed level per kind), and `storage_transfer_watches`.
-    pub fn metrics(&self) -> String {
+    /// This module's part of `/metrics`, under kube-apiserver's names,
+    /// added to `registry` at a scrape:
+    /// - `apiserver_current_inflight_requests{request_kind}` and
+    ///   `apiserver_current_inqueue_requests{request_kind}`, the names of
+    ///   kube's max-in-flight filter, whose two pools ours are;
+    /// - APF's series, labelled by `priority_level` (one level per kind:
+    ///   `readOnly`, `mutating`, `watch`; kube also labels by flow schema,
+    ///   of which ours has one, so that label is left out):
+    ///   `apiserver_flowcontrol_current_executing_seats`,
+    ///   `apiserver_flowcontrol_current_inqueue_requests`,
+    ///   `apiserver_flowcontrol_nominal_limit_seats`,
+    ///   `apiserver_flowcontrol_dispatched_requests_total`,
+    ///   `apiserver_flowcontrol_rejected_requests_total{reason}` and
+    ///   `apiserver_flowcontrol_request_wait_duration_seconds`;
+    /// - `storage_transfer_watches`.
+    pub fn scrape(&self, registry: &mut Registry) {
         let pools = [RequestKind::ReadOnly, RequestKind::Mutating];
-        let mut out = String::from(
-            "# HELP apiserver_current_inflight_requests Seats taken now, by kind (a request takes one, a list one per 100 objects it may return, up to 10); exempt requests and watches take none.\n# TYPE apiserver_current_inflight_requests gauge\n",
-        );
+        let inflight = Family::<KindLabel, Gauge>::default();
+        let inqueue = Family::<KindLabel, Gauge>::default();
+        let executing = Family::<LevelLabel, Gauge>::default();
+        let queued = Family::<LevelLabel, Gauge>::default();
+        let nominal = Family::<LevelLabel, Gauge>::default();
+        let rejected = Family::<RejectedLabels, Counter>::default();
         for kind in pools {
-            let _ = writeln!(
-                out,
-                "apiserver_current_inflight_requests{{request_kind=\"{}\"}} {}",
-                kind.label(),
-                self.in_flight(kind)
+            let (request_kind, level) = (
+                KindLabel {
+                    request_kind: kind.label(),
+                },
+                LevelLabel {
+                    priority_level: kind.label(),
+                },
             );
-        }
-        out.push_str("# HELP apiserver_current_inqueue_requests Requests waiting for a seat now, by kind.\n# TYPE apiserver_current_inqueue_requests gauge\n");
-        for kind in pools {
-            let _ = writeln!(
-                out,
-                "apiserver_current_inqueue_requests{{request_kind=\"{}\"}} {}",
-                kind.label(),
-                self.in_queue(kind)
-            );
-        }
-        out.push_str("# HELP apiserver_flowcontrol_rejected_requests_total Requests refused with 429 (or given up by their client while queued), by kind and reason.\n# TYPE apiserver_flowcontrol_rejected_requests_total counter\n");
-        for kind in pools {
+            inflight
+                .get_or_create(&request_kind)
+                .set(count(self.in_flight(kind)));
+            inqueue
+                .get_or_create(&request_kind)
+                .set(count(self.in_queue(kind)));
+            executing
+                .get_or_create(&level)
+                .set(count(self.in_flight(kind)));
+            queued.get_or_create(&level).set(count(self.in_queue(kind)));
+            nominal.get_or_create(&level).set(count(self.seats(kind)));
             for reason in Reason::ALL {
-                let _ = writeln!(
-                    out,
-                    "apiserver_flowcontrol_rejected_requests_total{{request_kind=\"{}\",reason=\"{}\"}} {}",
-                    kind.label(),
-                    reason.label(),
-                    self.rejected(kind, reason)
-                );
+                rejected
+                    .get_or_create(&RejectedLabels {
+                        priority_level: kind.label(),
+                        reason: reason.label(),
+                    })
+                    .inc_by(self.rejected(kind, reason));
             }
         }
-        let _ = writeln!(
-            out,
-            "apiserver_flowcontrol_rejected_requests_total{{request_kind=\"watch\",reason=\"concurrency-limit\"}} {}",
-            self.rejected(RequestKind::Watch, Reason::ConcurrencyLimit)
+        rejected
+            .get_or_create(&RejectedLabels {
+                priority_level: RequestKind::Watch.label(),
+                reason: Reason::ConcurrencyLimit.label(),
+            })
+            .inc_by(self.rejected(RequestKind::Watch, Reason::ConcurrencyLimit));
+        registry.register(
+            "apiserver_current_inflight_requests",
+            "Seats taken now, by kind (a request takes one, a list one per 100 objects it may return, up to 10); exempt requests and watches take none",
+            inflight,
         );
-        let _ = writeln!(
-            out,
-            "# HELP storage_transfer_watches Watches open now (exempt users' not counted).\n# TYPE storage_transfer_watches gauge\nstorage_transfer_watches {}",
-            self.in_flight(RequestKind::Watch)
+        registry.register(
+            "apiserver_current_inqueue_requests",
+            "Requests waiting for a seat now, by kind",
+            inqueue,
         );
-        out
+        registry.register(
+            "apiserver_flowcontrol_current_executing_seats",
+            "Seats occupied now by requests executing, by priority level",
+            executing,
+        );
+        registry.register(
+            "apiserver_flowcontrol_current_inqueue_requests",
+            "Requests waiting in the queues now, by priority level",
+            queued,
+        );
+        registry.register(
+            "apiserver_flowcontrol_nominal_limit_seats",
+            "Seats of each priority level (0: no limit)",
+            nominal,
+        );
+        registry.register(
+            "apiserver_flowcontrol_dispatched_requests",
+            "Requests given a seat, by priority level",
+            self.dispatched.clone(),
+        );
+        registry.register(
+            "apiserver_flowcontrol_rejected_requests",
+            "Requests refused with 429 (or given up by their client while queued), by priority level and reason",
+            rejected,
+        );
+        registry.register(
+            "apiserver_flowcontrol_request_wait_duration_seconds",
+            "How long requests given a seat waited for it, by priority level",
+            self.waits.clone(),
+        );
+        let watches = Gauge::<i64>::default();
+        watches.set(count(self.in_flight(RequestKind::Watch)));
+        registry.register(
+            "storage_transfer_watches",
+            "Watches open now (exempt users' not counted)",
+            watches,
+        );
     }
+}
+
+/// The label of kube's max-in-flight gauges.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabel {
+    request_kind: &'static str,
+}
+
+/// APF's label: our priority level is the request's kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct LevelLabel {
+    priority_level: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RejectedLabels {
+    priority_level: &'static str,
+    reason: &'static str,
+}
+
+/// kube's buckets for APF's wait: 0 to a minute.
+fn wait_histogram() -> Histogram {
+    Histogram::new([
+        0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0,
+    ])
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 fn lock(watches: &Mutex<Watches>) -> MutexGuard<'_, Watches> {

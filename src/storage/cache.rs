@@ -23,6 +23,11 @@
 //! has room for, or a read that does not finish in time, still gets
 //! [`CacheError::TooOld`] (410 Expired).
 //!
+//! Each cache is counted under kube-apiserver's names
+//! (`apiserver_watch_cache_events_received_total`, `…_events_dispatched_total`,
+//! `…_initializations_total`, `…_resource_version`, `…_capacity`), labelled
+//! by the group and resource of its prefix.
+//!
 //! The cache reads etcd only through [`Storage`]; it knows nothing of
 //! objects, HTTP or API errors.
 
@@ -33,6 +38,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch, Notify};
+
+use crate::metrics::{self, CacheMetrics};
 
 use super::{
     Event, KeyValue, ListOptions, Revision, Storage, StorageError, WatchMessage, WatchStream,
@@ -131,6 +138,7 @@ struct Inner {
     want_progress: Notify,
     ready: AtomicBool,
     backfills: backfill::Backfills,
+    metrics: CacheMetrics,
 }
 
 /// The read handle of a watch cache; cheap to clone.
@@ -179,6 +187,10 @@ impl WatchCache {
     ) -> Self {
         let (sender, _) = broadcast::channel(FANOUT_BUFFER);
         let (revision, _) = watch::channel(0);
+        let (group, resource) = group_resource(&prefix);
+        let metrics = metrics::global()
+            .watch_cache
+            .cache(group, resource, capacity.max(1));
         let inner = Arc::new(Inner {
             prefix,
             capacity: capacity.max(1),
@@ -197,6 +209,7 @@ impl WatchCache {
             want_progress: Notify::new(),
             ready: AtomicBool::new(false),
             backfills: backfill::Backfills::default(),
+            metrics,
         });
         let feeder = inner.clone();
         tokio::spawn(async move {
@@ -395,6 +408,8 @@ async fn feed_once(inner: &Inner, storage: &dyn Storage) -> Result<(), StorageEr
         state.sender = sender;
     }
     inner.revision.send_replace(revision);
+    inner.metrics.initializations.inc();
+    inner.metrics.resource_version.set(revision);
     inner.ready.store(true, Ordering::Relaxed);
     tracing::debug!(prefix = %inner.prefix, revision, "watch cache synced");
 
@@ -475,6 +490,14 @@ async fn list_all(
     }
 }
 
+/// The group and resource a cache's prefix ends in
+/// (`/registry/storage.transfer.k8s.io/namespacetransfers`), for its labels.
+fn group_resource(prefix: &str) -> (&str, &str) {
+    let mut segments = prefix.trim_end_matches('/').rsplit('/');
+    let resource = segments.next().unwrap_or_default();
+    (segments.next().unwrap_or_default(), resource)
+}
+
 fn apply(inner: &Inner, events: Vec<Event>) {
     let mut last = None;
     {
@@ -498,13 +521,17 @@ fn apply(inner: &Inner, events: Vec<Event>) {
             state.events.push_back(cached.clone());
             trim(&mut state, inner);
             state.revision = revision;
+            inner.metrics.events_received.inc();
             // No receivers is fine.
-            let _ = state.sender.send(cached);
+            if let Ok(watchers) = state.sender.send(cached) {
+                inner.metrics.events_dispatched.inc_by(watchers as u64);
+            }
             last = Some(revision);
         }
     }
     if let Some(revision) = last {
         inner.revision.send_replace(revision);
+        inner.metrics.resource_version.set(revision);
     }
 }
 

@@ -356,3 +356,46 @@ async fn a_paced_look_due_while_its_key_is_held_waits_until_the_key_is_done() {
     q.done(&key);
     assert_eq!(q.next().await.as_deref(), Some("ns/a"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_named_queue_counts_adds_depth_time_queued_time_worked_and_retries_as_client_go_does() {
+    let q = WorkQueue::named("a-queue-of-the-queue-tests");
+    let m = crate::metrics::global()
+        .workqueue
+        .queue("a-queue-of-the-queue-tests");
+    q.add("ns/a");
+    q.add("ns/a");
+    q.add("ns/b");
+    assert_eq!(
+        (m.adds.get(), m.depth.get()),
+        (2, 2),
+        "a key waiting is added once"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let key = q.next().await.unwrap();
+    assert_eq!(m.depth.get(), 1);
+    q.add(&key);
+    assert_eq!(m.adds.get(), 3, "a held key added again is an add");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    q.done(&key);
+    assert_eq!(
+        m.adds.get(),
+        3,
+        "queued again on done, it is not added twice"
+    );
+    q.add_rate_limited("ns/c");
+    assert_eq!(m.retries.get(), 1);
+    let text = crate::metrics::text(|r| {
+        r.register("q", "queue", m.queue_duration.clone());
+        r.register("w", "work", m.work_duration.clone());
+    });
+    // ns/a waited 3 s for a worker, which held it 2 s.
+    assert!(
+        text.contains("q_sum 3.0\n") || text.contains("q_sum 3\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("w_sum 2.0\n") || text.contains("w_sum 2\n"),
+        "{text}"
+    );
+}

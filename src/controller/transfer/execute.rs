@@ -11,9 +11,12 @@
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
 
-use crate::api::namespace_transfer::{NamespaceTransfer, NamespaceTransferPhase as Phase};
+use crate::api::namespace_transfer::{
+    NamespaceTransfer, NamespaceTransferPhase as Phase, TransferMode,
+};
 use crate::controller::cluster::ClusterError;
 use crate::controller::{fault, object_key, Error, Next};
+use crate::metrics;
 
 use super::decide::{peer_or_self, Action, Refused};
 use super::facts::Facts;
@@ -71,8 +74,17 @@ pub(super) trait Hands {
 
 impl TransferController {
     /// Performs one decided action: the writes of its plan.
+    /// Each action's writes are timed in
+    /// `storage_transfer_step_duration_seconds`, by the action's name.
     pub(super) async fn execute(&self, f: &Facts, action: &Action) -> Result<Outcome, Error> {
-        perform(self, f, label(action), &plan(f, action)).await
+        let name = label(action);
+        let p = plan(f, action);
+        let started = std::time::Instant::now();
+        let outcome = perform(self, f, name, &p).await;
+        if !p.writes.is_empty() {
+            metrics::global().transfers.step(name, started.elapsed());
+        }
+        outcome
     }
 }
 
@@ -217,6 +229,40 @@ pub(super) async fn perform(
     Ok(Outcome::Next(p.then))
 }
 
+/// Counts a transfer object that has just ended in
+/// `storage_transfer_transfer_duration_seconds`: from its creation to `at`.
+fn count_ended(
+    t: &NamespaceTransfer,
+    ended: Phase,
+    at: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) {
+    let outcome = match ended {
+        Phase::Completed => metrics::Outcome::Completed,
+        Phase::Failed => metrics::Outcome::Failed,
+        _ => metrics::Outcome::Cancelled,
+    };
+    let Some(created) = &t.metadata.creation_timestamp else {
+        return;
+    };
+    let took = at.0.duration_since(created.0).as_secs_f64().max(0.0);
+    metrics::global()
+        .transfers
+        .duration
+        .get_or_create(&metrics::TransferLabels {
+            mode: match t.mode() {
+                TransferMode::Clone => metrics::Mode::Clone,
+                TransferMode::Move => metrics::Mode::Move,
+            },
+            kind: if t.source_is_snapshot() {
+                metrics::SourceKind::VolumeSnapshot
+            } else {
+                metrics::SourceKind::PersistentVolumeClaim
+            },
+            outcome,
+        })
+        .observe(took);
+}
+
 impl Hands for TransferController {
     fn lead(&self) -> Result<(), Error> {
         Ok(self.leadership.check()?)
@@ -276,7 +322,16 @@ impl Hands for TransferController {
                 apply_change(st, change, t, pair, written, &at)
             })
             .await?;
-        Ok(updated.status.and_then(|st| st.phase))
+        let phase = updated.status.as_ref().and_then(|st| st.phase);
+        let had_ended = t
+            .status
+            .as_ref()
+            .and_then(|st| st.phase)
+            .is_some_and(Phase::is_finished);
+        if let (Some(ended), false) = (phase.filter(|p| p.is_finished()), had_ended) {
+            count_ended(&updated, ended, &at);
+        }
+        Ok(phase)
     }
 
     async fn finalizer(&self, t: &NamespaceTransfer, present: bool) -> Result<(), Error> {

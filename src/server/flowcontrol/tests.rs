@@ -828,14 +828,19 @@ async fn metrics_show_seats_in_use_queued_requests_and_refusals() {
         .await
         .unwrap();
     let _ = flow.admit(&user("bob"), RequestKind::Mutating).await;
-    let text = flow.metrics();
+    let text = crate::metrics::text(|r| flow.scrape(r));
     for line in [
         "apiserver_current_inflight_requests{request_kind=\"mutating\"} 1",
         "apiserver_current_inflight_requests{request_kind=\"readOnly\"} 0",
         "apiserver_current_inqueue_requests{request_kind=\"mutating\"} 0",
-        "apiserver_flowcontrol_rejected_requests_total{request_kind=\"mutating\",reason=\"concurrency-limit\"} 1",
-        "apiserver_flowcontrol_rejected_requests_total{request_kind=\"readOnly\",reason=\"queue-full\"} 0",
-        "apiserver_flowcontrol_rejected_requests_total{request_kind=\"watch\",reason=\"concurrency-limit\"} 0",
+        "apiserver_flowcontrol_current_executing_seats{priority_level=\"mutating\"} 1",
+        "apiserver_flowcontrol_current_inqueue_requests{priority_level=\"mutating\"} 0",
+        "apiserver_flowcontrol_nominal_limit_seats{priority_level=\"mutating\"} 1",
+        "apiserver_flowcontrol_dispatched_requests_total{priority_level=\"mutating\"} 1",
+        "apiserver_flowcontrol_request_wait_duration_seconds_count{priority_level=\"mutating\"} 1",
+        "apiserver_flowcontrol_rejected_requests_total{priority_level=\"mutating\",reason=\"concurrency-limit\"} 1",
+        "apiserver_flowcontrol_rejected_requests_total{priority_level=\"readOnly\",reason=\"queue-full\"} 0",
+        "apiserver_flowcontrol_rejected_requests_total{priority_level=\"watch\",reason=\"concurrency-limit\"} 0",
         "storage_transfer_watches 0",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
