@@ -1657,10 +1657,15 @@ fn plots(r: &Results, targets: &[Arc<Target>], dir: &Path) {
         true,
     )
     .unwrap();
-    let fanout_categories: Vec<String> = ["each p50", "each p99", "last p50", "last p99"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let fanout_categories: Vec<String> = [
+        "to each watcher, p50",
+        "to each watcher, p99",
+        "to the last watcher, p50",
+        "to the last watcher, p99",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let fanout: Vec<Series> = targets
         .iter()
         .zip(&r.fanout)
@@ -1687,7 +1692,11 @@ fn plots(r: &Results, targets: &[Arc<Target>], dir: &Path) {
         "MiB",
         &[
             "idle".to_owned(),
-            format!("{} objects", r.loaded_objects.0.min(r.loaded_objects.1)),
+            // Each side holds its own count; one number for both would misstate one.
+            format!(
+                "loaded: {} of ours, {} CRD objects",
+                r.loaded_objects.0, r.loaded_objects.1
+            ),
         ],
         &[
             Series {

@@ -924,13 +924,16 @@ fn plots(sizes: &[Size], at_default: &Size, flood: &Flood, dir: &Path) {
     let parts: Vec<&str> = at_default.cpu.iter().map(|(p, _)| *p).collect();
     plot::grouped_bars(
         &dir.join("scale-cpu.png"),
-        "CPU per transfer by part (ms)",
+        "CPU time per transfer, by part",
         "ms per transfer",
         &fleets
             .iter()
             .map(|s| match s.rate {
                 KcmRate::Raised => format!("{} pairs", s.pairs),
-                KcmRate::Default => format!("{}, kcm default", s.pairs),
+                KcmRate::Default => format!(
+                    "{} pairs, kube-controller-manager at its default rate",
+                    s.pairs
+                ),
             })
             .collect::<Vec<_>>(),
         &parts
@@ -991,13 +994,14 @@ fn plots(sizes: &[Size], at_default: &Size, flood: &Flood, dir: &Path) {
         &dir.join("scale-latency.png"),
         "Per-transfer latency (request created → Completed)",
         "pairs filed",
-        "ms",
+        // Tens of seconds at full size: "45k ms" would hide the unit's scale.
+        "seconds",
         &categories,
         &quantiles
             .iter()
             .map(|(name, q)| Series {
                 name: (*name).to_owned(),
-                values: sizes.iter().map(|s| s.quantile_ms(*q)).collect(),
+                values: sizes.iter().map(|s| s.quantile_ms(*q) / 1000.0).collect(),
             })
             .collect::<Vec<_>>(),
     )
