@@ -120,7 +120,7 @@ fn kubectl_explain_describes_spec_source_from_our_schema() {
     });
     assert!(out.contains("KIND:       NamespaceTransfer"), "{out}");
     assert!(
-        out.contains("The claim whose volume is transferred."),
+        out.contains("What is given away: the claim whose volume moves"),
         "{out}"
     );
     for field in ["kind", "name", "namespace"] {
@@ -212,4 +212,195 @@ fn kubectl_sends_strict_field_validation_because_our_openapi_advertises_it() {
     });
     assert!(!run.success);
     assert!(run.stderr.contains("spec.bogus"), "{}", run.stderr);
+}
+
+/// Every field path of `schema` below `prefix`, depth first, as `kubectl
+/// explain` takes them (`namespacetransfer.spec.source.name`): through
+/// references (`$ref`, or kube-openapi's `allOf: [{$ref}]`), array items and
+/// map values, stopping where a type would contain itself, as kubectl does.
+fn field_paths(
+    schemas: &Value,
+    schema: &Value,
+    prefix: &str,
+    seen: &mut Vec<String>,
+) -> Vec<String> {
+    let reference = schema["$ref"]
+        .as_str()
+        .or_else(|| schema["allOf"][0]["$ref"].as_str());
+    if let Some(reference) = reference {
+        let name = reference.rsplit('/').next().unwrap_or_default().to_owned();
+        if seen.contains(&name) {
+            return Vec::new();
+        }
+        seen.push(name.clone());
+        let paths = field_paths(schemas, &schemas[&name], prefix, seen);
+        seen.pop();
+        return paths;
+    }
+    if schema["items"].is_object() {
+        return field_paths(schemas, &schema["items"], prefix, seen);
+    }
+    if schema["additionalProperties"].is_object() {
+        return field_paths(schemas, &schema["additionalProperties"], prefix, seen);
+    }
+    let mut paths = Vec::new();
+    if let Some(properties) = schema["properties"].as_object() {
+        for (name, property) in properties {
+            let path = format!("{prefix}.{name}");
+            paths.push(path.clone());
+            paths.extend(field_paths(schemas, property, &path, seen));
+        }
+    }
+    paths
+}
+
+/// The sentences that repeat one another within one description of
+/// `kubectl explain`'s output: the same sentence twice, or one that is the
+/// start of another ("The claim whose volume is transferred." and "The claim
+/// whose volume is transferred, or the VolumeSnapshot."). A description is
+/// what kubectl prints under DESCRIPTION (the field's own, then its type's:
+/// where the bug was) or under one field of FIELDS. Sibling fields may share
+/// a sentence, as kube's ObjectMeta shares "Populated by the system.".
+/// Headers, names, types and enum values are not sentences; neither are
+/// the short ones ("Required.", "Final.").
+fn repeated_sentences(output: &str) -> Vec<String> {
+    let mut descriptions: Vec<Vec<String>> = Vec::new();
+    let mut current: Option<Vec<String>> = None;
+    let mut in_enum = false;
+    for line in output.lines() {
+        let text = line.trim();
+        let field = line.contains('\t');
+        if text == "DESCRIPTION:" || field {
+            descriptions.extend(current.take());
+            current = Some(Vec::new());
+            continue;
+        }
+        if text == "FIELDS:" || text.starts_with("FIELD:") {
+            descriptions.extend(current.take());
+            continue;
+        }
+        if text.starts_with("ENUM:") {
+            in_enum = true;
+        }
+        let skipped = in_enum || text.starts_with("enum:") || text.starts_with("- ");
+        if text.is_empty() {
+            in_enum = false;
+        }
+        if let Some(lines) = current.as_mut() {
+            // A blank or an enum value ends a paragraph.
+            lines.push(if skipped {
+                String::new()
+            } else {
+                text.to_owned()
+            });
+        }
+    }
+    descriptions.extend(current.take());
+
+    let mut repeated = Vec::new();
+    for lines in descriptions {
+        let sentences: Vec<String> = lines
+            .split(String::is_empty)
+            .flat_map(|paragraph| sentences_of(&paragraph.join(" ")))
+            .filter(|s| s.split_whitespace().count() >= 4)
+            .collect();
+        let stem = |s: &str| s.trim_end_matches(['.', ':']).to_owned();
+        let starts = |long: &str, short: &str| {
+            long.strip_prefix(short)
+                .is_some_and(|rest| rest.starts_with([',', ':', ';', ' ', '(']))
+        };
+        for (i, a) in sentences.iter().enumerate() {
+            for b in &sentences[i + 1..] {
+                let (sa, sb) = (stem(a), stem(b));
+                if sa == sb || starts(&sa, &sb) || starts(&sb, &sa) {
+                    repeated.push(format!("{a:?} and {b:?}"));
+                }
+            }
+        }
+    }
+    repeated
+}
+
+/// `paragraph` cut after each word that ends a sentence: one ending in a
+/// full stop (but "e.g." and the like) before a capital, a quote or the end.
+fn sentences_of(paragraph: &str) -> Vec<String> {
+    let words: Vec<&str> = paragraph.split_whitespace().collect();
+    let mut sentences = Vec::new();
+    let mut sentence: Vec<&str> = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        sentence.push(word);
+        let next_starts = words
+            .get(i + 1)
+            .is_none_or(|w| w.starts_with(|c: char| c.is_uppercase() || c == '`' || c == '"'));
+        let abbreviation = ["e.g.", "i.e.", "etc."].contains(word);
+        if word.ends_with(['.', '?', '!']) && next_starts && !abbreviation {
+            sentences.push(sentence.join(" "));
+            sentence.clear();
+        }
+    }
+    if !sentence.is_empty() {
+        sentences.push(sentence.join(" "));
+    }
+    sentences
+}
+
+#[test]
+fn repeated_sentences_finds_a_field_doc_that_its_type_repeats() {
+    let output = "KIND:       NamespaceTransfer\nVERSION:    v1alpha1\n\n\
+        FIELD: source <TransferSource>\n\nDESCRIPTION:\n    \
+        The claim whose volume is transferred.\n    \
+        The claim whose volume is transferred, or the\n    VolumeSnapshot.\n\n\
+        FIELDS:\n  kind\t<string>\n    The kind of the source object. Must be set.\n\n  \
+        name\t<string>\n    The name of the source claim. Must be set.\n";
+    assert_eq!(
+        repeated_sentences(output),
+        ["\"The claim whose volume is transferred.\" and \
+          \"The claim whose volume is transferred, or the VolumeSnapshot.\""]
+    );
+    let distinct = output.replace(
+        "The claim whose volume is transferred, or the",
+        "A claim, or a",
+    );
+    assert_eq!(repeated_sentences(&distinct), Vec::<String>::new());
+}
+
+#[test]
+fn kubectl_explain_prints_each_description_once() {
+    let k = cp().kubectl();
+    let document = openapi::openapi_v3_group_version(&Kinds::served().schemas());
+    let schemas = &document["components"]["schemas"];
+    let mut paths = Vec::new();
+    for (resource, kind) in [
+        ("namespacetransfer", "NamespaceTransfer"),
+        ("ephemeralclaim", "EphemeralClaim"),
+    ] {
+        let schema = &schemas[format!("io.k8s.transfer.storage.v1alpha1.{kind}")];
+        assert!(schema.is_object(), "{kind} is not in the document");
+        paths.push(resource.to_owned());
+        paths.extend(field_paths(schemas, schema, resource, &mut Vec::new()));
+    }
+    assert!(
+        paths.contains(&"namespacetransfer.spec.source.name".to_owned())
+            && paths.contains(&"ephemeralclaim.spec.claimTemplate.spec.resources".to_owned()),
+        "the walk missed fields: {paths:?}"
+    );
+    // Wait until the aggregator has our OpenAPI, then explain every path.
+    eventually("kubectl explain namespacetransfer.spec.source", || {
+        k.try_ok(&["explain", "namespacetransfer.spec.source"])
+            .map_err(|e| e.to_string())
+    });
+    let mut repeats = Vec::new();
+    for path in &paths {
+        let out = k.ok(&["explain", path]);
+        for repeat in repeated_sentences(&out) {
+            repeats.push(format!("kubectl explain {path}: {repeat}"));
+        }
+    }
+    assert!(
+        repeats.is_empty(),
+        "{} repeats over {} outputs of kubectl explain:\n{}",
+        repeats.len(),
+        paths.len(),
+        repeats.join("\n")
+    );
 }

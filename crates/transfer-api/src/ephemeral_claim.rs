@@ -84,12 +84,13 @@ pub struct EphemeralClaim {
     /// The claim to make and the pod that owns it. Immutable after create.
     #[serde(default)]
     pub spec: EphemeralClaimSpec,
-    /// The observed state of the claim, written by the server.
+    /// Where the claim stands, as the server last saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<EphemeralClaimStatus>,
 }
 
-/// The claim to make and the pod that owns it. Immutable after create.
+/// The specification of an EphemeralClaim: its owner Pod, the template of its
+/// claim, and what becomes of the claim once the pod is done.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EphemeralClaimSpec {
@@ -105,7 +106,9 @@ pub struct EphemeralClaimSpec {
     /// it, and the volume follows its reclaim policy; `Retain` keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_policy: Option<ReleasePolicy>,
-    /// The user who created this EphemeralClaim. Set by the server from the
+    /// The user who created this EphemeralClaim, whose rights the controller
+    /// re-checks with a SubjectAccessReview before it makes the claim, so that the
+    /// server's own rights never stand in for a tenant's. Set by the server from the
     /// authenticated user; anything a client sends is replaced, and it never changes
     /// afterwards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -128,7 +131,7 @@ pub struct ClaimOwner {
     pub name: String,
 }
 
-/// The template the claim is made from.
+/// A PersistentVolumeClaim template: the labels, annotations and spec of a claim.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClaimTemplate {
@@ -159,7 +162,7 @@ impl ClaimTemplateMetadata {
     }
 }
 
-/// What happens to the claim once its pod is done with it.
+/// A claim's fate once its pod is done: deleted or kept.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
 )]
@@ -187,7 +190,7 @@ impl fmt::Display for ReleasePolicy {
     }
 }
 
-/// Where an EphemeralClaim is in its life (DESIGN §2.2).
+/// The phases of an EphemeralClaim (DESIGN §2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[schemars(transform = string_enum_schema)]
 pub enum EphemeralClaimPhase {
@@ -240,11 +243,12 @@ impl fmt::Display for EphemeralClaimPhase {
     }
 }
 
-/// The observed state of an EphemeralClaim. Written by the server through `/status`.
+/// The observed state of an EphemeralClaim, which the server writes through the
+/// `/status` subresource.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EphemeralClaimStatus {
-    /// Pending, Bound, InUse, Released, Deleting, Deleted or Failed.
+    /// Where the claim is in its life. Released, Deleted and Failed are final.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<EphemeralClaimPhase>,
     /// The name of the PersistentVolumeClaim made for this EphemeralClaim:

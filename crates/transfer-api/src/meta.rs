@@ -27,11 +27,8 @@ pub fn now() -> Time {
     Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
-/// The authenticated user who created an object, stamped by the server at create
-/// time (like a CertificateSigningRequest's `spec.username`).
-///
-/// The controller re-checks this identity's rights with SubjectAccessReview before it
-/// acts, so that the server's own rights never stand in for a tenant's.
+/// A user as the server's authenticator identified them: name, uid, groups and
+/// extra attributes, as a CertificateSigningRequest records its requester.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Requester {

@@ -128,16 +128,17 @@ pub struct NamespaceTransfer {
     /// transfer, delete it and create another.
     #[serde(default)]
     pub spec: NamespaceTransferSpec,
-    /// The observed state of the transfer, written by the server.
+    /// Where the transfer stands, as the server last saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<NamespaceTransferStatus>,
 }
 
-/// The desired transfer. Immutable after create.
+/// The specification of a NamespaceTransfer: its source and destination, how
+/// the volume is handed over, and the limits on its life.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceTransferSpec {
-    /// The claim whose volume is transferred.
+    /// What is given away: the claim whose volume moves, or a VolumeSnapshot.
     #[serde(default)]
     pub source: TransferSource,
     /// Where the volume goes.
@@ -148,7 +149,9 @@ pub struct NamespaceTransferSpec {
     /// leaving the original in place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<TransferMode>,
-    /// The user who created this transfer. Set by the server from the authenticated
+    /// The user who created this transfer, whose rights the controller re-checks
+    /// with a SubjectAccessReview before it acts, so that the server's own rights
+    /// never stand in for a tenant's. Set by the server from the authenticated
     /// user; anything a client sends is replaced, and it never changes afterwards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requester: Option<Requester>,
@@ -169,7 +172,7 @@ pub struct NamespaceTransferSpec {
     pub max_clones: Option<i32>,
 }
 
-/// The claim whose volume is transferred, or the VolumeSnapshot.
+/// A PersistentVolumeClaim or a VolumeSnapshot, by kind, namespace and name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TransferSource {
@@ -187,7 +190,9 @@ pub struct TransferSource {
     pub name: String,
 }
 
-/// Where the volume goes.
+/// A receiving namespace and its claim: one the server creates there under
+/// `name`, or, with `populate`, those of its claims that name the transfer as
+/// their data source.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TransferDestination {
@@ -244,8 +249,7 @@ impl fmt::Display for TransferMode {
     }
 }
 
-/// Which side of a transfer an object speaks for, derived from its namespace
-/// (§2.1.1).
+/// A side of a transfer (§2.1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[schemars(transform = string_enum_schema)]
 pub enum Role {
@@ -274,7 +278,7 @@ impl fmt::Display for Role {
     }
 }
 
-/// Where a transfer is in its life (§2.1.6).
+/// The phases of a transfer (§2.1.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[schemars(transform = string_enum_schema)]
 pub enum NamespaceTransferPhase {
@@ -325,15 +329,17 @@ impl fmt::Display for NamespaceTransferPhase {
     }
 }
 
-/// The observed state of a transfer. Written by the server through `/status`.
+/// The observed state of a NamespaceTransfer, which the server writes through
+/// the `/status` subresource.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceTransferStatus {
-    /// Pending, WaitingForPeer, WaitingForRelease, Rebinding, Completed, Failed or
-    /// Cancelled.
+    /// Where this transfer is in its life. Completed, Failed and Cancelled are
+    /// final.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<NamespaceTransferPhase>,
-    /// Which side this object speaks for: Source, Destination or Both.
+    /// Which side this object speaks for, as its namespace decides: the source,
+    /// the destination, or both for a rename.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Role>,
     /// The matched transfer in the other namespace. Set only once matched.
@@ -371,9 +377,8 @@ pub struct NamespaceTransferStatus {
     /// When the transfer completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
-    /// On a standing clone offer: how many clones it has made for the requests
-    /// that still exist, and how many of those are alive (being made, or handed
-    /// over and not yet deleted).
+    /// On a standing clone offer: how many clones it has made, and how many of
+    /// them are alive, the number `spec.maxClones` limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clones: Option<CloneCounts>,
     /// On a standing clone offer: the record of each of its pairs from R1
@@ -385,7 +390,7 @@ pub struct NamespaceTransferStatus {
     pub pairs: Vec<PairRecord>,
     /// On a populating Clone request: the claims that name it, each with the
     /// request made for it and how that request stands, oldest claim first.
-    /// At most [`MAX_SERVED_LISTED`] are listed; the message counts them all.
+    /// At most 100 are listed; the message counts them all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub served: Vec<ServedClaim>,
     /// The latest observations of the transfer's state: PeerMatched, Authorized,
@@ -421,11 +426,11 @@ pub struct NamespaceTransferStatus {
     pub steps: Vec<TransferStep>,
 }
 
-/// A step of the rebind protocol (§2.1.5) that a transfer has passed.
+/// A step's name and the time it was recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TransferStep {
-    /// Locked, Retained, Created, Committed, Released or Settled.
+    /// Which step of the rebind protocol, from R1 (Locked) to R6 (Settled).
     pub name: TransferStepName,
     /// When the controller recorded the step: right after it was done, or
     /// with the next step's record, for a step that has none of its own (a
@@ -509,7 +514,7 @@ impl NamespaceTransferStatus {
     }
 }
 
-/// The clones of a standing clone offer.
+/// Counts of the clones made under a standing clone offer.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CloneCounts {
@@ -521,7 +526,8 @@ pub struct CloneCounts {
     pub alive: i64,
 }
 
-/// The record of one pair of a standing clone offer, kept on the offer.
+/// One pair of a standing clone offer: the request it serves, and what R1 took
+/// of its clone.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PairRecord {
@@ -533,7 +539,8 @@ pub struct PairRecord {
     pub source_claim: SourceClaimSnapshot,
 }
 
-/// Names the peer transfer in the other namespace.
+/// Names a NamespaceTransfer in another namespace, with a uid that tells it
+/// apart from one created later under the same name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PeerReference {
@@ -562,8 +569,8 @@ pub struct ClaimReference {
     pub uid: String,
 }
 
-/// What the move of a VolumeSnapshot needs to know about the source snapshot,
-/// saved when it is locked (R1).
+/// A VolumeSnapshot by name and uid, with its VolumeSnapshotContent and restore
+/// size.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceSnapshotRecord {
@@ -579,8 +586,7 @@ pub struct SourceSnapshotRecord {
     pub restore_size: Option<Quantity>,
 }
 
-/// The VolumeSnapshot a move made in the destination namespace, and the
-/// VolumeSnapshotContent made for it (R3).
+/// Names a VolumeSnapshot, uid and all, and its VolumeSnapshotContent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotReference {
@@ -594,7 +600,8 @@ pub struct SnapshotReference {
     pub content_name: String,
 }
 
-/// A claim a populating Clone request serves, and the request made for it.
+/// A claim by name and uid, with the NamespaceTransfer made for it and how that
+/// transfer stands.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServedClaim {
@@ -612,12 +619,12 @@ pub struct ServedClaim {
     pub reason: Option<String>,
 }
 
-/// How many claims `status.served` lists at most.
+/// How many claims `status.served` lists at most (its description says 100).
 pub const MAX_SERVED_LISTED: usize = 100;
 
-/// What the rebind needs to know about the source claim, saved when the claim is
-/// locked (step R1) and used to create the destination claim (step R3) and to commit
-/// (step R4).
+/// The parts of a PersistentVolumeClaim a destination claim is made from: its
+/// name, uid and volume, and the spec fields the destination copies. Used to
+/// create the destination claim (step R3) and to commit (step R4).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceClaimSnapshot {
