@@ -317,6 +317,7 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
     };
 
     let transfer_queue = WorkQueue::named("namespacetransfer");
+    count_fenced_writes_from_zero(&transfer_queue);
     let transfer_triggers = watch::Triggers::start(
         deps.transfers.clone(),
         deps.client.clone(),
@@ -345,6 +346,7 @@ async fn lead(config: ControllerConfig, deps: Dependencies, leadership: Leadersh
     .with_named_keys(transfer_triggers.named_keys());
 
     let claim_queue = WorkQueue::named("ephemeralclaim");
+    count_fenced_writes_from_zero(&claim_queue);
     let claim_triggers = claim::watch::Triggers::start(
         deps.claims.clone(),
         deps.transfers.clone(),
@@ -387,6 +389,23 @@ async fn workers(
 /// One worker: takes keys off the queue until it is shut down, or until it
 /// sees the term lost. A fenced write ends the term for every worker of
 /// both controllers at once: each fails its next check.
+/// `storage_transfer_fenced_writes_total` of the controller `queue` feeds,
+/// counted from 0 from its start, so that a rate over it is 0 rather than
+/// no series at all until the first fenced write.
+fn count_fenced_writes_from_zero(queue: &WorkQueue) {
+    fenced_writes(queue).inc_by(0);
+}
+
+fn fenced_writes(queue: &WorkQueue) -> prometheus_client::metrics::counter::Counter {
+    crate::metrics::global()
+        .transfers
+        .fenced_writes
+        .get_or_create(&crate::metrics::ControllerLabels {
+            controller: queue.name(),
+        })
+        .clone()
+}
+
 async fn work(queue: &WorkQueue, controller: &dyn Reconciler, leadership: &Leadership) {
     while let Some(key) = queue.next().await {
         let reconciled = tokio::time::timeout(RECONCILE_TIMEOUT, controller.reconcile(&key))
@@ -406,13 +425,7 @@ async fn work(queue: &WorkQueue, controller: &dyn Reconciler, leadership: &Leade
             },
             Err(err @ (Error::NotLeader(_) | Error::Fenced(_))) => {
                 if matches!(err, Error::Fenced(_)) {
-                    crate::metrics::global()
-                        .transfers
-                        .fenced_writes
-                        .get_or_create(&crate::metrics::ControllerLabels {
-                            controller: queue.name(),
-                        })
-                        .inc();
+                    fenced_writes(queue).inc();
                 }
                 tracing::warn!(%key, error = %err, "stopping: leadership lost");
                 leadership.forfeit();

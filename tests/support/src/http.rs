@@ -58,6 +58,11 @@ pub struct HttpClient {
 }
 
 impl HttpClient {
+    /// The port on 127.0.0.1 it talks to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Trusts `ca` and presents `client` (certificate, key) if given.
     pub fn new(
         port: u16,
