@@ -15,7 +15,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
-use storage_transfer_apiserver::wire::{json_cost, yaml};
+use storage_transfer_apiserver::wire::json_cost;
+use storage_transfer_apiserver::wire::yaml::{self, DuplicateKeys};
 
 /// How large the bodies are.
 const BODY_BYTES: usize = 1024 * 1024;
@@ -97,21 +98,15 @@ fn scalar(v: &Value) -> String {
 }
 
 /// The reading `parser` makes of `body`; what it keeps until it is dropped.
+/// `apply` is all the apply handler does to a body without a duplicate key.
 fn parse(parser: &str, body: &[u8]) -> Result<Value, String> {
     match parser {
         "apply" => {
-            yaml::check_nesting(body).map_err(|e| e.to_string())?;
-            let tree = yaml::to_json_bounded(body).map_err(|e| format!("{e:?}"))?;
+            let tree = yaml::to_json(body, DuplicateKeys::Refuse).map_err(|e| e.to_string())?;
             json_cost::check_tree(&tree, body.len()).map_err(|e| e.to_string())?;
-            drop(tree);
-            let yaml: serde_yaml::Value =
-                serde_yaml::from_slice(body).map_err(|e| e.to_string())?;
-            serde_json::to_value(yaml).map_err(|e| e.to_string())
+            Ok(tree)
         }
-        "audit" => {
-            yaml::check_nesting(body).map_err(|e| e.to_string())?;
-            yaml::to_json_bounded(body).map_err(|e| format!("{e:?}"))
-        }
+        "audit" => yaml::to_json(body, DuplicateKeys::LastWins).map_err(|e| e.to_string()),
         other => Err(format!("no parser {other}")),
     }
 }

@@ -6,7 +6,7 @@
 //! (managed fields left out, a long User-Agent cut short). It does no I/O.
 
 use crate::wire::json_cost::ParseError;
-use crate::wire::yaml::YamlError;
+use crate::wire::yaml::{DuplicateKeys, YamlError};
 use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
@@ -275,13 +275,11 @@ pub const ANNOTATION_REQUEST_OBJECT: &str = "audit.k8s.io/request-object";
 /// JSON is read only if its tree would cost no more than the handler lets
 /// it (`wire::json_cost`).
 ///
-/// YAML is read only if the apply handler's own guard would let it through
-/// (its nesting and its number of elements), and is never expanded beyond
-/// its size: an alias (`*name`) repeats its anchor's whole value, so a few
-/// megabytes of aliases would otherwise become billions of values before
-/// the handler could refuse them. The conversion counts what it builds, and
-/// gives up past `wire::yaml::MAX_YAML_VALUES` values or twice the body's bytes of
-/// text; an apply body without aliases never comes near either.
+/// YAML is read within the bounds the apply handler reads it in
+/// (`wire::yaml`: its nesting, its number of values, and its text at most
+/// twice the body's bytes, counting what aliases repeat), so a few
+/// kilobytes of aliases (`*name`) never become billions of values here; a
+/// key given twice is read as kube reads it, the last one winning.
 pub fn read_body(bytes: &[u8], content_type: Option<&str>) -> Result<Option<Value>, &'static str> {
     if bytes.is_empty() {
         return Ok(None);
@@ -295,12 +293,12 @@ pub fn read_body(bytes: &[u8], content_type: Option<&str>) -> Result<Option<Valu
     if !yaml {
         return Ok(None);
     }
-    if crate::wire::yaml::check_nesting(bytes).is_err() {
-        return Err("omitted (yaml too deep or too large)");
-    }
-    match crate::wire::yaml::to_json_bounded(bytes) {
+    match crate::wire::yaml::to_json(bytes, DuplicateKeys::LastWins) {
         Ok(v) => Ok(Some(v)),
+        Err(YamlError::TooDeep(_) | YamlError::TooManyElements) => {
+            Err("omitted (yaml too deep or too large)")
+        }
         Err(YamlError::Expands) => Err("omitted (yaml aliases expand beyond the body)"),
-        Err(YamlError::Invalid(_)) => Ok(None),
+        Err(YamlError::DuplicateKey(_) | YamlError::Invalid(_)) => Ok(None),
     }
 }

@@ -166,15 +166,19 @@ impl Policy {
         Self::from_slice(&bytes)
     }
 
-    /// Parses and validates a policy in YAML or JSON. Unknown fields are
-    /// ignored with a warning, as kube falls back to lenient decoding.
+    /// Parses and validates a policy in YAML or JSON, within the bounds
+    /// every YAML document is read in (`wire::yaml`), a key given twice
+    /// refused. Unknown fields are ignored with a warning, as kube falls
+    /// back to lenient decoding.
     pub fn from_slice(bytes: &[u8]) -> Result<Self, PolicyError> {
+        use crate::wire::yaml::{self, DuplicateKeys};
         let mut unknown = Vec::new();
+        let options = yaml::options(bytes.len(), DuplicateKeys::Refuse);
         let file: PolicyFile =
-            serde_ignored::deserialize(serde_yaml::Deserializer::from_slice(bytes), |path| {
-                unknown.push(path.to_string())
+            serde_saphyr::with_deserializer_from_slice_with_options(bytes, options, |d| {
+                serde_ignored::deserialize(d, |path| unknown.push(path.to_string()))
             })
-            .map_err(|e| PolicyError::Decode(e.to_string()))?;
+            .map_err(|e| PolicyError::Decode(yaml::explain(&e).to_string()))?;
         if !unknown.is_empty() {
             tracing::warn!(
                 fields = %unknown.join(", "),
@@ -528,3 +532,6 @@ fn is_dns_subdomain(s: &str) -> bool {
                 && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
         })
 }
+
+#[cfg(test)]
+mod tests;

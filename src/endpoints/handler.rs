@@ -548,40 +548,35 @@ fn json_patch_error<T: Object>(err: bounded_patch::PatchError, name: &str) -> Ap
 
 /// An apply body: YAML (or JSON) whose top level is an object, and what a
 /// strict reading objects to (a key given twice), for `fieldValidation`.
+///
+/// One parse within `wire::yaml`'s bounds, which refuses a key given twice;
+/// only then a second, where the last of them wins, as kube reads it.
 pub(super) fn decode_apply_body(body: &[u8]) -> Result<(Value, Option<String>), ApiError> {
+    use crate::wire::yaml::{self, DuplicateKeys, YamlError};
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok((Value::Object(serde_json::Map::new()), None));
     }
-    crate::wire::yaml::check_nesting(body)?;
-    let converting = |e: &dyn std::fmt::Display| {
-        ApiError::BadRequest(format!(
-            "error decoding YAML: error converting YAML to JSON: {e}"
-        ))
+    let refuse = |e: YamlError| {
+        ApiError::BadRequest(match e {
+            YamlError::TooDeep(_) | YamlError::TooManyElements => {
+                format!("error decoding YAML: {e}")
+            }
+            YamlError::Expands | YamlError::DuplicateKey(_) | YamlError::Invalid(_) => {
+                format!("error decoding YAML: error converting YAML to JSON: {e}")
+            }
+        })
     };
-    // Aliases first, within a budget: the parses below expand them whole.
-    // Then what the tree costs, since the parses below build it twice more.
-    match crate::wire::yaml::to_json_bounded(body) {
-        Err(crate::wire::yaml::YamlError::Expands) => {
-            return Err(converting(&"yaml: document contains excessive aliasing"))
-        }
-        Err(crate::wire::yaml::YamlError::Invalid(_)) => {}
-        Ok(tree) => crate::wire::json_cost::check_tree(&tree, body.len())
-            .map_err(|e| ApiError::TooLarge(e.to_string()))?,
-    }
-    // One parse, into YAML's own tree, which refuses a key given twice;
-    // only then a second, where the last of them wins, as kube reads it.
-    let (config, duplicates): (Value, Option<String>) =
-        match serde_yaml::from_slice::<serde_yaml::Value>(body) {
-            Ok(yaml) => (
-                serde_json::to_value(yaml).map_err(|e| converting(&e))?,
-                None,
-            ),
-            Err(e) if e.to_string().contains("duplicate") => (
-                serde_yaml::from_slice(body).map_err(|e| converting(&e))?,
-                Some(e.to_string()),
-            ),
-            Err(e) => return Err(converting(&e)),
-        };
+    let (config, duplicates) = match yaml::to_json(body, DuplicateKeys::Refuse) {
+        Ok(config) => (config, None),
+        Err(YamlError::DuplicateKey(dup)) => (
+            yaml::to_json(body, DuplicateKeys::LastWins).map_err(refuse)?,
+            Some(dup),
+        ),
+        Err(e) => return Err(refuse(e)),
+    };
+    // What the tree costs: a body can cost many times its size as JSON.
+    crate::wire::json_cost::check_tree(&config, body.len())
+        .map_err(|e| ApiError::TooLarge(e.to_string()))?;
     let go_type = match &config {
         Value::Null => return Ok((Value::Object(serde_json::Map::new()), duplicates)),
         Value::Object(_) => return Ok((config, duplicates)),

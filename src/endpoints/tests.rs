@@ -258,7 +258,7 @@ fn an_apply_body_is_yaml_whose_top_level_is_an_object() {
 }
 
 #[test]
-fn an_apply_body_that_would_cost_the_parser_too_much_is_refused_before_parsing() {
+fn an_apply_body_that_would_cost_the_parser_too_much_is_refused_before_it_is_built() {
     use super::handler::decode_apply_body;
     let deep = "[".repeat(3 * 1024 * 1024);
     let err = decode_apply_body(deep.as_bytes()).unwrap_err();
@@ -284,6 +284,110 @@ fn an_apply_body_whose_aliases_expand_past_its_size_is_a_bad_request() {
     let err = super::handler::decode_apply_body(doc.as_bytes()).unwrap_err();
     assert_eq!(err.code(), 400, "{err}");
     assert!(err.to_string().contains("excessive aliasing"), "{err}");
+}
+
+// ----- how an apply body's YAML is read (YAML 1.1 and 1.2 disagree) -----
+
+/// The apply body `yaml`, read as the handler reads it.
+fn applied(yaml: &str) -> serde_json::Value {
+    super::handler::decode_apply_body(yaml.as_bytes())
+        .unwrap()
+        .0
+}
+
+/// The 400 the handler answers `yaml` with.
+fn refused(yaml: &[u8]) -> String {
+    let err = super::handler::decode_apply_body(yaml).unwrap_err();
+    assert_eq!(err.code(), 400, "{err}");
+    err.to_string()
+}
+
+#[test]
+fn a_yes_in_an_apply_body_is_a_string_not_a_boolean() {
+    let v = applied("a: yes\nb: on\nc: n\nd: True\ne: false\n");
+    assert_eq!(
+        v,
+        serde_json::json!({"a": "yes", "b": "on", "c": "n", "d": true, "e": false})
+    );
+}
+
+#[test]
+fn a_number_with_a_leading_zero_in_an_apply_body_is_a_string_not_octal() {
+    let v = applied("a: 017\nb: 0o17\nc: 0x1f\nd: 1_000\ne: 08\nf: 1e3\n");
+    assert_eq!(
+        v,
+        serde_json::json!({"a": "017", "b": 15, "c": 31, "d": "1_000", "e": "08", "f": 1000.0})
+    );
+}
+
+#[test]
+fn a_merge_key_in_an_apply_body_is_an_ordinary_key() {
+    let v = applied("base: &b {x: 1, y: 2}\ncopy:\n  <<: *b\n  y: 3\n");
+    assert_eq!(
+        v["copy"],
+        serde_json::json!({"<<": {"x": 1, "y": 2}, "y": 3})
+    );
+}
+
+#[test]
+fn an_unknown_tag_in_an_apply_body_is_ignored_and_binary_is_decoded() {
+    let v = applied("a: !foo bar\nb: !!str 12\nc: !!binary aGVsbG8=\nd: !foo {x: 1}\n");
+    assert_eq!(
+        v,
+        serde_json::json!({"a": "bar", "b": "12", "c": "hello", "d": {"x": 1}})
+    );
+}
+
+#[test]
+fn an_integer_too_large_for_64_bits_in_an_apply_body_is_a_float() {
+    let v = applied("a: 123456789012345678901234567890\n");
+    assert_eq!(v["a"].as_f64(), Some(1.2345678901234568e29));
+}
+
+#[test]
+fn infinity_and_nan_in_an_apply_body_are_null() {
+    assert_eq!(
+        applied("a: .inf\nb: .nan\n"),
+        serde_json::json!({"a": null, "b": null})
+    );
+}
+
+#[test]
+fn scalar_keys_in_an_apply_body_are_strings_and_others_are_refused() {
+    assert_eq!(
+        applied("1: a\ntrue: b\n1.5: c\n"),
+        serde_json::json!({"1": "a", "true": "b", "1.5": "c"})
+    );
+    for body in [&b"~: a\n"[..], b"? [a, b]\n: c\n"] {
+        let says = refused(body);
+        assert!(says.contains("error converting YAML to JSON"), "{says}");
+    }
+}
+
+#[test]
+fn a_key_given_twice_in_an_apply_body_is_named_and_the_last_wins() {
+    let (v, dup) =
+        super::handler::decode_apply_body(b"metadata:\n  labels:\n    a: x\n    a: y\n").unwrap();
+    assert_eq!(v, serde_json::json!({"metadata": {"labels": {"a": "y"}}}));
+    assert_eq!(
+        dup.as_deref(),
+        Some(r#"duplicate entry with key "a" at line 4 column 5"#)
+    );
+}
+
+#[test]
+fn an_apply_body_of_two_documents_is_a_bad_request() {
+    let says = refused(b"a: 1\n---\nb: 2\n");
+    assert!(
+        says.contains("only single YAML document expected"),
+        "{says}"
+    );
+}
+
+#[test]
+fn an_apply_body_that_is_not_utf_8_is_a_bad_request() {
+    let says = refused(b"a: \xff\n");
+    assert!(says.contains("not valid UTF-8"), "{says}");
 }
 
 #[test]
