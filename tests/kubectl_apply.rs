@@ -262,7 +262,7 @@ fn kube_rs_patch_apply_creates_and_takes_over_with_force() {
             &resource,
         );
         let doc = |name: &str, tier: &str| -> serde_json::Value {
-            serde_yaml::from_str(&transfer(&ns.name, name, tier)).unwrap()
+            serde_saphyr::from_str(&transfer(&ns.name, name, tier)).unwrap()
         };
         // Create on apply.
         let created = api

@@ -491,7 +491,7 @@ fn the_populator_overlay_registers_namespace_transfers_as_a_volume_populator() {
     // Rendered without the cluster: it has no VolumePopulator CRD (nor the
     // validator that reads it).
     let yaml = kubectl().ok(&["kustomize", &path("deploy/populator")]);
-    let object: Value = serde_yaml::from_str(&yaml).unwrap();
+    let object: Value = serde_saphyr::from_str(&yaml).unwrap();
     assert_eq!(object["apiVersion"], "populator.storage.k8s.io/v1beta1");
     assert_eq!(object["kind"], "VolumePopulator");
     assert_eq!(object["sourceKind"]["group"], "storage.transfer.k8s.io");

@@ -481,7 +481,7 @@ fn list_shows_each_side_with_its_peer_and_phase_and_every_output_format_works() 
         ],
     );
     assert_eq!(yaml.code, 0, "{yaml:?}");
-    let offer: Value = serde_yaml::from_str(&yaml.stdout).unwrap();
+    let offer: Value = serde_saphyr::from_str(&yaml.stdout).unwrap();
     assert_eq!(offer["kind"], "NamespaceTransfer");
     assert_eq!(offer["apiVersion"], "storage.transfer.k8s.io/v1alpha1");
     assert_eq!(offer["spec"]["requester"]["username"], p.alice.as_str());
@@ -640,7 +640,7 @@ fn a_server_dry_run_gives_the_admission_answer_and_creates_nothing() {
             &p.src.name,
         ],
     );
-    let printed: Value = serde_yaml::from_str(&client.stdout).unwrap();
+    let printed: Value = serde_saphyr::from_str(&client.stdout).unwrap();
     assert_eq!(
         printed["spec"]["destination"]["namespace"],
         p.dst.name.as_str()

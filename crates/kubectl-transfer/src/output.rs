@@ -105,8 +105,10 @@ struct Meta {
     resource_version: &'static str,
 }
 
+/// YAML that a YAML 1.1 reader (kubectl's) reads the same: a string it
+/// would take for a boolean or a number, `"yes"` or `"017"`, is quoted.
 fn yaml(value: &impl Serialize) -> String {
-    serde_yaml::to_string(value).unwrap_or_else(|e| format!("# cannot encode: {e}\n"))
+    serde_saphyr::to_string(value).unwrap_or_else(|e| format!("# cannot encode: {e}\n"))
 }
 
 /// JSON as kubectl prints it, with DEL, the C1 controls and the formatting

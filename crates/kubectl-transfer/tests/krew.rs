@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// The plugin's executable, as krew installs it and kubectl looks it up.
 const PLUGIN: &str = "kubectl-transfer";
@@ -314,7 +314,7 @@ fn text<'a>(v: &'a Value, path: &str) -> &'a str {
 fn the_krew_manifest_template_has_what_krew_requires_at_the_crates_version() {
     let path = repo().join("deploy/krew/transfer.yaml");
     let raw = std::fs::read_to_string(&path).unwrap();
-    let m: Value = serde_yaml::from_str(&raw).unwrap();
+    let m: Value = serde_saphyr::from_str(&raw).unwrap();
     let tag = version_tag();
 
     assert_eq!(
@@ -342,12 +342,12 @@ fn the_krew_manifest_template_has_what_krew_requires_at_the_crates_version() {
     }
     assert!(text(&m, "spec.caveats").contains("storage-transfer-apiserver"));
 
-    let platforms = field(&m, "spec.platforms").as_sequence().unwrap();
+    let platforms = field(&m, "spec.platforms").as_array().unwrap();
     assert!(!platforms.is_empty());
     let mut seen = Vec::new();
     for p in platforms {
-        let labels = field(p, "selector.matchLabels").as_mapping().unwrap();
-        let mut keys: Vec<&str> = labels.keys().map(|k| k.as_str().unwrap()).collect();
+        let labels = field(p, "selector.matchLabels").as_object().unwrap();
+        let mut keys: Vec<&str> = labels.keys().map(String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(
             keys,
@@ -378,7 +378,7 @@ fn the_krew_manifest_template_has_what_krew_requires_at_the_crates_version() {
             "{os}/{arch}: sha256 is neither {placeholder} (filled in by hack/krew-package.sh) nor a sha256: {sha}"
         );
         assert_eq!(text(p, "bin"), PLUGIN);
-        let files = field(p, "files").as_sequence().unwrap();
+        let files = field(p, "files").as_array().unwrap();
         assert!(!files.is_empty(), "krew wants files unset or non-empty");
         for f in files {
             // The archive holds the binary alone (hack/krew-package.sh).
