@@ -25,15 +25,9 @@ prereqs:
 # Prometheus and promtool (tests/monitoring.rs), Helm (tests/helm.rs),
 # krew (crates/kubectl-transfer/tests/krew.rs installs the plugin with it) and the client-go test
 # program (tests/clientgo), each pinned under hack/ and built once into
-# ~/.cache/storage-transfer-apiserver.
+# ~/.cache/storage-transfer-apiserver, side by side (hack/build-tools.sh).
 tools: prereqs
-	@hack/build-etcd.sh >/dev/null
-	@hack/build-kube.sh >/dev/null
-	@hack/build-csi.sh >/dev/null
-	@hack/build-clientgo.sh >/dev/null
-	@hack/build-krew.sh >/dev/null
-	@hack/build-prometheus.sh >/dev/null
-	@hack/build-helm.sh >/dev/null
+	@hack/build-tools.sh
 
 kube: tools
 
