@@ -247,7 +247,9 @@ fn is_uuid(s: &str) -> bool {
 
 fn is_base64(s: &str) -> bool {
     use base64::Engine as _;
-    !s.is_empty() && s.len().is_multiple_of(4) && base64::engine::general_purpose::STANDARD.decode(s).is_ok()
+    !s.is_empty()
+        && s.len().is_multiple_of(4)
+        && base64::engine::general_purpose::STANDARD.decode(s).is_ok()
 }
 
 fn is_date(s: &str) -> bool {
