@@ -8,6 +8,14 @@
 //! The rules are the PrometheusRule's own groups, loaded as a rule file
 //! with two changes only, so that a test does not wait half an hour: every
 //! `for:` is one second, and StorageTransferStuck's 1800 s threshold is 3 s.
+//!
+//! StorageTransferFencedWrites needs a write that reaches etcd after its
+//! term ended, which no outside event makes at will: the test's server runs
+//! with `STA_FAULT_UNHEARD_KEY_LOSS=1` (`controller::fault`), so that when
+//! the test deletes its election key the term goes on until the next write
+//! of our objects is refused by its fence. Built without the
+//! `fault-injection` feature (which `make test` turns on), that scenario is
+//! skipped.
 
 #![allow(clippy::unwrap_used)] // Tests fail by panicking.
 
@@ -20,20 +28,21 @@ use std::time::Duration;
 use serde_json::Value;
 use sta_testenv::scenario::*;
 use sta_testenv::standalone::Replica;
-use sta_testenv::{repo_root, shared, ControlPlane, Kubectl};
+use sta_testenv::{repo_root, ControlPlane, Kubectl, Options};
 
 const WAIT: Duration = Duration::from_secs(90);
 const JOB: &str = "storage-transfer-apiserver";
+const BIN: &str = env!("CARGO_BIN_EXE_storage-transfer-apiserver");
 
-fn cp() -> &'static ControlPlane {
-    let cp = shared(env!("CARGO_BIN_EXE_storage-transfer-apiserver"));
-    static CLASSES: std::sync::Once = std::sync::Once::new();
-    CLASSES.call_once(|| ensure_classes(cp.kubectl()));
+/// The test's own control plane, whose server leaves a lost election key
+/// unheard (see the module docs).
+fn control_plane() -> ControlPlane {
+    let mut opts = Options::for_tests(BIN);
+    opts.server_env
+        .push(("STA_FAULT_UNHEARD_KEY_LOSS".to_owned(), "1".to_owned()));
+    let cp = ControlPlane::start(opts).unwrap_or_else(|e| panic!("{e}"));
+    ensure_classes(cp.kubectl());
     cp
-}
-
-fn admin() -> &'static Kubectl {
-    cp().kubectl()
 }
 
 fn prometheus_bin() -> PathBuf {
@@ -146,35 +155,43 @@ impl Prometheus {
         let rules = test_rules(&dir);
         let pki = &cp.pki;
         let path = |p: &Path| p.display().to_string();
+        // A job scraping `ports` over TLS, trusting `ca` for `server_name`
+        // and presenting the admin certificate (system:masters).
+        let job = |name: &str, ca: &Path, server_name: &str, ports: Vec<u16>| {
+            serde_json::json!({
+                "job_name": name,
+                "scheme": "https",
+                "tls_config": {
+                    "ca_file": path(ca),
+                    "cert_file": path(&pki.admin.cert),
+                    "key_file": path(&pki.admin.key),
+                    "server_name": server_name,
+                },
+                "static_configs": [{"targets": ports
+                    .iter()
+                    .map(|port| format!("127.0.0.1:{port}"))
+                    .collect::<Vec<_>>()}],
+            })
+        };
+        let servers = std::iter::once(cp.server_port)
+            .chain(replicas.iter().copied())
+            .collect();
         let config = serde_json::json!({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [path(&rules)],
             "scrape_configs": [
-                {
-                    "job_name": JOB,
-                    "scheme": "https",
-                    "tls_config": {
-                        "ca_file": path(&pki.serving_ca.cert),
-                        "cert_file": path(&pki.admin.cert),
-                        "key_file": path(&pki.admin.key),
-                        "server_name": "storage-transfer-apiserver.storage-transfer-system.svc",
-                    },
-                    "static_configs": [{"targets": std::iter::once(cp.server_port)
-                        .chain(replicas.iter().copied())
-                        .map(|port| format!("127.0.0.1:{port}"))
-                        .collect::<Vec<_>>()}],
-                },
-                {
-                    "job_name": "apiserver",
-                    "scheme": "https",
-                    "tls_config": {
-                        "ca_file": path(&pki.cluster_ca.cert),
-                        "cert_file": path(&pki.admin.cert),
-                        "key_file": path(&pki.admin.key),
-                        "server_name": "localhost",
-                    },
-                    "static_configs": [{"targets": [format!("127.0.0.1:{}", cp.apiserver_port())]}],
-                },
+                job(
+                    JOB,
+                    &pki.serving_ca.cert,
+                    "storage-transfer-apiserver.storage-transfer-system.svc",
+                    servers,
+                ),
+                job(
+                    "apiserver",
+                    &pki.cluster_ca.cert,
+                    "localhost",
+                    vec![cp.apiserver_port()],
+                ),
             ],
         });
         let config_file = dir.join("prometheus.json");
@@ -295,23 +312,46 @@ fn panel_queries() -> Vec<(String, String)> {
 
 /// A standing clone offer of `src/db` with `maxClones: 1`, and one request
 /// it serves: the offer is then at its limit.
-fn offer_at_its_limit(src: &str, dst: &str) {
-    admin()
+fn offer_at_its_limit(admin: &Kubectl, src: &str, dst: &str) {
+    admin
         .apply(&format!(
             "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: fixtures\n  namespace: {src}\nspec:\n  mode: Clone\n  maxClones: 1\n  source:\n    name: db\n  destination:\n    namespace: {dst}\n"
         ))
         .unwrap();
-    admin()
+    admin
         .apply(&format!(
             "apiVersion: storage.transfer.k8s.io/v1alpha1\nkind: NamespaceTransfer\nmetadata:\n  name: one\n  namespace: {dst}\nspec:\n  mode: Clone\n  source:\n    namespace: {src}\n    name: db\n  destination:\n    name: db-1\n"
         ))
         .unwrap();
-    wait_phase(admin(), dst, "one", "Completed", WAIT);
+    wait_phase(admin, dst, "one", "Completed", WAIT);
+}
+
+/// Deletes the controllers' election key from `cp`'s etcd, behind the
+/// leader's back.
+fn delete_election_key(cp: &ControlPlane) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut etcd = etcd_client::Client::connect([cp.etcd_url.as_str()], None)
+            .await
+            .unwrap();
+        let deleted = etcd
+            .delete(
+                "/registry/storage.transfer.k8s.io/_leader/controllers/",
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(deleted.deleted(), 1, "the leader's key, and only it");
+    });
 }
 
 #[test]
 fn a_real_prometheus_answers_every_panel_and_fires_each_alert_only_in_its_scenario() {
-    let cp = cp();
+    let cp = &control_plane();
+    let admin = cp.kubectl();
     // A second replica that serves the API only, whose audit log cannot be
     // written: it audits our group's requests, and every write fails.
     let dir = scratch("replica");
@@ -351,13 +391,13 @@ fn a_real_prometheus_answers_every_panel_and_fires_each_alert_only_in_its_scenar
     // A move, and a standing offer that clones up to its maxClones.
     let src = cp.namespace("src").unwrap();
     let dst = cp.namespace("dst").unwrap();
-    provisioned_volume(admin(), ALLOWED_CLASS, &src.name, "db", "1Gi");
-    offer_at_its_limit(&src.name, &dst.name);
+    provisioned_volume(admin, ALLOWED_CLASS, &src.name, "db", "1Gi");
+    offer_at_its_limit(admin, &src.name, &dst.name);
     let moved = cp.namespace("moved").unwrap();
-    provisioned_volume(admin(), ALLOWED_CLASS, &moved.name, "data", "1Gi");
-    offer(admin(), &moved.name, "give", "data", &dst.name);
-    request(admin(), &dst.name, "take", &moved.name, "data");
-    wait_phase(admin(), &dst.name, "take", "Completed", WAIT);
+    provisioned_volume(admin, ALLOWED_CLASS, &moved.name, "data", "1Gi");
+    offer(admin, &moved.name, "give", "data", &dst.name);
+    request(admin, &dst.name, "take", &moved.name, "data");
+    wait_phase(admin, &dst.name, "take", "Completed", WAIT);
 
     // Every panel has a series once both are scraped.
     for (title, expr) in panel_queries() {
@@ -377,15 +417,15 @@ fn a_real_prometheus_answers_every_panel_and_fires_each_alert_only_in_its_scenar
 
     // A transfer whose source a pod still uses waits for its release.
     let stuck = cp.namespace("stuck").unwrap();
-    provisioned_volume(admin(), ALLOWED_CLASS, &stuck.name, "db", "1Gi");
-    running_pod(admin(), &stuck.name, "user", "db");
-    offer(admin(), &stuck.name, "give", "db", &dst.name);
-    request(admin(), &dst.name, "take-stuck", &stuck.name, "db");
-    wait_phase(admin(), &stuck.name, "give", "WaitingForRelease", WAIT);
+    provisioned_volume(admin, ALLOWED_CLASS, &stuck.name, "db", "1Gi");
+    running_pod(admin, &stuck.name, "user", "db");
+    offer(admin, &stuck.name, "give", "db", &dst.name);
+    request(admin, &dst.name, "take-stuck", &stuck.name, "db");
+    wait_phase(admin, &stuck.name, "give", "WaitingForRelease", WAIT);
     prometheus.wait_firing("StorageTransferStuck");
     // Released, it completes, and the alert ends.
-    delete_pod(admin(), &stuck.name, "user");
-    wait_phase(admin(), &dst.name, "take-stuck", "Completed", WAIT);
+    delete_pod(admin, &stuck.name, "user");
+    wait_phase(admin, &dst.name, "take-stuck", "Completed", WAIT);
     eventually("StorageTransferStuck to end", WAIT, || {
         !prometheus
             .firing()
@@ -420,11 +460,24 @@ fn a_real_prometheus_answers_every_panel_and_fires_each_alert_only_in_its_scenar
     assert_eq!(listed.status, 200, "{}", listed.text());
     prometheus.wait_firing("StorageTransferAuditEventsDropped");
 
-    // No scenario here makes a fenced write: it stays quiet throughout.
+    // Quiet until its scenario.
+    let fenced = "count_over_time(ALERTS{alertname=\"StorageTransferFencedWrites\"}[1h])";
     assert!(
-        prometheus
-            .query("count_over_time(ALERTS{alertname=\"StorageTransferFencedWrites\"}[1h])")
-            .is_empty(),
+        prometheus.query(fenced).is_empty(),
         "StorageTransferFencedWrites fired, or was pending, without its scenario"
     );
+    if !cfg!(feature = "fault-injection") {
+        return;
+    }
+    // The leader's election key deleted behind its back: its term goes on
+    // (the fault), and the next write of a transfer is refused by the fence.
+    delete_election_key(cp);
+    let late = cp.namespace("late").unwrap();
+    offer(admin, &late.name, "give", "db", &dst.name);
+    prometheus.wait_firing("StorageTransferFencedWrites");
+    // The refused write ended the term; the replica is elected again, and
+    // the offer gets its status.
+    wait_status(admin, &late.name, "give", "a phase", WAIT, |t| {
+        t["status"]["phase"].is_string()
+    });
 }

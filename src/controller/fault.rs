@@ -13,6 +13,12 @@
 //!   offer's write of the pair's record and count, before the request's
 //!   state (R1's second write). `Populate` is right after a standing
 //!   populating request made a request for one of its claims.
+//! - `STA_FAULT_UNHEARD_KEY_LOSS=1` makes the leadership's watch of its
+//!   election key never end the term when the key goes, as if the watch's
+//!   round trip took forever: `check` goes on passing, so the controllers'
+//!   next write of our objects reaches etcd and is refused by its fence
+//!   (the window `leader`'s module docs describe), and that refusal ends
+//!   the term.
 
 use super::transfer::Step;
 
@@ -126,3 +132,16 @@ pub async fn before_named(name: &str) {
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub async fn before_named(_name: &str) {}
+
+/// Whether the leadership's watch is to leave a lost election key unheard
+/// (`STA_FAULT_UNHEARD_KEY_LOSS=1`).
+#[cfg(feature = "fault-injection")]
+pub fn key_loss_unheard() -> bool {
+    std::env::var("STA_FAULT_UNHEARD_KEY_LOSS").is_ok_and(|v| v == "1")
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn key_loss_unheard() -> bool {
+    false
+}

@@ -499,6 +499,10 @@ async fn watch_key(client: Client, leadership: Leadership) {
 }
 
 fn forfeit_for_key(leadership: &Leadership, key: &str) {
+    if super::fault::key_loss_unheard() {
+        warn!(%key, "fault injection: the election key is gone, and the term goes on");
+        return;
+    }
     if leadership.is_leader() {
         warn!(
             identity = %leadership.identity(),
