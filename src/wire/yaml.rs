@@ -91,6 +91,13 @@ pub fn options(len: usize, duplicates: DuplicateKeys) -> Options {
     budget.max_anchors = MAX_YAML_NODES;
     budget.enforce_alias_anchor_ratio = false;
     budget.max_total_scalar_bytes = len.saturating_mul(2);
+    // What anchors keep for their aliases: each event is copied into every
+    // anchored collection still open around it, so nested anchors would
+    // multiply a small body (128 of them around 8,000 scalars: a million
+    // copies, over 100 MB). Held to the node bound and twice the body, as
+    // everything else.
+    budget.max_recorded_anchor_events = MAX_YAML_NODES;
+    budget.max_recorded_anchor_bytes = len.saturating_mul(2);
     let mut options = Options::default();
     options.budget = Some(budget);
     options.duplicate_keys = match duplicates {

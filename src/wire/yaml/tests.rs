@@ -45,6 +45,26 @@ fn one_long_string_repeated_by_aliases_is_refused_as_excessive_aliasing() {
 }
 
 #[test]
+fn nested_anchors_that_would_copy_each_value_into_every_one_are_refused() {
+    // 120 anchored mappings inside each other around 3,500 entries, with no
+    // alias at all: each key and value would be kept once per open anchor,
+    // 840,000 copies from 45 KB (under serde-saphyr's default of a million,
+    // far over our node bound).
+    let mut doc = String::new();
+    for i in 0..120 {
+        doc.push_str(&format!("{}k: &a{i}\n", "  ".repeat(i)));
+    }
+    let values: Vec<String> = (0..3_500).map(|i| format!("v{i}: 0")).collect();
+    doc.push_str(&format!(
+        "{}k: {{{}}}\n",
+        "  ".repeat(120),
+        values.join(", ")
+    ));
+    assert!(doc.len() < 100_000, "{}", doc.len());
+    assert_eq!(read_on_a_worker_stack(doc), Err(YamlError::Expands));
+}
+
+#[test]
 fn a_small_alias_is_expanded_as_yaml_means_it() {
     let v = read(b"base: &b {x: 1}\ncopy: *b\n").unwrap();
     assert_eq!(v, json!({"base": {"x": 1}, "copy": {"x": 1}}));
