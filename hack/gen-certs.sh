@@ -69,9 +69,11 @@ if [[ -n ${CERTS_ONLY:-} ]]; then exit 0; fi
 
 apply() { "$KUBECTL" apply --dry-run="$DRY_RUN" -f -; }
 
-"$KUBECTL" create secret tls "$SERVICE-serving" -n "$NAMESPACE" \
-  --cert="$dir/apiserver-serving.crt" --key="$dir/apiserver-serving.key" \
-  --dry-run=client -o yaml | apply
+# ca.crt beside the pair, as cert-manager writes it: the ServiceMonitor of
+# deploy/monitoring trusts the server's certificate through it.
+"$KUBECTL" create secret generic "$SERVICE-serving" -n "$NAMESPACE" --type=kubernetes.io/tls \
+  --from-file=tls.crt="$dir/apiserver-serving.crt" --from-file=tls.key="$dir/apiserver-serving.key" \
+  --from-file=ca.crt="$dir/apiserver-ca.crt" --dry-run=client -o yaml | apply
 for name in server peer client; do
   "$KUBECTL" create secret generic "$ETCD-$name" -n "$NAMESPACE" --type=kubernetes.io/tls \
     --from-file=tls.crt="$dir/etcd-$name.crt" --from-file=tls.key="$dir/etcd-$name.key" \

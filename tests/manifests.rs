@@ -487,6 +487,50 @@ fn gen_certs_writes_the_secrets_and_ca_bundle_the_cluster_accepts() {
 }
 
 #[test]
+fn gen_certs_puts_the_ca_beside_the_serving_pair_for_the_service_monitor() {
+    // deploy/monitoring's ServiceMonitor trusts the server through the
+    // serving Secret's ca.crt, as cert-manager writes it. A kubectl that
+    // keeps what is applied, then hands it to the real one (a client-side
+    // dry run: nothing is written).
+    let dir = scratch("gen-certs-ca");
+    let applied = dir.join("applied.yaml");
+    let shim = dir.join("kubectl");
+    std::fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = apply ]; then printf -- '---\\n' >> '{0}'; tee -a '{0}' | '{1}' \"$@\"; exit; fi\nexec '{1}' \"$@\"\n",
+            applied.display(),
+            kubectl().binary().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::new(repo_root().join("hack/gen-certs.sh"))
+        .arg(dir.join("pki"))
+        .current_dir(repo_root())
+        .env("KUBECTL", &shim)
+        .env("KUBECONFIG", kubectl().kubeconfig())
+        .env("DRY_RUN", "client")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = std::fs::read_to_string(&applied).unwrap();
+    let serving: Value = yaml
+        .split("---\n")
+        .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
+        .find(|o| o["metadata"]["name"] == "storage-transfer-apiserver-serving")
+        .unwrap_or_else(|| panic!("no serving Secret in:\n{yaml}"));
+    assert_eq!(serving["type"], "kubernetes.io/tls");
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        assert!(serving["data"][key].is_string(), "{key} missing: {serving}");
+    }
+}
+
+#[test]
 fn the_populator_overlay_registers_namespace_transfers_as_a_volume_populator() {
     // Rendered without the cluster: it has no VolumePopulator CRD (nor the
     // validator that reads it).
