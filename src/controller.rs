@@ -386,9 +386,6 @@ async fn workers(
     join_all((0..count.max(1)).map(|_| work(queue, controller, leadership))).await;
 }
 
-/// One worker: takes keys off the queue until it is shut down, or until it
-/// sees the term lost. A fenced write ends the term for every worker of
-/// both controllers at once: each fails its next check.
 /// `storage_transfer_fenced_writes_total` of the controller `queue` feeds,
 /// counted from 0 from its start, so that a rate over it is 0 rather than
 /// no series at all until the first fenced write.
@@ -396,6 +393,7 @@ fn count_fenced_writes_from_zero(queue: &WorkQueue) {
     fenced_writes(queue).inc_by(0);
 }
 
+/// The fenced-writes counter of the controller `queue` feeds.
 fn fenced_writes(queue: &WorkQueue) -> prometheus_client::metrics::counter::Counter {
     crate::metrics::global()
         .transfers
@@ -406,6 +404,9 @@ fn fenced_writes(queue: &WorkQueue) -> prometheus_client::metrics::counter::Coun
         .clone()
 }
 
+/// One worker: takes keys off the queue until it is shut down, or until it
+/// sees the term lost. A fenced write ends the term for every worker of
+/// both controllers at once: each fails its next check.
 async fn work(queue: &WorkQueue, controller: &dyn Reconciler, leadership: &Leadership) {
     while let Some(key) = queue.next().await {
         let reconciled = tokio::time::timeout(RECONCILE_TIMEOUT, controller.reconcile(&key))

@@ -297,7 +297,7 @@ impl Metrics {
         );
         r.register(
             "storage_transfer_step_duration_seconds",
-            "How long each step of the transfer and claim controllers took to make its writes",
+            "How long each action of the transfer controller took to make its writes, whether they all landed or one was refused",
             transfers.step_duration.clone(),
         );
         r.register(

@@ -253,11 +253,14 @@ impl WorkQueue {
         Self::default()
     }
 
-    /// A queue counted in the process's `workqueue_*` series as `name`.
+    /// A queue counted in the process's `workqueue_*` series as `name`,
+    /// from a depth of 0.
     pub fn named(name: &'static str) -> Self {
+        let metrics = metrics::global().workqueue.queue(name);
+        metrics.depth.set(0);
         Self {
             name,
-            metrics: Some(metrics::global().workqueue.queue(name)),
+            metrics: Some(metrics),
             ..Self::default()
         }
     }
@@ -479,8 +482,13 @@ impl WorkQueue {
     }
 
     /// Wakes every waiting worker with `None`; later adds are dropped.
+    /// Its depth then counts as 0: the next term's queue of the same name
+    /// counts afresh.
     pub fn shut_down(&self) {
         self.lock().shut_down = true;
+        if let Some(m) = &self.metrics {
+            m.depth.set(0);
+        }
         self.wake.notify_waiters();
     }
 

@@ -30,7 +30,7 @@ use prometheus_client::registry::Registry;
 
 use crate::api::namespace_transfer::{
     reason::TransferReason, NamespaceTransfer, NamespaceTransferPhase as Phase, Role, TransferMode,
-    CONDITION_READY,
+    TransferStepName as StepName, CONDITION_READY,
 };
 use crate::endpoints::request::RequestInfo;
 use crate::review_cache::CacheStats;
@@ -71,11 +71,29 @@ impl RequestLabels {
                 },
             },
             None => Self {
-                verb: info.method.as_str().to_owned(),
+                verb: method_label(&info.method).to_owned(),
                 resource: String::new(),
                 subresource: String::new(),
             },
         }
+    }
+}
+
+/// The `verb` of a request that names none of our resources: its method if
+/// it is one of HTTP's, else `OTHER`, as kube-apiserver labels it. A client
+/// may send any token as a method, and each would be a series of its own.
+fn method_label(method: &http::Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        "OPTIONS" => "OPTIONS",
+        "CONNECT" => "CONNECT",
+        "TRACE" => "TRACE",
+        _ => "OTHER",
     }
 }
 
@@ -271,8 +289,12 @@ impl Scrape {
     ///   so that Completed, Failed and Cancelled are the clones' outcomes;
     /// - `storage_transfer_transfers_waiting{reason}`: the transfers that
     ///   have not ended, by the reason of their Ready condition;
-    /// - `storage_transfer_oldest_transfer_age_seconds{phase}`: the age of
-    ///   the oldest transfer in each phase that has not ended;
+    /// - `storage_transfer_oldest_transfer_age_seconds{phase}`: the age,
+    ///   since its creation, of the oldest transfer in each phase that has
+    ///   not ended;
+    /// - `storage_transfer_rebinding_seconds`: how long the transfer that
+    ///   has been Rebinding longest has been, since its Locked step (R1),
+    ///   when Rebinding starts; 0 when none is;
     /// - `storage_transfer_offer_clones{namespace,offer}` and
     ///   `storage_transfer_offer_max_clones{namespace,offer}`: each standing
     ///   offer's clones alive and its `maxClones`, for the
@@ -296,6 +318,7 @@ impl Scrape {
             clones.get_or_create(&label).set(0);
         }
         let mut offers = Vec::new();
+        let mut rebinding = 0;
         for t in transfers {
             let Some(phase) = phase_of(t) else {
                 continue;
@@ -317,6 +340,17 @@ impl Scrape {
                     reason: waiting_reason(t),
                 })
                 .inc();
+            if phase == Phase::Rebinding {
+                let locked = t
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.steps.iter().find(|s| s.name == StepName::Locked))
+                    .map(|s| &s.time)
+                    .or(t.metadata.creation_timestamp.as_ref());
+                if let Some(locked) = locked {
+                    rebinding = rebinding.max(now.saturating_sub(locked.0.as_second()));
+                }
+            }
             if let Some(created) = &t.metadata.creation_timestamp {
                 let age = now.saturating_sub(created.0.as_second()).max(0);
                 let gauge = oldest.get_or_create(&label);
@@ -382,6 +416,11 @@ impl Scrape {
             "storage_transfer_offer_max_clones",
             "A standing clone offer's maxClones, for the offers nearest it",
             limit,
+        );
+        self.gauge(
+            "storage_transfer_rebinding_seconds",
+            "How long the NamespaceTransfer Rebinding longest has been, since its Locked step",
+            rebinding,
         );
         self.gauge(
             "storage_transfer_offers",

@@ -11,9 +11,7 @@
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
 
-use crate::api::namespace_transfer::{
-    NamespaceTransfer, NamespaceTransferPhase as Phase, TransferMode,
-};
+use crate::api::namespace_transfer::{NamespaceTransfer, NamespaceTransferPhase as Phase};
 use crate::controller::cluster::ClusterError;
 use crate::controller::{fault, object_key, Error, Next};
 use crate::metrics;
@@ -229,40 +227,6 @@ pub(super) async fn perform(
     Ok(Outcome::Next(p.then))
 }
 
-/// Counts a transfer object that has just ended in
-/// `storage_transfer_transfer_duration_seconds`: from its creation to `at`.
-fn count_ended(
-    t: &NamespaceTransfer,
-    ended: Phase,
-    at: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
-) {
-    let outcome = match ended {
-        Phase::Completed => metrics::Outcome::Completed,
-        Phase::Failed => metrics::Outcome::Failed,
-        _ => metrics::Outcome::Cancelled,
-    };
-    let Some(created) = &t.metadata.creation_timestamp else {
-        return;
-    };
-    let took = at.0.duration_since(created.0).as_secs_f64().max(0.0);
-    metrics::global()
-        .transfers
-        .duration
-        .get_or_create(&metrics::TransferLabels {
-            mode: match t.mode() {
-                TransferMode::Clone => metrics::Mode::Clone,
-                TransferMode::Move => metrics::Mode::Move,
-            },
-            kind: if t.source_is_snapshot() {
-                metrics::SourceKind::VolumeSnapshot
-            } else {
-                metrics::SourceKind::PersistentVolumeClaim
-            },
-            outcome,
-        })
-        .observe(took);
-}
-
 impl Hands for TransferController {
     fn lead(&self) -> Result<(), Error> {
         Ok(self.leadership.check()?)
@@ -322,16 +286,7 @@ impl Hands for TransferController {
                 apply_change(st, change, t, pair, written, &at)
             })
             .await?;
-        let phase = updated.status.as_ref().and_then(|st| st.phase);
-        let had_ended = t
-            .status
-            .as_ref()
-            .and_then(|st| st.phase)
-            .is_some_and(Phase::is_finished);
-        if let (Some(ended), false) = (phase.filter(|p| p.is_finished()), had_ended) {
-            count_ended(&updated, ended, &at);
-        }
-        Ok(phase)
+        Ok(updated.status.and_then(|st| st.phase))
     }
 
     async fn finalizer(&self, t: &NamespaceTransfer, present: bool) -> Result<(), Error> {

@@ -18,6 +18,7 @@ use crate::api::namespace_transfer::{
 };
 use crate::controller::events::{reference_to, Severity};
 use crate::controller::{Error, Next};
+use crate::metrics;
 use crate::registry::{DeleteOptions, Part};
 
 use super::decide::{destination_text, has_finalizer, name_of, Report, REASON_COMPLETED};
@@ -152,6 +153,11 @@ impl TransferController {
             )
             .await?;
         let after = updated.status.as_ref().and_then(|st| st.phase);
+        if let Some(ended) = after.filter(|p| p.is_finished()) {
+            if !before.is_some_and(Phase::is_finished) {
+                count_ended(&updated, ended, &now());
+            }
+        }
         if before != after {
             if let Some(phase) = after {
                 let severity = match phase {
@@ -548,6 +554,39 @@ pub(super) fn received_from(s: &NamespaceTransfer) -> String {
         TransferMode::Clone => format!("a clone of {origin}"),
         TransferMode::Move => format!("the volume of {origin}"),
     }
+}
+
+/// Counts a transfer object that has just ended in
+/// `storage_transfer_transfer_duration_seconds`: from its creation to `at`.
+/// Called by [`TransferController::write_status`] when its write takes a
+/// phase that had not ended to one that has: each object once, whichever
+/// path ended it (a pair's plan, an object finished alone).
+fn count_ended(t: &NamespaceTransfer, ended: Phase, at: &Time) {
+    let outcome = match ended {
+        Phase::Completed => metrics::Outcome::Completed,
+        Phase::Failed => metrics::Outcome::Failed,
+        _ => metrics::Outcome::Cancelled,
+    };
+    let Some(created) = &t.metadata.creation_timestamp else {
+        return;
+    };
+    let took = at.0.duration_since(created.0).as_secs_f64().max(0.0);
+    metrics::global()
+        .transfers
+        .duration
+        .get_or_create(&metrics::TransferLabels {
+            mode: match t.mode() {
+                TransferMode::Clone => metrics::Mode::Clone,
+                TransferMode::Move => metrics::Mode::Move,
+            },
+            kind: if t.source_is_snapshot() {
+                metrics::SourceKind::VolumeSnapshot
+            } else {
+                metrics::SourceKind::PersistentVolumeClaim
+            },
+            outcome,
+        })
+        .observe(took);
 }
 
 #[cfg(test)]

@@ -61,6 +61,31 @@ fn a_request_is_labelled_by_its_verb_and_resource_or_else_by_its_method() {
     assert_eq!((own.verb.as_str(), own.resource.as_str()), ("GET", ""));
 }
 
+#[test]
+fn a_method_a_client_makes_up_is_counted_as_other_so_it_adds_no_series() {
+    let m = Metrics::default();
+    for i in 0..100 {
+        let method = http::Method::from_bytes(format!("FOO{i}").as_bytes()).unwrap();
+        let info = RequestInfo::new(
+            &method,
+            &"/healthz".parse().unwrap(),
+            &crate::endpoints::kinds::Kinds::served(),
+        );
+        m.observe(RequestLabels::of(&info), 405, Duration::from_millis(1));
+    }
+    let text = m.render();
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .collect::<Vec<_>>();
+    assert_eq!(series.len(), 1, "{text}");
+    assert!(
+        series[0].starts_with("apiserver_request_total{verb=\"OTHER\""),
+        "{text}"
+    );
+    assert!(series[0].ends_with("} 100"), "{text}");
+}
+
 /// A transfer in `p` on the side `role` (`source` or `destination`), with
 /// `more` merged into its object.
 fn transfer(role: &str, mode: &str, phase: &str, more: serde_json::Value) -> NamespaceTransfer {
@@ -215,6 +240,31 @@ fn the_oldest_transfer_of_each_phase_that_has_not_ended_gives_its_age() {
         !text.contains("oldest_transfer_age_seconds{phase=\"Completed\"}"),
         "{text}"
     );
+}
+
+#[test]
+fn a_transfer_rebinding_is_timed_from_its_locked_step_not_its_creation() {
+    let all = [transfer(
+        "source",
+        "Move",
+        "Rebinding",
+        serde_json::json!({
+            "metadata": {"creationTimestamp": "2026-12-01T00:00:00Z"},
+            "status": {"steps": [{"name": "Locked", "time": "2026-12-01T00:55:00Z"}]},
+        }),
+    )];
+    let now = "2026-12-01T01:00:00Z"
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .unwrap()
+        .as_second();
+    let text = scraped(&all, now);
+    has(&text, "storage_transfer_rebinding_seconds 300");
+    has(
+        &text,
+        "storage_transfer_oldest_transfer_age_seconds{phase=\"Rebinding\"} 3600",
+    );
+    // None Rebinding: 0, so that the alert's series is always there.
+    has(&scraped(&[], now), "storage_transfer_rebinding_seconds 0");
 }
 
 #[test]
