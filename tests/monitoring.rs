@@ -7,7 +7,7 @@
 //!
 //! The rules are the PrometheusRule's own groups, loaded as a rule file
 //! with two changes only, so that a test does not wait half an hour: every
-//! `for:` is one second, and StorageTransferStuck's 1800 s threshold is 3 s.
+//! `for:` is one second, and StorageTransferStuck's 900 s threshold is 3 s.
 //!
 //! StorageTransferFencedWrites needs a write that reaches etcd after its
 //! term ended, which no outside event makes at will: the test's server runs
@@ -69,7 +69,7 @@ fn alerts(groups: &Value) -> Vec<&Value> {
 }
 
 /// The rule file the test's Prometheus loads: the same groups, each `for:`
-/// one second and StorageTransferStuck's threshold three.
+/// one second and StorageTransferStuck's threshold three seconds.
 fn test_rules(dir: &Path) -> PathBuf {
     let mut groups = rule_groups();
     for group in groups["groups"].as_array_mut().unwrap() {
@@ -79,8 +79,8 @@ fn test_rules(dir: &Path) -> PathBuf {
             }
             if rule["alert"] == "StorageTransferStuck" {
                 let expr = rule["expr"].as_str().unwrap();
-                assert!(expr.ends_with("> 1800"), "{expr}");
-                rule["expr"] = expr.replace("> 1800", "> 3").into();
+                assert!(expr.ends_with("> 900"), "{expr}");
+                rule["expr"] = expr.replace("> 900", "> 3").into();
             }
         }
     }
@@ -326,6 +326,32 @@ fn offer_at_its_limit(admin: &Kubectl, src: &str, dst: &str) {
     wait_phase(admin, dst, "one", "Completed", WAIT);
 }
 
+/// A ValidatingAdmissionPolicy refusing every update of the volume `pv`
+/// (`held`), or none (`!held`): once kube-apiserver enforces it, or no
+/// longer does.
+fn hold_volume(admin: &Kubectl, pv: &str, held: bool) {
+    let policy = format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: hold-volume\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n    resourceRules:\n    - apiGroups: [\"\"]\n      apiVersions: [v1]\n      operations: [UPDATE]\n      resources: [persistentvolumes]\n  validations:\n  - expression: \"object.metadata.name != '{pv}'\"\n    message: held by the monitoring test\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: hold-volume\nspec:\n  policyName: hold-volume\n  validationActions: [Deny]\n"
+    );
+    if held {
+        admin.apply(&policy).unwrap();
+    } else {
+        admin.ok(&["delete", "validatingadmissionpolicybinding", "hold-volume"]);
+        admin.ok(&["delete", "validatingadmissionpolicy", "hold-volume"]);
+    }
+    // An annotation's update tells whether it is enforced yet.
+    eventually("the volume's hold to take effect", WAIT, || {
+        let run = admin.run(&[
+            "annotate",
+            "pv",
+            pv,
+            "--overwrite",
+            "monitoring-test/probe=1",
+        ]);
+        run.success != held
+    });
+}
+
 /// Deletes the controllers' election key from `cp`'s etcd, behind the
 /// leader's back.
 fn delete_election_key(cp: &ControlPlane) {
@@ -415,16 +441,29 @@ fn a_real_prometheus_answers_every_panel_and_fires_each_alert_only_in_its_scenar
         vec!["StorageTransferClonesNearLimit".to_owned()]
     );
 
-    // A transfer whose source a pod still uses waits for its release.
+    // A transfer whose source a pod still uses waits for its release: the
+    // tenants' business, not an operator's alert.
     let stuck = cp.namespace("stuck").unwrap();
-    provisioned_volume(admin, ALLOWED_CLASS, &stuck.name, "db", "1Gi");
+    let held = provisioned_volume(admin, ALLOWED_CLASS, &stuck.name, "db", "1Gi");
     running_pod(admin, &stuck.name, "user", "db");
     offer(admin, &stuck.name, "give", "db", &dst.name);
     request(admin, &dst.name, "take-stuck", &stuck.name, "db");
     wait_phase(admin, &stuck.name, "give", "WaitingForRelease", WAIT);
-    prometheus.wait_firing("StorageTransferStuck");
-    // Released, it completes, and the alert ends.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(
+        prometheus.firing(),
+        vec!["StorageTransferClonesNearLimit".to_owned()],
+        "a transfer waiting for a pod is not stuck"
+    );
+    // Released, it is Rebinding; a ValidatingAdmissionPolicy that refuses
+    // every update of its volume (an admission policy or webhook in the
+    // controller's way, as in a cluster) holds it there: stuck.
+    hold_volume(admin, &held.pv, true);
     delete_pod(admin, &stuck.name, "user");
+    wait_phase(admin, &stuck.name, "give", "Rebinding", WAIT);
+    prometheus.wait_firing("StorageTransferStuck");
+    // The policy gone, it completes, and the alert ends.
+    hold_volume(admin, &held.pv, false);
     wait_phase(admin, &dst.name, "take-stuck", "Completed", WAIT);
     eventually("StorageTransferStuck to end", WAIT, || {
         !prometheus
