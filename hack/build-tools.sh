@@ -16,7 +16,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 builds=(etcd kube csi clientgo krew prometheus helm)
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-trap 'kill $(jobs -p) 2>/dev/null; exit 130' INT TERM
+# Interrupted, the whole process group goes: the scripts and their go.
+trap 'trap - INT TERM; kill 0; exit 130' INT TERM
 
 started=$(date +%s)
 for b in "${builds[@]}"; do
