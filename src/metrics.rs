@@ -134,9 +134,7 @@ impl WatchCache {
             group: group.to_owned(),
             resource: resource.to_owned(),
         };
-        self.capacity
-            .get_or_create(&l)
-            .set(i64::try_from(capacity).unwrap_or(i64::MAX));
+        self.capacity.get_or_create(&l).set(count(capacity));
         CacheMetrics {
             events_received: self.events_received.get_or_create(&l).clone(),
             events_dispatched: self.events_dispatched.get_or_create(&l).clone(),
@@ -325,6 +323,12 @@ impl Metrics {
 pub fn encode(out: &mut String, registry: &Registry) {
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::prometheus_text::encode(out, registry);
+}
+
+/// A count as a gauge's value: gauges hold an `i64`, and a count past it
+/// (never, in practice) shows as the largest one.
+pub fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// The text of the families `fill` registers: a scrape of one part.

@@ -277,8 +277,7 @@ impl WorkQueue {
     /// Sets `workqueue_depth` to what `inner` holds now.
     fn count_depth(&self, inner: &Inner) {
         if let Some(m) = &self.metrics {
-            m.depth
-                .set(i64::try_from(inner.depth()).unwrap_or(i64::MAX));
+            m.depth.set(metrics::count(inner.depth()));
         }
     }
 

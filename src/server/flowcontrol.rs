@@ -66,6 +66,7 @@ use crate::api::errors::ApiError;
 use crate::authn::UserInfo;
 use crate::endpoints::request::{ResourceRequest, Verb};
 use crate::endpoints::Body;
+use crate::metrics::count;
 
 /// The group whose members are never limited, as APF's exempt level.
 pub const EXEMPT_GROUP: &str = crate::api::meta::SYSTEM_MASTERS;
@@ -1067,10 +1068,6 @@ fn wait_histogram() -> Histogram {
     Histogram::new([
         0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0,
     ])
-}
-
-fn count(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 fn lock(watches: &Mutex<Watches>) -> MutexGuard<'_, Watches> {

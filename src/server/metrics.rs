@@ -268,7 +268,7 @@ impl Scrape {
         self.gauge(
             "storage_transfer_open_connections",
             "Client connections open now",
-            saturating(open),
+            crate::metrics::count(open),
         );
     }
 
@@ -425,7 +425,7 @@ impl Scrape {
         self.gauge(
             "storage_transfer_offers",
             "Standing clone offers, shown or not",
-            saturating(standing),
+            crate::metrics::count(standing),
         );
     }
 
@@ -448,10 +448,6 @@ fn waiting_reason(t: &NamespaceTransfer) -> &'static str {
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY))
         .and_then(|c| TransferReason::parse(&c.reason))
         .map_or("Unknown", TransferReason::as_str)
-}
-
-fn saturating(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
